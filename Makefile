@@ -1,0 +1,141 @@
+# Makefile: builds the engine library, the apps, and the Catch2 test binary tests/run_tests.
+#
+#   make              optimized build (-O3 -march=native, OpenMP); CUDA backend when nvcc is found
+#   make CUDA=0       CPU only
+#   make DEBUG=1      -g -O0
+#   make test         build and run the test suite (ends with "N passed, N failed")
+#   make sanitize     the same suite under AddressSanitizer + UBSan
+#   make deps         install the Debian packages the build needs (run as root)
+#   make bench        build the op benchmark bench/ops
+
+CXX      ?= g++
+NVCC     ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+DEBUG    ?= 0
+CUDA     ?= 1
+SANITIZE ?= 0
+
+DEB_PACKAGES := libopenblas-dev libopenblas-openmp-dev liblapacke-dev catch2 libfmt-dev libstb-dev \
+                libcli11-dev nlohmann-json3-dev
+
+# OpenBLAS: the OpenMP build, so a GEMM called inside one of our parallel loops runs on one
+# thread instead of oversubscribing the cores with its own pthreads.
+BLAS_INC := /usr/include/x86_64-linux-gnu/openblas-openmp
+BLAS_LIB := /usr/lib/x86_64-linux-gnu/openblas-openmp
+
+CXXFLAGS := -std=c++20 -Wall -Wextra -Wno-unused-parameter -fopenmp -I. -isystem $(BLAS_INC) -MMD -MP
+LDLIBS   := /usr/lib/x86_64-linux-gnu/liblapacke.a -L$(BLAS_LIB) -Wl,--disable-new-dtags -Wl,-rpath,$(BLAS_LIB) \
+            -lopenblas -lfmt -lgomp -lpthread -lm
+
+ifeq ($(SANITIZE),1)
+  BUILD := build/sanitize
+  CXXFLAGS += -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+  LDFLAGS  += -fsanitize=address,undefined
+  CUDA := 0
+else ifeq ($(DEBUG),1)
+  BUILD := build/debug
+  CXXFLAGS += -O0 -g
+else
+  BUILD := build/release
+  CXXFLAGS += -O3 -march=native -DNDEBUG
+endif
+
+# ---------------------------------------------------------------------------------------------
+# What we found (llm.c style: say what is there, what is not, and how to fix it).
+
+have_header = $(shell test -e $(1) && echo 1)
+MISSING :=
+ifneq ($(call have_header,$(BLAS_INC)/cblas.h),1)
+  MISSING += libopenblas-openmp-dev
+endif
+ifneq ($(call have_header,/usr/include/lapacke.h),1)
+  MISSING += liblapacke-dev
+endif
+ifneq ($(call have_header,/usr/include/catch2/catch.hpp),1)
+  MISSING += catch2
+endif
+ifneq ($(call have_header,/usr/include/fmt/format.h),1)
+  MISSING += libfmt-dev
+endif
+
+ENGINE_SRC := $(wildcard engine/*.cpp engine/ops/*.cpp engine/cpu/*.cpp)
+LIB_SRC    := $(ENGINE_SRC) $(wildcard nn/*.cpp init/*.cpp data/*.cpp)
+CUDA_SRC   := $(wildcard engine/cuda/*.cu)
+
+ifeq ($(CUDA),1)
+  ifneq ($(NVCC),)
+    BUILD     := $(BUILD)-cuda
+    CUDA_HOME := $(patsubst %/bin/nvcc,%,$(NVCC))
+    CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+    CXXFLAGS  += -DENGINE_CUDA -isystem $(CUDA_HOME)/include
+    LDLIBS    += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt
+    CUDA_OBJ  := $(CUDA_SRC:%.cu=$(BUILD)/%.o)
+    $(info ✓ CUDA: $(NVCC) (make CUDA=0 to build CPU only))
+  else
+    $(info ✗ CUDA: nvcc not found, building CPU only (install the CUDA toolkit, or set NVCC=/path/to/nvcc))
+  endif
+else
+  $(info - CUDA: off (CUDA=0))
+endif
+ifneq ($(MISSING),)
+  $(info ✗ missing Debian packages: $(MISSING) -> run: make deps)
+endif
+
+LIB_OBJ   := $(LIB_SRC:%.cpp=$(BUILD)/%.o) $(CUDA_OBJ)
+LIB       := $(BUILD)/libengine.a
+TEST_SRC  := $(wildcard tests/*.cpp)
+TEST_OBJ  := $(TEST_SRC:%.cpp=$(BUILD)/%.o)
+APP_SRC   := $(wildcard apps/*.cpp)
+APPS      := $(APP_SRC:%.cpp=%)
+BENCH_SRC := $(wildcard bench/*.cpp)
+BENCHES   := $(BENCH_SRC:%.cpp=%)
+
+ifeq ($(SANITIZE),1)
+  TEST_BIN := $(BUILD)/run_tests
+else
+  TEST_BIN := tests/run_tests
+endif
+
+.PHONY: all test sanitize deps clean bench
+all: $(LIB) $(APPS) $(TEST_BIN)
+
+$(BUILD)/%.o: %.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) -c $< -o $@
+
+$(BUILD)/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) -std=c++20 -O3 $(CUDA_ARCH) -I. -Xcompiler -fPIC -c $< -o $@
+
+$(LIB): $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	ar rcs $@ $^
+
+apps/%: $(BUILD)/apps/%.o $(LIB)
+	$(CXX) $(LDFLAGS) -fopenmp $< $(LIB) $(LDLIBS) -o $@
+
+bench/%: $(BUILD)/bench/%.o $(LIB)
+	$(CXX) $(LDFLAGS) -fopenmp $< $(LIB) $(LDLIBS) -o $@
+
+$(TEST_BIN): $(TEST_OBJ) $(LIB)
+	$(CXX) $(LDFLAGS) -fopenmp $(TEST_OBJ) $(LIB) $(LDLIBS) -o $@
+
+bench: $(BENCHES)
+
+# The suite prints its own closing line "N passed, N failed".
+test: $(TEST_BIN)
+	./$(TEST_BIN)
+
+sanitize:
+	$(MAKE) SANITIZE=1 build/sanitize/run_tests
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ./build/sanitize/run_tests
+
+deps:
+	@missing=""; for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then echo "installing:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	else echo "all build dependencies present"; fi
+
+clean:
+	rm -rf build tests/run_tests $(APPS) $(BENCHES)
+
+-include $(shell find build -name '*.d' 2>/dev/null)

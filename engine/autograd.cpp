@@ -1,0 +1,105 @@
+// engine/autograd.cpp: grad mode, Node attachment, and the backward pass.
+#include "engine/autograd.h"
+
+#include <unordered_set>
+#include "engine/error.h"
+#include "engine/ops.h"
+
+namespace engine {
+
+static thread_local bool g_grad_enabled = true;
+
+bool grad_enabled() { return g_grad_enabled; }
+NoGrad::NoGrad() : prev_(g_grad_enabled) { g_grad_enabled = false; }
+NoGrad::~NoGrad() { g_grad_enabled = prev_; }
+
+bool any_requires_grad(std::initializer_list<const Tensor*> inputs) {
+    if (!g_grad_enabled) return false;
+    for (const Tensor* t : inputs)
+        if (t && t->defined() && t->requires_grad()) return true;
+    return false;
+}
+
+bool any_requires_grad(const std::vector<Tensor>& inputs) {
+    if (!g_grad_enabled) return false;
+    for (const Tensor& t : inputs)
+        if (t.defined() && t.requires_grad()) return true;
+    return false;
+}
+
+Tensor attach(Tensor out, const char* name, std::vector<Tensor> inputs,
+              std::function<std::vector<Tensor>(const Tensor&)> backward) {
+    if (!any_requires_grad(inputs)) return out;
+    auto node = std::make_shared<Node>();
+    node->name = name;
+    node->inputs = std::move(inputs);
+    node->backward = std::move(backward);
+    out.impl()->grad_fn = std::move(node);
+    out.impl()->requires_grad = true;
+    return out;
+}
+
+// Add g into t's .grad (allocating it on first use).
+static void accumulate(TensorImpl* t, const Tensor& g, const char* op) {
+    check(g.shape() == t->shape, "backward of {}: gradient shape {} does not match input shape {}",
+          op, g.shape().str(), t->shape.str());
+    if (!t->grad) {
+        t->grad = g.clone().impl_ptr();  // own copy: g may share storage with something else
+        return;
+    }
+    float* dst = Tensor(t->grad).data_f32();
+    const float* src = g.data_f32();
+    int64_t n = g.numel();
+    for (int64_t i = 0; i < n; i++) dst[i] += src[i];
+}
+
+void run_backward(const Tensor& root, const Tensor& grad_output) {
+    check(root.requires_grad(), "backward: the tensor {} does not require grad", root.shape().str());
+    check(grad_output.shape() == root.shape(), "backward: gradient shape {} does not match output shape {}",
+          grad_output.shape().str(), root.shape().str());
+
+    // Topological order by an iterative post-order DFS over tensors that have a grad_fn.
+    std::vector<TensorImpl*> order;
+    std::unordered_set<TensorImpl*> visited;
+    std::vector<std::pair<TensorImpl*, size_t>> stack;  // (tensor, next input to visit)
+    stack.push_back({root.impl(), 0});
+    visited.insert(root.impl());
+    while (!stack.empty()) {
+        auto& [t, next] = stack.back();
+        Node* node = t->grad_fn.get();
+        if (node && next < node->inputs.size()) {
+            TensorImpl* in = node->inputs[next++].impl();
+            if (in && in->requires_grad && !visited.count(in)) {
+                visited.insert(in);
+                stack.push_back({in, 0});
+            }
+            continue;
+        }
+        order.push_back(t);
+        stack.pop_back();
+    }
+
+    NoGrad no_grad;
+    accumulate(root.impl(), grad_output, "root");
+    for (auto it = order.rbegin(); it != order.rend(); ++it) {
+        TensorImpl* t = *it;
+        if (!t->grad_fn || !t->grad) continue;
+        Node& node = *t->grad_fn;
+        std::vector<Tensor> grads = node.backward(Tensor(t->grad));
+        check(grads.size() == node.inputs.size(), "backward of {}: returned {} gradients for {} inputs",
+              node.name, grads.size(), node.inputs.size());
+        for (size_t i = 0; i < grads.size(); i++) {
+            TensorImpl* in = node.inputs[i].impl();
+            if (in && in->requires_grad && grads[i].defined()) accumulate(in, grads[i], node.name);
+        }
+    }
+    // Release the graph: intermediate grads and nodes go, leaves keep their .grad.
+    for (TensorImpl* t : order) {
+        if (t->grad_fn) {
+            t->grad_fn.reset();
+            t->grad.reset();
+        }
+    }
+}
+
+}  // namespace engine

@@ -1,0 +1,46 @@
+// engine/autograd.h: define-by-run autograd.
+//
+// Every op that gets an input requiring grad (while grad mode is on) attaches a Node to its
+// output. The Node holds the inputs and a backward closure written next to the op's forward
+// (engine/ops/*.cpp). Tensor::backward() orders the graph topologically with an explicit stack
+// (no recursion, so 10,000-op chains are fine), runs the closures in reverse, accumulates
+// gradients into .grad, and then releases the graph: non-leaf grads and grad_fns are dropped.
+//
+// Rule for closures: capture inputs freely, but never the output Tensor itself (that would be a
+// reference cycle output -> node -> output); capture out.detach() instead.
+#pragma once
+#include <functional>
+#include <vector>
+#include "engine/tensor.h"
+
+namespace engine {
+
+struct Node {
+    const char* name;  // op name, for debugging and error messages
+    std::vector<Tensor> inputs;
+    // Receives dL/d(output) and returns dL/d(input i) for each input (an undefined Tensor for an
+    // input that needs no gradient). Runs with grad mode off.
+    std::function<std::vector<Tensor>(const Tensor& grad_output)> backward;
+};
+
+// Grad mode: on by default; NoGrad turns it off for a scope (evaluation, optimizer updates,
+// initializers, and every backward closure).
+bool grad_enabled();
+struct NoGrad {
+    NoGrad();
+    ~NoGrad();
+    NoGrad(const NoGrad&) = delete;
+    NoGrad& operator=(const NoGrad&) = delete;
+private:
+    bool prev_;
+};
+
+// True when an op with these inputs must record a Node.
+bool any_requires_grad(std::initializer_list<const Tensor*> inputs);
+bool any_requires_grad(const std::vector<Tensor>& inputs);
+
+// Attach a Node to `out` if any input requires grad and grad mode is on; returns `out`.
+Tensor attach(Tensor out, const char* name, std::vector<Tensor> inputs,
+              std::function<std::vector<Tensor>(const Tensor&)> backward);
+
+}  // namespace engine

@@ -1,0 +1,97 @@
+// engine/cpu/elementwise.cpp: OpenMP loops for pointwise ops.
+#include "engine/cpu/elementwise.h"
+
+#include <cmath>
+#include "engine/ops/pointwise.h"
+
+namespace engine::cpu {
+
+// Below this many elements a parallel region costs more than it saves.
+constexpr int64_t kParallelMin = 1 << 15;
+
+template <typename Fn>
+static void binary_loop(Fn fn, const float* a, const Shape& as, const float* b, const Shape& bs,
+                        float* out, const Shape& os) {
+    int64_t n = os.numel();
+    if (as == os && bs == os) {  // same shapes: one flat loop
+        #pragma omp parallel for simd if (n > kParallelMin)
+        for (int64_t i = 0; i < n; i++) out[i] = fn(a[i], b[i]);
+        return;
+    }
+    // Strides in out's index space, 0 where an input is broadcast.
+    int nd = os.ndim;
+    int64_t sa[kMaxDims], sb[kMaxDims];
+    int64_t ra = 1, rb = 1;
+    for (int i = nd - 1; i >= 0; i--) {
+        sa[i] = as[i] == 1 ? 0 : ra;
+        sb[i] = bs[i] == 1 ? 0 : rb;
+        ra *= as[i];
+        rb *= bs[i];
+    }
+    int64_t inner = nd ? os[nd - 1] : 1, rows = inner ? n / inner : 0;
+    int64_t ia = nd ? sa[nd - 1] : 0, ib = nd ? sb[nd - 1] : 0;
+    #pragma omp parallel for if (n > kParallelMin)
+    for (int64_t r = 0; r < rows; r++) {
+        // Offsets of this row in a and b, from its multi-index over the leading dims.
+        int64_t rem = r, oa = 0, ob = 0;
+        for (int d = nd - 2; d >= 0; d--) {
+            int64_t idx = rem % os[d];
+            rem /= os[d];
+            oa += idx * sa[d];
+            ob += idx * sb[d];
+        }
+        float* o = out + r * inner;
+        const float *pa = a + oa, *pb = b + ob;
+        if (ia && ib) for (int64_t j = 0; j < inner; j++) o[j] = fn(pa[j], pb[j]);
+        else if (ia)  for (int64_t j = 0; j < inner; j++) o[j] = fn(pa[j], pb[0]);
+        else if (ib)  for (int64_t j = 0; j < inner; j++) o[j] = fn(pa[0], pb[j]);
+        else          for (int64_t j = 0; j < inner; j++) o[j] = fn(pa[0], pb[0]);
+    }
+}
+
+void binary(BinaryOp op, const float* a, const Shape& as, const float* b, const Shape& bs, float* out,
+            const Shape& os) {
+    switch (op) {
+        case BinaryOp::Add: return binary_loop([](float x, float y) { return x + y; }, a, as, b, bs, out, os);
+        case BinaryOp::Sub: return binary_loop([](float x, float y) { return x - y; }, a, as, b, bs, out, os);
+        case BinaryOp::Mul: return binary_loop([](float x, float y) { return x * y; }, a, as, b, bs, out, os);
+        case BinaryOp::Div: return binary_loop([](float x, float y) { return x / y; }, a, as, b, bs, out, os);
+    }
+}
+
+void binary_scalar(BinaryOp op, const float* a, float s, float* out, int64_t n) {
+    Shape one({1}), shape({n});
+    binary(op, a, shape, &s, one, out, shape);
+}
+
+template <typename F>
+void unary_forward(const float* x, float* y, int64_t n) {
+    #pragma omp parallel for simd if (n > kParallelMin)
+    for (int64_t i = 0; i < n; i++) y[i] = F::f(x[i]);
+}
+
+template <typename F>
+void unary_backward(const float* x, const float* y, const float* dy, float* dx, int64_t n) {
+    #pragma omp parallel for simd if (n > kParallelMin)
+    for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * F::df(x[i], y[i]);
+}
+
+#define INSTANTIATE(F)                                                      \
+    template void unary_forward<pointwise::F>(const float*, float*, int64_t); \
+    template void unary_backward<pointwise::F>(const float*, const float*, const float*, float*, int64_t);
+INSTANTIATE(Neg) INSTANTIATE(Exp) INSTANTIATE(Log) INSTANTIATE(Sqrt) INSTANTIATE(Rsqrt) INSTANTIATE(Abs)
+INSTANTIATE(Tanh) INSTANTIATE(Sigmoid) INSTANTIATE(Relu) INSTANTIATE(Relu2) INSTANTIATE(Gelu)
+INSTANTIATE(GeluTanh) INSTANTIATE(Silu)
+#undef INSTANTIATE
+
+void pow_forward(const float* x, float p, float* y, int64_t n) {
+    #pragma omp parallel for if (n > kParallelMin)
+    for (int64_t i = 0; i < n; i++) y[i] = std::pow(x[i], p);
+}
+
+void pow_backward(const float* x, float p, const float* dy, float* dx, int64_t n) {
+    #pragma omp parallel for if (n > kParallelMin)
+    for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * p * std::pow(x[i], p - 1.f);
+}
+
+}  // namespace engine::cpu

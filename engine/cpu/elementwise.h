@@ -1,0 +1,24 @@
+// engine/cpu/elementwise.h: CPU loops for pointwise ops, on raw contiguous float arrays.
+#pragma once
+#include <cstdint>
+#include "engine/tensor.h"
+
+namespace engine::cpu {
+
+enum class BinaryOp { Add, Sub, Mul, Div };
+
+// out = a (op) b with numpy broadcasting; a_shape and b_shape are already left-padded with 1s to
+// out_shape's ndim.
+void binary(BinaryOp op, const float* a, const Shape& a_shape, const float* b, const Shape& b_shape,
+            float* out, const Shape& out_shape);
+// out = a (op) s for a scalar s (op applied as a op s).
+void binary_scalar(BinaryOp op, const float* a, float s, float* out, int64_t n);
+
+// y = F::f(x) and dx = dy·F::df(x, y), for each functor F of engine/ops/pointwise.h.
+template <typename F> void unary_forward(const float* x, float* y, int64_t n);
+template <typename F> void unary_backward(const float* x, const float* y, const float* dy, float* dx, int64_t n);
+
+void pow_forward(const float* x, float p, float* y, int64_t n);
+void pow_backward(const float* x, float p, const float* dy, float* dx, int64_t n);
+
+}  // namespace engine::cpu

@@ -1,0 +1,24 @@
+// engine/cpu/matmul.cpp: thin wrappers over cblas_sgemm.
+#include "engine/cpu/matmul.h"
+
+#include <cblas.h>
+
+namespace engine::cpu {
+
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, const float* B,
+          float beta, float* C) {
+    if (M == 0 || N == 0) return;
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N,
+                (int)K, alpha, A, ta ? (int)M : (int)K, B, tb ? (int)K : (int)N, beta, C, (int)N);
+}
+
+void gemm_batched(bool ta, bool tb, int64_t batch, int64_t M, int64_t N, int64_t K, const float* A,
+                  int64_t stride_a, const float* B, int64_t stride_b, float* C, int64_t stride_c) {
+    // Big GEMMs parallelize well inside OpenBLAS; small ones (attention heads) across the batch.
+    bool across_batch = batch > 1 && M * N * K < (1 << 21);
+    #pragma omp parallel for if (across_batch)
+    for (int64_t i = 0; i < batch; i++)
+        gemm(ta, tb, M, N, K, 1.f, A + i * stride_a, B + i * stride_b, 0.f, C + i * stride_c);
+}
+
+}  // namespace engine::cpu

@@ -1,0 +1,16 @@
+// engine/cpu/matmul.h: GEMM on the CPU, row-major, through OpenBLAS's cblas_sgemm.
+#pragma once
+#include <cstdint>
+
+namespace engine::cpu {
+
+// C[M,N] = alpha·op(A)·op(B) + beta·C, where op(A) is [M,K] (A stored [K,M] when trans_a) and
+// op(B) is [K,N] (B stored [N,K] when trans_b).
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+          const float* B, float beta, float* C);
+// `batch` independent GEMMs; a stride of 0 shares that operand across the batch. Batches run in
+// parallel, each GEMM on one thread (OpenBLAS's OpenMP build does that inside our parallel loop).
+void gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, const float* A,
+                  int64_t stride_a, const float* B, int64_t stride_b, float* C, int64_t stride_c);
+
+}  // namespace engine::cpu

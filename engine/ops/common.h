@@ -1,0 +1,31 @@
+// engine/ops/common.h: argument checks shared by the ops. Messages name the op and the shapes.
+#pragma once
+#include "engine/error.h"
+#include "engine/tensor.h"
+
+namespace engine {
+
+inline void expect_defined(const char* op, const Tensor& t, const char* what) {
+    check(t.defined(), "{}: {} is undefined", op, what);
+}
+
+inline void expect_f32(const char* op, const Tensor& t, const char* what = "input") {
+    expect_defined(op, t, what);
+    check(t.dtype() == DType::F32, "{}: {} {} must be float32, got {}", op, what, t.shape().str(), dtype_name(t.dtype()));
+}
+
+inline void expect_i32(const char* op, const Tensor& t, const char* what = "index") {
+    expect_defined(op, t, what);
+    check(t.dtype() == DType::I32, "{}: {} {} must be int32, got {}", op, what, t.shape().str(), dtype_name(t.dtype()));
+}
+
+inline void expect_same_device(const char* op, const Tensor& a, const Tensor& b) {
+    check(a.device() == b.device(), "{}: {} is on {} but {} is on {}", op, a.shape().str(), device_name(a.device()),
+          b.shape().str(), device_name(b.device()));
+}
+
+inline void expect_ndim(const char* op, const Tensor& t, int ndim, const char* what = "input") {
+    check(t.ndim() == ndim, "{}: {} must be {}-d, got {}", op, what, ndim, t.shape().str());
+}
+
+}  // namespace engine

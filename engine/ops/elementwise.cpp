@@ -1,0 +1,137 @@
+// engine/ops/elementwise.cpp: pointwise ops, forward and backward side by side.
+// The scalar math of each unary op is in engine/ops/pointwise.h; the loops in engine/cpu/.
+#include "engine/ops/elementwise.h"
+
+#include "engine/autograd.h"
+#include "engine/cpu/elementwise.h"
+#include "engine/ops/common.h"
+#include "engine/ops/pointwise.h"
+#include "engine/ops/reduce.h"
+
+namespace engine {
+
+Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
+    int nd = std::max(a.ndim, b.ndim);
+    check(nd <= kMaxDims, "{}: broadcasting {} and {} needs more than {} dims", op, a.str(), b.str(), kMaxDims);
+    Shape out;
+    out.ndim = nd;
+    for (int i = 0; i < nd; i++) {
+        int ia = i - (nd - a.ndim), ib = i - (nd - b.ndim);
+        int64_t da = ia >= 0 ? a[ia] : 1, db = ib >= 0 ? b[ib] : 1;
+        check(da == db || da == 1 || db == 1, "{}: shapes {} and {} cannot be broadcast (dim {}: {} vs {})", op,
+              a.str(), b.str(), i, da, db);
+        out[i] = da == 1 ? db : da;
+    }
+    return out;
+}
+
+static Shape left_pad(const Shape& s, int nd) {
+    Shape out;
+    out.ndim = nd;
+    for (int i = 0; i < nd; i++) out[i] = i < nd - s.ndim ? 1 : s[i - (nd - s.ndim)];
+    return out;
+}
+
+static Tensor binary(cpu::BinaryOp op, const char* name, const Tensor& a, const Tensor& b) {
+    expect_f32(name, a, "a");
+    expect_f32(name, b, "b");
+    expect_same_device(name, a, b);
+    Shape os = broadcast_shapes(a.shape(), b.shape(), name);
+    Tensor out = Tensor::empty(os);
+    cpu::binary(op, a.data_f32(), left_pad(a.shape(), os.ndim), b.data_f32(), left_pad(b.shape(), os.ndim),
+                out.data_f32(), os);
+    return out;
+}
+
+// d(a+b) = (g, g); d(a-b) = (g, -g); d(a·b) = (g·b, g·a); d(a/b) = (g/b, -g·a/b²).
+// Each is summed back to its input's shape when the input was broadcast.
+Tensor add(const Tensor& a, const Tensor& b) {
+    return attach(binary(cpu::BinaryOp::Add, "add", a, b), "add", {a, b}, [a, b](const Tensor& g) {
+        return std::vector<Tensor>{sum_to(g, a.shape()), sum_to(g, b.shape())};
+    });
+}
+
+Tensor sub(const Tensor& a, const Tensor& b) {
+    return attach(binary(cpu::BinaryOp::Sub, "sub", a, b), "sub", {a, b}, [a, b](const Tensor& g) {
+        return std::vector<Tensor>{sum_to(g, a.shape()), sum_to(neg(g), b.shape())};
+    });
+}
+
+Tensor mul(const Tensor& a, const Tensor& b) {
+    return attach(binary(cpu::BinaryOp::Mul, "mul", a, b), "mul", {a, b}, [a, b](const Tensor& g) {
+        return std::vector<Tensor>{a.requires_grad() ? sum_to(mul(g, b), a.shape()) : Tensor(),
+                                   b.requires_grad() ? sum_to(mul(g, a), b.shape()) : Tensor()};
+    });
+}
+
+Tensor div(const Tensor& a, const Tensor& b) {
+    return attach(binary(cpu::BinaryOp::Div, "div", a, b), "div", {a, b}, [a, b](const Tensor& g) {
+        Tensor ga = div(g, b);
+        return std::vector<Tensor>{a.requires_grad() ? sum_to(ga, a.shape()) : Tensor(),
+                                   b.requires_grad() ? sum_to(neg(mul(ga, div(a, b))), b.shape()) : Tensor()};
+    });
+}
+
+static Tensor scalar_op(cpu::BinaryOp op, const char* name, const Tensor& a, float s) {
+    expect_f32(name, a);
+    Tensor out = Tensor::empty(a.shape());
+    cpu::binary_scalar(op, a.data_f32(), s, out.data_f32(), a.numel());
+    return out;
+}
+
+Tensor add(const Tensor& a, float s) {
+    return attach(scalar_op(cpu::BinaryOp::Add, "add", a, s), "add_scalar", {a},
+                  [](const Tensor& g) { return std::vector<Tensor>{g}; });
+}
+
+Tensor mul(const Tensor& a, float s) {
+    return attach(scalar_op(cpu::BinaryOp::Mul, "mul", a, s), "mul_scalar", {a},
+                  [s](const Tensor& g) { return std::vector<Tensor>{mul(g, s)}; });
+}
+
+Tensor rsub(float s, const Tensor& a) { return add(neg(a), s); }
+
+Tensor rdiv(float s, const Tensor& a) { return mul(pow(a, -1.f), s); }
+
+// ---------------------------------------------------------------------------------------------
+// Unary ops: y = F::f(x), dx = g·F::df(x, y).
+
+template <typename F>
+static Tensor unary(const char* name, const Tensor& x) {
+    expect_f32(name, x);
+    Tensor y = Tensor::empty(x.shape());
+    cpu::unary_forward<F>(x.data_f32(), y.data_f32(), x.numel());
+    Tensor y_saved = y.detach();  // not y itself: the node must not own its output
+    return attach(y, name, {x}, [x, y_saved](const Tensor& g) {
+        Tensor dx = Tensor::empty(x.shape());
+        cpu::unary_backward<F>(x.data_f32(), y_saved.data_f32(), g.data_f32(), dx.data_f32(), x.numel());
+        return std::vector<Tensor>{dx};
+    });
+}
+
+Tensor neg(const Tensor& x) { return unary<pointwise::Neg>("neg", x); }
+Tensor exp(const Tensor& x) { return unary<pointwise::Exp>("exp", x); }
+Tensor log(const Tensor& x) { return unary<pointwise::Log>("log", x); }
+Tensor sqrt(const Tensor& x) { return unary<pointwise::Sqrt>("sqrt", x); }
+Tensor rsqrt(const Tensor& x) { return unary<pointwise::Rsqrt>("rsqrt", x); }
+Tensor abs(const Tensor& x) { return unary<pointwise::Abs>("abs", x); }
+Tensor tanh(const Tensor& x) { return unary<pointwise::Tanh>("tanh", x); }
+Tensor sigmoid(const Tensor& x) { return unary<pointwise::Sigmoid>("sigmoid", x); }
+Tensor relu(const Tensor& x) { return unary<pointwise::Relu>("relu", x); }
+Tensor relu2(const Tensor& x) { return unary<pointwise::Relu2>("relu2", x); }
+Tensor gelu(const Tensor& x) { return unary<pointwise::Gelu>("gelu", x); }
+Tensor gelu_tanh(const Tensor& x) { return unary<pointwise::GeluTanh>("gelu_tanh", x); }
+Tensor silu(const Tensor& x) { return unary<pointwise::Silu>("silu", x); }
+
+Tensor pow(const Tensor& x, float p) {
+    expect_f32("pow", x);
+    Tensor y = Tensor::empty(x.shape());
+    cpu::pow_forward(x.data_f32(), p, y.data_f32(), x.numel());
+    return attach(y, "pow", {x}, [x, p](const Tensor& g) {
+        Tensor dx = Tensor::empty(x.shape());
+        cpu::pow_backward(x.data_f32(), p, g.data_f32(), dx.data_f32(), x.numel());
+        return std::vector<Tensor>{dx};
+    });
+}
+
+}  // namespace engine

@@ -1,0 +1,104 @@
+// engine/ops/matmul.cpp: matmul and linear, forward and backward side by side.
+#include "engine/ops/matmul.h"
+
+#include "engine/autograd.h"
+#include "engine/cpu/matmul.h"
+#include "engine/cpu/reduce.h"
+#include "engine/ops/common.h"
+#include "engine/ops/reduce.h"
+
+namespace engine {
+
+// For C = op(A)·op(B):
+//   dA = dC·op(B)ᵀ       (A stored untransposed)   or  op(B)·dCᵀ (A stored transposed)
+//   dB = op(A)ᵀ·dC       (B stored untransposed)   or  dCᵀ·op(A) (B stored transposed)
+// An operand shared across a batch gets its gradient summed over the batch (sum_to).
+Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
+    expect_f32("matmul", a, "a");
+    expect_f32("matmul", b, "b");
+    expect_same_device("matmul", a, b);
+    const Shape &as = a.shape(), &bs = b.shape();
+    check(as.ndim >= 2 && bs.ndim >= 2, "matmul: {} x {}: both operands need at least 2 dims", as.str(), bs.str());
+    int64_t M = ta ? as[as.ndim - 1] : as[as.ndim - 2], K = ta ? as[as.ndim - 2] : as[as.ndim - 1];
+    int64_t Kb = tb ? bs[bs.ndim - 1] : bs[bs.ndim - 2], N = tb ? bs[bs.ndim - 2] : bs[bs.ndim - 1];
+    check(K == Kb, "matmul: {}{} x {}{}: inner dims differ ({} vs {})", as.str(), ta ? "ᵀ" : "", bs.str(),
+          tb ? "ᵀ" : "", K, Kb);
+
+    // Batch dims: equal on both sides, or one operand is a plain matrix shared by the batch.
+    bool a_batched = as.ndim > 2, b_batched = bs.ndim > 2;
+    const Shape& batch_src = a_batched ? as : bs;
+    if (a_batched && b_batched) {
+        bool same = as.ndim == bs.ndim;
+        for (int i = 0; same && i < as.ndim - 2; i++) same = as[i] == bs[i];
+        check(same, "matmul: {} x {}: batch dims differ", as.str(), bs.str());
+    }
+    std::vector<int64_t> out_dims;
+    int64_t batch = 1;
+    for (int i = 0; i < batch_src.ndim - 2; i++) {
+        out_dims.push_back(batch_src[i]);
+        batch *= batch_src[i];
+    }
+    out_dims.push_back(M);
+    out_dims.push_back(N);
+    Tensor out = Tensor::empty(Shape(out_dims));
+    if (a_batched && !b_batched && !ta)  // rows of all batch entries form one tall GEMM
+        cpu::gemm(false, tb, batch * M, N, K, 1.f, a.data_f32(), b.data_f32(), 0.f, out.data_f32());
+    else
+        cpu::gemm_batched(ta, tb, batch, M, N, K, a.data_f32(), a_batched ? M * K : 0, b.data_f32(),
+                          b_batched ? K * N : 0, out.data_f32(), M * N);
+
+    return attach(out, "matmul", {a, b}, [a, b, ta, tb](const Tensor& g) {
+        Tensor da, db;
+        if (a.requires_grad())
+            da = sum_to(ta ? matmul(b, g, tb, true) : matmul(g, b, false, !tb), a.shape());
+        if (b.requires_grad())
+            db = sum_to(tb ? matmul(g, a, true, ta) : matmul(a, g, !ta, false), b.shape());
+        return std::vector<Tensor>{da, db};
+    });
+}
+
+// y = x·Wᵀ + b over rows R = numel(x)/in:  dx = dy·W,  dW = dyᵀ·x,  db = Σ_rows dy.
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
+    expect_f32("linear", x, "x");
+    expect_f32("linear", w, "weight");
+    expect_same_device("linear", x, w);
+    check(w.ndim() == 2, "linear: weight must be [out, in], got {}", w.shape().str());
+    int64_t in = w.size(1), out_f = w.size(0);
+    check(x.ndim() >= 1 && x.size(-1) == in, "linear: input {} does not end in in_features={} (weight {})",
+          x.shape().str(), in, w.shape().str());
+    if (b.defined()) {
+        expect_f32("linear", b, "bias");
+        check(b.ndim() == 1 && b.size(0) == out_f, "linear: bias {} does not match weight {}", b.shape().str(),
+              w.shape().str());
+    }
+    int64_t rows = x.numel() / in;
+    Shape os = x.shape();
+    os[os.ndim - 1] = out_f;
+    Tensor y = Tensor::empty(os);
+    float* py = y.data_f32();
+    if (b.defined()) {
+        const float* pb = b.data_f32();
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t j = 0; j < out_f; j++) py[r * out_f + j] = pb[j];
+    }
+    cpu::gemm(false, true, rows, out_f, in, 1.f, x.data_f32(), w.data_f32(), b.defined() ? 1.f : 0.f, py);
+
+    return attach(y, "linear", {x, w, b}, [x, w, b, rows, in, out_f](const Tensor& g) {
+        Tensor dx, dw, db;
+        if (x.requires_grad()) {
+            dx = Tensor::empty(x.shape());
+            cpu::gemm(false, false, rows, in, out_f, 1.f, g.data_f32(), w.data_f32(), 0.f, dx.data_f32());
+        }
+        if (w.requires_grad()) {
+            dw = Tensor::empty(w.shape());
+            cpu::gemm(true, false, out_f, in, rows, 1.f, g.data_f32(), x.data_f32(), 0.f, dw.data_f32());
+        }
+        if (b.defined() && b.requires_grad()) {
+            db = Tensor::empty(b.shape());
+            cpu::sum_dim(g.data_f32(), db.data_f32(), 1, rows, out_f);
+        }
+        return std::vector<Tensor>{dx, dw, db};
+    });
+}
+
+}  // namespace engine

@@ -1,0 +1,15 @@
+// engine/ops/matmul.h: matrix products through cblas_sgemm (OpenBLAS).
+#pragma once
+#include "engine/tensor.h"
+
+namespace engine {
+
+// C = op(A)·op(B), op = transpose when the flag is set (of the last two dims).
+//   A [..., M, K] (or [..., K, M] transposed), B [K, N] (or [N, K]): leading dims of A are
+//   flattened into rows, B is shared;
+//   A [batch..., M, K], B [batch..., K, N] with equal batch dims: one GEMM per batch entry.
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
+// y = x·Wᵀ + b with PyTorch's layout: W [out, in], b [out] (optional), x [..., in].
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = Tensor());
+
+}  // namespace engine

@@ -1,0 +1,202 @@
+// engine/ops/shape.cpp: data-movement ops, forward and backward side by side.
+#include "engine/ops/shape.h"
+
+#include <cstring>
+#include <numeric>
+#include "engine/autograd.h"
+#include "engine/cpu/shape.h"
+#include "engine/ops/common.h"
+#include "engine/ops/elementwise.h"
+
+namespace engine {
+
+static void split_at(const Shape& s, int d, int64_t& outer, int64_t& n, int64_t& inner) {
+    outer = 1; inner = 1; n = s[d];
+    for (int i = 0; i < d; i++) outer *= s[i];
+    for (int i = d + 1; i < s.ndim; i++) inner *= s[i];
+}
+
+Tensor permute(const Tensor& x, std::vector<int> dims) {
+    expect_f32("permute", x);
+    const Shape& xs = x.shape();
+    check((int)dims.size() == xs.ndim, "permute: {} dims given for a tensor of shape {}", dims.size(), xs.str());
+    std::vector<bool> seen(xs.ndim, false);
+    for (int& d : dims) {
+        d = normalize_dim(d, xs.ndim, "permute");
+        check(!seen[d], "permute: dim {} repeated for shape {}", d, xs.str());
+        seen[d] = true;
+    }
+    Shape os = xs;
+    for (int i = 0; i < xs.ndim; i++) os[i] = xs[dims[i]];
+    Tensor out = Tensor::empty(os);
+    cpu::permute(x.data_f32(), xs, dims.data(), out.data_f32());
+    std::vector<int> inverse(dims.size());
+    for (int i = 0; i < (int)dims.size(); i++) inverse[dims[i]] = i;
+    return attach(out, "permute", {x}, [inverse](const Tensor& g) { return std::vector<Tensor>{permute(g, inverse)}; });
+}
+
+Tensor transpose(const Tensor& x, int dim0, int dim1) {
+    int nd = x.ndim();
+    std::vector<int> perm(nd);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::swap(perm[normalize_dim(dim0, nd, "transpose")], perm[normalize_dim(dim1, nd, "transpose")]);
+    return permute(x, perm);
+}
+
+Tensor slice(const Tensor& x, int dim, int64_t start, int64_t end) {
+    expect_f32("slice", x);
+    const Shape& xs = x.shape();
+    int d = normalize_dim(dim, xs.ndim, "slice");
+    check(0 <= start && start <= end && end <= xs[d], "slice: [{}, {}) out of range for dim {} of {}", start, end, dim,
+          xs.str());
+    int64_t outer, n, inner;
+    split_at(xs, d, outer, n, inner);
+    Shape os = xs;
+    os[d] = end - start;
+    Tensor out = Tensor::empty(os);
+    cpu::copy_middle(x.data_f32(), outer, n, inner, start, end - start, out.data_f32());
+    return attach(out, "slice", {x}, [xs, outer, n, inner, start, end](const Tensor& g) {
+        Tensor dx = Tensor::zeros(xs);
+        cpu::place_middle(g.data_f32(), outer, n, inner, start, end - start, dx.data_f32());
+        return std::vector<Tensor>{dx};
+    });
+}
+
+std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int dim) {
+    int d = normalize_dim(dim, x.ndim(), "split");
+    int64_t total = std::accumulate(sizes.begin(), sizes.end(), (int64_t)0);
+    check(total == x.size(d), "split: sizes add up to {} but dim {} of {} is {}", total, dim, x.shape().str(), x.size(d));
+    std::vector<Tensor> parts;
+    int64_t at = 0;
+    for (int64_t s : sizes) {
+        parts.push_back(slice(x, d, at, at + s));
+        at += s;
+    }
+    return parts;
+}
+
+std::vector<Tensor> chunk(const Tensor& x, int chunks, int dim) {
+    int d = normalize_dim(dim, x.ndim(), "chunk");
+    check(chunks > 0 && x.size(d) % chunks == 0, "chunk: dim {} of {} does not split into {} equal parts", dim,
+          x.shape().str(), chunks);
+    return split(x, std::vector<int64_t>(chunks, x.size(d) / chunks), d);
+}
+
+Tensor concat(const std::vector<Tensor>& xs, int dim) {
+    check(!xs.empty(), "concat: no tensors given");
+    for (const Tensor& t : xs) expect_f32("concat", t);
+    const Shape& s0 = xs[0].shape();
+    int d = normalize_dim(dim, s0.ndim, "concat");
+    Shape os = s0;
+    os[d] = 0;
+    for (const Tensor& t : xs) {
+        const Shape& s = t.shape();
+        bool ok = s.ndim == s0.ndim;
+        for (int i = 0; ok && i < s0.ndim; i++) ok = i == d || s[i] == s0[i];
+        check(ok, "concat: shape {} does not match {} outside dim {}", s.str(), s0.str(), dim);
+        os[d] += s[d];
+    }
+    Tensor out = Tensor::empty(os);
+    int64_t outer, n, inner, at = 0;
+    split_at(os, d, outer, n, inner);
+    std::vector<int64_t> sizes;
+    for (const Tensor& t : xs) {
+        cpu::place_middle(t.data_f32(), outer, n, inner, at, t.size(d), out.data_f32());
+        at += t.size(d);
+        sizes.push_back(t.size(d));
+    }
+    return attach(out, "concat", xs, [sizes, d](const Tensor& g) { return split(g, sizes, d); });
+}
+
+static void check_indices(const char* op, const int32_t* idx, int64_t m, int64_t n, const Shape& xs) {
+    for (int64_t i = 0; i < m; i++)
+        check(idx[i] >= 0 && idx[i] < n, "{}: index {} out of range [0, {}) for input {}", op, idx[i], n, xs.str());
+}
+
+Tensor index_select(const Tensor& x, int dim, const Tensor& index) {
+    expect_f32("index_select", x);
+    expect_i32("index_select", index);
+    check(index.ndim() == 1, "index_select: index must be 1-d, got {}", index.shape().str());
+    const Shape& xs = x.shape();
+    int d = normalize_dim(dim, xs.ndim, "index_select");
+    int64_t outer, n, inner, m = index.numel();
+    split_at(xs, d, outer, n, inner);
+    check_indices("index_select", index.data_i32(), m, n, xs);
+    Shape os = xs;
+    os[d] = m;
+    Tensor out = Tensor::empty(os);
+    cpu::index_select(x.data_f32(), outer, n, inner, index.data_i32(), m, out.data_f32());
+    return attach(out, "index_select", {x}, [xs, index, outer, n, inner, m](const Tensor& g) {
+        Tensor dx = Tensor::zeros(xs);
+        cpu::index_add(g.data_f32(), outer, n, inner, index.data_i32(), m, dx.data_f32());
+        return std::vector<Tensor>{dx};
+    });
+}
+
+Tensor gather(const Tensor& x, int dim, const Tensor& index) {
+    expect_f32("gather", x);
+    expect_i32("gather", index);
+    const Shape &xs = x.shape(), &is = index.shape();
+    int d = normalize_dim(dim, xs.ndim, "gather");
+    bool ok = is.ndim == xs.ndim;
+    for (int i = 0; ok && i < xs.ndim; i++) ok = i == d || is[i] == xs[i];
+    check(ok, "gather: index {} must match input {} outside dim {}", is.str(), xs.str(), dim);
+    int64_t outer, n, inner, m = is[d];
+    split_at(xs, d, outer, n, inner);
+    check_indices("gather", index.data_i32(), index.numel(), n, xs);
+    Tensor out = Tensor::empty(is);
+    cpu::gather(x.data_f32(), outer, n, inner, index.data_i32(), m, out.data_f32());
+    return attach(out, "gather", {x}, [xs, index, outer, n, inner, m](const Tensor& g) {
+        Tensor dx = Tensor::zeros(xs);
+        cpu::gather_backward(g.data_f32(), outer, n, inner, index.data_i32(), m, dx.data_f32());
+        return std::vector<Tensor>{dx};
+    });
+}
+
+Tensor embedding(const Tensor& weight, const Tensor& ids) {
+    expect_f32("embedding", weight, "weight");
+    expect_i32("embedding", ids, "ids");
+    check(weight.ndim() == 2, "embedding: weight must be [V, D], got {}", weight.shape().str());
+    check(ids.ndim() < kMaxDims, "embedding: ids {} have too many dims", ids.shape().str());
+    int64_t V = weight.size(0), D = weight.size(1), m = ids.numel();
+    check_indices("embedding", ids.data_i32(), m, V, weight.shape());
+    std::vector<int64_t> od = ids.shape().vec();
+    od.push_back(D);
+    Tensor out = Tensor::empty(Shape(od));
+    cpu::index_select(weight.data_f32(), 1, V, D, ids.data_i32(), m, out.data_f32());
+    Shape ws = weight.shape();
+    return attach(out, "embedding", {weight}, [ws, ids, V, D, m](const Tensor& g) {
+        Tensor dw = Tensor::zeros(ws);
+        cpu::index_add(g.data_f32(), 1, V, D, ids.data_i32(), m, dw.data_f32());
+        return std::vector<Tensor>{dw};
+    });
+}
+
+Tensor masked_fill(const Tensor& x, const Tensor& mask, float value) {
+    expect_f32("masked_fill", x);
+    expect_f32("masked_fill", mask, "mask");
+    Shape bs = broadcast_shapes(x.shape(), mask.shape(), "masked_fill");
+    check(bs == x.shape(), "masked_fill: mask {} does not broadcast to input {}", mask.shape().str(), x.shape().str());
+    Tensor keep;  // 1 where x passes through, 0 where filled; shape of x
+    {
+        NoGrad ng;
+        keep = add(Tensor::zeros(x.shape()), mask.detach());
+        float* k = keep.data_f32();
+        for (int64_t i = 0; i < keep.numel(); i++) k[i] = k[i] != 0.f ? 0.f : 1.f;
+    }
+    Tensor out = Tensor::empty(x.shape());
+    const float *px = x.data_f32(), *pk = keep.data_f32();
+    float* po = out.data_f32();
+    for (int64_t i = 0; i < x.numel(); i++) po[i] = pk[i] != 0.f ? px[i] : value;
+    return attach(out, "masked_fill", {x}, [keep](const Tensor& g) { return std::vector<Tensor>{mul(g, keep)}; });
+}
+
+Tensor causal_mask(int64_t T) {
+    Tensor m = Tensor::zeros({T, T});
+    float* p = m.data_f32();
+    for (int64_t i = 0; i < T; i++)
+        for (int64_t j = i + 1; j < T; j++) p[i * T + j] = 1.f;
+    return m;
+}
+
+}  // namespace engine

@@ -1,0 +1,374 @@
+// engine/tensor.cpp: Shape, Storage, Tensor factories, element access, views and printing.
+#include "engine/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+#include "engine/autograd.h"
+#include "engine/error.h"
+#include "engine/ops.h"
+#include "engine/rng.h"
+#include <fmt/ranges.h>
+
+namespace engine {
+
+const char* dtype_name(DType t) { return t == DType::F32 ? "float32" : "int32"; }
+const char* device_name(Device d) { return d == Device::CPU ? "cpu" : "cuda"; }
+
+// ---------------------------------------------------------------------------------------------
+// Shape
+
+Shape::Shape(std::initializer_list<int64_t> dims) : Shape(std::vector<int64_t>(dims)) {}
+
+Shape::Shape(const std::vector<int64_t>& dims) {
+    check((int)dims.size() <= kMaxDims, "Shape: {} dims given, at most {} supported", dims.size(), kMaxDims);
+    ndim = (int)dims.size();
+    for (int i = 0; i < ndim; i++) {
+        check(dims[i] >= 0 || dims[i] == -1, "Shape: negative dim {}", dims[i]);
+        d[i] = dims[i];
+    }
+}
+
+int64_t Shape::numel() const {
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= d[i];
+    return n;
+}
+
+int64_t Shape::size(int dim) const { return d[normalize_dim(dim, ndim, "size")]; }
+
+bool Shape::operator==(const Shape& o) const {
+    if (ndim != o.ndim) return false;
+    for (int i = 0; i < ndim; i++)
+        if (d[i] != o.d[i]) return false;
+    return true;
+}
+
+std::string Shape::str() const {
+    return fmt::format("[{}]", fmt::join(d.begin(), d.begin() + ndim, ","));
+}
+
+int normalize_dim(int dim, int ndim, const char* op) {
+    int d = dim < 0 ? dim + ndim : dim;
+    check(d >= 0 && d < ndim, "{}: dim {} out of range for a {}-d tensor", op, dim, ndim);
+    return d;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Storage: 64-byte aligned so SIMD loads never straddle cache lines.
+
+Storage::Storage(size_t n, Device dev) : nbytes(n), device(dev) {
+    check(dev == Device::CPU, "Storage: device {} is not available in this build", device_name(dev));
+    size_t rounded = (n + 63) / 64 * 64;
+    data = rounded ? std::aligned_alloc(64, rounded) : nullptr;
+    check(rounded == 0 || data != nullptr, "Storage: out of memory allocating {} bytes", n);
+}
+
+Storage::~Storage() { std::free(data); }
+
+// Free a long graph iteratively: a chain of 10,000 ops would otherwise be destroyed by 10,000
+// nested destructor calls (impl -> node -> input impl -> node ...) and could overflow the stack.
+// Each node we own alone is taken apart here: its closure first (it holds only copies of handles
+// that the inputs list also holds), then the grad_fn of every input we are the last owner of.
+TensorImpl::~TensorImpl() {
+    std::vector<std::shared_ptr<Node>> pending;
+    if (grad_fn && grad_fn.use_count() == 1) pending.push_back(std::move(grad_fn));
+    while (!pending.empty()) {
+        std::shared_ptr<Node> node = std::move(pending.back());
+        pending.pop_back();
+        node->backward = nullptr;
+        for (Tensor& in : node->inputs) {
+            TensorImpl* impl = in.impl();
+            if (impl && in.impl_ptr().use_count() == 1 && impl->grad_fn && impl->grad_fn.use_count() == 1)
+                pending.push_back(std::move(impl->grad_fn));
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Factories
+
+static size_t dtype_size(DType) { return 4; }
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+    for (int i = 0; i < shape.ndim; i++) check(shape[i] >= 0, "empty: invalid shape {}", shape.str());
+    auto impl = std::make_shared<TensorImpl>();
+    impl->storage = std::make_shared<Storage>(shape.numel() * dtype_size(dtype), device);
+    impl->shape = shape;
+    impl->dtype = dtype;
+    return Tensor(impl);
+}
+
+Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
+    Tensor t = empty(shape, dtype, device);
+    std::memset(t.impl()->storage->data, 0, t.impl()->storage->nbytes);
+    return t;
+}
+
+Tensor Tensor::full(const Shape& shape, float value, DType dtype, Device device) {
+    Tensor t = empty(shape, dtype, device);
+    int64_t n = t.numel();
+    if (dtype == DType::F32) {
+        float* p = t.data_f32();
+        for (int64_t i = 0; i < n; i++) p[i] = value;
+    } else {
+        int32_t* p = t.data_i32();
+        for (int64_t i = 0; i < n; i++) p[i] = (int32_t)value;
+    }
+    return t;
+}
+
+Tensor Tensor::ones(const Shape& shape, DType dtype, Device device) { return full(shape, 1.f, dtype, device); }
+
+Tensor Tensor::arange(int64_t n, DType dtype) {
+    Tensor t = empty({n}, dtype);
+    for (int64_t i = 0; i < n; i++) {
+        if (dtype == DType::F32) t.data_f32()[i] = (float)i;
+        else t.data_i32()[i] = (int32_t)i;
+    }
+    return t;
+}
+
+Tensor Tensor::from_vector(const std::vector<float>& values, const Shape& shape) {
+    check((int64_t)values.size() == shape.numel(), "from_vector: {} values for shape {} ({} elements)",
+          values.size(), shape.str(), shape.numel());
+    Tensor t = empty(shape, DType::F32);
+    std::memcpy(t.data_f32(), values.data(), values.size() * sizeof(float));
+    return t;
+}
+
+Tensor Tensor::from_vector(const std::vector<int32_t>& values, const Shape& shape) {
+    check((int64_t)values.size() == shape.numel(), "from_vector: {} values for shape {} ({} elements)",
+          values.size(), shape.str(), shape.numel());
+    Tensor t = empty(shape, DType::I32);
+    std::memcpy(t.data_i32(), values.data(), values.size() * sizeof(int32_t));
+    return t;
+}
+
+Tensor Tensor::uniform(const Shape& shape, float low, float high) {
+    Tensor t = empty(shape);
+    global_generator().uniform(t.data_f32(), t.numel(), low, high);
+    return t;
+}
+
+Tensor Tensor::normal(const Shape& shape, float mean, float std) {
+    Tensor t = empty(shape);
+    global_generator().normal(t.data_f32(), t.numel(), mean, std);
+    return t;
+}
+
+Tensor Tensor::trunc_normal(const Shape& shape, float mean, float std, float a, float b) {
+    Tensor t = empty(shape);
+    global_generator().trunc_normal(t.data_f32(), t.numel(), mean, std, a, b);
+    return t;
+}
+
+Tensor Tensor::randint(const Shape& shape, int32_t low, int32_t high) {
+    Tensor t = empty(shape, DType::I32);
+    global_generator().randint(t.data_i32(), t.numel(), low, high);
+    return t;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Accessors
+
+static void check_defined(const TensorImpl* impl, const char* what) {
+    check(impl != nullptr, "{}: the tensor is undefined", what);
+}
+
+const Shape& Tensor::shape() const { check_defined(impl_.get(), "shape"); return impl_->shape; }
+DType Tensor::dtype() const { check_defined(impl_.get(), "dtype"); return impl_->dtype; }
+Device Tensor::device() const { check_defined(impl_.get(), "device"); return impl_->storage->device; }
+bool Tensor::same_storage(const Tensor& o) const { return impl_ && o.impl_ && impl_->storage == o.impl_->storage; }
+
+float* Tensor::data_f32() const {
+    check_defined(impl_.get(), "data_f32");
+    check(impl_->dtype == DType::F32, "data_f32: tensor {} is {}", shape().str(), dtype_name(impl_->dtype));
+    return static_cast<float*>(impl_->storage->data) + impl_->offset;
+}
+
+int32_t* Tensor::data_i32() const {
+    check_defined(impl_.get(), "data_i32");
+    check(impl_->dtype == DType::I32, "data_i32: tensor {} is {}", shape().str(), dtype_name(impl_->dtype));
+    return static_cast<int32_t*>(impl_->storage->data) + impl_->offset;
+}
+
+static int64_t flat_index(const Shape& s, std::initializer_list<int64_t> idx) {
+    check((int)idx.size() == s.ndim, "at: {} indices for a tensor of shape {}", idx.size(), s.str());
+    int64_t flat = 0, i = 0;
+    for (int64_t x : idx) {
+        int64_t v = x < 0 ? x + s[i] : x;
+        check(v >= 0 && v < s[i], "at: index {} out of range for dim {} of shape {}", x, i, s.str());
+        flat = flat * s[i] + v;
+        i++;
+    }
+    return flat;
+}
+
+float Tensor::item() const {
+    check(numel() == 1, "item: tensor of shape {} has {} elements, not 1", shape().str(), numel());
+    return dtype() == DType::F32 ? data_f32()[0] : (float)data_i32()[0];
+}
+
+float Tensor::at(std::initializer_list<int64_t> idx) const {
+    int64_t i = flat_index(shape(), idx);
+    return dtype() == DType::F32 ? data_f32()[i] : (float)data_i32()[i];
+}
+
+void Tensor::set(std::initializer_list<int64_t> idx, float v) {
+    int64_t i = flat_index(shape(), idx);
+    if (dtype() == DType::F32) data_f32()[i] = v;
+    else data_i32()[i] = (int32_t)v;
+}
+
+std::vector<float> Tensor::to_vector() const {
+    std::vector<float> v(numel());
+    if (dtype() == DType::F32) std::memcpy(v.data(), data_f32(), v.size() * sizeof(float));
+    else for (size_t i = 0; i < v.size(); i++) v[i] = (float)data_i32()[i];
+    return v;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Views
+
+// A new impl over the same storage; not an autograd op by itself.
+static Tensor alias(const Tensor& t, const Shape& shape, int64_t extra_offset) {
+    auto impl = std::make_shared<TensorImpl>();
+    impl->storage = t.impl()->storage;
+    impl->offset = t.impl()->offset + extra_offset;
+    impl->shape = shape;
+    impl->dtype = t.impl()->dtype;
+    return Tensor(impl);
+}
+
+Tensor Tensor::reshape(const Shape& want) const {
+    Shape s = want;
+    int infer = -1;
+    int64_t known = 1;
+    for (int i = 0; i < s.ndim; i++) {
+        if (s[i] == -1) {
+            check(infer < 0, "reshape: {} -> {}: more than one -1", shape().str(), want.str());
+            infer = i;
+        } else {
+            known *= s[i];
+        }
+    }
+    if (infer >= 0) {
+        check(known > 0 && numel() % known == 0, "reshape: cannot reshape {} into {}", shape().str(), want.str());
+        s[infer] = numel() / known;
+    }
+    check(s.numel() == numel(), "reshape: cannot reshape {} ({} elements) into {}", shape().str(), numel(), want.str());
+    Shape orig = shape();
+    Tensor out = alias(*this, s, 0);
+    return attach(out, "reshape", {*this}, [orig](const Tensor& g) { return std::vector<Tensor>{g.reshape(orig)}; });
+}
+
+Tensor Tensor::flatten(int start_dim, int end_dim) const {
+    const Shape& s = shape();
+    if (s.ndim == 0) return reshape({1});
+    int a = normalize_dim(start_dim, s.ndim, "flatten"), b = normalize_dim(end_dim, s.ndim, "flatten");
+    check(a <= b, "flatten: start_dim {} after end_dim {}", start_dim, end_dim);
+    std::vector<int64_t> dims;
+    for (int i = 0; i < a; i++) dims.push_back(s[i]);
+    int64_t m = 1;
+    for (int i = a; i <= b; i++) m *= s[i];
+    dims.push_back(m);
+    for (int i = b + 1; i < s.ndim; i++) dims.push_back(s[i]);
+    return reshape(Shape(dims));
+}
+
+Tensor Tensor::narrow(int dim, int64_t start, int64_t length) const {
+    const Shape& s = shape();
+    int d = normalize_dim(dim, s.ndim, "narrow");
+    check(start >= 0 && length >= 0 && start + length <= s[d], "narrow: [{}, {}) out of range for dim {} of {}",
+          start, start + length, dim, s.str());
+    if (d != 0) return slice(*this, d, start, start + length);  // not contiguous as a view: copy
+    Shape out_shape = s;
+    out_shape[0] = length;
+    int64_t row = s.numel() / (s[0] ? s[0] : 1);
+    Tensor out = alias(*this, out_shape, start * row);
+    return attach(out, "narrow", {*this}, [s, start, length](const Tensor& g) {
+        Tensor full = Tensor::zeros(s);
+        int64_t r = g.numel() / (length ? length : 1);
+        std::memcpy(full.data_f32() + start * r, g.data_f32(), g.numel() * sizeof(float));
+        return std::vector<Tensor>{full};
+    });
+}
+
+Tensor Tensor::clone() const {
+    Tensor out = empty(shape(), dtype(), device());
+    std::memcpy(out.impl()->storage->data, static_cast<char*>(impl_->storage->data) + impl_->offset * 4, numel() * 4);
+    return attach(out, "clone", {*this}, [](const Tensor& g) { return std::vector<Tensor>{g}; });
+}
+
+Tensor Tensor::to(Device d) const {
+    if (d == device()) return *this;
+    fail("to: device {} is not available in this build", device_name(d));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Autograd accessors
+
+bool Tensor::requires_grad() const { return impl_ && impl_->requires_grad; }
+
+Tensor& Tensor::requires_grad_(bool on) {
+    check_defined(impl_.get(), "requires_grad_");
+    check(!on || impl_->dtype == DType::F32, "requires_grad_: only float32 tensors can require grad (got {})",
+          dtype_name(impl_->dtype));
+    impl_->requires_grad = on;
+    return *this;
+}
+
+Tensor Tensor::grad() const { return impl_ && impl_->grad ? Tensor(impl_->grad) : Tensor(); }
+void Tensor::zero_grad() { if (impl_) impl_->grad.reset(); }
+
+void Tensor::set_grad(const Tensor& g) {
+    check(!g.defined() || g.shape() == shape(), "set_grad: gradient {} for tensor {}", g.shape().str(), shape().str());
+    impl_->grad = g.defined() ? g.impl_ptr() : nullptr;
+}
+
+Tensor Tensor::detach() const { return alias(*this, shape(), 0); }
+
+void run_backward(const Tensor& root, const Tensor& grad_output);  // autograd.cpp
+
+void Tensor::backward() const {
+    check(numel() == 1, "backward: output of shape {} is not a scalar; pass a gradient", shape().str());
+    run_backward(*this, Tensor::ones(shape()));
+}
+
+void Tensor::backward(const Tensor& grad_output) const { run_backward(*this, grad_output); }
+
+// ---------------------------------------------------------------------------------------------
+// Printing: like numpy, nested brackets, long dims elided with "...".
+
+static void print_rec(std::string& s, const Tensor& t, int dim, int64_t base, int max_per_dim) {
+    const Shape& sh = t.shape();
+    if (sh.ndim == 0) { s += fmt::format("{:.4g}", t.item()); return; }
+    int64_t stride = 1;
+    for (int i = dim + 1; i < sh.ndim; i++) stride *= sh[i];
+    s += "[";
+    for (int64_t i = 0; i < sh[dim]; i++) {
+        if (sh[dim] > max_per_dim && i == max_per_dim / 2) {
+            s += "..., ";
+            i = sh[dim] - max_per_dim / 2 - 1;
+            continue;
+        }
+        if (dim == sh.ndim - 1) {
+            int64_t k = base + i;
+            s += t.dtype() == DType::F32 ? fmt::format("{:.4g}", t.data_f32()[k]) : fmt::format("{}", t.data_i32()[k]);
+        } else {
+            print_rec(s, t, dim + 1, base + i * stride, max_per_dim);
+        }
+        if (i + 1 < sh[dim]) s += dim == sh.ndim - 1 ? ", " : ",\n" + std::string(dim + 1, ' ');
+    }
+    s += "]";
+}
+
+std::string Tensor::str(int max_per_dim) const {
+    if (!defined()) return "Tensor(undefined)";
+    std::string s = "tensor(";
+    print_rec(s, *this, 0, 0, max_per_dim);
+    s += fmt::format(", shape={}, dtype={}{})", shape().str(), dtype_name(dtype()), requires_grad() ? ", requires_grad" : "");
+    return s;
+}
+
+}  // namespace engine

@@ -1,0 +1,91 @@
+// tests/helpers.h: shared test helpers: finite-difference gradient checks and tensor comparison.
+//
+// gradcheck(f, inputs): for every float input that requires grad, compares the gradient of
+// L = Σ f(inputs)·w (w fixed random weights, so every output element matters differently)
+// from backward() with central differences (L(x+ε) − L(x−ε)) / 2ε, element by element.
+// float32 finite differences carry rounding noise of about 1e-7·|L|/ε, hence the tolerances.
+#pragma once
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+#include "engine/ops.h"
+#include "engine/rng.h"
+
+namespace test {
+
+using engine::Tensor;
+
+struct GradcheckOptions {
+    float eps = 3e-3f;
+    float atol = 5e-3f;
+    float rtol = 2e-2f;
+    int max_elements = 200;  // per input; larger inputs are checked at an evenly spread subset
+};
+
+inline void gradcheck(const std::string& name, const std::function<Tensor(const std::vector<Tensor>&)>& f,
+                      std::vector<Tensor> inputs, GradcheckOptions opt = {}) {
+    engine::Generator wgen(1234);
+    Tensor out0;
+    {
+        engine::NoGrad ng;
+        out0 = f(inputs);
+    }
+    Tensor w = Tensor::empty(out0.shape());
+    wgen.uniform(w.data_f32(), w.numel(), -1.f, 1.f);
+    auto loss_of = [&](const std::vector<Tensor>& xs) { return engine::sum(engine::mul(f(xs), w)); };
+
+    for (Tensor& x : inputs)
+        if (x.requires_grad()) x.zero_grad();
+    loss_of(inputs).backward();
+
+    for (size_t i = 0; i < inputs.size(); i++) {
+        Tensor& x = inputs[i];
+        if (!x.defined() || !x.requires_grad()) continue;
+        Tensor analytic = x.grad();
+        REQUIRE(analytic.defined());
+        int64_t n = x.numel();
+        int64_t step = n > opt.max_elements ? (n + opt.max_elements - 1) / opt.max_elements : 1;
+        float worst = 0.f, worst_a = 0.f, worst_num = 0.f;
+        int64_t worst_at = -1;
+        engine::NoGrad ng;
+        float* p = x.data_f32();
+        for (int64_t j = 0; j < n; j += step) {
+            float orig = p[j];
+            p[j] = orig + opt.eps;
+            double lp = loss_of(inputs).item();
+            p[j] = orig - opt.eps;
+            double lm = loss_of(inputs).item();
+            p[j] = orig;
+            float num = (float)((lp - lm) / (2.0 * opt.eps));
+            float a = analytic.data_f32()[j];
+            float excess = std::fabs(a - num) - (opt.atol + opt.rtol * std::fabs(num));
+            if (worst_at < 0 || excess > worst) { worst = excess; worst_a = a; worst_num = num; worst_at = j; }
+        }
+        INFO(name << ": input " << i << " " << x.shape().str() << ", worst element " << worst_at << ": analytic "
+                  << worst_a << " vs numeric " << worst_num);
+        CHECK(worst <= 0.f);
+    }
+}
+
+// Max |a - b| over all elements; shapes must match.
+inline float max_abs_diff(const Tensor& a, const Tensor& b) {
+    REQUIRE(a.shape() == b.shape());
+    auto va = a.to_vector(), vb = b.to_vector();
+    float m = 0.f;
+    for (size_t i = 0; i < va.size(); i++) m = std::max(m, std::fabs(va[i] - vb[i]));
+    return m;
+}
+
+// A float tensor of the given shape with values U(lo, hi) from a fixed seed, requiring grad.
+inline Tensor param(const engine::Shape& shape, uint64_t seed, float lo = -1.f, float hi = 1.f) {
+    engine::Generator g(seed);
+    Tensor t = Tensor::empty(shape);
+    g.uniform(t.data_f32(), t.numel(), lo, hi);
+    t.requires_grad_();
+    return t;
+}
+
+}  // namespace test

@@ -1,0 +1,93 @@
+// tests/test_shape.cpp: permute, transpose, slice, split, concat, index ops, masks.
+#include <catch2/catch.hpp>
+
+#include "engine/error.h"
+#include "engine/ops.h"
+#include "tests/helpers.h"
+
+using namespace engine;
+using test::gradcheck;
+using test::param;
+
+TEST_CASE("permute and transpose move elements where they belong", "[shape]") {
+    Tensor x = Tensor::arange(24).reshape({2, 3, 4});
+    Tensor p = permute(x, {2, 0, 1});
+    CHECK(p.shape() == Shape({4, 2, 3}));
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 3; j++)
+            for (int k = 0; k < 4; k++) CHECK(p.at({k, i, j}) == x.at({i, j, k}));
+    Tensor t = transpose(x, 0, -1);
+    CHECK(t.at({3, 1, 0}) == x.at({0, 1, 3}));
+    CHECK_THROWS_WITH(permute(x, {0, 0, 1}), Catch::Contains("repeated"));
+}
+
+TEST_CASE("slice, split, chunk and concat", "[shape]") {
+    Tensor x = Tensor::arange(24).reshape({2, 3, 4});
+    Tensor s = slice(x, 2, 1, 3);
+    CHECK(s.shape() == Shape({2, 3, 2}));
+    CHECK(s.at({1, 2, 1}) == x.at({1, 2, 2}));
+    auto parts = split(x, {1, 2}, 1);
+    CHECK(parts[1].shape() == Shape({2, 2, 4}));
+    CHECK(parts[1].at({0, 0, 0}) == 4.f);
+    Tensor back = concat(parts, 1);
+    CHECK(test::max_abs_diff(back, x) == 0.f);
+    CHECK(chunk(x, 2, -1)[1].at({0, 0, 0}) == 2.f);
+    CHECK_THROWS_WITH(concat({x, Tensor::zeros({2, 2, 3})}, 1), Catch::Contains("does not match"));
+    CHECK_THROWS_WITH(chunk(x, 3, 2), Catch::Contains("equal parts"));
+}
+
+TEST_CASE("index_select, gather, embedding and masks", "[shape]") {
+    Tensor x = Tensor::arange(12).reshape({3, 4});
+    Tensor idx = Tensor::from_vector(std::vector<int32_t>{2, 0, 2}, {3});
+    Tensor r = index_select(x, 0, idx);
+    CHECK(r.shape() == Shape({3, 4}));
+    CHECK(r.at({0, 1}) == 9.f);
+    CHECK(index_select(x, 1, idx).at({1, 0}) == 6.f);
+    Tensor gi = Tensor::from_vector(std::vector<int32_t>{3, 0, 1}, {3, 1});
+    Tensor g = gather(x, 1, gi);
+    CHECK(g.to_vector() == std::vector<float>{3, 4, 9});
+    Tensor ids = Tensor::from_vector(std::vector<int32_t>{1, 1, 0, 2}, {2, 2});
+    Tensor e = embedding(x, ids);
+    CHECK(e.shape() == Shape({2, 2, 4}));
+    CHECK(e.at({1, 1, 3}) == 11.f);
+    CHECK_THROWS_WITH(embedding(x, Tensor::from_vector(std::vector<int32_t>{3}, {1})),
+                      Catch::Contains("embedding: index 3 out of range [0, 3)"));
+    Tensor m = causal_mask(3);
+    CHECK(m.to_vector() == std::vector<float>{0, 1, 1, 0, 0, 1, 0, 0, 0});
+    Tensor f = masked_fill(Tensor::zeros({2, 3, 3}), m, -1e9f);
+    CHECK(f.at({1, 0, 2}) == -1e9f);
+    CHECK(f.at({1, 2, 0}) == 0.f);
+}
+
+TEST_CASE("permute", "[gradcheck]") {
+    gradcheck("permute", [](auto& in) { return permute(in[0], {1, 2, 0}); }, {param({2, 3, 4}, 1)});
+}
+TEST_CASE("transpose", "[gradcheck]") {
+    gradcheck("transpose", [](auto& in) { return transpose(in[0], 0, 2); }, {param({2, 3, 4}, 2)});
+}
+TEST_CASE("concat", "[gradcheck]") {
+    gradcheck("concat", [](auto& in) { return concat({in[0], in[1]}, 1); }, {param({2, 3, 2}, 3), param({2, 1, 2}, 4)});
+}
+TEST_CASE("slice", "[gradcheck]") {
+    gradcheck("slice", [](auto& in) { return slice(in[0], 1, 1, 3); }, {param({2, 4, 3}, 5)});
+}
+TEST_CASE("split", "[gradcheck]") {
+    gradcheck("split", [](auto& in) { auto p = split(in[0], {1, 3}, 1); return mul(p[0], sum(p[1], {1}, true)); },
+              {param({2, 4, 3}, 6)});
+}
+TEST_CASE("index_select", "[gradcheck]") {
+    Tensor idx = Tensor::from_vector(std::vector<int32_t>{2, 0, 2, 1}, {4});
+    gradcheck("index_select", [idx](auto& in) { return index_select(in[0], 1, idx); }, {param({2, 3, 2}, 7)});
+}
+TEST_CASE("gather", "[gradcheck]") {
+    Tensor idx = Tensor::from_vector(std::vector<int32_t>{0, 2, 2, 1, 1, 1}, {3, 2});
+    gradcheck("gather", [idx](auto& in) { return gather(in[0], 1, idx); }, {param({3, 4}, 8)});
+}
+TEST_CASE("embedding", "[gradcheck]") {
+    Tensor ids = Tensor::from_vector(std::vector<int32_t>{1, 1, 0, 4, 4, 4}, {2, 3});
+    gradcheck("embedding", [ids](auto& in) { return embedding(in[0], ids); }, {param({5, 3}, 9)});
+}
+TEST_CASE("masked_fill", "[gradcheck]") {
+    Tensor m = causal_mask(3);
+    gradcheck("masked_fill", [m](auto& in) { return masked_fill(in[0], m, -5.f); }, {param({2, 3, 3}, 10)});
+}
