@@ -13,6 +13,8 @@ NVCC     ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2
 DEBUG    ?= 0
 CUDA     ?= 1
 SANITIZE ?= 0
+# Build elsewhere (a second checkout, a helper): make BUILD_ROOT=build/mine
+BUILD_ROOT ?= build
 
 DEB_PACKAGES := libopenblas-dev libopenblas-openmp-dev liblapacke-dev catch2 libfmt-dev libstb-dev \
                 libcli11-dev nlohmann-json3-dev
@@ -27,15 +29,15 @@ LDLIBS   := /usr/lib/x86_64-linux-gnu/liblapacke.a -L$(BLAS_LIB) -Wl,--disable-n
             -lopenblas -lfmt -lgomp -lpthread -lm
 
 ifeq ($(SANITIZE),1)
-  BUILD := build/sanitize
+  BUILD := $(BUILD_ROOT)/sanitize
   CXXFLAGS += -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
   LDFLAGS  += -fsanitize=address,undefined
   CUDA := 0
 else ifeq ($(DEBUG),1)
-  BUILD := build/debug
+  BUILD := $(BUILD_ROOT)/debug
   CXXFLAGS += -O0 -g
 else
-  BUILD := build/release
+  BUILD := $(BUILD_ROOT)/release
   CXXFLAGS += -O3 -march=native -DNDEBUG
 endif
 
@@ -89,10 +91,13 @@ APPS      := $(APP_SRC:%.cpp=%)
 BENCH_SRC := $(wildcard bench/*.cpp)
 BENCHES   := $(BENCH_SRC:%.cpp=%)
 
-ifeq ($(SANITIZE),1)
-  TEST_BIN := $(BUILD)/run_tests
-else
+# The default build's suite is tests/run_tests; other builds keep theirs in their build dir.
+ifeq ($(BUILD),build/release-cuda)
   TEST_BIN := tests/run_tests
+else ifeq ($(BUILD),build/release)
+  TEST_BIN := tests/run_tests
+else
+  TEST_BIN := $(BUILD)/run_tests
 endif
 
 .PHONY: all test sanitize deps clean bench
@@ -126,8 +131,8 @@ test: $(TEST_BIN)
 	./$(TEST_BIN)
 
 sanitize:
-	$(MAKE) SANITIZE=1 build/sanitize/run_tests
-	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ./build/sanitize/run_tests
+	$(MAKE) SANITIZE=1 $(BUILD_ROOT)/sanitize/run_tests
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ./$(BUILD_ROOT)/sanitize/run_tests
 
 deps:
 	@missing=""; for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -139,3 +144,8 @@ clean:
 	rm -rf build tests/run_tests $(APPS) $(BENCHES)
 
 -include $(shell find build -name '*.d' 2>/dev/null)
+
+# Fuzz targets for the data readers (libFuzzer via clang): see fuzz/Makefile.
+.PHONY: fuzz
+fuzz:
+	$(MAKE) -C fuzz
