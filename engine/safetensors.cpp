@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <unistd.h>
@@ -245,10 +246,14 @@ Tensor read_tensor(std::ifstream& in, const std::string& path, const Entry& e, u
 }  // namespace
 
 std::map<std::string, Tensor> load_safetensors(const std::string& path, std::map<std::string, std::string>* metadata) {
+    std::error_code ec;
+    check(!std::filesystem::is_directory(path, ec), "load_safetensors: {} is a directory, not a file", path);
     std::ifstream in(path, std::ios::binary);
     check((bool)in, "load_safetensors: cannot open {}: {}", path, std::strerror(errno));
     in.seekg(0, std::ios::end);
-    uint64_t file_size = (uint64_t)in.tellg();
+    std::streamoff end = in.tellg();
+    check(end >= 0, "load_safetensors: {}: cannot determine the file size", path);
+    uint64_t file_size = (uint64_t)end;
     in.seekg(0);
     check(file_size >= 8, "load_safetensors: {}: file is {} bytes, shorter than the 8-byte header length", path,
           file_size);

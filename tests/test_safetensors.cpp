@@ -179,6 +179,7 @@ TEST_CASE("safetensors rejects bad files with a clear message", "[safetensors]")
     SECTION("missing file") {
         CHECK_THROWS_WITH(load_safetensors(tmp.file("nope.safetensors")),
                           Contains("nope.safetensors") && Contains("cannot open"));
+        CHECK_THROWS_WITH(load_safetensors(tmp.dir.string()), Contains("is a directory"));
     }
     SECTION("shorter than 8 bytes") {
         expect_error({}, "shorter than the 8-byte header length");
