@@ -1,30 +1,40 @@
 // engine/ops/nn.h: the fused neural-network ops. Each has one forward kernel and one backward
-// kernel (no chain of small ops), as in llm.c.
+// kernel (no chain of small ops), as in llm.c; the kernels are in engine/cpu/nn.h. Sums across
+// rows (layer_norm's dweight/dbias, the losses) run in a fixed order: the same bits on any number
+// of threads.
 #pragma once
 #include "engine/rng.h"
 #include "engine/tensor.h"
 
 namespace engine {
 
-Tensor softmax(const Tensor& x);      // over the last dim
-Tensor log_softmax(const Tensor& x);  // over the last dim
-// LayerNorm over the last dim: (x - mean)/sqrt(var + eps)·weight + bias; weight/bias optional.
+// Over the last dim, with the row max subtracted so large logits do not overflow.
+Tensor softmax(const Tensor& x);
+Tensor log_softmax(const Tensor& x);
+// LayerNorm over the last dim: (x - mean)/sqrt(var + eps)·weight + bias, biased variance;
+// weight and bias [D] are optional (pass an undefined Tensor).
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps = 1e-5f);
-// Inverted dropout: keep with probability 1-p and scale by 1/(1-p); identity when !training or p=0.
-// The mask comes from the Philox stream of the global generator (reproducible, GPU-identical).
+// Inverted dropout: keep with probability 1-p and scale by 1/(1-p); returns x itself when
+// !training or p = 0, zeros when p = 1; 0 <= p <= 1. Element i is kept when value i of a
+// global_generator().uniform draw over numel(x) values is >= p, so the mask is a function of
+// (seed, offset, i): reproducible, and a GPU kernel can draw the identical one.
 Tensor dropout(const Tensor& x, float p, bool training);
-// Mean cross-entropy of logits [N, C] (or [..., C]) against int32 targets [N] (or [...]).
-// Fused log-softmax + NLL; targets equal to ignore_index are skipped (and not counted in the
-// mean); label_smoothing ε mixes the one-hot target with the uniform distribution.
+// Mean cross-entropy of logits [N, C] (or [..., C]) against int32 targets [N] (or [...]), as
+// PyTorch: per row (1-ε)·(-log p_target) + ε·mean_c(-log p_c). Fused log-softmax + NLL; targets
+// equal to ignore_index are skipped (and not counted in the mean; no counted row gives 0); any
+// other target outside [0, C) is an error. The backward recomputes the softmax from the logits.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int ignore_index = -100,
                      float label_smoothing = 0.f);
 Tensor mse_loss(const Tensor& pred, const Tensor& target);  // mean of squared differences
-// Scaled dot-product attention, one op: q, k, v [B, H, T, D] (k, v may have their own T),
-// softmax(q·kᵀ·scale + causal mask)·v with dropout on the probabilities. scale <= 0 means 1/√D.
+// Scaled dot-product attention, one op: q [B, H, T, D], k and v [B, H, S, D],
+// dropout(softmax(q·kᵀ·scale + causal mask))·v. scale <= 0 means 1/√D. With causal, query i sees
+// keys j <= i + S - T (the last query sees every key); a query that sees no key outputs zeros.
+// Dropout on the probabilities (mask drawn as in dropout) only when training and dropout_p > 0.
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float dropout_p = 0.f,
                  bool training = false, float scale = 0.f);
 // Rotary position embedding (RoFormer) on x [..., T, D], D even, rotating pairs (i, i + D/2) by
-// angle pos·base^(-2i/D), positions 0..T-1 offset by `start_pos`.
+// angle pos·base^(-2i/D) (the GPT-NeoX "rotate half" layout), positions 0..T-1 offset by
+// `start_pos`. The backward is the rotation by the negative angle.
 Tensor rope(const Tensor& x, float base = 10000.f, int64_t start_pos = 0);
 
 }  // namespace engine

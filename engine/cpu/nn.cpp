@@ -1,0 +1,365 @@
+// engine/cpu/nn.cpp: the fused CPU kernels behind engine/ops/nn.cpp (softmax, log_softmax,
+// layer_norm, dropout, cross_entropy, mse, attention, rope). Rows run in parallel with OpenMP;
+// sums that leave a row are reduced in an order fixed by the sizes, so results do not depend on
+// the thread count.
+#include "engine/cpu/nn.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+#include "engine/cpu/matmul.h"
+
+namespace engine::cpu {
+
+// Below this many elements a parallel region costs more than it saves.
+constexpr int64_t kParallelMin = 1 << 15;
+
+// ---------------------------------------------------------------------------------------------
+// softmax / log_softmax. Subtracting the row max keeps exp() from overflowing.
+
+static inline float row_max(const float* x, int64_t n) {
+    float m = -INFINITY;
+    for (int64_t j = 0; j < n; j++) m = std::max(m, x[j]);
+    return m;
+}
+
+void softmax_forward(const float* x, float* y, int64_t rows, int64_t n) {
+    #pragma omp parallel for if (rows * n > kParallelMin)
+    for (int64_t r = 0; r < rows; r++) {
+        const float* xr = x + r * n;
+        float* yr = y + r * n;
+        float m = row_max(xr, n), sum = 0.f;
+        for (int64_t j = 0; j < n; j++) {
+            yr[j] = std::exp(xr[j] - m);
+            sum += yr[j];
+        }
+        float inv = 1.f / sum;
+        for (int64_t j = 0; j < n; j++) yr[j] *= inv;
+    }
+}
+
+void softmax_backward(const float* y, const float* dy, float* dx, int64_t rows, int64_t n) {
+    #pragma omp parallel for if (rows * n > kParallelMin)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *yr = y + r * n, *gr = dy + r * n;
+        float* dr = dx + r * n;
+        float dot = 0.f;
+        for (int64_t j = 0; j < n; j++) dot += gr[j] * yr[j];
+        for (int64_t j = 0; j < n; j++) dr[j] = yr[j] * (gr[j] - dot);
+    }
+}
+
+void log_softmax_forward(const float* x, float* y, int64_t rows, int64_t n) {
+    #pragma omp parallel for if (rows * n > kParallelMin)
+    for (int64_t r = 0; r < rows; r++) {
+        const float* xr = x + r * n;
+        float* yr = y + r * n;
+        float m = row_max(xr, n), sum = 0.f;
+        for (int64_t j = 0; j < n; j++) sum += std::exp(xr[j] - m);
+        float lse = m + std::log(sum);
+        for (int64_t j = 0; j < n; j++) yr[j] = xr[j] - lse;
+    }
+}
+
+void log_softmax_backward(const float* y, const float* dy, float* dx, int64_t rows, int64_t n) {
+    #pragma omp parallel for if (rows * n > kParallelMin)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *yr = y + r * n, *gr = dy + r * n;
+        float* dr = dx + r * n;
+        float gsum = 0.f;
+        for (int64_t j = 0; j < n; j++) gsum += gr[j];
+        for (int64_t j = 0; j < n; j++) dr[j] = gr[j] - std::exp(yr[j]) * gsum;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// layer_norm
+
+void layer_norm_forward(const float* x, const float* weight, const float* bias, float* y, float* mean,
+                        float* rstd, int64_t rows, int64_t n, float eps) {
+    #pragma omp parallel for if (rows * n > kParallelMin)
+    for (int64_t r = 0; r < rows; r++) {
+        const float* xr = x + r * n;
+        float* yr = y + r * n;
+        // Two passes (mean, then squared deviations): no cancellation as in E[x²] − E[x]².
+        float sum = 0.f;
+        for (int64_t j = 0; j < n; j++) sum += xr[j];
+        float mu = sum / (float)n, var = 0.f;
+        for (int64_t j = 0; j < n; j++) var += (xr[j] - mu) * (xr[j] - mu);
+        float rs = 1.f / std::sqrt(var / (float)n + eps);
+        for (int64_t j = 0; j < n; j++) {
+            float v = (xr[j] - mu) * rs;
+            if (weight) v *= weight[j];
+            if (bias) v += bias[j];
+            yr[j] = v;
+        }
+        mean[r] = mu;
+        rstd[r] = rs;
+    }
+}
+
+// Row chunks for the dweight/dbias partial sums: a count that depends on `rows` only, so the
+// summation order (chunk by chunk, in order) is the same on any number of threads.
+constexpr int64_t kLayerNormChunks = 64;
+
+void layer_norm_backward(const float* x, const float* weight, const float* mean, const float* rstd,
+                         const float* dy, float* dx, float* dweight, float* dbias, int64_t rows, int64_t n) {
+    bool want_params = dweight || dbias;
+    int64_t chunks = std::min(rows, kLayerNormChunks);
+    // partial[c] holds chunk c's Σ dy·x̂ (first n) and Σ dy (next n).
+    std::vector<float> partial(want_params ? chunks * 2 * n : 0, 0.f);
+
+    #pragma omp parallel for schedule(static) if (rows * n > kParallelMin)
+    for (int64_t c = 0; c < chunks; c++) {
+        float* pw = want_params ? partial.data() + c * 2 * n : nullptr;
+        float* pb = want_params ? pw + n : nullptr;
+        for (int64_t r = c * rows / chunks; r < (c + 1) * rows / chunks; r++) {
+            const float *xr = x + r * n, *gr = dy + r * n;
+            float* dr = dx ? dx + r * n : nullptr;
+            float mu = mean[r], rs = rstd[r];
+            // dx = rstd·(dx̂ − mean(dx̂) − x̂·mean(dx̂·x̂)), with dx̂ = dy·weight.
+            float mean_dxhat = 0.f, mean_dxhat_xhat = 0.f;
+            for (int64_t j = 0; j < n; j++) {
+                float xhat = (xr[j] - mu) * rs;
+                float dxhat = weight ? gr[j] * weight[j] : gr[j];
+                mean_dxhat += dxhat;
+                mean_dxhat_xhat += dxhat * xhat;
+                if (pw) {
+                    pw[j] += gr[j] * xhat;
+                    pb[j] += gr[j];
+                }
+            }
+            mean_dxhat /= (float)n;
+            mean_dxhat_xhat /= (float)n;
+            if (!dr) continue;
+            for (int64_t j = 0; j < n; j++) {
+                float xhat = (xr[j] - mu) * rs;
+                float dxhat = weight ? gr[j] * weight[j] : gr[j];
+                dr[j] = rs * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat);
+            }
+        }
+    }
+    if (!want_params) return;
+    #pragma omp parallel for if (chunks * n > kParallelMin)
+    for (int64_t j = 0; j < n; j++) {
+        float sw = 0.f, sb = 0.f;
+        for (int64_t c = 0; c < chunks; c++) {
+            sw += partial[c * 2 * n + j];
+            sb += partial[c * 2 * n + n + j];
+        }
+        if (dweight) dweight[j] = sw;
+        if (dbias) dbias[j] = sb;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// dropout
+
+void dropout_forward(const float* x, float* mask, float* y, int64_t n, float p) {
+    // p == 1 keeps nothing (u < 1 always); scale 0 there avoids 0·inf = NaN.
+    float scale = p < 1.f ? 1.f / (1.f - p) : 0.f;
+    #pragma omp parallel for simd if (n > kParallelMin)
+    for (int64_t i = 0; i < n; i++) mask[i] = mask[i] >= p ? scale : 0.f;
+    if (!y) return;
+    #pragma omp parallel for simd if (n > kParallelMin)
+    for (int64_t i = 0; i < n; i++) y[i] = x[i] * mask[i];
+}
+
+void dropout_backward(const float* mask, const float* dy, float* dx, int64_t n) {
+    #pragma omp parallel for simd if (n > kParallelMin)
+    for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * mask[i];
+}
+
+// ---------------------------------------------------------------------------------------------
+// cross_entropy. −log p_c = lse − x_c, so the loss needs only the row's lse, its target logit and
+// (for smoothing) its mean logit: mean_c(−log p_c) = lse − mean(x).
+
+void cross_entropy_forward(const float* logits, const int32_t* targets, float* loss, float* lse, int64_t rows,
+                           int64_t C, int64_t count, int32_t ignore_index, float smoothing) {
+    std::vector<float> row_loss(rows);
+    #pragma omp parallel for if (rows * C > kParallelMin)
+    for (int64_t r = 0; r < rows; r++) {
+        const float* xr = logits + r * C;
+        float m = row_max(xr, C), sum = 0.f, xsum = 0.f;
+        for (int64_t c = 0; c < C; c++) {
+            sum += std::exp(xr[c] - m);
+            xsum += xr[c];
+        }
+        float l = m + std::log(sum);
+        lse[r] = l;
+        int32_t t = targets[r];
+        row_loss[r] = t == ignore_index ? 0.f : (1.f - smoothing) * (l - xr[t]) + smoothing * (l - xsum / (float)C);
+    }
+    double total = 0.0;  // serial, in row order: deterministic
+    for (int64_t r = 0; r < rows; r++) total += row_loss[r];
+    loss[0] = count > 0 ? (float)(total / (double)count) : 0.f;
+}
+
+void cross_entropy_backward(const float* logits, const int32_t* targets, const float* lse, const float* dloss,
+                            float* dlogits, int64_t rows, int64_t C, int64_t count, int32_t ignore_index,
+                            float smoothing) {
+    float g = count > 0 ? dloss[0] / (float)count : 0.f;
+    float uniform = smoothing / (float)C;
+    #pragma omp parallel for if (rows * C > kParallelMin)
+    for (int64_t r = 0; r < rows; r++) {
+        const float* xr = logits + r * C;
+        float* dr = dlogits + r * C;
+        int32_t t = targets[r];
+        if (t == ignore_index) {
+            for (int64_t c = 0; c < C; c++) dr[c] = 0.f;
+            continue;
+        }
+        float l = lse[r];
+        for (int64_t c = 0; c < C; c++) dr[c] = (std::exp(xr[c] - l) - uniform) * g;
+        dr[t] -= (1.f - smoothing) * g;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// mse. Fixed-size blocks summed in double, then the block sums in order: deterministic.
+
+constexpr int64_t kMseBlock = 1 << 14;
+
+void mse_forward(const float* pred, const float* target, float* loss, int64_t n) {
+    int64_t blocks = (n + kMseBlock - 1) / kMseBlock;
+    std::vector<double> partial(blocks);
+    #pragma omp parallel for if (n > kParallelMin)
+    for (int64_t b = 0; b < blocks; b++) {
+        double s = 0.0;
+        for (int64_t i = b * kMseBlock; i < std::min(n, (b + 1) * kMseBlock); i++) {
+            double d = (double)pred[i] - (double)target[i];
+            s += d * d;
+        }
+        partial[b] = s;
+    }
+    double total = 0.0;
+    for (int64_t b = 0; b < blocks; b++) total += partial[b];
+    loss[0] = n > 0 ? (float)(total / (double)n) : 0.f;
+}
+
+void mse_backward(const float* pred, const float* target, const float* dloss, float* dpred, float* dtarget,
+                  int64_t n) {
+    float scale = n > 0 ? 2.f * dloss[0] / (float)n : 0.f;
+    #pragma omp parallel for simd if (n > kParallelMin)
+    for (int64_t i = 0; i < n; i++) {
+        float d = (pred[i] - target[i]) * scale;
+        if (dpred) dpred[i] = d;
+        if (dtarget) dtarget[i] = -d;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// attention. Heads run in parallel, each GEMM on one thread (OpenBLAS's OpenMP build does not
+// fork inside an active parallel region); a single head leaves the region inactive so that its
+// GEMMs can use every core.
+
+// Softmax of one row of scores over keys [0, visible), zero over [visible, S).
+static void masked_softmax_row(float* row, int64_t visible, int64_t S) {
+    visible = std::clamp<int64_t>(visible, 0, S);
+    float m = row_max(row, visible), sum = 0.f;
+    for (int64_t j = 0; j < visible; j++) {
+        row[j] = std::exp(row[j] - m);
+        sum += row[j];
+    }
+    float inv = visible > 0 ? 1.f / sum : 0.f;
+    for (int64_t j = 0; j < visible; j++) row[j] *= inv;
+    for (int64_t j = visible; j < S; j++) row[j] = 0.f;
+}
+
+void attention_forward(const float* q, const float* k, const float* v, const float* mask, float* p, float* out,
+                       int64_t BH, int64_t T, int64_t S, int64_t D, bool causal, float scale) {
+    #pragma omp parallel if (BH > 1 && BH * T * S * D > kParallelMin)
+    {
+        std::vector<float> dropped(mask ? T * S : 0);  // P ⊙ mask of the current head
+        #pragma omp for schedule(static)
+        for (int64_t bh = 0; bh < BH; bh++) {
+            const float *qh = q + bh * T * D, *kh = k + bh * S * D, *vh = v + bh * S * D;
+            float* ph = p + bh * T * S;
+            gemm(false, true, T, S, D, scale, qh, kh, 0.f, ph);
+            for (int64_t i = 0; i < T; i++) masked_softmax_row(ph + i * S, causal ? i + S - T + 1 : S, S);
+            const float* probs = ph;
+            if (mask) {
+                const float* mh = mask + bh * T * S;
+                for (int64_t i = 0; i < T * S; i++) dropped[i] = ph[i] * mh[i];
+                probs = dropped.data();
+            }
+            gemm(false, false, T, D, S, 1.f, probs, vh, 0.f, out + bh * T * D);
+        }
+    }
+}
+
+void attention_backward(const float* q, const float* k, const float* v, const float* mask, const float* p,
+                        const float* dout, float* dq, float* dk, float* dv, int64_t BH, int64_t T, int64_t S,
+                        int64_t D, float scale) {
+    bool want_ds = dq || dk;
+    #pragma omp parallel if (BH > 1 && BH * T * S * D > kParallelMin)
+    {
+        std::vector<float> dropped(mask && dv ? T * S : 0);  // P ⊙ mask
+        std::vector<float> ds(want_ds ? T * S : 0);          // dP, then dS in place
+        #pragma omp for schedule(static)
+        for (int64_t bh = 0; bh < BH; bh++) {
+            const float *qh = q + bh * T * D, *kh = k + bh * S * D, *vh = v + bh * S * D;
+            const float *ph = p + bh * T * S, *mh = mask ? mask + bh * T * S : nullptr;
+            const float* gh = dout + bh * T * D;
+            if (dv) {
+                const float* probs = ph;
+                if (mh) {
+                    for (int64_t i = 0; i < T * S; i++) dropped[i] = ph[i] * mh[i];
+                    probs = dropped.data();
+                }
+                gemm(true, false, S, D, T, 1.f, probs, gh, 0.f, dv + bh * S * D);
+            }
+            if (!want_ds) continue;
+            gemm(false, true, T, S, D, 1.f, gh, vh, 0.f, ds.data());
+            if (mh)
+                for (int64_t i = 0; i < T * S; i++) ds[i] *= mh[i];
+            for (int64_t i = 0; i < T; i++) {
+                const float* pr = ph + i * S;
+                float* dr = ds.data() + i * S;
+                float dot = 0.f;
+                for (int64_t j = 0; j < S; j++) dot += dr[j] * pr[j];
+                for (int64_t j = 0; j < S; j++) dr[j] = pr[j] * (dr[j] - dot);
+            }
+            if (dq) gemm(false, false, T, D, S, scale, ds.data(), kh, 0.f, dq + bh * T * D);
+            if (dk) gemm(true, false, S, D, T, scale, ds.data(), qh, 0.f, dk + bh * S * D);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// rope. The angles are computed once per call in double (positions can be large) into a
+// [T, D/2] table of cos/sin; `sign` = −1 rotates backwards (the transpose of the rotation).
+
+static void rope_apply(const float* x, float* y, int64_t outer, int64_t T, int64_t D, float base,
+                       int64_t start_pos, float sign) {
+    int64_t half = D / 2;
+    std::vector<float> cos_t(T * half), sin_t(T * half);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t i = 0; i < half; i++) {
+            double angle = (double)(start_pos + t) * std::pow((double)base, -2.0 * (double)i / (double)D);
+            cos_t[t * half + i] = (float)std::cos(angle);
+            sin_t[t * half + i] = sign * (float)std::sin(angle);
+        }
+    #pragma omp parallel for if (outer * T * D > kParallelMin)
+    for (int64_t row = 0; row < outer * T; row++) {
+        const float* c = cos_t.data() + (row % T) * half;
+        const float* s = sin_t.data() + (row % T) * half;
+        const float* xr = x + row * D;
+        float* yr = y + row * D;
+        for (int64_t i = 0; i < half; i++) {
+            float a = xr[i], b = xr[i + half];
+            yr[i] = a * c[i] - b * s[i];
+            yr[i + half] = b * c[i] + a * s[i];
+        }
+    }
+}
+
+void rope_forward(const float* x, float* y, int64_t outer, int64_t T, int64_t D, float base, int64_t start_pos) {
+    rope_apply(x, y, outer, T, D, base, start_pos, 1.f);
+}
+
+void rope_backward(const float* dy, float* dx, int64_t outer, int64_t T, int64_t D, float base, int64_t start_pos) {
+    rope_apply(dy, dx, outer, T, D, base, start_pos, -1.f);
+}
+
+}  // namespace engine::cpu
