@@ -1,0 +1,393 @@
+// engine/cpu/conv.cpp: conv2d by im2col + OpenBLAS GEMM, depthwise conv and batch norm by direct
+// loops. OpenMP over images (conv2d), image-channel planes (depthwise forward, dx) or channels
+// (weight and bias gradients, batch norm statistics), so that every sum is taken in a fixed order
+// whatever the thread count: results are bitwise reproducible.
+#include "engine/cpu/conv.h"
+
+#include <omp.h>
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+#include "engine/cpu/matmul.h"
+
+namespace engine::cpu {
+
+// Below this many multiply-adds a parallel region costs more than it saves.
+constexpr int64_t kParallelMin = 1 << 15;
+
+// Images go one per thread, each GEMM single-threaded, when there are enough of them to keep the
+// threads busy or each GEMM is too small to split well; otherwise one image at a time and
+// OpenBLAS spreads each GEMM over the threads. Tiny convolutions stay on one thread.
+static bool parallel_over_images(int64_t images, int64_t macs_per_image) {
+    if (images <= 1 || images * macs_per_image <= kParallelMin) return false;
+    return images >= omp_get_max_threads() || macs_per_image < (1 << 21);
+}
+
+// Output positions o in [0, out) whose input position o·stride + offset lies in [0, size) form
+// one run [lo, hi); outside it the window reads padding.
+static void valid_run(int64_t offset, int64_t stride, int64_t size, int64_t out, int64_t& lo, int64_t& hi) {
+    lo = offset >= 0 ? 0 : (-offset + stride - 1) / stride;
+    hi = size - 1 - offset < 0 ? 0 : (size - 1 - offset) / stride + 1;
+    hi = std::min(hi, out);
+    lo = std::min(lo, hi);
+}
+
+// ---------------------------------------------------------------------------------------------
+// im2col / col2im. Row (ci, a, b) of the column matrix holds, for every output pixel (oh, ow),
+// the input pixel (oh·stride + a − pad, ow·stride + b − pad) of channel ci.
+
+void im2col(const float* image, float* cols, const ConvGeometry& g) {
+    const int64_t P = g.out_pixels(), taps = g.kh * g.kw;
+    #pragma omp parallel for if (!omp_in_parallel() && g.patch() * P > kParallelMin)
+    for (int64_t ci = 0; ci < g.Cin; ci++) {
+        const float* plane = image + ci * g.H * g.W;
+        for (int64_t t = 0; t < taps; t++) {
+            int64_t a = t / g.kw, b = t % g.kw;
+            float* row = cols + (ci * taps + t) * P;
+            int64_t ow_lo, ow_hi;
+            valid_run(b - g.pad, g.stride, g.W, g.OW, ow_lo, ow_hi);
+            for (int64_t oh = 0; oh < g.OH; oh++) {
+                float* out = row + oh * g.OW;
+                int64_t ih = oh * g.stride + a - g.pad;
+                if (ih < 0 || ih >= g.H) {
+                    std::fill(out, out + g.OW, 0.f);
+                    continue;
+                }
+                const float* in = plane + ih * g.W + (b - g.pad);
+                for (int64_t ow = 0; ow < ow_lo; ow++) out[ow] = 0.f;
+                for (int64_t ow = ow_lo; ow < ow_hi; ow++) out[ow] = in[ow * g.stride];
+                for (int64_t ow = ow_hi; ow < g.OW; ow++) out[ow] = 0.f;
+            }
+        }
+    }
+}
+
+// Parallel over input channels: the rows of one channel all scatter into the same plane.
+void col2im(const float* cols, float* dx_image, const ConvGeometry& g) {
+    const int64_t P = g.out_pixels(), taps = g.kh * g.kw;
+    #pragma omp parallel for if (!omp_in_parallel() && g.patch() * P > kParallelMin)
+    for (int64_t ci = 0; ci < g.Cin; ci++) {
+        float* plane = dx_image + ci * g.H * g.W;
+        for (int64_t t = 0; t < taps; t++) {
+            int64_t a = t / g.kw, b = t % g.kw;
+            const float* row = cols + (ci * taps + t) * P;
+            int64_t ow_lo, ow_hi;
+            valid_run(b - g.pad, g.stride, g.W, g.OW, ow_lo, ow_hi);
+            for (int64_t oh = 0; oh < g.OH; oh++) {
+                int64_t ih = oh * g.stride + a - g.pad;
+                if (ih < 0 || ih >= g.H) continue;
+                const float* in = row + oh * g.OW;
+                float* out = plane + ih * g.W + (b - g.pad);
+                for (int64_t ow = ow_lo; ow < ow_hi; ow++) out[ow * g.stride] += in[ow];
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// conv2d: per image n, y_n [Cout, P] = W [Cout, K] · cols_n [K, P] (+ b per row).
+
+void conv2d_forward(const float* x, const float* w, const float* b, float* y, const ConvGeometry& g) {
+    const int64_t K = g.patch(), P = g.out_pixels(), image = g.Cin * g.H * g.W;
+    const bool pointwise = g.pointwise();
+    #pragma omp parallel if (parallel_over_images(g.N, g.Cout * K * P))
+    {
+        std::vector<float> cols(pointwise ? 0 : K * P);  // one per thread, reused across its images
+        #pragma omp for schedule(static)
+        for (int64_t n = 0; n < g.N; n++) {
+            const float* xn = x + n * image;
+            float* yn = y + n * g.Cout * P;
+            const float* cn = xn;
+            if (!pointwise) {
+                im2col(xn, cols.data(), g);
+                cn = cols.data();
+            }
+            if (b)
+                for (int64_t co = 0; co < g.Cout; co++) std::fill(yn + co * P, yn + (co + 1) * P, b[co]);
+            gemm(false, false, g.Cout, P, K, 1.f, w, cn, b ? 1.f : 0.f, yn);
+        }
+    }
+}
+
+// db[co] = Σ_n Σ_p dy[n, co, p], one channel per thread, summed in double.
+static void conv_bias_grad(const float* dy, float* db, int64_t N, int64_t C, int64_t P) {
+    #pragma omp parallel for if (N * C * P > kParallelMin)
+    for (int64_t c = 0; c < C; c++) {
+        double acc = 0;
+        for (int64_t n = 0; n < N; n++) {
+            const float* row = dy + (n * C + c) * P;
+            float s = 0.f;
+            #pragma omp simd reduction(+ : s)
+            for (int64_t p = 0; p < P; p++) s += row[p];
+            acc += s;
+        }
+        db[c] = (float)acc;
+    }
+}
+
+// dW = Σ_n dY_n · cols_nᵀ is accumulated in a fixed number of image groups (each group's images in
+// order, into its own partial), then the partials are summed in group order: the same result on
+// any number of threads, for at most kWeightGradGroups copies of dW.
+constexpr int64_t kWeightGradGroups = 16;
+
+void conv2d_backward(const float* x, const float* w, const float* dy, float* dx, float* dw, float* db,
+                     const ConvGeometry& g) {
+    const int64_t K = g.patch(), P = g.out_pixels(), image = g.Cin * g.H * g.W, dw_size = g.Cout * K;
+    const bool pointwise = g.pointwise();
+    if (db) conv_bias_grad(dy, db, g.N, g.Cout, P);
+    if (!dx && !dw) return;
+
+    const int64_t groups = dw ? std::min(g.N, kWeightGradGroups) : g.N;
+    std::vector<float> partials(dw && groups > 1 ? groups * dw_size : 0);
+    if (dw && groups == 0) std::fill(dw, dw + dw_size, 0.f);
+    const int64_t macs_per_group = groups ? (g.N + groups - 1) / groups * g.Cout * K * P * ((dw != 0) + (dx != 0)) : 0;
+    #pragma omp parallel if (parallel_over_images(groups, macs_per_group))
+    {
+        std::vector<float> cols(pointwise ? 0 : K * P);  // cols_n for dW, then dcols_n for dx
+        #pragma omp for schedule(static)
+        for (int64_t grp = 0; grp < groups; grp++) {
+            float* dw_part = !dw ? nullptr : groups > 1 ? partials.data() + grp * dw_size : dw;
+            if (dw_part) std::fill(dw_part, dw_part + dw_size, 0.f);
+            for (int64_t n = grp * g.N / groups; n < (grp + 1) * g.N / groups; n++) {
+                const float* xn = x + n * image;
+                const float* dyn = dy + n * g.Cout * P;
+                if (dw_part) {
+                    const float* cn = xn;
+                    if (!pointwise) {
+                        im2col(xn, cols.data(), g);
+                        cn = cols.data();
+                    }
+                    gemm(false, true, g.Cout, K, P, 1.f, dyn, cn, 1.f, dw_part);
+                }
+                if (dx) {
+                    float* dxn = dx + n * image;
+                    if (pointwise) {  // dx_n = Wᵀ·dY_n directly
+                        gemm(true, false, K, P, g.Cout, 1.f, w, dyn, 0.f, dxn);
+                    } else {          // dcols_n = Wᵀ·dY_n, scattered back onto the pixels
+                        gemm(true, false, K, P, g.Cout, 1.f, w, dyn, 0.f, cols.data());
+                        std::fill(dxn, dxn + image, 0.f);
+                        col2im(cols.data(), dxn, g);
+                    }
+                }
+            }
+        }
+    }
+    if (dw && groups > 1) {
+        #pragma omp parallel for if (groups * dw_size > kParallelMin)
+        for (int64_t i = 0; i < dw_size; i++) {
+            float s = 0.f;
+            for (int64_t grp = 0; grp < groups; grp++) s += partials[grp * dw_size + i];
+            dw[i] = s;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Depthwise conv. Each image-channel plane [H, W] is first copied into the middle of a zeroed
+// [H + 2p, W + 2p] buffer (p = k/2, one buffer per thread, its border never written), so every
+// tap reads a whole row without bounds tests and the inner loops are plain vector multiply-adds.
+
+static void pad_plane(const float* plane, float* padded, int64_t H, int64_t W, int64_t p) {
+    const int64_t PW = W + 2 * p;
+    for (int64_t i = 0; i < H; i++) std::copy(plane + i * W, plane + (i + 1) * W, padded + (i + p) * PW + p);
+}
+
+// out[i, j] = init + Σ_(a,b) f[a, b]·padded[i + a, j + b], where f is the k×k filter, or the filter
+// turned by 180° (f[a, b] = filter[k−1−a, k−1−b]) when `rotated`.
+static void correlate_padded(const float* padded, const float* filter, bool rotated, float init, float* out,
+                             int64_t H, int64_t W, int64_t k) {
+    const int64_t PW = W + k - 1, taps = k * k;
+    for (int64_t i = 0; i < H; i++) {
+        float* o = out + i * W;
+        std::fill(o, o + W, init);
+        for (int64_t a = 0; a < k; a++) {
+            for (int64_t b = 0; b < k; b++) {
+                float f = rotated ? filter[taps - 1 - (a * k + b)] : filter[a * k + b];
+                const float* in = padded + (i + a) * PW + b;
+                #pragma omp simd
+                for (int64_t j = 0; j < W; j++) o[j] += f * in[j];
+            }
+        }
+    }
+}
+
+void depthwise_conv2d_forward(const float* x, const float* w, const float* b, float* y, int64_t N, int64_t C,
+                              int64_t H, int64_t W, int64_t k) {
+    const int64_t HW = H * W, p = k / 2;
+    #pragma omp parallel if (N * C * HW * k * k > kParallelMin)
+    {
+        std::vector<float> padded((H + 2 * p) * (W + 2 * p), 0.f);
+        #pragma omp for
+        for (int64_t nc = 0; nc < N * C; nc++) {
+            int64_t c = nc % C;
+            pad_plane(x + nc * HW, padded.data(), H, W, p);
+            correlate_padded(padded.data(), w + c * k * k, false, b ? b[c] : 0.f, y + nc * HW, H, W, k);
+        }
+    }
+}
+
+// dx[i, j] = Σ_(a,b) w[a, b]·dy[i − a + p, j − b + p]: dy (padded) correlated with the turned filter.
+// dw[c, a, b] = Σ_n Σ_(i,j) dy[i, j]·x_padded[i + a, j + b];  db[c] = Σ dy.
+void depthwise_conv2d_backward(const float* x, const float* w, const float* dy, float* dx, float* dw, float* db,
+                               int64_t N, int64_t C, int64_t H, int64_t W, int64_t k) {
+    const int64_t HW = H * W, p = k / 2, PW = W + 2 * p, taps = k * k;
+    if (dx) {
+        #pragma omp parallel if (N * C * HW * taps > kParallelMin)
+        {
+            std::vector<float> padded((H + 2 * p) * PW, 0.f);
+            #pragma omp for
+            for (int64_t nc = 0; nc < N * C; nc++) {
+                int64_t c = nc % C;
+                pad_plane(dy + nc * HW, padded.data(), H, W, p);
+                correlate_padded(padded.data(), w + c * taps, true, 0.f, dx + nc * HW, H, W, k);
+            }
+        }
+    }
+    // One channel per thread, images in order: a fixed summation order on any thread count.
+    if (dw || db) {
+        #pragma omp parallel if (N * C * HW * taps > kParallelMin)
+        {
+            std::vector<float> padded(dw ? (H + 2 * p) * PW : 0, 0.f);
+            // Per tap, a row of partial sums by column, summed up once per image: the inner loop
+            // is then a plain vector multiply-add instead of a reduction over a short row.
+            std::vector<float> lanes(dw ? taps * W : 0);
+            std::vector<double> acc(dw ? taps : 0);
+            #pragma omp for
+            for (int64_t c = 0; c < C; c++) {
+                if (dw) {
+                    std::fill(acc.begin(), acc.end(), 0.0);
+                    for (int64_t n = 0; n < N; n++) {
+                        const float* gp = dy + (n * C + c) * HW;
+                        pad_plane(x + (n * C + c) * HW, padded.data(), H, W, p);
+                        std::fill(lanes.begin(), lanes.end(), 0.f);
+                        for (int64_t i = 0; i < H; i++) {
+                            const float* g = gp + i * W;
+                            for (int64_t t = 0; t < taps; t++) {
+                                const float* in = padded.data() + (i + t / k) * PW + t % k;
+                                float* lane = lanes.data() + t * W;
+                                #pragma omp simd
+                                for (int64_t j = 0; j < W; j++) lane[j] += g[j] * in[j];
+                            }
+                        }
+                        for (int64_t t = 0; t < taps; t++) {
+                            const float* lane = lanes.data() + t * W;
+                            float s = 0.f;
+                            #pragma omp simd reduction(+ : s)
+                            for (int64_t j = 0; j < W; j++) s += lane[j];
+                            acc[t] += s;
+                        }
+                    }
+                    for (int64_t t = 0; t < taps; t++) dw[c * taps + t] = (float)acc[t];
+                }
+                if (db) {
+                    double sum = 0;
+                    for (int64_t n = 0; n < N; n++) {
+                        const float* gp = dy + (n * C + c) * HW;
+                        float s = 0.f;
+                        #pragma omp simd reduction(+ : s)
+                        for (int64_t i = 0; i < HW; i++) s += gp[i];
+                        sum += s;
+                    }
+                    db[c] = (float)sum;
+                }
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Batch norm. Channel c of image n is the contiguous run x[(n·C + c)·S .. +S).
+
+void batch_norm_stats(const float* x, float* mean, float* var, int64_t N, int64_t C, int64_t S) {
+    const double count = (double)(N * S);
+    #pragma omp parallel for if (N * C * S > kParallelMin)
+    for (int64_t c = 0; c < C; c++) {
+        // Two passes (mean, then squared deviations): no cancellation when |mean| >> std. Each
+        // image's run is summed in float (vectorized), the runs in double.
+        double sum = 0;
+        for (int64_t n = 0; n < N; n++) {
+            const float* p = x + (n * C + c) * S;
+            float s1 = 0.f;
+            #pragma omp simd reduction(+ : s1)
+            for (int64_t s = 0; s < S; s++) s1 += p[s];
+            sum += s1;
+        }
+        const float m = (float)(sum / count);
+        double sq = 0;
+        for (int64_t n = 0; n < N; n++) {
+            const float* p = x + (n * C + c) * S;
+            float s2 = 0.f;
+            #pragma omp simd reduction(+ : s2)
+            for (int64_t s = 0; s < S; s++) s2 += (p[s] - m) * (p[s] - m);
+            sq += s2;
+        }
+        mean[c] = m;
+        var[c] = (float)(sq / count);
+    }
+}
+
+void batch_norm_rstd(const float* var, float eps, float* rstd, int64_t C) {
+    for (int64_t c = 0; c < C; c++) rstd[c] = (float)(1.0 / std::sqrt((double)var[c] + eps));
+}
+
+void batch_norm_forward(const float* x, const float* mean, const float* rstd, const float* weight,
+                        const float* bias, float* y, int64_t N, int64_t C, int64_t S) {
+    #pragma omp parallel for if (N * C * S > kParallelMin)
+    for (int64_t nc = 0; nc < N * C; nc++) {
+        int64_t c = nc % C;
+        // y = x·scale + shift with scale = rstd·w, shift = b − mean·rstd·w.
+        float scale = rstd[c] * (weight ? weight[c] : 1.f);
+        float shift = (bias ? bias[c] : 0.f) - mean[c] * scale;
+        const float* p = x + nc * S;
+        float* q = y + nc * S;
+        for (int64_t s = 0; s < S; s++) q[s] = p[s] * scale + shift;
+    }
+}
+
+void batch_norm_backward(const float* x, const float* dy, const float* mean, const float* rstd, const float* weight,
+                         float* dx, float* dweight, float* dbias, int64_t N, int64_t C, int64_t S,
+                         bool batch_stats) {
+    const double count = (double)(N * S);
+    #pragma omp parallel for if (N * C * S > kParallelMin)
+    for (int64_t c = 0; c < C; c++) {
+        const float m = mean[c], r = rstd[c], wc = weight ? weight[c] : 1.f;
+        double sum_dy = 0, sum_dy_xhat = 0;
+        for (int64_t n = 0; n < N; n++) {
+            const float* p = x + (n * C + c) * S;
+            const float* g = dy + (n * C + c) * S;
+            float s1 = 0.f, s2 = 0.f;
+            #pragma omp simd reduction(+ : s1, s2)
+            for (int64_t s = 0; s < S; s++) {
+                s1 += g[s];
+                s2 += g[s] * (p[s] - m) * r;
+            }
+            sum_dy += s1;
+            sum_dy_xhat += s2;
+        }
+        if (dweight) dweight[c] = (float)sum_dy_xhat;
+        if (dbias) dbias[c] = (float)sum_dy;
+        if (!dx) continue;
+        // dx = rstd·w·(dy − mean(dy) − x̂·mean(dy·x̂)); the two means vanish with fixed statistics.
+        const float k = r * wc;
+        const float mean_dy = batch_stats ? (float)(sum_dy / count) : 0.f;
+        const float mean_dy_xhat = batch_stats ? (float)(sum_dy_xhat / count) : 0.f;
+        for (int64_t n = 0; n < N; n++) {
+            const float* p = x + (n * C + c) * S;
+            const float* g = dy + (n * C + c) * S;
+            float* d = dx + (n * C + c) * S;
+            for (int64_t s = 0; s < S; s++) d[s] = k * (g[s] - mean_dy - (p[s] - m) * r * mean_dy_xhat);
+        }
+    }
+}
+
+void batch_norm_update_running(float* running_mean, float* running_var, const float* batch_mean,
+                               const float* batch_var, int64_t C, int64_t count, float momentum) {
+    const double unbias = count > 1 ? (double)count / (double)(count - 1) : 1.0;
+    for (int64_t c = 0; c < C; c++) {
+        running_mean[c] = (1.f - momentum) * running_mean[c] + momentum * batch_mean[c];
+        running_var[c] = (float)((1.0 - momentum) * running_var[c] + momentum * batch_var[c] * unbias);
+    }
+}
+
+}  // namespace engine::cpu

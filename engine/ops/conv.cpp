@@ -1,0 +1,156 @@
+// engine/ops/conv.cpp: conv2d, depthwise_conv2d and batch_norm, forward and backward side by side.
+// Shape checks and autograd here; the loops are in engine/cpu/conv.cpp.
+#include "engine/ops/conv.h"
+
+#include "engine/autograd.h"
+#include "engine/cpu/conv.h"
+#include "engine/ops/common.h"
+
+namespace engine {
+
+// Gradient buffer for an input that needs one, else an undefined Tensor (and a null pointer).
+static Tensor grad_buffer(const Tensor& input) {
+    return input.defined() && input.requires_grad() ? Tensor::empty(input.shape()) : Tensor();
+}
+
+static float* data_or_null(const Tensor& t) { return t.defined() ? t.data_f32() : nullptr; }
+
+// A per-channel parameter (bias, weight, running statistic) must be a float [C] on x's device.
+static void expect_channel_vector(const char* op, const Tensor& t, const char* what, int64_t C, const Tensor& x,
+                                  const char* x_name) {
+    expect_f32(op, t, what);
+    expect_same_device(op, x, t);
+    check(t.ndim() == 1 && t.size(0) == C, "{}: {} {} does not match the {} channels of {} {}", op, what,
+          t.shape().str(), C, x_name, x.shape().str());
+}
+
+// ---------------------------------------------------------------------------------------------
+// conv2d: y_n = W·cols(x_n) + b, with W viewed as [Cout, Cin·kh·kw].
+//   dW = Σ_n dY_n·cols(x_n)ᵀ,   dx_n = col2im(Wᵀ·dY_n),   db = Σ_n Σ_pixels dY_n.
+
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int stride, int padding) {
+    const char* op = "conv2d";
+    expect_f32(op, x, "input");
+    expect_f32(op, w, "weight");
+    expect_same_device(op, x, w);
+    check(x.ndim() == 4, "conv2d: input must be [N, Cin, H, W], got {}", x.shape().str());
+    check(w.ndim() == 4, "conv2d: weight must be [Cout, Cin, kh, kw], got {}", w.shape().str());
+    check(x.size(1) == w.size(1), "conv2d: input {} has {} channels but weight {} expects {}", x.shape().str(),
+          x.size(1), w.shape().str(), w.size(1));
+    check(stride >= 1 && padding >= 0, "conv2d: input {}, weight {}: stride {} must be >= 1 and padding {} >= 0",
+          x.shape().str(), w.shape().str(), stride, padding);
+    if (b.defined()) expect_channel_vector(op, b, "bias", w.size(0), w, "weight");
+
+    cpu::ConvGeometry g{};
+    g.N = x.size(0), g.Cin = x.size(1), g.H = x.size(2), g.W = x.size(3);
+    g.Cout = w.size(0), g.kh = w.size(2), g.kw = w.size(3);
+    g.stride = stride, g.pad = padding;
+    // (H + 2p − kh) may be negative, where C++ division would round up to a bogus size 1.
+    int64_t span_h = g.H + 2 * g.pad - g.kh, span_w = g.W + 2 * g.pad - g.kw;
+    g.OH = span_h < 0 ? 0 : span_h / g.stride + 1;
+    g.OW = span_w < 0 ? 0 : span_w / g.stride + 1;
+    check(g.OH >= 1 && g.OW >= 1 && g.kh >= 1 && g.kw >= 1,
+          "conv2d: input {}, weight {}, stride {}, padding {}: empty output ({}x{})", x.shape().str(),
+          w.shape().str(), stride, padding, g.OH, g.OW);
+
+    Tensor y = Tensor::empty({g.N, g.Cout, g.OH, g.OW});
+    cpu::conv2d_forward(x.data_f32(), w.data_f32(), data_or_null(b), y.data_f32(), g);
+
+    return attach(y, "conv2d", {x, w, b}, [x, w, b, g](const Tensor& dy) {
+        Tensor dx = grad_buffer(x), dw = grad_buffer(w), db = grad_buffer(b);
+        cpu::conv2d_backward(x.data_f32(), w.data_f32(), dy.data_f32(), data_or_null(dx), data_or_null(dw),
+                             data_or_null(db), g);
+        return std::vector<Tensor>{dx, dw, db};
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// depthwise_conv2d: channel c of y is channel c of x correlated with the k×k filter w[c] (zero
+// padding k/2, so y has x's size), plus b[c].
+//   dx = dy correlated with the flipped filter,  dw[c] = Σ dy·(shifted x),  db[c] = Σ dy.
+
+Tensor depthwise_conv2d(const Tensor& x, const Tensor& w, const Tensor& b) {
+    const char* op = "depthwise_conv2d";
+    expect_f32(op, x, "input");
+    expect_f32(op, w, "weight");
+    expect_same_device(op, x, w);
+    check(x.ndim() == 4, "depthwise_conv2d: input must be [N, C, H, W], got {}", x.shape().str());
+    int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
+    check(w.ndim() == 4 && w.size(0) == C && w.size(1) == 1 && w.size(2) == w.size(3),
+          "depthwise_conv2d: weight {} must be [C, 1, k, k] with C = {} (input {})", w.shape().str(), C,
+          x.shape().str());
+    int64_t k = w.size(2);
+    check(k % 2 == 1, "depthwise_conv2d: weight {}: kernel size {} must be odd for 'same' padding (input {})",
+          w.shape().str(), k, x.shape().str());
+    if (b.defined()) expect_channel_vector(op, b, "bias", C, x, "input");
+
+    Tensor y = Tensor::empty(x.shape());
+    cpu::depthwise_conv2d_forward(x.data_f32(), w.data_f32(), data_or_null(b), y.data_f32(), N, C, H, W, k);
+
+    return attach(y, "depthwise_conv2d", {x, w, b}, [x, w, b, N, C, H, W, k](const Tensor& dy) {
+        Tensor dx = grad_buffer(x), dw = grad_buffer(w), db = grad_buffer(b);
+        cpu::depthwise_conv2d_backward(x.data_f32(), w.data_f32(), dy.data_f32(), data_or_null(dx),
+                                       data_or_null(dw), data_or_null(db), N, C, H, W, k);
+        return std::vector<Tensor>{dx, dw, db};
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// batch_norm: per channel c, x̂ = (x − μ_c)·rstd_c with rstd_c = 1/sqrt(σ²_c + eps), y = x̂·w_c + b_c.
+// Training: μ, σ² (biased) of the batch, so they depend on x and dx carries their gradient:
+//   dx = rstd·(dy·w − mean(dy·w) − x̂·mean(dy·w·x̂)), the means over the channel's N·S values.
+// Eval: μ, σ² are the running statistics, constants: dx = dy·w·rstd.
+// Both: dw = Σ dy·x̂, db = Σ dy. μ and rstd are copied at forward time, so the backward sees the
+// statistics the forward used even if the running ones move on in between.
+
+Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
+                  Tensor& running_var, bool training, float momentum, float eps) {
+    const char* op = "batch_norm";
+    expect_f32(op, x, "input");
+    check(x.ndim() >= 2 && x.ndim() <= 4, "batch_norm: input must be [N, C], [N, C, L] or [N, C, H, W], got {}",
+          x.shape().str());
+    const int64_t N = x.size(0), C = x.size(1);
+    int64_t S = 1;  // values per channel per sample: H·W, L, or 1
+    for (int d = 2; d < x.ndim(); d++) S *= x.size(d);
+    if (weight.defined()) expect_channel_vector(op, weight, "weight", C, x, "input");
+    if (bias.defined()) expect_channel_vector(op, bias, "bias", C, x, "input");
+    check(running_mean.defined() == running_var.defined(),
+          "batch_norm: input {}: give both running_mean and running_var or neither", x.shape().str());
+    const bool track = running_mean.defined();
+    check(training || track, "batch_norm: input {}: eval mode needs running_mean and running_var",
+          x.shape().str());
+    if (track) {
+        expect_channel_vector(op, running_mean, "running_mean", C, x, "input");
+        expect_channel_vector(op, running_var, "running_var", C, x, "input");
+    }
+    check(!training || N * S > 1, "batch_norm: input {}: training needs more than one value per channel",
+          x.shape().str());
+    check(eps >= 0.f, "batch_norm: input {}: eps {} must be >= 0", x.shape().str(), eps);
+
+    Tensor mean = Tensor::empty({C}), rstd = Tensor::empty({C});
+    if (training) {
+        Tensor var = Tensor::empty({C});
+        cpu::batch_norm_stats(x.data_f32(), mean.data_f32(), var.data_f32(), N, C, S);
+        cpu::batch_norm_rstd(var.data_f32(), eps, rstd.data_f32(), C);
+        if (track)  // in place, outside autograd: the running statistics are buffers, not inputs
+            cpu::batch_norm_update_running(running_mean.data_f32(), running_var.data_f32(), mean.data_f32(),
+                                           var.data_f32(), C, N * S, momentum);
+    } else {
+        mean = running_mean.detach().clone();
+        cpu::batch_norm_rstd(running_var.data_f32(), eps, rstd.data_f32(), C);
+    }
+
+    Tensor y = Tensor::empty(x.shape());
+    cpu::batch_norm_forward(x.data_f32(), mean.data_f32(), rstd.data_f32(), data_or_null(weight), data_or_null(bias),
+                            y.data_f32(), N, C, S);
+
+    return attach(y, "batch_norm", {x, weight, bias},
+                  [x, weight, bias, mean, rstd, training, N, C, S](const Tensor& dy) {
+        Tensor dx = grad_buffer(x), dw = grad_buffer(weight), db = grad_buffer(bias);
+        cpu::batch_norm_backward(x.data_f32(), dy.data_f32(), mean.data_f32(), rstd.data_f32(), data_or_null(weight),
+                                 data_or_null(dx), data_or_null(dw), data_or_null(db), N, C, S, training);
+        return std::vector<Tensor>{dx, dw, db};
+    });
+}
+
+}  // namespace engine
