@@ -35,6 +35,12 @@ private:
     std::string path_;
 };
 
+// `path`, after creating its parent folders (for writers that do not create them).
+inline std::string made_parent(const std::string& path) {
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+    return path;
+}
+
 inline void write_file(const std::string& path, const std::string& bytes) {
     std::filesystem::create_directories(std::filesystem::path(path).parent_path());
     std::ofstream f(path, std::ios::binary);
