@@ -13,3 +13,4 @@
 #include "engine/ops/shape.h"        // transpose permute concat slice split index_select gather embedding masks
 #include "engine/ops/nn.h"           // softmax log_softmax layer_norm dropout cross_entropy mse attention rope
 #include "engine/ops/conv.h"         // conv2d depthwise_conv2d batch_norm
+#include "engine/ops/rnn.h"          // lstm_cell

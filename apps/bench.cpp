@@ -1,0 +1,135 @@
+// apps/bench.cpp: time full training steps (forward, backward, AdamW) of the model families.
+//
+//   ./apps/bench vit --dim 192 --depth 6 --heads 3 --patch 4 --batch 64 --steps 5 --device cpu
+//   ./apps/bench lm|gau|lstm --dim 256 --depth 4 --seq 128 --batch 16
+//
+// Prints one JSON line: the config, ms_per_step (median over --steps timed steps after --warmup
+// untimed ones), items_per_s (images or tokens), and peak_rss_mb. tools/bench_torch.py builds
+// the same models in PyTorch and prints the same fields, for a same-machine comparison.
+#include <CLI/CLI.hpp>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <omp.h>
+#include "engine/ops.h"
+#include "engine/rng.h"
+#include "nn/gau.h"
+#include "nn/lstm.h"
+#include "nn/optim.h"
+#include "nn/transformer.h"
+
+using namespace engine;
+using namespace nn;
+
+static double peak_rss_mb() {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return u.ru_maxrss / 1024.0;  // ru_maxrss is in KiB on Linux
+}
+
+int main(int argc, char** argv) {
+    CLI::App app{"Time training steps (forward + backward + AdamW) of a model; prints one JSON line."};
+    std::string model = "vit", device = "cpu";
+    int64_t dim = 192, depth = 6, heads = 3, patch = 4, image = 32, batch = 64, seq = 128, vocab = 10000;
+    int steps = 5, warmup = 2, threads = 0;
+    uint64_t seed = 0;
+    app.add_option("model", model, "vit | lm | gau | lstm")->check(CLI::IsMember({"vit", "lm", "gau", "lstm"}))
+        ->capture_default_str();
+    app.add_option("--dim", dim, "model width")->capture_default_str();
+    app.add_option("--depth", depth, "blocks (layers for lstm)")->capture_default_str();
+    app.add_option("--heads", heads, "attention heads (vit, lm)")->capture_default_str();
+    app.add_option("--patch", patch, "ViT patch size")->capture_default_str();
+    app.add_option("--image-size", image, "ViT image size")->capture_default_str();
+    app.add_option("--batch", batch, "batch size")->capture_default_str();
+    app.add_option("--seq", seq, "sequence length (language models)")->capture_default_str();
+    app.add_option("--vocab", vocab, "vocabulary size (language models)")->capture_default_str();
+    app.add_option("--steps", steps, "timed steps")->capture_default_str()->check(CLI::PositiveNumber);
+    app.add_option("--warmup", warmup, "untimed steps first")->capture_default_str();
+    app.add_option("--threads", threads, "OpenMP threads (0: all cores)")->capture_default_str();
+    app.add_option("--device", device, "cpu (cuda arrives with the CUDA backend)")->capture_default_str()
+        ->check(CLI::IsMember({"cpu"}));
+    app.add_option("--seed", seed, "random seed")->capture_default_str();
+    CLI11_PARSE(app, argc, argv);
+    if (threads > 0) omp_set_num_threads(threads);
+    manual_seed(seed);
+
+    std::shared_ptr<Module> net;
+    std::function<Tensor()> loss_fn;
+    int64_t items = 0;
+    std::vector<LSTMState> lstm_state;
+    if (model == "vit") {
+        ViTConfig c;
+        c.dim = dim;
+        c.depth = depth;
+        c.heads = heads;
+        c.patch = patch;
+        c.image_size = image;
+        auto vit = std::make_shared<ViT>(c);
+        Tensor x = Tensor::normal({batch, 3, image, image});
+        Tensor y = Tensor::randint({batch}, 0, (int32_t)c.num_classes);
+        loss_fn = [vit, x, y] { return cross_entropy(vit->forward(x), y); };
+        net = vit;
+        items = batch;
+    } else {
+        Tensor x = Tensor::randint({batch, seq}, 0, (int32_t)vocab), y = Tensor::randint({batch, seq}, 0, (int32_t)vocab);
+        items = batch * seq;
+        if (model == "lm") {
+            LMConfig c;
+            c.vocab = vocab;
+            c.dim = dim;
+            c.depth = depth;
+            c.heads = heads;
+            c.max_len = seq;
+            auto lm = std::make_shared<TransformerLM>(c);
+            loss_fn = [lm, x, y] { return cross_entropy(lm->forward(x), y); };
+            net = lm;
+        } else if (model == "gau") {
+            GAUConfig c;
+            c.vocab = vocab;
+            c.dim = dim;
+            c.depth = depth;
+            c.expansion = 2 * dim;
+            auto lm = std::make_shared<GAULM>(c);
+            loss_fn = [lm, x, y] { return cross_entropy(lm->forward(x), y); };
+            net = lm;
+        } else {
+            LSTMConfig c{vocab, dim, depth, 0.f, false};
+            auto lm = std::make_shared<LSTMLM>(c);
+            loss_fn = [lm, x, y, &lstm_state] {
+                LSTMLM::detach(lstm_state);
+                return cross_entropy(lm->forward(x, lstm_state), y);
+            };
+            net = lm;
+        }
+    }
+    Adam opt(param_groups(*net, 0.05f), 1e-4f);
+    std::vector<double> ms;
+    for (int s = 0; s < warmup + steps; s++) {
+        auto t0 = std::chrono::steady_clock::now();
+        opt.zero_grad();
+        Tensor loss = loss_fn();
+        loss.backward();
+        opt.step();
+        double dt = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        if (s >= warmup) ms.push_back(dt);
+    }
+    std::sort(ms.begin(), ms.end());
+    double median = ms[ms.size() / 2];
+    nlohmann::ordered_json out = {{"model", model},      {"dim", dim},       {"depth", depth},
+                                  {"batch", batch},      {"params", net->num_parameters()},
+                                  {"threads", omp_get_max_threads()},
+                                  {"ms_per_step", median}, {"items_per_s", items / (median / 1000.0)},
+                                  {"peak_rss_mb", peak_rss_mb()}};
+    if (model == "vit") {
+        out["heads"] = heads;
+        out["patch"] = patch;
+    } else {
+        out["seq"] = seq;
+        out["vocab"] = vocab;
+    }
+    std::printf("%s\n", out.dump().c_str());
+    return 0;
+}

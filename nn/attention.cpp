@@ -1,0 +1,57 @@
+// nn/attention.cpp: multi-head self-attention on top of engine::attention.
+#include "nn/attention.h"
+
+#include "engine/error.h"
+#include "engine/ops.h"
+
+namespace nn {
+
+using namespace engine;
+
+MultiHeadAttention::MultiHeadAttention(int64_t d, int64_t h, bool causal, float attn_p, float proj_p, bool bias)
+    : dim(d), heads(h), head_dim(h > 0 ? d / h : 0), causal(causal), attn_dropout(attn_p) {
+    check(h > 0 && d % h == 0, "MultiHeadAttention: width {} is not divisible by {} heads", d, h);
+    q = register_module("q", std::make_shared<Linear>(d, d, bias));
+    k = register_module("k", std::make_shared<Linear>(d, d, bias));
+    v = register_module("v", std::make_shared<Linear>(d, d, bias));
+    proj = register_module("proj", std::make_shared<Linear>(d, d, bias));
+    proj_drop = register_module("proj_drop", std::make_shared<Dropout>(proj_p));
+}
+
+Tensor MultiHeadAttention::split_heads(const Tensor& x) const {
+    int64_t B = x.size(0), T = x.size(1);
+    return permute(x.reshape({B, T, heads, head_dim}), {0, 2, 1, 3});
+}
+
+Tensor MultiHeadAttention::forward(const Tensor& x) const {
+    check(x.ndim() == 3 && x.size(2) == dim, "MultiHeadAttention: input {} is not [B, T, {}]", x.shape().str(), dim);
+    int64_t B = x.size(0), T = x.size(1);
+    Tensor qh = split_heads(q->forward(x)), kh = split_heads(k->forward(x)), vh = split_heads(v->forward(x));
+    if (rope_base > 0.f) {
+        qh = rope(qh, rope_base);
+        kh = rope(kh, rope_base);
+    }
+    Tensor o = attention(qh, kh, vh, causal, attn_dropout, training_);
+    o = permute(o, {0, 2, 1, 3}).reshape({B, T, dim});
+    return proj_drop->forward(proj->forward(o));
+}
+
+Tensor MultiHeadAttention::attention_map(const Tensor& x) const {
+    NoGrad ng;
+    Tensor qh = split_heads(q->forward(x)), kh = split_heads(k->forward(x));
+    if (rope_base > 0.f) {
+        qh = rope(qh, rope_base);
+        kh = rope(kh, rope_base);
+    }
+    Tensor s = mul(matmul(qh, kh, false, true), 1.f / std::sqrt((float)head_dim));
+    if (causal) s = masked_fill(s, causal_mask(x.size(1)), -INFINITY);
+    return softmax(s);
+}
+
+Tensor MultiHeadAttention::head_rows(const Tensor& weight, int64_t h) const {
+    check(h >= 0 && h < heads, "head_rows: head {} out of range [0, {})", h, heads);
+    check(weight.ndim() == 2 && weight.size(0) == dim, "head_rows: weight {} is not [{}, in]", weight.shape().str(), dim);
+    return weight.detach().narrow(0, h * head_dim, head_dim);
+}
+
+}  // namespace nn

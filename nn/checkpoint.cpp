@@ -1,0 +1,76 @@
+// nn/checkpoint.cpp: checkpoints on top of engine/safetensors.
+#include "nn/checkpoint.h"
+
+#include <cstring>
+#include "engine/error.h"
+#include "engine/safetensors.h"
+
+namespace nn {
+
+using namespace engine;
+
+static std::map<std::string, Tensor*> model_tensors(const Module& model) {
+    std::map<std::string, Tensor*> out;
+    for (auto& p : model.named_parameters()) out[p.name] = p.tensor;
+    for (auto& b : model.named_buffers()) out[b.name] = b.tensor;
+    return out;
+}
+
+static void save_named(const std::string& path, const std::map<std::string, Tensor*>& tensors, const Metadata& meta) {
+    std::vector<std::pair<std::string, Tensor>> list;
+    for (auto& [name, t] : tensors) list.push_back({name, t->detach()});
+    save_safetensors(path, list, meta);
+}
+
+// Copies the file's tensors into `into`, after checking the two sets of names, shapes and dtypes
+// agree; the error lists every difference (up to a dozen) so a mismatched config is obvious.
+static void load_named(const std::string& path, const std::map<std::string, Tensor*>& into, Metadata* meta) {
+    std::map<std::string, Tensor> file = load_safetensors(path, meta);
+    std::vector<std::string> problems;
+    for (auto& [name, t] : into) {
+        auto it = file.find(name);
+        if (it == file.end()) problems.push_back("missing " + name);
+        else if (it->second.shape() != t->shape() || it->second.dtype() != t->dtype())
+            problems.push_back(fmt::format("{}: file has {} {}, model has {} {}", name, it->second.shape().str(),
+                                           dtype_name(it->second.dtype()), t->shape().str(), dtype_name(t->dtype())));
+    }
+    for (auto& [name, t] : file)
+        if (!into.count(name)) problems.push_back("unexpected " + name);
+    if (!problems.empty()) {
+        std::string list;
+        for (size_t i = 0; i < problems.size() && i < 12; i++) list += "\n  " + problems[i];
+        if (problems.size() > 12) list += fmt::format("\n  ... and {} more", problems.size() - 12);
+        fail("load_checkpoint: {} does not match the model ({} differences):{}", path, problems.size(), list);
+    }
+    for (auto& [name, t] : into) {
+        const Tensor& src = file.at(name);
+        if (t->dtype() == DType::F32) std::memcpy(t->data_f32(), src.data_f32(), t->numel() * sizeof(float));
+        else std::memcpy(t->data_i32(), src.data_i32(), t->numel() * sizeof(int32_t));
+    }
+}
+
+void save_checkpoint(const std::string& prefix, const Module& model, Optimizer* opt, const Metadata& metadata) {
+    Metadata meta = metadata;
+    meta["model"] = model.type_name();
+    save_named(prefix + ".safetensors", model_tensors(model), meta);
+    if (opt) {
+        Metadata om = {{"steps", std::to_string(opt->steps)}, {"lr", fmt::format("{}", opt->lr)}};
+        save_named(prefix + ".optim.safetensors", opt->state(), om);
+    }
+}
+
+Metadata load_checkpoint(const std::string& prefix, Module& model, Optimizer* opt) {
+    Metadata meta;
+    load_named(prefix + ".safetensors", model_tensors(model), &meta);
+    if (meta.count("model") && meta["model"] != model.type_name())
+        fail("load_checkpoint: {}.safetensors holds a {}, not a {}", prefix, meta["model"], model.type_name());
+    if (opt) {
+        Metadata om;
+        load_named(prefix + ".optim.safetensors", opt->state(), &om);
+        opt->steps = om.count("steps") ? std::stoll(om["steps"]) : 0;
+        if (om.count("lr")) opt->lr = std::stof(om["lr"]);
+    }
+    return meta;
+}
+
+}  // namespace nn

@@ -1,0 +1,23 @@
+// nn/checkpoint.h: model and optimizer checkpoints in the safetensors format.
+//
+// `save_checkpoint(prefix, ...)` writes two files, each atomically (temp file + rename):
+//   prefix.safetensors        every parameter and buffer under its dotted name (PyTorch-readable)
+//   prefix.optim.safetensors  the optimizer state ("<param>.exp_avg", ...), with the step count
+//                             and the learning rate in the metadata
+// Loading checks names, shapes and dtypes against the model and lists every difference.
+#pragma once
+#include <map>
+#include <string>
+#include "nn/module.h"
+#include "nn/optim.h"
+
+namespace nn {
+
+using Metadata = std::map<std::string, std::string>;
+
+void save_checkpoint(const std::string& prefix, const Module& model, Optimizer* opt = nullptr,
+                     const Metadata& metadata = {});
+// Loads into the model's tensors in place (and the optimizer's, when given); returns the metadata.
+Metadata load_checkpoint(const std::string& prefix, Module& model, Optimizer* opt = nullptr);
+
+}  // namespace nn

@@ -1,0 +1,66 @@
+// nn/gau.cpp: the Gated Attention Unit and the GAU language model.
+#include "nn/gau.h"
+
+#include "engine/error.h"
+#include "engine/ops.h"
+
+namespace nn {
+
+using namespace engine;
+
+GAU::GAU(int64_t d, int64_t expansion, int64_t s_, bool causal, bool rope, bool bias)
+    : dim(d), e(expansion), s(s_), causal(causal), use_rope(rope) {
+    check(d > 0 && e > 0 && s > 0 && (!rope || s % 2 == 0), "GAU: invalid sizes dim={} e={} s={}", d, e, s);
+    hidden = register_module("hidden", std::make_shared<Linear>(d, 2 * e + s, bias));
+    out = register_module("out", std::make_shared<Linear>(e, d, bias));
+    gamma_q = Tensor::ones({s});
+    beta_q = Tensor::zeros({s});
+    gamma_k = Tensor::ones({s});
+    beta_k = Tensor::zeros({s});
+    register_parameter("gamma_q", gamma_q);
+    register_parameter("beta_q", beta_q);
+    register_parameter("gamma_k", gamma_k);
+    register_parameter("beta_k", beta_k);
+}
+
+Tensor GAU::forward(const Tensor& x) const {
+    check(x.ndim() == 3 && x.size(2) == dim, "GAU: input {} is not [B, n, {}]", x.shape().str(), dim);
+    int64_t n = x.size(1);
+    auto parts = split(silu(hidden->forward(x)), {e, e, s}, 2);
+    Tensor u = parts[0], v = parts[1], z = parts[2];
+    Tensor q = add(mul(z, gamma_q), beta_q), k = add(mul(z, gamma_k), beta_k);
+    if (use_rope) {
+        q = rope(q);
+        k = rope(k);
+    }
+    Tensor scores = matmul(q, k, false, true);  // [B, n, n]
+    if (causal) scores = masked_fill(scores, causal_mask(n), 0.f);
+    Tensor a = mul(relu2(scores), 1.f / (float)(n * s));
+    return out->forward(mul(u, matmul(a, v)));
+}
+
+GAULM::GAULM(const GAUConfig& c) : cfg(c) {
+    tok_emb = register_module("tok_emb", std::make_shared<Embedding>(c.vocab, c.dim));
+    drop = register_module("drop", std::make_shared<Dropout>(c.dropout));
+    layers = register_module("layers", std::make_shared<ModuleList<GAU>>());
+    norms = register_module("norms", std::make_shared<ModuleList<LayerNorm>>());
+    for (int64_t i = 0; i < c.depth; i++) {
+        layers->push_back(std::make_shared<GAU>(c.dim, c.expansion, c.s, true, c.rope));
+        norms->push_back(std::make_shared<LayerNorm>(c.dim));
+    }
+    if (!c.post_norm) final_norm = register_module("final_norm", std::make_shared<LayerNorm>(c.dim));
+    if (!c.tie_weights) head = register_module("head", std::make_shared<Linear>(c.dim, c.vocab, false));
+}
+
+Tensor GAULM::forward(const Tensor& ids) const {
+    check(ids.ndim() == 2, "GAULM: ids {} are not [B, T]", ids.shape().str());
+    Tensor x = drop->forward(tok_emb->forward(ids));
+    for (size_t i = 0; i < layers->size(); i++) {
+        if (cfg.post_norm) x = (*norms)[i].forward(add(x, drop->forward((*layers)[i].forward(x))));
+        else x = add(x, drop->forward((*layers)[i].forward((*norms)[i].forward(x))));
+    }
+    if (final_norm) x = final_norm->forward(x);
+    return head ? head->forward(x) : linear(x, tok_emb->weight);
+}
+
+}  // namespace nn

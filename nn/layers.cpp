@@ -1,0 +1,131 @@
+// nn/layers.cpp: Linear, LayerNorm, Embedding, Dropout, BatchNorm2d, MLP, LayerScale.
+#include "nn/layers.h"
+
+#include <cmath>
+#include "engine/error.h"
+#include "engine/ops.h"
+
+namespace nn {
+
+using namespace engine;
+
+Linear::Linear(int64_t in, int64_t out, bool has_bias) : in_features(in), out_features(out) {
+    check(in > 0 && out > 0, "Linear: sizes must be positive, got in={} out={}", in, out);
+    float bound = 1.f / std::sqrt((float)in);
+    weight = Tensor::uniform({out, in}, -bound, bound);
+    register_parameter("weight", weight);
+    if (has_bias) {
+        bias = Tensor::uniform({out}, -bound, bound);
+        register_parameter("bias", bias);
+    }
+}
+
+Tensor Linear::forward(const Tensor& x) const { return linear(x, weight, bias); }
+
+Conv2d::Conv2d(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t padding, bool has_bias)
+    : stride(stride), padding(padding) {
+    check(in > 0 && out > 0 && kernel > 0 && stride > 0 && padding >= 0,
+          "Conv2d: invalid sizes in={} out={} kernel={} stride={} padding={}", in, out, kernel, stride, padding);
+    float bound = 1.f / std::sqrt((float)(in * kernel * kernel));
+    weight = Tensor::uniform({out, in, kernel, kernel}, -bound, bound);
+    register_parameter("weight", weight);
+    if (has_bias) {
+        bias = Tensor::uniform({out}, -bound, bound);
+        register_parameter("bias", bias);
+    }
+}
+
+Tensor Conv2d::forward(const Tensor& x) const { return conv2d(x, weight, bias, (int)stride, (int)padding); }
+
+DepthwiseConv2d::DepthwiseConv2d(int64_t channels, int64_t kernel, bool has_bias) {
+    check(channels > 0 && kernel > 0 && kernel % 2 == 1, "DepthwiseConv2d: channels {} and odd kernel {} needed",
+          channels, kernel);
+    float bound = 1.f / std::sqrt((float)(kernel * kernel));
+    weight = Tensor::uniform({channels, 1, kernel, kernel}, -bound, bound);
+    register_parameter("weight", weight);
+    if (has_bias) {
+        bias = Tensor::uniform({channels}, -bound, bound);
+        register_parameter("bias", bias);
+    }
+}
+
+Tensor DepthwiseConv2d::forward(const Tensor& x) const { return depthwise_conv2d(x, weight, bias); }
+
+LayerNorm::LayerNorm(int64_t d, bool affine, float eps) : dim(d), eps(eps) {
+    if (affine) {
+        weight = Tensor::ones({d});
+        bias = Tensor::zeros({d});
+        register_parameter("weight", weight);
+        register_parameter("bias", bias);
+    }
+}
+
+Tensor LayerNorm::forward(const Tensor& x) const {
+    check(x.size(-1) == dim, "LayerNorm({}): input {} has last dim {}", dim, x.shape().str(), x.size(-1));
+    return layer_norm(x, weight, bias, eps);
+}
+
+Embedding::Embedding(int64_t n, int64_t d, float wd) : num(n), dim(d), word_dropout(wd) {
+    check(wd >= 0.f && wd < 1.f, "Embedding: word dropout {} must be in [0, 1)", wd);
+    weight = Tensor::normal({n, d});
+    register_parameter("weight", weight);
+}
+
+Tensor Embedding::forward(const Tensor& ids) const {
+    if (!training_ || word_dropout == 0.f) return embedding(weight, ids);
+    Tensor keep = Tensor::empty({num, 1});
+    global_generator().bernoulli(keep.data_f32(), num, 1.f - word_dropout);
+    return embedding(mul(weight, mul(keep, 1.f / (1.f - word_dropout))), ids);
+}
+
+Tensor Dropout::forward(const Tensor& x) const { return dropout(x, p, training_); }
+
+BatchNorm2d::BatchNorm2d(int64_t c, float momentum, float eps) : momentum(momentum), eps(eps) {
+    weight = Tensor::ones({c});
+    bias = Tensor::zeros({c});
+    running_mean = Tensor::zeros({c});
+    running_var = Tensor::ones({c});
+    register_parameter("weight", weight);
+    register_parameter("bias", bias);
+    register_buffer("running_mean", running_mean);
+    register_buffer("running_var", running_var);
+}
+
+Tensor BatchNorm2d::forward(const Tensor& x) {
+    return batch_norm(x, weight, bias, running_mean, running_var, training_, momentum, eps);
+}
+
+Activation parse_activation(const std::string& name) {
+    if (name == "gelu") return Activation::GELU;
+    if (name == "relu") return Activation::ReLU;
+    if (name == "relu2") return Activation::ReLU2;
+    if (name == "silu" || name == "swish") return Activation::SiLU;
+    fail("unknown activation '{}' (choose gelu, relu, relu2 or silu)", name);
+}
+
+Tensor activate(const Tensor& x, Activation a) {
+    switch (a) {
+        case Activation::GELU: return gelu(x);
+        case Activation::ReLU: return relu(x);
+        case Activation::ReLU2: return relu2(x);
+        case Activation::SiLU: return silu(x);
+    }
+    return x;
+}
+
+MLP::MLP(int64_t dim, int64_t hidden, Activation a, float p) : act(a) {
+    fc1 = register_module("fc1", std::make_shared<Linear>(dim, hidden));
+    fc2 = register_module("fc2", std::make_shared<Linear>(hidden, dim));
+    drop = register_module("drop", std::make_shared<Dropout>(p));
+}
+
+Tensor MLP::forward(const Tensor& x) const { return fc2->forward(drop->forward(activate(fc1->forward(x), act))); }
+
+LayerScale::LayerScale(int64_t dim, float init) {
+    gamma = Tensor::full({dim}, init);
+    register_parameter("gamma", gamma);
+}
+
+Tensor LayerScale::forward(const Tensor& x) const { return mul(x, gamma); }
+
+}  // namespace nn

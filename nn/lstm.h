@@ -1,0 +1,50 @@
+// nn/lstm.h: LSTM layers and the Zaremba et al. (2014) LSTM language model.
+//
+// Parameters use PyTorch's names and layout (weight_ih [4H, in], weight_hh [4H, H], bias_ih,
+// bias_hh; gate order i, f, g, o, which is also cuDNN's), so a checkpoint maps one to one and the
+// CUDA backend can hand the same weights to cuDNN. On the CPU one GEMM computes the input
+// projections of all time steps; then each step is one GEMM (h·W_hhᵀ) plus the fused cell.
+#pragma once
+#include "nn/layers.h"
+
+namespace nn {
+
+struct LSTMState {
+    Tensor h, c;  // [B, H] each
+};
+
+class LSTMLayer : public Module {
+public:
+    LSTMLayer(int64_t in, int64_t hidden);
+    std::string type_name() const override { return "LSTMLayer"; }
+    // x [B, T, in], state (undefined h/c: zeros) -> outputs [B, T, H]; `state` becomes the last.
+    Tensor forward(const Tensor& x, LSTMState& state) const;
+    Tensor weight_ih, weight_hh, bias_ih, bias_hh;
+    int64_t in, hidden;
+};
+
+struct LSTMConfig {
+    int64_t vocab = 10000, hidden = 200, layers = 2;
+    float dropout = 0.f;      // on non-recurrent connections (Zaremba)
+    bool tie_weights = false;
+    static LSTMConfig small();   // 200 units, no dropout
+    static LSTMConfig medium();  // 650 units, dropout 0.5
+    static LSTMConfig large();   // 1500 units, dropout 0.65
+};
+
+class LSTMLM : public Module {
+public:
+    explicit LSTMLM(const LSTMConfig& c);
+    std::string type_name() const override { return "LSTMLM"; }
+    // ids [B, T] -> logits [B, T, vocab]; `state` (one per layer, empty to start from zeros) is
+    // replaced by the final states. Truncated BPTT: the caller detaches them between batches.
+    Tensor forward(const Tensor& ids, std::vector<LSTMState>& state) const;
+    static void detach(std::vector<LSTMState>& state);
+    LSTMConfig cfg;
+    std::shared_ptr<Embedding> tok_emb;
+    std::shared_ptr<ModuleList<LSTMLayer>> layers;
+    std::shared_ptr<Dropout> drop;
+    std::shared_ptr<Linear> head;
+};
+
+}  // namespace nn

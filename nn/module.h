@@ -1,0 +1,91 @@
+// nn/module.h: Module, the base of every layer and model.
+//
+// A Module owns parameters (Tensors that require grad), buffers (state such as BatchNorm's
+// running statistics) and child modules, each under a name. Names compose PyTorch-style into
+// dotted paths ("blocks.3.attn.q.weight"); those paths are the stable interface that init/,
+// checkpoints and logs use. A module registers a member Tensor by pointer, so the member must
+// stay where it is: modules are always held by shared_ptr and never copied or moved.
+//
+// forward() is not virtual: each module has the forward signature its inputs need.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+#include "engine/tensor.h"
+
+namespace nn {
+
+using engine::Shape;
+using engine::Tensor;
+
+struct NamedTensor {
+    std::string name;
+    Tensor* tensor;  // points at the owning module's member: assigning to it replaces the parameter
+};
+
+class Module {
+public:
+    Module() = default;
+    Module(const Module&) = delete;
+    Module& operator=(const Module&) = delete;
+    virtual ~Module() = default;
+
+    // A short type name for printing and errors ("Linear", "ViT").
+    virtual std::string type_name() const = 0;
+
+    std::vector<NamedTensor> named_parameters() const;  // recursive, in registration order
+    std::vector<NamedTensor> named_buffers() const;
+    std::vector<Tensor> parameters() const;
+    // Every module in the tree with its dotted path ("" for this one), parents before children.
+    std::vector<std::pair<std::string, Module*>> named_modules();
+    void visit(const std::function<void(const std::string& path, Module& m)>& fn);
+    const std::vector<std::pair<std::string, Module*>>& children() const { return children_; }
+
+    // The parameter at a dotted path; throws naming the path and this module when absent.
+    Tensor& parameter(const std::string& path) const;
+    bool has_parameter(const std::string& path) const;
+
+    int64_t num_parameters() const;
+    void train(bool on = true);
+    void eval() { train(false); }
+    bool is_training() const { return training_; }
+    void zero_grad();
+
+protected:
+    // Registers `t` (a member of the derived class) as a parameter: it is made to require grad.
+    void register_parameter(const std::string& name, Tensor& t);
+    void register_buffer(const std::string& name, Tensor& t);
+    template <typename M>
+    std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
+        owned_.push_back(m);
+        children_.push_back({name, m.get()});
+        return m;
+    }
+
+    bool training_ = true;
+
+private:
+    void collect(const std::string& prefix, bool buffers, std::vector<NamedTensor>& out) const;
+
+    std::vector<std::pair<std::string, Tensor*>> params_, buffers_;
+    std::vector<std::pair<std::string, Module*>> children_;
+    std::vector<std::shared_ptr<Module>> owned_;
+};
+
+// A list of modules named "0", "1", ... (PyTorch's ModuleList), for blocks.
+template <typename M>
+class ModuleList : public Module {
+public:
+    std::string type_name() const override { return "ModuleList"; }
+    void push_back(std::shared_ptr<M> m) { items_.push_back(register_module(std::to_string(items_.size()), m)); }
+    size_t size() const { return items_.size(); }
+    M& operator[](size_t i) const { return *items_[i]; }
+    auto begin() const { return items_.begin(); }
+    auto end() const { return items_.end(); }
+private:
+    std::vector<std::shared_ptr<M>> items_;
+};
+
+}  // namespace nn

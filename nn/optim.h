@@ -1,0 +1,96 @@
+// nn/optim.h: optimizers (SGD, Adam, AdamW), parameter groups, gradient clipping, LR schedules.
+//
+// An optimizer holds parameter groups; each group has its own weight decay (and an lr multiplier).
+// step() updates every parameter that has a gradient, in place, with one fused loop per tensor.
+// The learning rate is set from outside by a schedule: opt.lr = sched.lr(step).
+#pragma once
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+#include "nn/module.h"
+
+namespace nn {
+
+struct ParamGroup {
+    std::vector<NamedTensor> params;
+    float weight_decay = 0.f;
+    float lr_scale = 1.f;
+};
+
+// Two groups from a model: decayed (matrices, conv kernels) and not decayed (every 1-d tensor:
+// biases, norm weights, LayerScale; plus embeddings, position embeddings and the class token
+// when no_decay_embeddings), the usual timm/nanoGPT split.
+std::vector<ParamGroup> param_groups(const Module& model, float weight_decay, bool no_decay_embeddings = true);
+
+class Optimizer {
+public:
+    explicit Optimizer(std::vector<ParamGroup> groups, float lr) : lr(lr), groups_(std::move(groups)) {}
+    virtual ~Optimizer() = default;
+    virtual void step() = 0;
+    void zero_grad();
+    // State tensors by "<param name>.<slot>" (e.g. "blocks.0.q.weight.exp_avg"), plus the step
+    // count, for checkpoints.
+    virtual std::map<std::string, Tensor*> state() = 0;
+    const std::vector<ParamGroup>& groups() const { return groups_; }
+    int64_t steps = 0;
+    float lr;
+
+protected:
+    std::vector<ParamGroup> groups_;
+};
+
+// SGD with momentum (PyTorch's form: buf = μ·buf + g; Nesterov uses g + μ·buf) and L2 weight decay.
+class SGD : public Optimizer {
+public:
+    SGD(std::vector<ParamGroup> groups, float lr, float momentum = 0.f, bool nesterov = false);
+    void step() override;
+    std::map<std::string, Tensor*> state() override;
+    float momentum;
+    bool nesterov;
+private:
+    std::vector<std::vector<Tensor>> buf_;
+};
+
+// Adam (L2 decay added to the gradient) or AdamW (decoupled decay: p -= lr·wd·p), with bias
+// correction, as torch.optim.Adam/AdamW.
+class Adam : public Optimizer {
+public:
+    Adam(std::vector<ParamGroup> groups, float lr, float beta1 = 0.9f, float beta2 = 0.999f, float eps = 1e-8f,
+         bool decoupled = true);
+    void step() override;
+    std::map<std::string, Tensor*> state() override;
+    float beta1, beta2, eps;
+    bool decoupled;
+private:
+    std::vector<std::vector<Tensor>> m_, v_;
+};
+
+// Scales all gradients so their global L2 norm is at most max_norm; returns the norm before.
+float clip_grad_norm(const std::vector<Tensor>& params, float max_norm);
+float grad_norm(const std::vector<Tensor>& params);
+
+// Learning-rate schedules, as functions of the step (0-based).
+struct WarmupCosine {
+    float base_lr, min_lr;
+    int64_t warmup_steps, total_steps;
+    float lr(int64_t step) const;  // linear 0 -> base over warmup, then cosine down to min_lr
+};
+
+struct StepDecay {  // Zaremba et al.: constant, then ×factor every `every` epochs after `start`
+    float base_lr, factor;
+    int64_t start_epoch, every = 1;
+    float lr(int64_t epoch) const;
+};
+
+// Reduce-on-plateau (Bai et al.): divide the lr by `factor` when the metric has not improved by
+// `threshold` (relative) for `patience` evaluations.
+struct ReduceOnPlateau {
+    float lr, factor = 0.5f, min_lr = 0.f, threshold = 1e-4f;
+    int patience = 0;
+    float best = INFINITY;
+    int bad = 0;
+    float update(float metric);  // returns the (possibly reduced) lr
+};
+
+}  // namespace nn
