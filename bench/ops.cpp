@@ -2,9 +2,9 @@
 // --reps repetitions after warm-up, next to a reference measured in the same run:
 //   GEMMs (ViT-Tiny shapes): engine::matmul / engine::linear vs cblas_sgemm called directly on
 //     the same operands; GFLOP/s of each and ratio = ref_ms / ms (1 = as fast as raw sgemm).
-//   memory-bound ops (gelu, ...; forward and backward): GB/s over the bytes the op must read and
-//     write once (the model is printed), vs an OpenMP copy moving the same number of bytes;
-//     ratio = gb_s / ref_gb_s.
+//   memory-bound ops (gelu, softmax, layer_norm, cross_entropy; forward and backward): GB/s
+//     over the bytes the op must read and write once (the model is printed), vs an OpenMP copy
+//     moving the same number of bytes; ratio = gb_s / ref_gb_s.
 // Timings are relative: compare ratios, and figures only within one run on one machine.
 //
 //   make CUDA=0 bench/ops && ./bench/ops [--reps 20] [--threads N] [--filter NAME] [--warmup 3]
@@ -238,6 +238,61 @@ void pointwise_benches(const Options& opt, const std::function<bool(const std::s
     }
 }
 
+// The fused nn ops (engine/ops/nn.cpp). Byte models count each tensor the kernel must touch
+// once; per-row statistics and LayerNorm's weight/bias are included, though small.
+void nn_benches(const Options& opt, const std::function<bool(const std::string&)>& wanted) {
+    const int64_t B = 64, T = 65, D = 192, H = 3;
+    const double f = sizeof(float);
+
+    const Shape act{B, T, D}, scores{B * H, T, T};
+    for (const Shape& s : {act, scores}) {
+        double n = (double)s.numel();
+        std::string tag = s == act ? "" : ".scores";
+        if (wanted("softmax.forward" + tag)) {
+            Tensor x = random_tensor(s, 70, -4.f, 4.f);
+            bench_memory("softmax.forward" + tag, s.str(), 2 * n * f, "x read, y written",
+                         [&] { NoGrad ng; softmax(x); }, opt);
+        }
+        if (wanted("softmax.backward" + tag)) {
+            Tensor x = random_tensor(s, 71, -4.f, 4.f).requires_grad_();
+            Tensor y = softmax(x), g = random_tensor(s, 72);
+            bench_memory("softmax.backward" + tag, s.str(), 3 * n * f, "y, dy read, dx written",
+                         backward_of(y, g), opt);
+        }
+    }
+
+    const double n = (double)act.numel(), rows = (double)(B * T), C = (double)D;
+    if (wanted("layer_norm.forward")) {
+        Tensor x = random_tensor(act, 73), w = random_tensor({D}, 74), b = random_tensor({D}, 75);
+        bench_memory("layer_norm.forward", act.str(), (2 * n + 2 * C + 2 * rows) * f,
+                     "x, weight, bias read; y, mean, rstd written", [&] { NoGrad ng; layer_norm(x, w, b); }, opt);
+    }
+    if (wanted("layer_norm.backward")) {
+        Tensor x = random_tensor(act, 76).requires_grad_(), w = random_tensor({D}, 77).requires_grad_(),
+               b = random_tensor({D}, 78).requires_grad_();
+        Tensor y = layer_norm(x, w, b), g = random_tensor(act, 79);
+        bench_memory("layer_norm.backward", act.str(), (3 * n + 3 * C + 2 * rows) * f,
+                     "x, dy, weight, mean, rstd read; dx, dweight, dbias written", backward_of(y, g), opt);
+    }
+
+    // A word-level language model's output: 32 sequences x 32 tokens over a 10,000-word vocabulary.
+    const int64_t N = 1024, V = 10000;
+    const double nv = (double)(N * V);
+    const std::string ce_shape = fmt::format("[{},{}] logits, [{}] int32 targets", N, V, N);
+    if (wanted("cross_entropy.forward")) {
+        Tensor logits = random_tensor({N, V}, 80, -5.f, 5.f), targets = Tensor::randint({N}, 0, (int32_t)V);
+        bench_memory("cross_entropy.forward", ce_shape, (nv + 2 * N) * f, "logits, targets read; lse written",
+                     [&] { NoGrad ng; cross_entropy(logits, targets); }, opt);
+    }
+    if (wanted("cross_entropy.backward")) {
+        Tensor logits = random_tensor({N, V}, 81, -5.f, 5.f).requires_grad_();
+        Tensor targets = Tensor::randint({N}, 0, (int32_t)V);
+        Tensor loss = cross_entropy(logits, targets);
+        bench_memory("cross_entropy.backward", ce_shape, (2 * nv + 2 * N) * f,
+                     "logits, targets, lse read; dlogits written", backward_of(loss, Tensor::ones({})), opt);
+    }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -269,6 +324,7 @@ int main(int argc, char** argv) {
     auto wanted = [&](const std::string& name) { return name.find(opt.filter) != std::string::npos; };
     matmul_benches(opt, wanted);
     pointwise_benches(opt, wanted);
+    nn_benches(opt, wanted);
     emit({{"done", true}, {"loadavg_at_end", load_average()}});
     return 0;
 }
