@@ -33,7 +33,7 @@ Tensor MultiHeadAttention::forward(const Tensor& x) const {
     }
     Tensor o = attention(qh, kh, vh, causal, attn_dropout, training_);
     o = permute(o, {0, 2, 1, 3}).reshape({B, T, dim});
-    return proj_drop->forward(proj->forward(o));
+    return hooked(proj_drop->forward(proj->forward(o)));
 }
 
 Tensor MultiHeadAttention::attention_map(const Tensor& x) const {

@@ -20,7 +20,7 @@ Linear::Linear(int64_t in, int64_t out, bool has_bias) : in_features(in), out_fe
     }
 }
 
-Tensor Linear::forward(const Tensor& x) const { return linear(x, weight, bias); }
+Tensor Linear::forward(const Tensor& x) const { return hooked(linear(x, weight, bias)); }
 
 Conv2d::Conv2d(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t padding, bool has_bias)
     : stride(stride), padding(padding) {
@@ -35,7 +35,7 @@ Conv2d::Conv2d(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t 
     }
 }
 
-Tensor Conv2d::forward(const Tensor& x) const { return conv2d(x, weight, bias, (int)stride, (int)padding); }
+Tensor Conv2d::forward(const Tensor& x) const { return hooked(conv2d(x, weight, bias, (int)stride, (int)padding)); }
 
 DepthwiseConv2d::DepthwiseConv2d(int64_t channels, int64_t kernel, bool has_bias) {
     check(channels > 0 && kernel > 0 && kernel % 2 == 1, "DepthwiseConv2d: channels {} and odd kernel {} needed",
@@ -49,7 +49,7 @@ DepthwiseConv2d::DepthwiseConv2d(int64_t channels, int64_t kernel, bool has_bias
     }
 }
 
-Tensor DepthwiseConv2d::forward(const Tensor& x) const { return depthwise_conv2d(x, weight, bias); }
+Tensor DepthwiseConv2d::forward(const Tensor& x) const { return hooked(depthwise_conv2d(x, weight, bias)); }
 
 LayerNorm::LayerNorm(int64_t d, bool affine, float eps) : dim(d), eps(eps) {
     if (affine) {
@@ -62,7 +62,7 @@ LayerNorm::LayerNorm(int64_t d, bool affine, float eps) : dim(d), eps(eps) {
 
 Tensor LayerNorm::forward(const Tensor& x) const {
     check(x.size(-1) == dim, "LayerNorm({}): input {} has last dim {}", dim, x.shape().str(), x.size(-1));
-    return layer_norm(x, weight, bias, eps);
+    return hooked(layer_norm(x, weight, bias, eps));
 }
 
 Embedding::Embedding(int64_t n, int64_t d, float wd) : num(n), dim(d), word_dropout(wd) {

@@ -53,7 +53,18 @@ public:
     bool is_training() const { return training_; }
     void zero_grad();
 
+    // Called with this module and its output at the end of forward(), when set. Data-dependent
+    // initializers (init/) use it to observe each layer's output on an init batch. Set by Linear,
+    // Conv2d, DepthwiseConv2d, LayerNorm and MultiHeadAttention (its output after proj; the input
+    // an attention layer sees is the output of the LayerNorm before it, norm1).
+    std::function<void(const Module&, const Tensor&)> forward_hook;
+
 protected:
+    Tensor hooked(const Tensor& out) const {
+        if (forward_hook) forward_hook(*this, out);
+        return out;
+    }
+
     // Registers `t` (a member of the derived class) as a parameter: it is made to require grad.
     void register_parameter(const std::string& name, Tensor& t);
     void register_buffer(const std::string& name, Tensor& t);
