@@ -1,0 +1,140 @@
+// apps/datainfo.cpp: what a data set holds, per split: tokens and vocabulary for text, images
+// per class for images. Also a quick check that the files are where the trainers look.
+//
+//   apps/datainfo --dataset ptb --data-dir ../shared/data/ptb
+//   apps/datainfo --dataset folder --data-dir ../shared/data/cifar10-jpeg --decode
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include "data/cifar.h"
+#include "data/image_codec.h"
+#include "data/image_folder.h"
+#include "data/paths.h"
+#include "data/text.h"
+#include "engine/error.h"
+
+namespace fs = std::filesystem;
+
+// 929589 -> "929,589"
+static std::string commas(int64_t v) {
+    std::string s = std::to_string(v < 0 ? -v : v), out;
+    for (size_t i = 0; i < s.size(); i++) {
+        if (i > 0 && (s.size() - i) % 3 == 0) out += ',';
+        out += s[i];
+    }
+    return v < 0 ? "-" + out : out;
+}
+
+static void print_text(const std::string& name, const std::string& dir, const std::string& level) {
+    data::CorpusOptions opt;
+    opt.level = data::parse_level(level);
+    data::TextCorpus c = data::load_corpus(name, dir, opt);
+    std::printf("%s (%s level) in %s\n", name.c_str(), data::level_name(c.level), dir.c_str());
+    const std::string files[3] = {c.train_file, c.valid_file, c.test_file};
+    const char* splits[3] = {"train", "valid", "test"};
+    for (int s = 0; s < 3; s++)
+        std::printf("  %-5s %12s tokens  %s\n", splits[s], commas((int64_t)c.split(splits[s]).size()).c_str(),
+                    files[s].c_str());
+    std::printf("  vocabulary %s tokens (from train)%s\n", commas(c.vocab.size()).c_str(),
+                c.vocab.find("<unk>") >= 0 ? ", with <unk>" : "");
+}
+
+static void print_classes(const std::vector<std::string>& classes, const std::vector<int64_t>& counts) {
+    for (size_t k = 0; k < classes.size(); k++)
+        std::printf("    %-20s %10s\n", classes[k].c_str(), commas(counts[k]).c_str());
+}
+
+static void print_image_set(const std::string& split, const data::ImageSet& set) {
+    std::printf("  %s: %s images, %d classes, %dx%d RGB (%s)\n", split.c_str(), commas(set.n).c_str(),
+                set.num_classes(), set.h, set.w, set.source.c_str());
+    print_classes(set.classes, set.class_counts());
+    if (!set.coarse_classes.empty()) {
+        std::vector<int64_t> coarse(set.coarse_classes.size(), 0);
+        for (int32_t l : set.coarse_labels) coarse[l]++;
+        std::printf("  %s coarse labels: %zu superclasses\n", split.c_str(), set.coarse_classes.size());
+        print_classes(set.coarse_classes, coarse);
+    }
+}
+
+static void print_cifar(const std::string& name, const std::string& dir) {
+    auto kind = name == "cifar10" ? data::CifarKind::Cifar10 : data::CifarKind::Cifar100;
+    data::ImageSet train = data::load_cifar(kind, dir, "train"), test = data::load_cifar(kind, dir, "test");
+    std::printf("%s (binary release) in %s\n", name.c_str(), dir.c_str());
+    print_image_set("train", train);
+    print_image_set("test", test);
+}
+
+// Without --decode: count the files and decode one image per split for its size.
+static void print_folder(const std::string& dir, bool decode, int threads) {
+    std::vector<std::string> splits = data::list_splits(dir);
+    engine::check(!splits.empty(), "image folder {}: no split folders with class folders inside (expected "
+                  "{}/<split>/<class>/*.jpg|png)", dir, dir);
+    std::printf("image folder %s\n", dir.c_str());
+    for (const std::string& split : splits) {
+        fs::path sdir = fs::path(dir) / split;
+        if (decode) {
+            auto t0 = std::chrono::steady_clock::now();
+            data::FolderOptions opt;
+            opt.threads = threads;
+            data::ImageSet set = data::load_image_folder(sdir.string(), opt);
+            double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            print_image_set(split, set);
+            std::printf("  (decoded in %.2f s, %.0f images/s)\n", s, set.n / s);
+            continue;
+        }
+        data::FolderOptions one;
+        one.max_per_class = 1;
+        data::ImageSet first = data::load_image_folder(sdir.string(), one);
+        std::vector<int64_t> counts;
+        int64_t total = 0;
+        for (const std::string& cls : first.classes) {
+            int64_t n = 0;
+            for (const auto& e : fs::directory_iterator(sdir / cls))
+                if (e.is_regular_file() && data::is_image_file(e.path().filename().string())) n++;
+            counts.push_back(n);
+            total += n;
+        }
+        std::printf("  %s: %s images, %d classes, first image of each class %dx%d RGB\n", split.c_str(),
+                    commas(total).c_str(), first.num_classes(), first.h, first.w);
+        print_classes(first.classes, counts);
+    }
+}
+
+int main(int argc, char** argv) {
+    CLI::App app{"datainfo: per split, the token count and vocabulary size of a text data set, or the images per "
+                 "class of an image data set"};
+    app.option_defaults()->always_capture_default();
+    std::string dataset, dir, level = "word";
+    bool decode = false;
+    int threads = 0;
+    std::string names;
+    for (const std::string& n : data::dataset_names()) names += (names.empty() ? "" : "|") + n;
+    app.add_option("--dataset", dataset, "data set: " + names)->required()->check(CLI::IsMember(data::dataset_names()));
+    app.add_option("--data-dir", dir,
+                   "folder holding the data set (default: $INITLAB_DATA/<folder> when INITLAB_DATA is set, else "
+                   "data_local/<folder>; text and folder need it)");
+    app.add_option("--level", level, "text level for --dataset text: word|char|byte")
+        ->check(CLI::IsMember({"word", "char", "byte"}));
+    app.add_flag("--decode", decode, "folder: decode every image (checks them all and times it) instead of counting files");
+    app.add_option("--threads", threads, "decoding threads for --decode (0: OpenMP default)");
+    CLI11_PARSE(app, argc, argv);
+
+    const bool defaulted = dir.empty();
+    try {
+        if (defaulted) dir = data::default_data_dir(dataset);
+        engine::check(!dir.empty(), "--dataset {} needs --data-dir", dataset);
+        if (data::is_text_dataset(dataset)) print_text(dataset, dir, level);
+        else if (dataset == "cifar10" || dataset == "cifar100") print_cifar(dataset, dir);
+        else print_folder(dir, decode, threads);
+    } catch (const engine::Error& e) {
+        std::fprintf(stderr, "datainfo: %s\n", e.what());
+        if (defaulted && !dir.empty())
+            std::fprintf(stderr, "(no --data-dir given, so datainfo looked in the default %s; pass --data-dir DIR or "
+                         "set INITLAB_DATA to the folder holding %s)\n", dir.c_str(),
+                         data::dataset_folder(dataset).c_str());
+        return 1;
+    }
+    return 0;
+}
