@@ -62,7 +62,7 @@ TEST_CASE("safetensors round trip keeps names, shapes, dtypes, values and metada
     b.data_f32()[1] = 1e-40f;  // a subnormal
     Tensor ids = Tensor::from_vector(std::vector<int32_t>{-5, 0, 2147483647, -2147483647 - 1, 42, 7}, {2, 3});
     Tensor scalar = Tensor::full({}, 3.5f);
-    Tensor empty = Tensor::zeros({0, 4});
+    Tensor empty = Tensor::empty({0, 4});
     Tensor six_d = test::param({1, 2, 1, 2, 1, 2}, 3);
     std::map<std::string, std::string> meta{{"format", "pt"}, {"step", "1200"}, {"note", "quotes \" and \\ ok"}};
     save_safetensors(path,
@@ -81,8 +81,8 @@ TEST_CASE("safetensors round trip keeps names, shapes, dtypes, values and metada
         CHECK(got.shape() == want.shape());
         CHECK(got.dtype() == want.dtype());
         CHECK_FALSE(got.requires_grad());
-        CHECK(std::memcmp(got.impl()->storage->data, want.dtype() == DType::F32 ? (void*)want.data_f32()
-                          : (void*)want.data_i32(), (size_t)want.numel() * 4) == 0);
+        if (want.numel() > 0)  // (memcmp with null pointers is undefined even for 0 bytes)
+            CHECK(std::memcmp(got.impl()->storage->data, want.impl()->storage->data, (size_t)want.numel() * 4) == 0);
     };
     same("blocks.0.attn.q.weight", w);
     same("b", b);
