@@ -60,7 +60,7 @@ ifneq ($(call have_header,/usr/include/fmt/format.h),1)
 endif
 
 ENGINE_SRC := $(wildcard engine/*.cpp engine/ops/*.cpp engine/cpu/*.cpp)
-LIB_SRC    := $(ENGINE_SRC) $(wildcard nn/*.cpp init/*.cpp data/*.cpp)
+LIB_SRC    := $(ENGINE_SRC) $(wildcard nn/*.cpp init/*.cpp data/*.cpp apps/common/*.cpp)
 CUDA_SRC   := $(wildcard engine/cuda/*.cu)
 
 ifeq ($(CUDA),1)

@@ -1,0 +1,100 @@
+// apps/common/run.cpp: run directory, signals, progress display.
+#include "apps/common/run.h"
+
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include "engine/error.h"
+
+namespace apps {
+
+namespace fs = std::filesystem;
+
+RunDir::RunDir(const std::string& dir) : dir_(dir) {
+    if (dir_.empty()) return;
+    std::error_code ec;
+    fs::create_directories(dir_, ec);
+    engine::check(!ec && fs::is_directory(dir_), "--out {}: cannot create the directory ({})", dir_, ec.message());
+}
+
+void RunDir::write_json(const std::string& name, const json& j) const {
+    if (!enabled()) return;
+    std::string final_path = path(name), tmp = final_path + ".tmp";
+    {
+        std::ofstream f(tmp);
+        engine::check(f.good(), "cannot write {}", tmp);
+        f << j.dump(2) << "\n";
+        engine::check(f.good(), "cannot write {} (disk full?)", tmp);
+    }
+    fs::rename(tmp, final_path);
+}
+
+void RunDir::append_metrics(const json& j) const {
+    if (!enabled()) return;
+    std::ofstream f(path("metrics.jsonl"), std::ios::app);
+    f << j.dump() << "\n";
+}
+
+std::string git_commit() {
+    FILE* p = popen("git rev-parse HEAD 2>/dev/null", "r");
+    if (!p) return "unknown";
+    char buf[64] = {0};
+    std::string out = fgets(buf, sizeof buf, p) ? std::string(buf) : "";
+    pclose(p);
+    while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+    return out.empty() ? "unknown" : out;
+}
+
+std::string now_iso8601() {
+    std::time_t t = std::time(nullptr);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+    return buf;
+}
+
+static std::atomic<int> g_signal{0};
+
+static void on_signal(int sig) {
+    if (g_signal.load() != 0) std::_Exit(128 + sig);  // second signal: give up at once
+    g_signal = sig;
+}
+
+void install_stop_handlers() {
+    std::signal(SIGINT, on_signal);
+    std::signal(SIGTERM, on_signal);
+}
+
+bool stop_requested() { return g_signal.load() != 0; }
+int stop_exit_code() { return 128 + g_signal.load(); }
+
+Progress::Progress(std::string label, int64_t total, std::string unit, int plain_every)
+    : label_(std::move(label)), unit_(std::move(unit)), total_(total), plain_every_(plain_every),
+      tty_(isatty(fileno(stdout))), start_(std::chrono::steady_clock::now()) {}
+
+void Progress::update(int64_t done, int64_t items, const std::string& extra) {
+    calls_++;
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    double rate = secs > 0 ? items / secs : 0;
+    double eta = done > 0 ? secs * (total_ - done) / done : 0;
+    if (tty_) {
+        int width = 24, fill = total_ > 0 ? (int)(width * done / total_) : 0;
+        std::printf("\r%s [%s%s] %lld/%lld %.0f %s/s ETA %.0fs %s\033[K", label_.c_str(), std::string(fill, '#').c_str(),
+                    std::string(width - fill, '.').c_str(), (long long)done, (long long)total_, rate, unit_.c_str(),
+                    eta, extra.c_str());
+        std::fflush(stdout);
+    } else if (calls_ % plain_every_ == 0 || done == total_) {
+        std::printf("%s %lld/%lld %.0f %s/s ETA %.0fs %s\n", label_.c_str(), (long long)done, (long long)total_, rate,
+                    unit_.c_str(), eta, extra.c_str());
+        std::fflush(stdout);
+    }
+}
+
+void Progress::finish() {
+    if (tty_) std::printf("\n");
+}
+
+}  // namespace apps

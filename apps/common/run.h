@@ -1,0 +1,59 @@
+// apps/common/run.h: what every training app shares: the run directory (config.json,
+// metrics.jsonl, result.json, checkpoints), the progress display, stop signals, and NaN checks.
+//
+// Run directory (--out DIR):
+//   config.json     every resolved flag, the git commit, the device, the start time
+//   metrics.jsonl   one JSON object per line: periodic training lines and every evaluation
+//   last.*, best.*  checkpoints (nn/checkpoint.h), written atomically
+//   result.json     the final summary
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <nlohmann/json.hpp>
+
+namespace apps {
+
+using json = nlohmann::ordered_json;
+
+class RunDir {
+public:
+    RunDir() = default;
+    explicit RunDir(const std::string& dir);  // creates it; "" means no output at all
+    bool enabled() const { return !dir_.empty(); }
+    const std::string& dir() const { return dir_; }
+    std::string path(const std::string& name) const { return dir_ + "/" + name; }
+    void write_json(const std::string& name, const json& j) const;  // atomically (temp + rename)
+    void append_metrics(const json& j) const;                        // one line of metrics.jsonl
+
+private:
+    std::string dir_;
+};
+
+// The repository's commit (from `git rev-parse HEAD` in the source tree), "unknown" outside one.
+std::string git_commit();
+std::string now_iso8601();
+
+// Ctrl-C and SIGTERM set a flag; the training loop finishes its step, checkpoints and exits
+// 130 / 143. A second Ctrl-C exits at once.
+void install_stop_handlers();
+bool stop_requested();
+int stop_exit_code();
+
+// A one-line progress bar with rate and ETA on a terminal; on a pipe or file, a plain line
+// every `plain_every` updates.
+class Progress {
+public:
+    Progress(std::string label, int64_t total, std::string unit, int plain_every = 50);
+    void update(int64_t done, int64_t items, const std::string& extra);  // `items` processed so far
+    void finish();
+
+private:
+    std::string label_, unit_;
+    int64_t total_;
+    int plain_every_, calls_ = 0;
+    bool tty_;
+    std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace apps
