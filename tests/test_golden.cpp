@@ -193,3 +193,161 @@ TEST_CASE("golden: embedding", "[golden]") {
     Tensor w = g.input("weight");
     g.check(embedding(w, g.tensor("ids")), kSums);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Fused nn ops (engine/ops/nn.cpp)
+
+// Normalizations, softmax and losses: a short sum, then division by it or a square root of it,
+// and their backward subtracts two nearly equal terms: several roundings more than a plain sum.
+constexpr Tol kFused{1e-5f, 1e-4f};
+
+TEST_CASE("golden: softmax and log_softmax", "[golden]") {
+    {
+        Golden g("softmax");
+        Tensor x = g.input("x");
+        g.check(softmax(x), kFused);
+    }
+    {
+        Golden g("log_softmax");
+        Tensor x = g.input("x");
+        g.check(log_softmax(x), kFused);
+    }
+}
+
+TEST_CASE("golden: layer_norm", "[golden]") {
+    {
+        Golden g("layer_norm");
+        Tensor x = g.input("x"), w = g.input("weight"), b = g.input("bias");
+        g.check(layer_norm(x, w, b, 1e-5f), kFused);
+    }
+    {
+        Golden g("layer_norm_noaffine");
+        Tensor x = g.input("x");
+        g.check(layer_norm(x, Tensor(), Tensor(), 1e-5f), kFused);
+    }
+}
+
+TEST_CASE("golden: cross_entropy and mse_loss", "[golden]") {
+    {
+        Golden g("cross_entropy");
+        Tensor logits = g.input("logits");
+        g.check(cross_entropy(logits, g.tensor("targets")), kFused);
+    }
+    {
+        Golden g("cross_entropy_ignore");
+        Tensor logits = g.input("logits");
+        g.check(cross_entropy(logits, g.tensor("targets"), -100), kFused);
+    }
+    {
+        Golden g("cross_entropy_smooth");  // [2,4,5] logits, targets == 0 ignored, ε = 0.1
+        Tensor logits = g.input("logits");
+        g.check(cross_entropy(logits, g.tensor("targets"), 0, 0.1f), kFused);
+    }
+    {
+        Golden g("mse_loss");
+        Tensor pred = g.input("pred"), target = g.input("target");
+        g.check(mse_loss(pred, target), kFused);
+    }
+}
+
+TEST_CASE("golden: attention", "[golden]") {
+    {
+        Golden g("attention");  // k, v longer than q, not causal
+        Tensor q = g.input("q"), k = g.input("k"), v = g.input("v");
+        g.check(attention(q, k, v, false), kFused);
+    }
+    {
+        Golden g("attention_causal");
+        Tensor q = g.input("q"), k = g.input("k"), v = g.input("v");
+        g.check(attention(q, k, v, true), kFused);
+    }
+    {
+        Golden g("attention_scale");
+        Tensor q = g.input("q"), k = g.input("k"), v = g.input("v");
+        g.check(attention(q, k, v, true, 0.f, false, 0.3f), kFused);
+    }
+}
+
+TEST_CASE("golden: rope", "[golden]") {
+    // torch's angles are exact (float64, then rounded); the engine's are float32, off by ~u·angle
+    // (angles up to 7 rad here), which moves sin/cos by ~1e-6.
+    constexpr Tol kRope{1e-5f, 1e-5f};
+    {
+        Golden g("rope");
+        Tensor x = g.input("x");
+        g.check(rope(x), kRope);
+    }
+    {
+        Golden g("rope_offset");  // base 500, positions 3..7
+        Tensor x = g.input("x");
+        g.check(rope(x, 500.f, 3), kRope);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Convolutions and batch norm (engine/ops/conv.cpp)
+
+TEST_CASE("golden: conv2d", "[golden]") {
+    // Sums of up to Cin·kh·kw = 27 products (forward) and N·Ho·Wo = 32 (weight gradient).
+    constexpr Tol kConv{2e-5f, 1e-5f};
+    {
+        Golden g("conv2d");  // stride 2, padding 1
+        Tensor x = g.input("x"), w = g.input("weight"), b = g.input("bias");
+        g.check(conv2d(x, w, b, 2, 1), kConv);
+    }
+    {
+        Golden g("conv2d_nobias");  // 2x3 kernel, stride 1, no padding
+        Tensor x = g.input("x"), w = g.input("weight");
+        g.check(conv2d(x, w, Tensor(), 1, 0), kConv);
+    }
+    {
+        Golden g("depthwise_conv2d");  // 3x3, 'same' padding
+        Tensor x = g.input("x"), w = g.input("weight"), b = g.input("bias");
+        g.check(depthwise_conv2d(x, w, b), kConv);
+    }
+    {
+        Golden g("depthwise_conv2d_k5");  // 5x5, 'same' padding, no bias
+        Tensor x = g.input("x"), w = g.input("weight");
+        g.check(depthwise_conv2d(x, w), kConv);
+    }
+}
+
+TEST_CASE("golden: batch_norm", "[golden]") {
+    for (const char* name : {"batch_norm_train", "batch_norm_train_2d", "batch_norm_eval"}) {
+        Golden g(name);
+        bool training = std::string(name) != "batch_norm_eval";
+        Tensor x = g.input("x"), w = g.input("weight"), b = g.input("bias");
+        Tensor running_mean = g.tensor("running_mean").clone(), running_var = g.tensor("running_var").clone();
+        Tensor out = batch_norm(x, w, b, running_mean, running_var, training, 0.1f, 1e-5f);
+        g.check(out, kFused);
+        // Running statistics after the step: updated in training, untouched in eval.
+        g.compare("running_mean.after", running_mean, kSums);
+        g.compare("running_var.after", running_var, kSums);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// One pre-LN transformer block written with engine ops, as nn/ will build it.
+
+TEST_CASE("golden: transformer block", "[golden]") {
+    // ~10 ops deep, sums of up to 128 terms (fc2) and gradients summed over 16 tokens: errors
+    // compound to a few 1e-6 on O(1) values; 1e-4 leaves room and still catches any wrong term.
+    constexpr Tol kBlock{1e-4f, 1e-4f};
+    const int64_t B = 2, T = 8, C = 32, H = 4, D = C / H;
+    Golden g("transformer_block");
+    Tensor x = g.input("x");
+    std::map<std::string, Tensor> p;
+    for (const char* name : {"ln1", "ln2", "attn.q", "attn.k", "attn.v", "attn.proj", "mlp.fc1", "mlp.fc2"}) {
+        p[std::string(name) + ".weight"] = g.input(std::string(name) + ".weight");
+        p[std::string(name) + ".bias"] = g.input(std::string(name) + ".bias");
+    }
+    auto lin = [&](const std::string& name, const Tensor& t) { return linear(t, p[name + ".weight"], p[name + ".bias"]); };
+    auto heads = [&](const Tensor& t) { return permute(t.reshape({B, T, H, D}), {0, 2, 1, 3}); };  // [B,H,T,D]
+
+    Tensor a = layer_norm(x, p["ln1.weight"], p["ln1.bias"], 1e-5f);
+    Tensor y = attention(heads(lin("attn.q", a)), heads(lin("attn.k", a)), heads(lin("attn.v", a)), true);
+    Tensor h = add(x, lin("attn.proj", permute(y, {0, 2, 1, 3}).reshape({B, T, C})));
+    Tensor m = layer_norm(h, p["ln2.weight"], p["ln2.bias"], 1e-5f);
+    Tensor out = add(h, lin("mlp.fc2", gelu(lin("mlp.fc1", m))));
+    g.check(out, kBlock);
+}
