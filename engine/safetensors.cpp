@@ -156,12 +156,14 @@ Entry parse_entry(const std::string& path, const std::string& name, const json& 
     e.name = name;
     std::string dtype = j["dtype"].get<std::string>();
     e.type = find_disk_type(dtype);
-    check(e.type != nullptr, "load_safetensors: {}: tensor '{}' has unsupported dtype {} (supported: F32, I32, F64, I64)",
-          path, name, dtype);
+    check(e.type != nullptr,
+          "load_safetensors: {}: tensor '{}' has unsupported dtype {} (supported: F32, I32, F64, I64)", path, name,
+          dtype);
 
     const json& shape = j["shape"];
-    check(shape.size() <= (size_t)kMaxDims, "load_safetensors: {}: tensor '{}' has {} dims, the engine supports up to {}",
-          path, name, shape.size(), kMaxDims);
+    check(shape.size() <= (size_t)kMaxDims,
+          "load_safetensors: {}: tensor '{}' has {} dims, the engine supports up to {}", path, name, shape.size(),
+          kMaxDims);
     // numel saturates instead of overflowing: anything past the data section is a mismatch anyway.
     uint64_t numel = 1;
     bool too_big = false;

@@ -120,7 +120,8 @@ private:
 
 TEST_CASE("golden: binary ops with broadcasting", "[golden]") {
     using Binary = Tensor (*)(const Tensor&, const Tensor&);
-    std::vector<std::pair<const char*, Binary>> ops = {{"add", engine::add}, {"mul", engine::mul}, {"div", engine::div}};
+    std::vector<std::pair<const char*, Binary>> ops = {
+        {"add", engine::add}, {"mul", engine::mul}, {"div", engine::div}};
     for (auto [name, op] : ops) {
         Golden g(name);
         Tensor a = g.input("a"), b = g.input("b");
@@ -341,7 +342,9 @@ TEST_CASE("golden: transformer block", "[golden]") {
         p[std::string(name) + ".weight"] = g.input(std::string(name) + ".weight");
         p[std::string(name) + ".bias"] = g.input(std::string(name) + ".bias");
     }
-    auto lin = [&](const std::string& name, const Tensor& t) { return linear(t, p[name + ".weight"], p[name + ".bias"]); };
+    auto lin = [&](const std::string& name, const Tensor& t) {
+        return linear(t, p[name + ".weight"], p[name + ".bias"]);
+    };
     auto heads = [&](const Tensor& t) { return permute(t.reshape({B, T, H, D}), {0, 2, 1, 3}); };  // [B,H,T,D]
 
     Tensor a = layer_norm(x, p["ln1.weight"], p["ln1.bias"], 1e-5f);
