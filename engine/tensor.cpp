@@ -100,7 +100,7 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
     Tensor t = empty(shape, dtype, device);
-    std::memset(t.impl()->storage->data, 0, t.impl()->storage->nbytes);
+    if (t.impl()->storage->nbytes) std::memset(t.impl()->storage->data, 0, t.impl()->storage->nbytes);
     return t;
 }
 
@@ -296,7 +296,8 @@ Tensor Tensor::narrow(int dim, int64_t start, int64_t length) const {
 
 Tensor Tensor::clone() const {
     Tensor out = empty(shape(), dtype(), device());
-    std::memcpy(out.impl()->storage->data, static_cast<char*>(impl_->storage->data) + impl_->offset * 4, numel() * 4);
+    if (numel() > 0)
+        std::memcpy(out.impl()->storage->data, static_cast<char*>(impl_->storage->data) + impl_->offset * 4, numel() * 4);
     return attach(out, "clone", {*this}, [](const Tensor& g) { return std::vector<Tensor>{g}; });
 }
 
