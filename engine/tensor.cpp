@@ -132,7 +132,7 @@ Tensor Tensor::from_vector(const std::vector<float>& values, const Shape& shape)
     check((int64_t)values.size() == shape.numel(), "from_vector: {} values for shape {} ({} elements)",
           values.size(), shape.str(), shape.numel());
     Tensor t = empty(shape, DType::F32);
-    std::memcpy(t.data_f32(), values.data(), values.size() * sizeof(float));
+    if (!values.empty()) std::memcpy(t.data_f32(), values.data(), values.size() * sizeof(float));
     return t;
 }
 
@@ -140,7 +140,7 @@ Tensor Tensor::from_vector(const std::vector<int32_t>& values, const Shape& shap
     check((int64_t)values.size() == shape.numel(), "from_vector: {} values for shape {} ({} elements)",
           values.size(), shape.str(), shape.numel());
     Tensor t = empty(shape, DType::I32);
-    std::memcpy(t.data_i32(), values.data(), values.size() * sizeof(int32_t));
+    if (!values.empty()) std::memcpy(t.data_i32(), values.data(), values.size() * sizeof(int32_t));
     return t;
 }
 
