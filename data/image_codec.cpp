@@ -27,10 +27,42 @@ using engine::check;
 
 namespace data {
 
+// stb_image 2.27 (the Debian version) does not check that a JPEG Huffman table (DHT segment)
+// declares at most 256 codes, and writes past its tables when one declares more (found by
+// fuzz/fuzz_image; fixed upstream in 2.28). Walk the marker segments the way stb does and refuse
+// such a file before stb sees it. Returns the number of codes of the first bad table, or 0.
+static int jpeg_oversized_huffman_table(const uint8_t* b, size_t n) {
+    if (n < 4 || b[0] != 0xFF || b[1] != 0xD8) return 0;  // not a JPEG: stb will not parse it as one
+    size_t i = 2;
+    while (i + 1 < n) {
+        if (b[i] != 0xFF) { i++; continue; }       // entropy-coded data or junk: look for the next marker
+        uint8_t m = b[i + 1];
+        if (m == 0xFF) { i++; continue; }          // fill byte
+        if (m == 0x00 || m == 0x01 || (m >= 0xD0 && m <= 0xD8)) { i += 2; continue; }  // no length field
+        if (m == 0xD9) return 0;                   // end of image: stb stops here
+        if (i + 3 >= n) return 0;
+        size_t len = ((size_t)b[i + 2] << 8) | b[i + 3];
+        if (m == 0xC4) {
+            // Tables: class/id byte, 16 code counts, then the codes; stb walks them while bytes remain.
+            size_t p = i + 4, end = i + 2 + len;
+            while (p < end && p < n) {
+                int codes = 0;
+                for (size_t k = 1; k <= 16; k++) codes += p + k < n ? b[p + k] : 0;
+                if (codes > 256) return codes;
+                p += 17 + codes;
+            }
+        }
+        i += 2 + std::max<size_t>(len, 2);
+    }
+    return 0;
+}
+
 std::vector<uint8_t> decode_image(const uint8_t* bytes, size_t nbytes, const std::string& name, int& h, int& w,
                                   int64_t max_pixels) {
     check(nbytes > 0, "{}: empty file, not an image", name);
     check(nbytes <= (size_t)INT_MAX, "{}: {} bytes is too large for an image file", name, nbytes);
+    if (int codes = jpeg_oversized_huffman_table(bytes, nbytes))
+        engine::fail("{}: corrupt JPEG: a Huffman table declares {} codes (at most 256)", name, codes);
     int iw = 0, ih = 0, channels = 0;
     if (!stbi_info_from_memory(bytes, (int)nbytes, &iw, &ih, &channels))
         engine::fail("{}: cannot decode image ({}); expected JPEG or PNG", name, stbi_failure_reason());

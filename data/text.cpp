@@ -84,12 +84,18 @@ static std::string unescape_token(const std::string& line, const std::string& pa
     return out;
 }
 
+std::string Vocab::serialize() const {
+    std::string out;
+    for (const std::string& t : tokens_) out += escape_token(t) + '\n';
+    return out;
+}
+
 void Vocab::save(const std::string& path) const {
     std::string tmp = path + ".tmp";
     {
         std::ofstream f(tmp, std::ios::binary);
         check(f.good(), "vocab: cannot write {}", tmp);
-        for (const std::string& t : tokens_) f << escape_token(t) << '\n';
+        f << serialize();
         f.flush();
         check(f.good(), "vocab: error writing {}", tmp);
     }
@@ -98,8 +104,9 @@ void Vocab::save(const std::string& path) const {
     check(!ec, "vocab: cannot rename {} to {}: {}", tmp, path, ec.message());
 }
 
-Vocab Vocab::load(const std::string& path) {
-    std::string text = read_file(path);
+Vocab Vocab::load(const std::string& path) { return parse(read_file(path), path); }
+
+Vocab Vocab::parse(std::string_view text, const std::string& path) {
     check(!text.empty(), "vocab: {} is empty", path);
     check(text.back() == '\n', "vocab: {} does not end with a newline (truncated?)", path);
     Vocab v;
@@ -108,7 +115,7 @@ Vocab Vocab::load(const std::string& path) {
     while (start < text.size()) {
         size_t end = text.find('\n', start);
         lineno++;
-        std::string line = text.substr(start, end - start);
+        std::string line(text.substr(start, end - start));
         start = end + 1;
         check(!line.empty(), "vocab: {}: line {} is empty", path, lineno);
         std::string tok = unescape_token(line, path, lineno);
@@ -240,7 +247,10 @@ std::vector<int32_t> tokenize(std::string_view text, const std::string& file, Te
         case TextLevel::Char: tokenize_chars(text, file, vocab, unknown, out); break;
         case TextLevel::Byte: {
             if (vocab.size() == 0) vocab = Vocab::bytes();
-            check(vocab.size() == 256 && vocab == Vocab::bytes(),
+            bool is_bytes = vocab.size() == 256;
+            for (int32_t b = 0; b < vocab.size() && is_bytes; b++)
+                is_bytes = vocab.token(b).size() == 1 && (unsigned char)vocab.token(b)[0] == b;
+            check(is_bytes,
                   "{}: byte level needs the 256-entry byte vocabulary, got one of {} tokens", file, vocab.size());
             out.reserve(text.size());
             for (unsigned char c : text) out.push_back(c);

@@ -36,6 +36,8 @@ public:
     // byte- and char-level vocabularies (which contain "\n" and " ") survive the round trip.
     void save(const std::string& path) const;
     static Vocab load(const std::string& path);
+    std::string serialize() const;                                          // the file's contents
+    static Vocab parse(std::string_view text, const std::string& name);     // `name` for messages
 
     // The fixed 256-entry vocabulary of byte-level models: id b is the one-byte string b.
     static Vocab bytes();

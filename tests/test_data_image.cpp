@@ -267,3 +267,19 @@ TEST_CASE("real data: CIFAR-10 JPEG folder (a subset of the test split)", "[data
     }
     CHECK(data::list_splits(root + "/cifar10-jpeg") == std::vector<std::string>{"test", "train"});
 }
+
+TEST_CASE("decode: a JPEG Huffman table with more than 256 codes is refused before stb sees it", "[data]") {
+    // stb_image 2.27 would write past its tables (found by fuzz/fuzz_image).
+    auto img = test_image(8, 8, 2);
+    auto jpg = data::encode_jpeg(img.data(), 8, 8, 90);
+    int h = 0, w = 0;
+    REQUIRE(data::decode_image(jpg.data(), jpg.size(), "ok.jpg", h, w).size() == 8 * 8 * 3);
+    size_t dht = 0;
+    for (size_t i = 2; i + 1 < jpg.size() && !dht; i++)
+        if (jpg[i] == 0xFF && jpg[i + 1] == 0xC4) dht = i;
+    REQUIRE(dht > 0);
+    jpg[dht + 5] = 200;  // code counts of the first table (bytes 5..20 of the segment)
+    jpg[dht + 6] = 200;
+    CHECK_THAT(error_of([&] { data::decode_image(jpg.data(), jpg.size(), "evil.jpg", h, w); }),
+               Contains("evil.jpg") && Contains("Huffman table"));
+}
