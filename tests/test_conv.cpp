@@ -3,6 +3,7 @@
 // weight gradient into groups), running statistics, and the error messages.
 #include <catch2/catch.hpp>
 
+#include <omp.h>
 #include <cmath>
 #include <vector>
 #include "engine/error.h"
@@ -120,6 +121,29 @@ TEST_CASE("conv2d backward matches direct loops on a batch split into groups", "
         check_close("dx", x.grad().to_vector(), ref.dx, 1e-5);
         check_close("dw", w.grad().to_vector(), ref.dw, 1e-5);
         check_close("db", b.grad().to_vector(), ref.db, 1e-5);
+    }
+}
+
+// The kernels fix their summation order (weight-gradient groups, one channel per thread), so the
+// gradients are bitwise the same on one thread and on several.
+TEST_CASE("conv gradients do not depend on the thread count", "[conv]") {
+    auto grads = [](int threads) {
+        int before = omp_get_max_threads();
+        omp_set_num_threads(threads);
+        Tensor x = param({24, 8, 12, 12}, 5), w = param({16, 8, 3, 3}, 6), b = param({16}, 7);
+        Tensor wd = param({16, 1, 3, 3}, 8), bn_w = param({16}, 9), bn_b = param({16}, 10);
+        Tensor rm = Tensor::zeros({16}), rv = Tensor::ones({16});
+        Tensor y = batch_norm(depthwise_conv2d(conv2d(x, w, b, 1, 1), wd, b), bn_w, bn_b, rm, rv, true);
+        y.backward(constant(y.shape(), 11));
+        omp_set_num_threads(before);
+        std::vector<std::vector<float>> out;
+        for (const Tensor& t : {x, w, b, wd, bn_w, bn_b}) out.push_back(t.grad().to_vector());
+        return out;
+    };
+    auto one = grads(1), several = grads(4);
+    for (size_t i = 0; i < one.size(); i++) {
+        INFO("gradient " << i);
+        CHECK(one[i] == several[i]);
     }
 }
 

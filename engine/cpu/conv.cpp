@@ -1,13 +1,12 @@
 // engine/cpu/conv.cpp: conv2d by im2col + OpenBLAS GEMM, depthwise conv and batch norm by direct
 // loops. OpenMP over images (conv2d), image-channel planes (depthwise forward, dx) or channels
-// (weight and bias gradients, batch norm statistics), so that every sum is taken in a fixed order
-// whatever the thread count: results are bitwise reproducible.
+// (weight and bias gradients, batch norm statistics), so that each of our sums is taken in an order
+// that does not depend on the thread count: gradients are bitwise reproducible.
 #include "engine/cpu/conv.h"
 
 #include <omp.h>
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <vector>
 #include "engine/cpu/matmul.h"
 
@@ -54,9 +53,9 @@ void im2col(const float* image, float* cols, const ConvGeometry& g) {
                     std::fill(out, out + g.OW, 0.f);
                     continue;
                 }
-                const float* in = plane + ih * g.W + (b - g.pad);
+                const float* in = plane + ih * g.W;
                 for (int64_t ow = 0; ow < ow_lo; ow++) out[ow] = 0.f;
-                for (int64_t ow = ow_lo; ow < ow_hi; ow++) out[ow] = in[ow * g.stride];
+                for (int64_t ow = ow_lo; ow < ow_hi; ow++) out[ow] = in[ow * g.stride + b - g.pad];
                 for (int64_t ow = ow_hi; ow < g.OW; ow++) out[ow] = 0.f;
             }
         }
@@ -78,8 +77,8 @@ void col2im(const float* cols, float* dx_image, const ConvGeometry& g) {
                 int64_t ih = oh * g.stride + a - g.pad;
                 if (ih < 0 || ih >= g.H) continue;
                 const float* in = row + oh * g.OW;
-                float* out = plane + ih * g.W + (b - g.pad);
-                for (int64_t ow = ow_lo; ow < ow_hi; ow++) out[ow * g.stride] += in[ow];
+                float* out = plane + ih * g.W;
+                for (int64_t ow = ow_lo; ow < ow_hi; ow++) out[ow * g.stride + b - g.pad] += in[ow];
             }
         }
     }
