@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <functional>
 #include <string>
@@ -41,19 +42,29 @@ struct Options {
 };
 
 struct Timing {
-    double median_ms = 0, min_ms = 0;
+    double median_ms = 0, min_ms = 0;  // wall clock
+    double cpu_ms = 0;                 // median CPU time of the process (all threads)
 };
 
-Timing summarize(std::vector<double> ms) {
-    std::sort(ms.begin(), ms.end());
-    size_t n = ms.size();
-    return {n % 2 ? ms[n / 2] : (ms[n / 2 - 1] + ms[n / 2]) / 2, ms[0]};
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    size_t n = v.size();
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-double elapsed_ms(const std::function<void()>& f) {
+double process_cpu_ms() {
+    timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+// One call of f: its wall time and the process CPU time it used.
+std::pair<double, double> measure(const std::function<void()>& f) {
+    double c0 = process_cpu_ms();
     auto t0 = std::chrono::steady_clock::now();
     f();
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    double wall = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    return {wall, process_cpu_ms() - c0};
 }
 
 // Times `ours` and `ref` alternately, rep by rep, so that a burst of load from other processes
@@ -61,12 +72,19 @@ double elapsed_ms(const std::function<void()>& f) {
 std::pair<Timing, Timing> time_pair(const std::function<void()>& ours, const std::function<void()>& ref,
                                     const Options& opt) {
     for (int i = 0; i < opt.warmup; i++) ours(), ref();
-    std::vector<double> a(opt.reps), b(opt.reps);
+    std::vector<double> wall[2], cpu[2];
     for (int i = 0; i < opt.reps; i++) {
-        a[i] = elapsed_ms(ours);
-        b[i] = elapsed_ms(ref);
+        int k = 0;
+        for (const auto* f : {&ours, &ref}) {
+            auto [w, c] = measure(*f);
+            wall[k].push_back(w);
+            cpu[k++].push_back(c);
+        }
     }
-    return {summarize(a), summarize(b)};
+    auto summary = [&](int k) {
+        return Timing{median(wall[k]), *std::min_element(wall[k].begin(), wall[k].end()), median(cpu[k])};
+    };
+    return {summary(0), summary(1)};
 }
 
 void emit(const json& j) {
@@ -121,11 +139,13 @@ void bench_gemm(const GemmCase& c, const Options& opt) {
     auto [ours, r] = time_pair(c.ours, ref, opt);
     double flops = 2.0 * c.batch * c.M * c.N * c.K;
     emit({{"kernel", c.name}, {"op", c.op}, {"shape", c.shape}, {"flops", flops}, {"ms", round3(ours.median_ms)},
-          {"ms_min", round3(ours.min_ms)}, {"gflops", round3(flops / ours.median_ms / 1e6)},
+          {"ms_min", round3(ours.min_ms)},
+          {"cpu_ms", round3(ours.cpu_ms)}, {"gflops", round3(flops / ours.median_ms / 1e6)},
           {"ref", fmt::format("cblas_sgemm {}{}{}", c.ta ? "T" : "N", c.tb ? "T" : "N",
                               c.batch > 1 ? fmt::format(", serial loop of {}", c.batch) : "")},
           {"ref_ms", round3(r.median_ms)}, {"ref_ms_min", round3(r.min_ms)},
-          {"ref_gflops", round3(flops / r.median_ms / 1e6)}, {"ratio", round3(r.median_ms / ours.median_ms)}});
+          {"ref_cpu_ms", round3(r.cpu_ms)}, {"ref_gflops", round3(flops / r.median_ms / 1e6)},
+          {"ratio", round3(r.median_ms / ours.median_ms)}});
 }
 
 void matmul_benches(const Options& opt, const std::function<bool(const std::string&)>& wanted) {
@@ -205,9 +225,11 @@ void bench_memory(const std::string& name, const std::string& shape, double byte
     auto [t, r] = time_pair(f, [&] { copy(); }, opt);
     double gbs = bytes / t.median_ms / 1e6, ref_gbs = bytes / r.median_ms / 1e6;
     emit({{"kernel", name}, {"shape", shape}, {"bytes", bytes}, {"bytes_model", model},
-          {"ms", round3(t.median_ms)}, {"ms_min", round3(t.min_ms)}, {"gb_s", round3(gbs)},
+          {"ms", round3(t.median_ms)}, {"ms_min", round3(t.min_ms)}, {"cpu_ms", round3(t.cpu_ms)},
+          {"gb_s", round3(gbs)},
           {"ref", "OpenMP memcpy of the same byte count"}, {"ref_ms", round3(r.median_ms)},
-          {"ref_ms_min", round3(r.min_ms)}, {"ref_gb_s", round3(ref_gbs)}, {"ratio", round3(gbs / ref_gbs)}});
+          {"ref_ms_min", round3(r.min_ms)}, {"ref_cpu_ms", round3(r.cpu_ms)}, {"ref_gb_s", round3(ref_gbs)},
+          {"ratio", round3(gbs / ref_gbs)}});
 }
 
 // Times the backward closure of y's node on its own: no forward, and the graph is not released
@@ -319,7 +341,8 @@ int main(int argc, char** argv) {
             {"loadavg_at_start", load_average()}}},
           {"reps", opt.reps},
           {"warmup", opt.warmup},
-          {"statistic", "median ms over reps; ratio compares with the reference timed in the same run"}});
+          {"statistic", "ms: median wall time over reps; cpu_ms: median process CPU time (all threads); "
+                        "ratio: against the reference timed alternately in the same run"}});
 
     auto wanted = [&](const std::string& name) { return name.find(opt.filter) != std::string::npos; };
     matmul_benches(opt, wanted);
