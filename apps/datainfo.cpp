@@ -3,14 +3,17 @@
 //
 //   apps/datainfo --dataset ptb --data-dir ../shared/data/ptb
 //   apps/datainfo --dataset folder --data-dir ../shared/data/cifar10-jpeg --decode
+//   apps/datainfo --dataset cifar10-jpeg --bench-loader --randaug 2     (loader throughput)
 #include <CLI/CLI.hpp>
 
+#include <sys/resource.h>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include "data/cifar.h"
 #include "data/image_codec.h"
 #include "data/image_folder.h"
+#include "data/loader.h"
 #include "data/paths.h"
 #include "data/text.h"
 #include "engine/error.h"
@@ -102,6 +105,56 @@ static void print_folder(const std::string& dir, bool decode, int threads) {
     }
 }
 
+static double cpu_seconds() {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return u.ru_utime.tv_sec + u.ru_utime.tv_usec * 1e-6 + u.ru_stime.tv_sec + u.ru_stime.tv_usec * 1e-6;
+}
+
+struct BenchOptions {
+    std::string split = "train";
+    int64_t batch = 128;
+    int workers = 2, prefetch = 4, randaug = 0, epochs = 1;
+    float randaug_m = 9;
+};
+
+// The loader alone: decode the split once, then time epochs of shuffled, augmented (crop 4 + flip,
+// RandAugment when asked), normalized batches, consumed as fast as they come.
+static void bench_loader(const std::string& dataset, const std::string& dir, const BenchOptions& b, int threads) {
+    data::ImageSet set;
+    auto t0 = std::chrono::steady_clock::now();
+    if (dataset == "cifar10" || dataset == "cifar100")
+        set = data::load_cifar(dataset == "cifar10" ? data::CifarKind::Cifar10 : data::CifarKind::Cifar100, dir, b.split);
+    else {
+        data::FolderOptions fo;
+        fo.threads = threads;
+        set = data::load_image_folder((fs::path(dir) / b.split).string(), fo);
+    }
+    double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("loaded %s: %s images %dx%d in %.2f s\n", set.source.c_str(), commas(set.n).c_str(), set.h, set.w,
+                load_s);
+    data::LoaderOptions opt;
+    opt.batch_size = b.batch;
+    opt.workers = b.workers;
+    opt.prefetch = b.prefetch;
+    opt.augment = data::cifar_augment(b.randaug, b.randaug_m);
+    opt.normalize = data::cifar10_normalize();
+    data::ImageLoader loader(set, opt);
+    int64_t images = 0;
+    double cpu0 = cpu_seconds();
+    auto w0 = std::chrono::steady_clock::now();
+    for (int e = 0; e < b.epochs; e++) {
+        loader.start_epoch(e);
+        data::ImageBatch batch;
+        while (loader.next(batch)) images += batch.images.size(0);
+    }
+    double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+    double cpu = cpu_seconds() - cpu0;
+    std::printf("loader: augment %s, batch %lld, %d workers, prefetch %d: %s images in %.2f s = %.0f images/s "
+                "(%.0f images per CPU-second)\n", opt.augment.describe().c_str(), (long long)b.batch, b.workers,
+                b.prefetch, commas(images).c_str(), wall, images / wall, images / cpu);
+}
+
 int main(int argc, char** argv) {
     CLI::App app{"datainfo: per split, the token count and vocabulary size of a text data set, or the images per "
                  "class of an image data set"};
@@ -118,14 +171,27 @@ int main(int argc, char** argv) {
     app.add_option("--level", level, "text level for --dataset text: word|char|byte")
         ->check(CLI::IsMember({"word", "char", "byte"}));
     app.add_flag("--decode", decode, "folder: decode every image (checks them all and times it) instead of counting files");
-    app.add_option("--threads", threads, "decoding threads for --decode (0: OpenMP default)");
+    app.add_option("--threads", threads, "decoding threads for --decode and --bench-loader (0: OpenMP default)");
+    bool bench = false;
+    BenchOptions b;
+    app.add_flag("--bench-loader", bench, "image data sets: time the loader alone (augment + batch) on --split");
+    app.add_option("--split", b.split, "--bench-loader: the split to load");
+    app.add_option("--batch", b.batch, "--bench-loader: batch size");
+    app.add_option("--workers", b.workers, "--bench-loader: loader threads (0: on the consumer's thread)");
+    app.add_option("--prefetch", b.prefetch, "--bench-loader: batches in flight ahead of the consumer");
+    app.add_option("--randaug", b.randaug, "--bench-loader: RandAugment ops per image (0: crop + flip only)");
+    app.add_option("--randaug-m", b.randaug_m, "--bench-loader: RandAugment magnitude (0..30)");
+    app.add_option("--epochs", b.epochs, "--bench-loader: epochs to time");
     CLI11_PARSE(app, argc, argv);
 
     const bool defaulted = dir.empty();
     try {
         if (defaulted) dir = data::default_data_dir(dataset);
         engine::check(!dir.empty(), "--dataset {} needs --data-dir", dataset);
-        if (data::is_text_dataset(dataset)) print_text(dataset, dir, level);
+        if (bench) {
+            engine::check(!data::is_text_dataset(dataset), "--bench-loader is for image data sets, not {}", dataset);
+            bench_loader(dataset, dir, b, threads);
+        } else if (data::is_text_dataset(dataset)) print_text(dataset, dir, level);
         else if (dataset == "cifar10" || dataset == "cifar100") print_cifar(dataset, dir);
         else print_folder(dir, decode, threads);
     } catch (const engine::Error& e) {
