@@ -1,0 +1,98 @@
+// init/registry.cpp: the table of every initialization scheme (name, one-line summary, whether it
+// needs an init batch, function) and apply(), which runs "a+b+c" left to right.
+//
+// The table is written out by hand, one line per scheme, so --help lists exactly what exists.
+// "normal:STD" is the one parameterized name: the registry parses STD into Options::normal_std.
+#include <cerrno>
+#include <cstdlib>
+#include <fmt/format.h>
+#include "engine/error.h"
+#include "init/fixup.h"
+#include "init/init.h"
+#include "init/mimetic.h"
+#include "init/smallemb.h"
+#include "init/standard.h"
+
+namespace init {
+
+const std::vector<SchemeInfo>& schemes() {
+    static const std::vector<SchemeInfo> table = {
+        {"torch", "PyTorch defaults: Linear/Conv U(±1/√fan_in) weight and bias, Embedding N(0,1), LSTM U(±1/√H), "
+                  "norms 1/0", false, torch_init},
+        {"timm", "trunc-normal(0, 0.02) weights, zero biases, norms 1/0, class token and learned PE trunc-normal "
+                 "0.02 (the vision papers' baseline)", false, timm_init},
+        {"xavier", "Glorot uniform U(±gain·√(6/(fan_in+fan_out))), zero biases", false, xavier_uniform_init},
+        {"xavier-normal", "Glorot normal N(0, gain²·2/(fan_in+fan_out)), zero biases", false, xavier_normal_init},
+        {"kaiming", "He normal, fan_in, ReLU gain: N(0, 2/fan_in), zero biases", false, kaiming_normal_init},
+        {"kaiming-uniform", "He uniform, fan_in, ReLU gain: U(±√(6/fan_in)), zero biases", false,
+         kaiming_uniform_init},
+        {"lecun", "LeCun normal N(0, 1/fan_in), zero biases", false, lecun_normal_init},
+        {"normal:STD", "N(0, STD²) weights (plain 'normal': 0.02), zero biases", false, normal_init},
+        {"orthogonal", "orthogonal weights × gain (WᵀW = gain²·I), zero biases", false, orthogonal_init},
+        {"mimetic", "Trockman & Kolter: per head W_qW_kᵀ = rank-k part of α₁Z+β₁I, per layer W_vW_proj = α₂Z−β₂I "
+                    "(needs MultiHeadAttention)", false, mimetic_init},
+        {"smallemb", "BlinkDL SmallInitEmb: token embedding U(±1e-4), learned PE 0; the model needs a LayerNorm "
+                     "after the embedding", false, smallemb_init},
+        {"t-fixup", "Huang et al. 2020, encoder form: Xavier attention/MLP, then v/proj/MLP weights and a token "
+                    "embedding N(0, std d^-1/2) × 0.67·N^(-1/4)", false, tfixup_init},
+        {"zero-attn", "ZerO-style attention (Zhao et al.): W_q = 0, W_k = I per layer. LayerScale, the third "
+                      "baseline, is a model option (--layerscale EPS), not a scheme", false, zero_attn_init},
+    };
+    return table;
+}
+
+static std::string trim(const std::string& s) {
+    size_t a = s.find_first_not_of(" \t"), b = s.find_last_not_of(" \t");
+    return a == std::string::npos ? "" : s.substr(a, b - a + 1);
+}
+
+static std::string valid_names() {
+    std::string names;
+    for (auto& s : schemes()) names += (names.empty() ? "" : ", ") + s.name;
+    return names;
+}
+
+// The scheme a name refers to; for "normal:STD", `opt.normal_std` is set from STD.
+static const SchemeInfo& lookup(const std::string& name, Options& opt) {
+    std::string key = name;
+    if (name == "normal" || name.rfind("normal:", 0) == 0) {
+        key = "normal:STD";
+        if (name != "normal") {
+            std::string text = name.substr(7);
+            char* end = nullptr;
+            errno = 0;
+            double std = std::strtod(text.c_str(), &end);
+            engine::check(!text.empty() && end && *end == '\0' && errno == 0 && std >= 0 && std < 1e6,
+                          "init: 'normal:{}': STD must be a number >= 0, e.g. normal:0.02", text);
+            opt.normal_std = (float)std;
+        }
+    }
+    for (auto& s : schemes())
+        if (s.name == key) return s;
+    engine::fail("init: unknown scheme '{}' (valid: {}; combine with '+', e.g. mimetic+smallemb)", name,
+                 valid_names());
+}
+
+Report apply(nn::Module& model, const std::string& spec, const Options& options, const InitData* data) {
+    engine::check(!trim(spec).empty(), "init: empty scheme name (valid: {})", valid_names());
+    // Resolve every name first, so a typo in the last part fails before anything is written.
+    std::vector<std::pair<const SchemeInfo*, Options>> steps;
+    size_t start = 0;
+    while (true) {
+        size_t plus = spec.find('+', start);
+        std::string part = trim(spec.substr(start, plus == std::string::npos ? std::string::npos : plus - start));
+        engine::check(!part.empty(), "init: '{}' has an empty part between '+' signs", spec);
+        Options opt = options;
+        const SchemeInfo& info = lookup(part, opt);
+        engine::check(!info.needs_data || (data && data->forward),
+                      "init: scheme '{}' needs an init batch (data-dependent) and none was given", part);
+        steps.push_back({&info, opt});
+        if (plus == std::string::npos) break;
+        start = plus + 1;
+    }
+    Report report;
+    for (auto& [info, opt] : steps) info->fn(model, opt, data, report);
+    return report;
+}
+
+}  // namespace init
