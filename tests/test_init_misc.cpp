@@ -1,9 +1,11 @@
 // tests/test_init_misc.cpp: smallemb (range, the LayerNorm after the embedding, PE at 0),
 // t-fixup (Xavier scaled by 0.67·N^(−1/4), embedding std), zero-attn (W_q = 0, W_k = I, uniform
-// attention), composition with mimetic, and their errors.
+// attention), composition with mimetic, and their errors; and the GAU-at-init estimate of
+// apps/gau_scale.h against measurement.
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include "apps/gau_scale.h"
 #include "engine/error.h"
 #include "engine/ops.h"
 #include "init/fixup.h"
@@ -174,4 +176,44 @@ TEST_CASE("zero-attn: W_q = 0, W_k = I, attention uniform at init", "[init]") {
     gc.s = 8;
     nn::GAULM gau(gc);
     CHECK_THROWS_WITH(init::apply(gau, "zero-attn"), Catch::Contains("zero-attn") && Catch::Contains("GAULM"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// GAU at init (apps/gau_scale): the refined estimate of rms(GAU(x))/rms(x) that keeps A's
+// off-diagonal mean, against measurement and against Su's s·ν⁶/n.
+
+static double gau_ratio(int64_t d, int64_t s, int64_t n, double lambda, bool causal, uint64_t seed) {
+    NoGrad ng;
+    manual_seed(seed);
+    nn::GAU gau(d, 2 * d, s, causal, false, false);
+    init::fill_normal(gau.hidden->weight, 0.f, (float)(lambda / std::sqrt((double)d)));
+    init::fill_normal(gau.out->weight, 0.f, (float)(lambda / std::sqrt(2.0 * d)));
+    Tensor x = Tensor::normal({1, n, d});
+    auto rms = [](const Tensor& t) {
+        double s2 = 0;
+        for (float v : t.to_vector()) s2 += (double)v * v;
+        return std::sqrt(s2 / t.numel());
+    };
+    return rms(gau.forward(x)) / rms(x);
+}
+
+TEST_CASE("GAU at init: the refined estimate is within 25% of the measured scale; Su's is ~5x low", "[init]") {
+    const int64_t d = 256, s = 128, n = 512;
+    for (bool causal : {false, true}) {
+        INFO((causal ? "causal" : "non-causal"));
+        double measured = (gau_ratio(d, s, n, 1.0, causal, 1) + gau_ratio(d, s, n, 1.0, causal, 2)) / 2;
+        gau_theory::Estimates est = gau_theory::estimate(d, s, n, 1.0, causal);
+        INFO("measured " << measured << ", refined " << est.refined << ", Su " << est.su);
+        CHECK(est.su == Approx(128 * std::pow(0.35578, 3) / 512).epsilon(1e-3));
+        CHECK(measured / est.refined > 0.8);
+        CHECK(measured / est.refined < 1.25);
+        CHECK(measured / est.su > 2.5);  // the off-diagonal term Su drops dominates at n = 512
+        // Every weight × ½: the refined factor follows the measured one (≈ λ⁹, not λ⁷).
+        double half = gau_ratio(d, s, n, 0.5, causal, 1) / gau_ratio(d, s, n, 1.0, causal, 1);
+        double predicted = gau_theory::estimate(d, s, n, 0.5, causal).refined / est.refined;
+        INFO("lambda 1/2: measured factor " << half << ", refined " << predicted);
+        CHECK(half / predicted > 0.8);
+        CHECK(half / predicted < 1.25);
+        CHECK(half < std::pow(0.5, 8));
+    }
 }
