@@ -1,0 +1,497 @@
+// apps/inspect_init.cpp: what an initialization scheme does to a model, layer by layer, before any
+// training.
+//
+//   ./apps/inspect_init --model vit-tiny --init mimetic
+//   ./apps/inspect_init --model vit-tiny --init impulse3 --json > imp3.jsonl
+//   ./apps/inspect_init --model lm --init mimetic+smallemb --png out/mimetic_lm
+//
+// Per transformer block it reports
+//   qk_diag_mean, qk_offdiag_rms   mean of the diagonal and rms of the off-diagonal entries of
+//                                  Σ_h W_q⁽ʰ⁾W_k⁽ʰ⁾ᵀ = q.weightᵀ·k.weight (d×d, the input space)
+//   vo_diag_mean, vo_offdiag_rms   the same for W_vW_proj = v.weightᵀ·proj.weightᵀ
+//   attn_self                      mean attention a token pays to itself (batch, heads, queries)
+//   act_std                        std of the block's output on one batch
+//   grad_std                       std of the loss gradient at the block's output (cross-entropy
+//                                  against random labels / next tokens)
+// and the init's own report (for impulse schemes the fit figures: MSE, hit rate, seconds).
+// --png DIR writes, for a few layers, W_qW_kᵀ and W_vW_proj (diverging colormap, symmetric about 0,
+// clipped at the 99.5th percentile of |entries|) and the attention map averaged over the batch and
+// the heads (sequential colormap, 0 to its maximum), as in Fig. 1–2 of the mimetic paper. The
+// PNGs are written by data/image_codec (the project compiles stb_image_write there, once).
+//
+// Inputs: random N(0, 1) images / uniform random tokens, unless --data-dir points at CIFAR-10
+// (binary release or an image folder such as ../shared/data/cifar10-jpeg; ViT models only).
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include "data/cifar.h"
+#include "data/image.h"
+#include "data/image_codec.h"
+#include "data/image_folder.h"
+#include "engine/error.h"
+#include "engine/ops.h"
+#include "engine/rng.h"
+#include "init/init.h"
+#include "nn/transformer.h"
+
+using namespace engine;
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+
+struct Args {
+    std::string model = "vit-tiny", init = "timm";
+    init::Options opt;
+    int64_t batch = 32, seq_len = 128, patch = 4, depth = 0;
+    std::string pool = "avg", pos = "", data_dir, png_dir, png_layers;
+    float pe_scale = 1.f, layerscale = 0.f;
+    bool post_ln = false, json_out = false;
+    uint64_t seed = 0;
+};
+
+// ---------------------------------------------------------------------------------------------
+// The model and its inputs
+
+struct Subject {
+    std::shared_ptr<nn::Module> module;
+    nn::ViT* vit = nullptr;
+    nn::TransformerLM* lm = nullptr;
+    std::vector<nn::TransformerBlock*> blocks;
+    std::string description;
+    Tensor inputs, targets;  // images [B,3,H,W] or ids [B,T]; labels [B] or next tokens [B,T]
+};
+
+static Subject build(const Args& a) {
+    Subject s;
+    if (a.model == "vit-tiny" || a.model == "vit-small") {
+        nn::ViTConfig c = a.model == "vit-tiny" ? nn::ViTConfig::tiny() : nn::ViTConfig::small();
+        c.patch = a.patch;
+        c.pool = a.pool;
+        c.pos = a.pos.empty() ? "sincos2d" : a.pos;
+        c.pe_scale = a.pe_scale;
+        c.layerscale = a.layerscale;
+        if (a.depth > 0) c.depth = a.depth;
+        auto vit = std::make_shared<nn::ViT>(c);
+        s.vit = vit.get();
+        s.module = vit;
+        for (auto& b : *vit->blocks) s.blocks.push_back(b.get());
+        s.description = fmt::format("{} (ViT {}/{}/{}, patch {} on {}x{}, {} pooling, {} PE)", a.model, c.dim, c.depth,
+                                    c.heads, c.patch, c.image_size, c.image_size, c.pool, c.pos);
+    } else {
+        nn::LMConfig c;
+        if (a.model == "lm") {  // the mimetic paper's char-PTB transformer: 384 wide, 12 deep, 8 heads
+            c.dim = 384;
+            c.depth = 12;
+            c.heads = 8;
+        } else {  // lm-small
+            c.dim = 128;
+            c.depth = 4;
+            c.heads = 4;
+        }
+        c.vocab = 50;
+        c.max_len = a.seq_len;
+        c.pos = a.pos.empty() ? "sinusoidal" : a.pos;
+        c.pre_norm = !a.post_ln;
+        c.emb_norm = c.pre_norm && a.init.find("smallemb") != std::string::npos;
+        c.layerscale = a.layerscale;
+        if (a.depth > 0) c.depth = a.depth;
+        auto lm = std::make_shared<nn::TransformerLM>(c);
+        s.lm = lm.get();
+        s.module = lm;
+        for (auto& b : *lm->blocks) s.blocks.push_back(b.get());
+        s.description = fmt::format("{} (TransformerLM {}/{}/{}, vocab {}, {}{}, {} PE, {} tokens)", a.model, c.dim,
+                                    c.depth, c.heads, c.vocab, c.pre_norm ? "Pre-LN" : "Post-LN",
+                                    c.emb_norm ? " + emb_norm" : "", c.pos, a.seq_len);
+    }
+    s.module->eval();
+    return s;
+}
+
+// CIFAR-10 images for the ViT: the binary release, or an image folder (its test/ split if it has
+// one), the first `batch` images.
+static void load_images(const Args& a, Subject& s) {
+    data::ImageSet set;
+    bool binary = true;
+    try {
+        for (auto& f : data::cifar_files(data::CifarKind::Cifar10, a.data_dir, "test"))
+            if (!fs::exists(f)) binary = false;
+    } catch (const Error&) {
+        binary = false;
+    }
+    if (binary) {
+        set = data::load_cifar(data::CifarKind::Cifar10, a.data_dir, "test");
+    } else {
+        std::string dir = fs::is_directory(fs::path(a.data_dir) / "test") ? a.data_dir + "/test" : a.data_dir;
+        data::FolderOptions fo;
+        fo.max_per_class = std::max<int64_t>(1, (a.batch + 9) / 10);
+        set = data::load_image_folder(dir, fo);
+    }
+    check(set.h == s.vit->cfg.image_size && set.w == s.vit->cfg.image_size, "inspect_init: images in {} are {}x{}, "
+          "the model takes {}x{}", a.data_dir, set.h, set.w, s.vit->cfg.image_size, s.vit->cfg.image_size);
+    // Spread the batch over the classes: every k-th image.
+    std::vector<int64_t> idx;
+    int64_t n = std::min<int64_t>(a.batch, set.n), step = std::max<int64_t>(1, set.n / n);
+    for (int64_t i = 0; i < n; i++) idx.push_back(i * step);
+    s.inputs = data::images_tensor(set, idx, data::cifar10_normalize());
+    s.targets = data::labels_tensor(set, idx);
+    check(set.num_classes() <= s.vit->cfg.num_classes, "inspect_init: {} has {} classes, the head has {}",
+          a.data_dir, set.num_classes(), s.vit->cfg.num_classes);
+}
+
+static void make_inputs(const Args& a, Subject& s) {
+    if (s.vit) {
+        if (!a.data_dir.empty()) return load_images(a, s);
+        int64_t hw = s.vit->cfg.image_size;
+        s.inputs = Tensor::normal({a.batch, 3, hw, hw});
+        s.targets = Tensor::randint({a.batch}, 0, (int32_t)s.vit->cfg.num_classes);
+    } else {
+        s.inputs = Tensor::randint({a.batch, a.seq_len}, 0, (int32_t)s.lm->cfg.vocab);
+        s.targets = Tensor::randint({a.batch, a.seq_len}, 0, (int32_t)s.lm->cfg.vocab);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// One forward/backward with a probe after every block
+//
+// The models' forward() cannot expose the residual stream between blocks, so this mirrors
+// ViT::forward and TransformerLM::forward block by block (keep them in step). After block l the
+// stream gets + probe_l, a zero leaf that requires grad: its gradient is dL/d(block l's output).
+
+struct LayerStats {
+    double qk_diag = 0, qk_off = 0, vo_diag = 0, vo_off = 0, attn_self = 0, act_std = 0, grad_std = 0;
+    Tensor qk, vo, attn;  // [d,d], [d,d], [T,T] (mean over batch and heads)
+};
+
+static double std_of(const Tensor& t) {
+    const float* p = t.data_f32();
+    double s = 0, s2 = 0;
+    for (int64_t i = 0; i < t.numel(); i++) s += p[i];
+    double m = s / t.numel();
+    for (int64_t i = 0; i < t.numel(); i++) s2 += (p[i] - m) * (p[i] - m);
+    return std::sqrt(s2 / t.numel());
+}
+
+static void matrix_stats(const Tensor& m, double& diag_mean, double& offdiag_rms) {
+    int64_t d = m.size(0);
+    const float* p = m.data_f32();
+    double diag = 0, off = 0;
+    for (int64_t i = 0; i < d; i++)
+        for (int64_t j = 0; j < d; j++) {
+            double v = p[i * d + j];
+            if (i == j) diag += v;
+            else off += v * v;
+        }
+    diag_mean = diag / d;
+    offdiag_rms = std::sqrt(off / (double)(d * d - d));
+}
+
+static std::vector<LayerStats> inspect(Subject& s) {
+    std::vector<LayerStats> out(s.blocks.size());
+    {
+        NoGrad ng;
+        for (size_t l = 0; l < s.blocks.size(); l++) {
+            auto& a = *s.blocks[l]->attn;
+            out[l].qk = matmul(a.q->weight, a.k->weight, true, false);    // q.weightᵀ·k.weight
+            out[l].vo = matmul(a.v->weight, a.proj->weight, true, true);  // v.weightᵀ·proj.weightᵀ
+            matrix_stats(out[l].qk, out[l].qk_diag, out[l].qk_off);
+            matrix_stats(out[l].vo, out[l].vo_diag, out[l].vo_off);
+        }
+    }
+    s.module->zero_grad();
+    Tensor x;
+    if (s.vit) {
+        x = s.vit->embed(s.inputs);
+    } else {
+        auto& lm = *s.lm;
+        int64_t T = s.inputs.size(1);
+        x = lm.tok_emb->forward(s.inputs);
+        if (lm.cfg.emb_scale != 1.f) x = mul(x, lm.cfg.emb_scale);
+        if (lm.pos_embed.defined()) x = add(x, lm.pos_embed.narrow(0, 0, T));
+        if (lm.emb_norm) x = lm.emb_norm->forward(x);
+        x = lm.drop->forward(x);
+    }
+    std::vector<Tensor> probes, acts;
+    for (size_t l = 0; l < s.blocks.size(); l++) {
+        auto& b = *s.blocks[l];
+        {
+            NoGrad ng;
+            Tensor maps = b.attn->attention_map(b.pre_norm ? b.norm1->forward(x) : x);  // [B, H, T, T]
+            int64_t T = maps.size(2);
+            out[l].attn = mean(maps.reshape({-1, T, T}), {0});
+            const float* p = out[l].attn.data_f32();
+            double self = 0;
+            for (int64_t i = 0; i < T; i++) self += p[i * T + i];
+            out[l].attn_self = self / T;
+        }
+        x = b.forward(x);
+        Tensor probe = Tensor::zeros(x.shape());
+        probe.requires_grad_(true);
+        x = add(x, probe);
+        probes.push_back(probe);
+        acts.push_back(x.detach());
+    }
+    Tensor logits;
+    if (s.vit) {
+        x = s.vit->norm->forward(x);
+        Tensor pooled = s.vit->cls_token.defined() ? x.narrow(1, 0, 1).reshape({x.size(0), s.vit->cfg.dim})
+                                                   : mean(x, {1});
+        logits = s.vit->head->forward(pooled);
+    } else {
+        if (s.lm->norm) x = s.lm->norm->forward(x);
+        logits = s.lm->head ? s.lm->head->forward(x) : linear(x, s.lm->tok_emb->weight);
+    }
+    cross_entropy(logits, s.targets).backward();
+    for (size_t l = 0; l < s.blocks.size(); l++) {
+        out[l].act_std = std_of(acts[l]);
+        Tensor g = probes[l].grad();
+        out[l].grad_std = g.defined() ? std_of(g) : 0.0;
+    }
+    return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pictures
+
+struct Rgb {
+    float r, g, b;
+};
+
+static Rgb lerp(Rgb a, Rgb b, float t) { return {a.r + (b.r - a.r) * t, a.g + (b.g - a.g) * t, a.b + (b.b - a.b) * t}; }
+
+// Piecewise-linear colormap through evenly spaced anchors, t in [0, 1].
+static Rgb colormap(const std::vector<Rgb>& anchors, float t) {
+    t = std::clamp(t, 0.f, 1.f) * (float)(anchors.size() - 1);
+    size_t i = std::min((size_t)t, anchors.size() - 2);
+    return lerp(anchors[i], anchors[i + 1], t - (float)i);
+}
+
+// Blue - white - red (ColorBrewer RdBu ends) for signed matrices; viridis anchors for maps.
+static const std::vector<Rgb> kDiverging = {{33, 102, 172}, {247, 247, 247}, {178, 24, 43}};
+static const std::vector<Rgb> kSequential = {{68, 1, 84}, {59, 82, 139}, {33, 145, 140}, {94, 201, 98}, {253, 231, 37}};
+
+// Writes m [rows, cols] as a PNG, each entry a square of pixels so the image is >= 384 px.
+// signed_scale > 0: diverging, −scale..scale; otherwise sequential 0..max.
+static void write_matrix_png(const std::string& path, const Tensor& m, float signed_scale) {
+    int64_t rows = m.size(0), cols = m.size(1);
+    int px = (int)std::max<int64_t>(1, (384 + std::max(rows, cols) - 1) / std::max(rows, cols));
+    const float* p = m.data_f32();
+    float maxv = 0;
+    for (int64_t i = 0; i < rows * cols; i++) maxv = std::max(maxv, p[i]);
+    int h = (int)rows * px, w = (int)cols * px;
+    std::vector<uint8_t> rgb((size_t)h * w * 3);
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++) {
+            float v = p[(y / px) * cols + x / px];
+            Rgb c = signed_scale > 0 ? colormap(kDiverging, 0.5f + 0.5f * v / signed_scale)
+                                     : colormap(kSequential, maxv > 0 ? v / maxv : 0.f);
+            uint8_t* o = &rgb[((size_t)y * w + x) * 3];
+            o[0] = (uint8_t)std::lround(c.r);
+            o[1] = (uint8_t)std::lround(c.g);
+            o[2] = (uint8_t)std::lround(c.b);
+        }
+    data::write_png(path, rgb.data(), h, w);
+}
+
+// The 99.5th percentile of |entries|: the diagonal may saturate, the noise stays visible.
+static float robust_scale(const Tensor& m) {
+    std::vector<float> a = m.to_vector();
+    for (float& v : a) v = std::fabs(v);
+    size_t k = std::min(a.size() - 1, (size_t)(0.995 * a.size()));
+    std::nth_element(a.begin(), a.begin() + k, a.end());
+    return a[k] > 0 ? a[k] : 1.f;
+}
+
+static std::vector<size_t> png_layer_list(const std::string& spec, size_t depth) {
+    std::vector<size_t> out;
+    if (spec.empty()) {
+        out = {0, depth / 3, (2 * depth) / 3, depth - 1};
+    } else {
+        size_t start = 0;
+        while (start <= spec.size()) {
+            size_t comma = spec.find(',', start);
+            std::string item = spec.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+            char* end = nullptr;
+            long v = std::strtol(item.c_str(), &end, 10);
+            check(!item.empty() && *end == '\0' && v >= 0 && (size_t)v < depth,
+                  "inspect_init: --png-layers '{}': '{}' is not a layer in [0, {})", spec, item, depth);
+            out.push_back((size_t)v);
+            if (comma == std::string::npos) break;
+            start = comma + 1;
+        }
+    }
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+    return out;
+}
+
+static void write_pngs(const Args& a, const std::vector<LayerStats>& stats) {
+    fs::create_directories(a.png_dir);
+    for (size_t l : png_layer_list(a.png_layers, stats.size())) {
+        auto name = [&](const char* what) { return fmt::format("{}/{}_layer{:02d}.png", a.png_dir, what, l); };
+        float qs = robust_scale(stats[l].qk), vs = robust_scale(stats[l].vo);
+        write_matrix_png(name("qk"), stats[l].qk, qs);
+        write_matrix_png(name("vo"), stats[l].vo, vs);
+        write_matrix_png(name("attn"), stats[l].attn, 0.f);
+        std::fprintf(stderr, "png: %s (±%.3g), %s (±%.3g), %s\n", name("qk").c_str(), qs, name("vo").c_str(), vs,
+                     name("attn").c_str());
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+static int run(const Args& a) {
+    manual_seed(a.seed);
+    Subject s = build(a);
+    if (!a.png_dir.empty()) {
+        try {
+            png_layer_list(a.png_layers, s.blocks.size());
+        } catch (const Error& e) {
+            std::fprintf(stderr, "%s\n", e.what());
+            return 2;
+        }
+    }
+    make_inputs(a, s);
+    Tensor init_inputs = s.inputs;
+    init::InitData data{[&] {
+                            NoGrad ng;
+                            if (s.vit) s.vit->forward(init_inputs);
+                            else s.lm->forward(init_inputs);
+                        },
+                        init_inputs.size(0)};
+    init::Report report = init::apply(*s.module, a.init, a.opt, &data);
+    FILE* text = a.json_out ? stderr : stdout;
+    std::fprintf(text, "inspect_init: %s, init %s, seed %llu, batch %lld %s\n", s.description.c_str(),
+                 a.init.c_str(), (unsigned long long)a.seed, (long long)s.inputs.size(0),
+                 !a.data_dir.empty() ? ("images from " + a.data_dir).c_str()
+                 : s.vit           ? "random N(0,1) images, random labels"
+                                   : "random tokens, random targets");
+    for (auto& line : report.lines) std::fprintf(text, "init: %s\n", line.c_str());
+    for (auto& [k, v] : report.figures) std::fprintf(text, "figure: %s = %.6g\n", k.c_str(), v);
+
+    std::vector<LayerStats> stats = inspect(s);
+    if (a.json_out) {
+        for (size_t l = 0; l < stats.size(); l++) {
+            auto& st = stats[l];
+            json j = {{"layer", l},           {"qk_diag_mean", st.qk_diag}, {"qk_offdiag_rms", st.qk_off},
+                      {"vo_diag_mean", st.vo_diag}, {"vo_offdiag_rms", st.vo_off}, {"attn_self", st.attn_self},
+                      {"act_std", st.act_std}, {"grad_std", st.grad_std}};
+            std::printf("%s\n", j.dump().c_str());
+        }
+    } else {
+        std::printf("\n%5s %13s %15s %13s %15s %10s %10s %11s\n", "layer", "qk_diag_mean", "qk_offdiag_rms",
+                    "vo_diag_mean", "vo_offdiag_rms", "attn_self", "act_std", "grad_std");
+        for (size_t l = 0; l < stats.size(); l++) {
+            auto& st = stats[l];
+            std::printf("%5zu %13.4f %15.4f %13.4f %15.4f %10.4f %10.4f %11.3e\n", l, st.qk_diag, st.qk_off,
+                        st.vo_diag, st.vo_off, st.attn_self, st.act_std, st.grad_std);
+        }
+    }
+    std::fflush(stdout);
+    if (!a.png_dir.empty()) write_pngs(a, stats);
+    return 0;
+}
+
+// The first part of a "+"-composed --init that names no registered scheme ("" when all do), so a
+// typo is a usage error (exit 2) before any work. init::apply checks again, with STD values.
+static std::string unknown_scheme(const std::string& spec) {
+    size_t start = 0;
+    while (true) {
+        size_t plus = spec.find('+', start);
+        std::string part = spec.substr(start, plus == std::string::npos ? std::string::npos : plus - start);
+        part.erase(0, part.find_first_not_of(" \t"));
+        part.erase(part.find_last_not_of(" \t") + 1);
+        bool known = part == "normal" || part.rfind("normal:", 0) == 0;
+        for (auto& s : init::schemes()) known = known || s.name == part;
+        if (!known) return part.empty() ? "(empty)" : part;
+        if (plus == std::string::npos) return "";
+        start = plus + 1;
+    }
+}
+
+int main(int argc, char** argv) {
+    CLI::App app{"Inspect an initialization scheme per layer before training: W_qW_kᵀ and W_vW_proj diagonals, "
+                 "attention, activation and gradient scales (see the header of apps/inspect_init.cpp)."};
+    Args a;
+    std::string init_help = "initialization scheme(s), '+' composes (LayerScale is a model option: --layerscale):";
+    for (auto& s : init::schemes()) init_help += "\n  " + s.name + ": " + s.summary;
+    app.add_option("--model", a.model, "vit-tiny (192/12/3) | vit-small (384/12/6) on 32x32 | lm (TransformerLM "
+                                       "384/12/8, vocab 50) | lm-small (128/4/4)")
+        ->capture_default_str()->check(CLI::IsMember({"vit-tiny", "vit-small", "lm", "lm-small"}));
+    app.add_option("--init", a.init, init_help)->capture_default_str();
+    app.add_flag("--json", a.json_out, "one JSON object per layer per line on stdout (the text report goes to stderr)");
+    app.add_option("--png", a.png_dir, "write W_qW_kᵀ, W_vW_proj and attention-map PNGs of a few layers to this "
+                                       "folder (default: none)");
+    app.add_option("--png-layers", a.png_layers, "comma-separated layers for --png (default: first, 1/3, 2/3, last)");
+    app.add_option("--seed", a.seed, "random seed (model, inputs, init)")->capture_default_str();
+    app.add_option("--batch", a.batch, "inputs in the batch (also the init batch of data-dependent schemes)")
+        ->capture_default_str()->check(CLI::Range((int64_t)1, (int64_t)4096));
+    app.add_option("--data-dir", a.data_dir, "ViT only: CIFAR-10 (binary release folder, or an image folder such as "
+                                             "../shared/data/cifar10-jpeg) instead of random N(0,1) images; data-dependent schemes see "
+                                             "the same batch (default: random inputs; the LMs always use random "
+                                             "tokens until a text loader is wired in)");
+    app.add_option("--patch", a.patch, "ViT patch size")->capture_default_str()->check(CLI::PositiveNumber);
+    app.add_option("--pool", a.pool, "ViT pooling: avg (global average, what impulse needs) | cls")
+        ->capture_default_str()->check(CLI::IsMember({"avg", "cls"}));
+    app.add_option("--pos", a.pos, "position embedding (default: sincos2d for ViT, sinusoidal for LM): "
+                                   "sincos1d | sincos2d | learned (ViT); sinusoidal | learned | rope | none (LM)");
+    app.add_option("--pe-scale", a.pe_scale, "ViT position-embedding multiplier")->capture_default_str();
+    app.add_option("--depth", a.depth, "blocks (0: the preset's)")->capture_default_str()
+        ->check(CLI::Range((int64_t)0, (int64_t)64));
+    app.add_option("--layerscale", a.layerscale, "LayerScale on both residual branches with this init (0: off)")
+        ->capture_default_str();
+    app.add_option("--seq-len", a.seq_len, "LM sequence length")->capture_default_str()
+        ->check(CLI::Range((int64_t)2, (int64_t)4096));
+    app.add_flag("--post-ln", a.post_ln, "LM: Post-LN blocks (default Pre-LN)");
+    app.add_option("--gain", a.opt.gain, "xavier / kaiming / lecun / orthogonal gain")->capture_default_str();
+    app.add_option("--mimetic-alpha1", a.opt.mimetic_alpha1, "mimetic α₁ (Q/K noise)")->capture_default_str();
+    app.add_option("--mimetic-beta1", a.opt.mimetic_beta1, "mimetic β₁ (Q/K identity)")->capture_default_str();
+    app.add_option("--mimetic-alpha2", a.opt.mimetic_alpha2, "mimetic α₂ (V/proj noise)")->capture_default_str();
+    app.add_option("--mimetic-beta2", a.opt.mimetic_beta2, "mimetic β₂ (V/proj −identity)")->capture_default_str();
+    app.add_option("--mimetic-noise", a.opt.mimetic_noise, "mimetic Z: normal N(0,1/d) | uniform U(±√(3/d))")
+        ->capture_default_str()->check(CLI::IsMember({"normal", "uniform"}));
+    app.add_flag("!--no-mimetic-qk", a.opt.mimetic_qk, "mimetic ablation: leave Q/K alone");
+    app.add_flag("!--no-mimetic-vo", a.opt.mimetic_vo, "mimetic ablation: leave V/proj alone");
+    app.add_option("--impulse-iters", a.opt.impulse_iters, "impulse: Adam steps of the fit")->capture_default_str();
+    app.add_option("--impulse-lr", a.opt.impulse_lr, "impulse: Adam learning rate")->capture_default_str();
+    app.add_flag("--impulse-per-layer", a.opt.impulse_per_layer, "impulse: refit for every layer");
+    app.add_option("--lsuv-max-iters", a.opt.lsuv_max_iters, "lsuv: rounds per layer")->capture_default_str();
+    app.add_option("--lsuv-tol", a.opt.lsuv_tol, "lsuv: tolerance on |std − 1|")->capture_default_str();
+    app.add_option("--act-prob", a.opt.act_prob, "relu-quantile: fraction of active units")->capture_default_str();
+    app.add_option("--goal-std", a.opt.goal_std, "relu-quantile: post-activation std")->capture_default_str();
+    app.add_option("--tfixup-layers", a.opt.tfixup_layers, "t-fixup: N in 0.67·N^(-1/4) (0: the model's depth)")
+        ->capture_default_str();
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e) == 0 ? 0 : 2;
+    }
+    bool vit = a.model.rfind("vit", 0) == 0;
+    auto refuse = [](const std::string& msg) {
+        std::fprintf(stderr, "inspect_init: %s\n", msg.c_str());
+        return 2;
+    };
+    if (!vit && !a.data_dir.empty()) return refuse("--data-dir is for the ViT models; the LMs use random tokens");
+    if (!a.pos.empty()) {
+        std::vector<std::string> ok = vit ? std::vector<std::string>{"sincos1d", "sincos2d", "learned"}
+                                          : std::vector<std::string>{"sinusoidal", "learned", "rope", "none"};
+        if (std::find(ok.begin(), ok.end(), a.pos) == ok.end())
+            return refuse(fmt::format("--pos {} does not apply to {}", a.pos, a.model));
+    }
+    if (vit && 32 % a.patch != 0) return refuse(fmt::format("--patch {} does not divide 32", a.patch));
+    std::string bad = unknown_scheme(a.init);
+    if (!bad.empty()) {
+        std::string valid;
+        for (auto& s : init::schemes()) valid += (valid.empty() ? "" : ", ") + s.name;
+        return refuse(fmt::format("--init {}: unknown scheme '{}' (valid: {}; compose with '+')", a.init, bad, valid));
+    }
+    try {
+        return run(a);
+    } catch (const Error& e) {
+        std::fprintf(stderr, "inspect_init: %s\n", e.what());
+        return 1;
+    }
+}
