@@ -127,7 +127,7 @@ $(TEST_BIN): $(TEST_OBJ) $(LIB)
 bench: $(BENCHES)
 
 # The suite prints its own closing line "N passed, N failed".
-test: $(TEST_BIN)
+test: $(TEST_BIN) $(APPS)
 	./$(TEST_BIN)
 
 sanitize:

@@ -2,22 +2,26 @@
 #include "nn/optim.h"
 
 #include <cmath>
+#include <set>
 #include "engine/error.h"
+#include "nn/layers.h"
 
 namespace nn {
 
 using namespace engine;
 
-static bool is_embedding_like(const std::string& name) {
-    return name.find("emb") != std::string::npos || name.find("pos_embed") != std::string::npos ||
-           name.find("cls_token") != std::string::npos;
-}
-
 std::vector<ParamGroup> param_groups(const Module& model, float wd, bool no_decay_embeddings) {
+    // Embedding tables are found by module type (a name test for "emb" would also catch ViT's
+    // patch_embed, a conv kernel that timm decays); position embeddings and the class token by name.
+    std::set<const Tensor*> embeddings;
+    for (auto& [path, m] : const_cast<Module&>(model).named_modules())
+        if (auto* e = dynamic_cast<const Embedding*>(m)) embeddings.insert(&e->weight);
     ParamGroup decay, no_decay;
     decay.weight_decay = wd;
     for (auto& p : model.named_parameters()) {
-        bool skip = p.tensor->ndim() <= 1 || (no_decay_embeddings && is_embedding_like(p.name));
+        bool embedding_like = embeddings.count(p.tensor) || p.name.find("pos_embed") != std::string::npos ||
+                              p.name.find("cls_token") != std::string::npos;
+        bool skip = p.tensor->ndim() <= 1 || (no_decay_embeddings && embedding_like);
         (skip ? no_decay : decay).params.push_back(p);
     }
     return {decay, no_decay};

@@ -19,8 +19,8 @@ struct ParamGroup {
 };
 
 // Two groups from a model: decayed (matrices, conv kernels) and not decayed (every 1-d tensor:
-// biases, norm weights, LayerScale; plus embeddings, position embeddings and the class token
-// when no_decay_embeddings), the usual timm/nanoGPT split.
+// biases, norm weights, LayerScale; plus, when no_decay_embeddings, the tables of Embedding
+// modules, position embeddings and the class token), the usual timm/nanoGPT split.
 std::vector<ParamGroup> param_groups(const Module& model, float weight_decay, bool no_decay_embeddings = true);
 
 class Optimizer {

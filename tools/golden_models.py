@@ -81,10 +81,10 @@ class Params(dict):
 
 
 def decays(name, tensor):
-    """nn::param_groups(model, wd, no_decay_embeddings=true): no decay on 1-d tensors and on any
-    name containing "emb", "pos_embed" or "cls_token" (so ViT's patch_embed.weight, a conv kernel,
-    is not decayed either: the rule matches the substring "emb")."""
-    embedding_like = "emb" in name or "pos_embed" in name or "cls_token" in name
+    """nn::param_groups(model, wd, no_decay_embeddings=true): no decay on 1-d tensors, on the
+    weights of Embedding modules (tok_emb in our models) and on pos_embed / cls_token. ViT's
+    patch_embed.weight, a conv kernel, is decayed (as timm does)."""
+    embedding_like = name.startswith("tok_emb.") or "pos_embed" in name or "cls_token" in name
     return tensor.dim() > 1 and not embedding_like
 
 

@@ -1,0 +1,366 @@
+// apps/train_lm.cpp: train a language model (causal transformer, GAU stack or LSTM) on PTB
+// (word or char), WikiText-2/103 or a plain text corpus, with any initialization scheme.
+//
+//   ./apps/train_lm --model transformer --dataset ptb-char --init mimetic --epochs 1
+//   ./apps/train_lm --model lstm --dataset ptb --preset small --opt sgd --lr 1 --schedule step
+//
+// Protocols: bptt (Zaremba et al.: contiguous rows, every position scored; the LSTM carries its
+// state from batch to batch) and window (Bai et al.: windows of --seq-len tokens of which only the
+// last --scored count). Reports perplexity (word level) or bits per character (char level) on
+// valid every epoch and on test at the end.
+#include <CLI/CLI.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <omp.h>
+#include "apps/common/run.h"
+#include "data/lm_batch.h"
+#include "data/paths.h"
+#include "data/text.h"
+#include "engine/device.h"
+#include "engine/error.h"
+#include "engine/ops.h"
+#include "engine/rng.h"
+#include "init/init.h"
+#include "nn/checkpoint.h"
+#include "nn/gau.h"
+#include "nn/lstm.h"
+#include "nn/optim.h"
+#include "nn/transformer.h"
+
+using namespace engine;
+namespace fs = std::filesystem;
+
+struct Args {
+    std::string data_dir, dataset = "ptb-char", model = "transformer", level = "word", preset = "";
+    int64_t dim = 256, depth = 4, heads = 4, s = 128, max_len = 512;
+    std::string pos = "sinusoidal";
+    bool post_norm = false, gau_pre_norm = false, untied = false;
+    float dropout = 0.1f, emb_dropout = 0.f, word_dropout = 0.f;
+    std::string init = "torch";
+    init::Options init_opt;
+    std::string protocol = "bptt";
+    int64_t batch_size = 32, seq_len = 128, scored = 64;
+    int epochs = 10;
+    float lr = 1e-3f, min_lr = 1e-5f, weight_decay = 0.01f, clip_grad = 0.25f, lr_decay = 0.5f;
+    int warmup_steps = 0, decay_start = 4, plateau_patience = 0;
+    std::string opt = "adamw", schedule = "cosine";
+    int64_t max_steps = 0;  // stop an epoch early (quick runs); 0: whole epochs
+    int threads = 0, log_every = 50;
+    uint64_t seed = 0;
+    std::string out, device = "auto";
+    bool resume = false, nan_check = true;
+};
+
+// One interface over the three model families: logits for a batch, with the LSTM's state.
+struct LM {
+    std::shared_ptr<nn::Module> module;
+    std::function<Tensor(const Tensor& ids, bool carry)> forward;
+    std::function<void()> reset_state = [] {};
+};
+
+static LM build_model(const Args& a, int64_t vocab) {
+    LM lm;
+    if (a.model == "lstm") {
+        nn::LSTMConfig c = a.preset == "small" ? nn::LSTMConfig::small()
+                         : a.preset == "medium" ? nn::LSTMConfig::medium()
+                         : a.preset == "large" ? nn::LSTMConfig::large()
+                                               : nn::LSTMConfig{vocab, a.dim, a.depth, a.dropout, false};
+        c.vocab = vocab;  // Zaremba et al.'s output layer is its own (never tied)
+        auto m = std::make_shared<nn::LSTMLM>(c);
+        auto state = std::make_shared<std::vector<nn::LSTMState>>();
+        lm.forward = [m, state](const Tensor& ids, bool carry) {
+            if (!carry) state->clear();
+            nn::LSTMLM::detach(*state);
+            return m->forward(ids, *state);
+        };
+        lm.reset_state = [state] { state->clear(); };
+        lm.module = m;
+    } else if (a.model == "gau") {
+        nn::GAUConfig c;
+        c.vocab = vocab;
+        c.dim = a.dim;
+        c.depth = a.depth;
+        c.expansion = 2 * a.dim;
+        c.s = a.s;
+        c.post_norm = !a.gau_pre_norm;
+        c.tie_weights = !a.untied;
+        c.dropout = a.dropout;
+        auto m = std::make_shared<nn::GAULM>(c);
+        lm.forward = [m](const Tensor& ids, bool) { return m->forward(ids); };
+        lm.module = m;
+    } else {
+        nn::LMConfig c;
+        c.vocab = vocab;
+        c.dim = a.dim;
+        c.depth = a.depth;
+        c.heads = a.heads;
+        c.max_len = std::max(a.max_len, a.seq_len);
+        c.pos = a.pos;
+        c.pre_norm = !a.post_norm;
+        c.tie_weights = !a.untied;
+        c.emb_norm = a.init.find("smallemb") != std::string::npos && c.pre_norm;
+        c.dropout = a.dropout;
+        c.emb_dropout = a.emb_dropout;
+        c.word_dropout = a.word_dropout;
+        auto m = std::make_shared<nn::TransformerLM>(c);
+        lm.forward = [m](const Tensor& ids, bool) { return m->forward(ids); };
+        lm.module = m;
+    }
+    return lm;
+}
+
+// Targets with the unscored (context) positions set to cross_entropy's ignore_index.
+static Tensor scored_targets(const data::TokenBatch& b) {
+    Tensor t = b.targets.clone();
+    const float* w = b.weights.data_f32();
+    for (int64_t i = 0; i < t.numel(); i++)
+        if (w[i] == 0.f) t.data_i32()[i] = -100;
+    return t;
+}
+
+struct Batches {
+    std::unique_ptr<data::BpttBatches> bptt;
+    std::unique_ptr<data::WindowBatches> window;
+    int64_t size() const { return bptt ? bptt->size() : window->size(); }
+    data::TokenBatch get(int64_t i) const { return bptt ? bptt->get(i) : window->get(i); }
+};
+
+static Batches make_batches(const Args& a, const std::vector<int32_t>& stream, int64_t batch) {
+    Batches b;
+    if (a.protocol == "bptt") b.bptt = std::make_unique<data::BpttBatches>(stream, batch, a.seq_len);
+    else b.window = std::make_unique<data::WindowBatches>(stream, batch, a.seq_len, a.scored);
+    return b;
+}
+
+// Mean negative log-likelihood (nats per scored token) over a whole split.
+static double evaluate(LM& lm, const Args& a, const std::vector<int32_t>& stream) {
+    NoGrad ng;
+    lm.module->eval();
+    lm.reset_state();
+    Batches batches = make_batches(a, stream, std::min<int64_t>(a.batch_size, 10));
+    double nll = 0, count = 0;
+    for (int64_t i = 0; i < batches.size(); i++) {
+        data::TokenBatch b = batches.get(i);
+        Tensor logits = lm.forward(b.inputs, a.protocol == "bptt");
+        nll += cross_entropy(logits, scored_targets(b)).item() * (double)b.scored;
+        count += (double)b.scored;
+    }
+    lm.module->train();
+    lm.reset_state();
+    return nll / std::max(1.0, count);
+}
+
+static int run(Args& a, const apps::json& config) {
+    if (a.threads > 0) omp_set_num_threads(a.threads);
+    manual_seed(a.seed);
+    std::string dir = a.data_dir.empty() ? data::default_data_dir(a.dataset) : a.data_dir;
+    if (dir.empty() || !fs::is_directory(dir)) {
+        std::fprintf(stderr,
+                     "train_lm: no %s data in '%s'. Pass --data-dir DIR, or set INITLAB_DATA to the folder that holds\n"
+                     "%s/ (e.g. INITLAB_DATA=../shared/data), or fetch it with: data/download.sh %s\n",
+                     a.dataset.c_str(), dir.c_str(), data::dataset_folder(a.dataset).c_str(), a.dataset.c_str());
+        return 2;
+    }
+    data::CorpusOptions copt;
+    copt.level = data::parse_level(a.level);
+    data::TextCorpus corpus = data::load_corpus(a.dataset, dir, copt);
+    bool char_level = corpus.level != data::TextLevel::Word;
+    LM lm = build_model(a, corpus.vocab.size());
+    std::printf("train_lm: %s, %lld parameters; %s: %zu / %zu / %zu tokens, vocabulary %d\n", a.model.c_str(),
+                (long long)lm.module->num_parameters(), a.dataset.c_str(), corpus.train.size(), corpus.valid.size(),
+                corpus.test.size(), corpus.vocab.size());
+
+    Batches train = make_batches(a, corpus.train, a.batch_size);
+    data::TokenBatch first = train.get(0);
+    init::InitData init_data{[&] { NoGrad ng; lm.forward(first.inputs, false); }, first.inputs.size(0)};
+    init::Report report = init::apply(*lm.module, a.init, a.init_opt, &init_data);
+    for (auto& line : report.lines) std::printf("init: %s\n", line.c_str());
+
+    auto groups = nn::param_groups(*lm.module, a.weight_decay);
+    std::unique_ptr<nn::Optimizer> opt;
+    if (a.opt == "adamw") opt = std::make_unique<nn::Adam>(groups, a.lr, 0.9f, 0.999f, 1e-8f, true);
+    else opt = std::make_unique<nn::SGD>(groups, a.lr, 0.f, false);
+    int64_t steps_per_epoch = a.max_steps > 0 ? std::min(a.max_steps, train.size()) : train.size();
+    nn::WarmupCosine cosine{a.lr, a.min_lr, a.warmup_steps, a.epochs * steps_per_epoch};
+    nn::StepDecay step_decay{a.lr, a.lr_decay, a.decay_start, 1};
+    nn::ReduceOnPlateau plateau{a.lr, a.lr_decay, a.min_lr, 1e-4f, a.plateau_patience};
+
+    apps::RunDir out(a.out);
+    out.write_json("config.json", config);
+    corpus.vocab.save(out.enabled() ? out.path("vocab.txt") : "/dev/null");
+    int start_epoch = 0;
+    int64_t global_step = 0;
+    double best_valid = INFINITY;
+    if (a.resume) {
+        check(out.enabled() && fs::exists(out.path("last.safetensors")), "--resume: no checkpoint {}",
+              out.path("last.safetensors"));
+        auto meta = nn::load_checkpoint(out.path("last"), *lm.module, opt.get());
+        start_epoch = std::stoi(meta.at("epoch"));
+        global_step = std::stoll(meta.at("step"));
+        best_valid = std::stod(meta.at("best_valid"));
+        plateau.lr = opt->lr;
+        global_generator().manual_seed(a.seed);
+        global_generator().advance(std::stoull(meta.at("rng_offset")));
+    }
+    auto checkpoint = [&](const std::string& name, int epoch) {
+        if (!out.enabled()) return;
+        nn::save_checkpoint(out.path(name), *lm.module, opt.get(),
+                            {{"epoch", std::to_string(epoch)}, {"step", std::to_string(global_step)},
+                             {"best_valid", fmt::format("{}", best_valid)},
+                             {"rng_offset", std::to_string(global_generator().offset())}, {"init", a.init}});
+    };
+    auto metric = [&](double nll) { return char_level ? nll / std::log(2.0) : std::exp(nll); };
+    const char* metric_name = char_level ? "bpc" : "ppl";
+
+    apps::install_stop_handlers();
+    auto params = lm.module->parameters();
+    for (int epoch = start_epoch; epoch < a.epochs; epoch++) {
+        if (a.schedule == "step") opt->lr = step_decay.lr(epoch);
+        lm.reset_state();
+        apps::Progress bar(fmt::format("epoch {}/{}", epoch + 1, a.epochs), steps_per_epoch, "tok");
+        double nll_sum = 0, tokens = 0;
+        for (int64_t i = 0; i < steps_per_epoch; i++) {
+            data::TokenBatch b = train.get(i);
+            auto t0 = std::chrono::steady_clock::now();
+            if (a.schedule == "cosine") opt->lr = cosine.lr(global_step);
+            opt->zero_grad();
+            Tensor loss = cross_entropy(lm.forward(b.inputs, a.protocol == "bptt"), scored_targets(b));
+            float lv = loss.item();
+            if (a.nan_check && !std::isfinite(lv)) {
+                std::fprintf(stderr, "\ntrain_lm: loss is %f at epoch %d, step %lld; stopping. Last good checkpoint: %s\n",
+                             lv, epoch + 1, (long long)global_step,
+                             out.enabled() ? out.path("last.safetensors").c_str() : "(none: no --out)");
+                return 1;
+            }
+            loss.backward();
+            float gnorm = a.clip_grad > 0 ? nn::clip_grad_norm(params, a.clip_grad) : nn::grad_norm(params);
+            opt->step();
+            global_step++;
+            double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+            nll_sum += lv * (double)b.scored;
+            tokens += (double)b.scored;
+            bar.update(i + 1, (int64_t)tokens, fmt::format("{} {:.3f}", metric_name, metric(nll_sum / tokens)));
+            if (global_step % a.log_every == 0)
+                out.append_metrics({{"kind", "train"}, {"step", global_step}, {"epoch", epoch + (i + 1.0) / steps_per_epoch},
+                                    {"lr", opt->lr}, {"loss", lv}, {"grad_norm", gnorm}, {"ms_per_step", ms},
+                                    {"items_per_s", b.scored / (ms / 1000.0)}});
+            if (apps::stop_requested()) {
+                bar.finish();
+                checkpoint("last", epoch);  // resumes at the start of this epoch
+                std::fprintf(stderr, "train_lm: stopped in epoch %d; checkpoint %s (continue with --resume)\n", epoch + 1,
+                             out.enabled() ? out.path("last").c_str() : "(none: no --out)");
+                return apps::stop_exit_code();
+            }
+        }
+        bar.finish();
+        double valid = evaluate(lm, a, corpus.valid);
+        if (a.schedule == "plateau") opt->lr = plateau.update((float)valid);
+        std::printf("epoch %d: train %s %.4f, valid %s %.4f, lr %.3g\n", epoch + 1, metric_name,
+                    metric(nll_sum / std::max(1.0, tokens)), metric_name, metric(valid), opt->lr);
+        out.append_metrics({{"kind", "eval"}, {"step", global_step}, {"epoch", epoch + 1},
+                            {"train_" + std::string(metric_name), metric(nll_sum / std::max(1.0, tokens))},
+                            {"valid_" + std::string(metric_name), metric(valid)}, {"valid_loss", valid}});
+        if (valid < best_valid) {
+            best_valid = valid;
+            checkpoint("best", epoch + 1);
+        }
+        checkpoint("last", epoch + 1);
+    }
+    double test = evaluate(lm, a, corpus.test);
+    std::printf("test %s %.4f (valid best %.4f)\n", metric_name, metric(test), metric(best_valid));
+    out.write_json("result.json", {{"test_" + std::string(metric_name), metric(test)}, {"test_loss", test},
+                                   {"best_valid_" + std::string(metric_name), metric(best_valid)},
+                                   {"epochs", a.epochs}, {"steps", global_step}, {"init", a.init},
+                                   {"init_report", report.figures}, {"finished", apps::now_iso8601()}});
+    return 0;
+}
+
+int main(int argc, char** argv) {
+    CLI::App app{"Train a language model (transformer, GAU or LSTM) with any initialization scheme."};
+    Args a;
+    std::string init_help = "initialization scheme(s), '+' composes:";
+    for (auto& s : init::schemes()) init_help += "\n  " + s.name + ": " + s.summary;
+    app.add_option("--data-dir", a.data_dir, "data folder (default: $INITLAB_DATA/<dataset folder>, else data_local/)");
+    app.add_option("--dataset", a.dataset, "ptb | ptb-char | wikitext2 | wikitext103 | text")->capture_default_str()
+        ->check(CLI::IsMember({"ptb", "ptb-char", "wikitext2", "wikitext103", "text"}));
+    app.add_option("--level", a.level, "tokens of --dataset text: word | symbols | char | byte")->capture_default_str();
+    app.add_option("--model", a.model, "transformer | gau | lstm")->capture_default_str()
+        ->check(CLI::IsMember({"transformer", "gau", "lstm"}));
+    app.add_option("--preset", a.preset, "lstm: small | medium | large (Zaremba et al.)")
+        ->check(CLI::IsMember({"", "small", "medium", "large"}));
+    app.add_option("--dim", a.dim, "width (LSTM units)")->capture_default_str()->check(CLI::PositiveNumber);
+    app.add_option("--depth", a.depth, "blocks (LSTM layers)")->capture_default_str()->check(CLI::PositiveNumber);
+    app.add_option("--heads", a.heads, "attention heads (transformer)")->capture_default_str()->check(CLI::PositiveNumber);
+    app.add_option("--s", a.s, "GAU shared Q/K width s")->capture_default_str()->check(CLI::PositiveNumber);
+    app.add_option("--pos", a.pos, "transformer position embedding: sinusoidal | learned | rope | none")
+        ->capture_default_str()->check(CLI::IsMember({"sinusoidal", "learned", "rope", "none"}));
+    app.add_flag("--post-norm", a.post_norm, "transformer: Post-LN blocks (default Pre-LN)");
+    app.add_flag("--gau-pre-norm", a.gau_pre_norm, "GAU: Pre-Norm blocks (default Post-Norm, as FLASH/GAU-α)");
+    app.add_flag("--untied", a.untied, "do not tie the output layer to the embedding");
+    app.add_option("--dropout", a.dropout, "dropout")->capture_default_str()->check(CLI::Range(0.f, 0.99f));
+    app.add_option("--emb-dropout", a.emb_dropout, "dropout on the embedding output")->capture_default_str();
+    app.add_option("--word-dropout", a.word_dropout, "drop whole words from the embedding table")->capture_default_str();
+    app.add_option("--init", a.init, init_help)->capture_default_str();
+    app.add_option("--mimetic-alpha1", a.init_opt.mimetic_alpha1, "mimetic α₁")->capture_default_str();
+    app.add_option("--mimetic-beta1", a.init_opt.mimetic_beta1, "mimetic β₁")->capture_default_str();
+    app.add_option("--mimetic-alpha2", a.init_opt.mimetic_alpha2, "mimetic α₂")->capture_default_str();
+    app.add_option("--mimetic-beta2", a.init_opt.mimetic_beta2, "mimetic β₂")->capture_default_str();
+    app.add_option("--protocol", a.protocol, "bptt | window")->capture_default_str()
+        ->check(CLI::IsMember({"bptt", "window"}));
+    app.add_option("--batch-size", a.batch_size, "batch size (rows)")->capture_default_str()->check(CLI::PositiveNumber);
+    app.add_option("--seq-len", a.seq_len, "tokens per row and batch (bptt steps, or window length)")
+        ->capture_default_str()->check(CLI::PositiveNumber);
+    app.add_option("--scored", a.scored, "window protocol: scored positions at the end of each window")
+        ->capture_default_str()->check(CLI::PositiveNumber);
+    app.add_option("--epochs", a.epochs, "epochs")->capture_default_str()->check(CLI::PositiveNumber);
+    app.add_option("--max-steps", a.max_steps, "at most N steps per epoch (0: whole epochs)")->capture_default_str();
+    app.add_option("--opt", a.opt, "adamw | sgd")->capture_default_str()->check(CLI::IsMember({"adamw", "sgd"}));
+    app.add_option("--lr", a.lr, "learning rate")->capture_default_str()->check(CLI::PositiveNumber);
+    app.add_option("--min-lr", a.min_lr, "cosine: final learning rate")->capture_default_str();
+    app.add_option("--warmup-steps", a.warmup_steps, "cosine: linear warmup steps")->capture_default_str();
+    app.add_option("--schedule", a.schedule, "cosine | step (×--lr-decay each epoch from --decay-start) | plateau")
+        ->capture_default_str()->check(CLI::IsMember({"cosine", "step", "plateau"}));
+    app.add_option("--lr-decay", a.lr_decay, "step/plateau: factor")->capture_default_str();
+    app.add_option("--decay-start", a.decay_start, "step: first epoch (0-based) with decay")->capture_default_str();
+    app.add_option("--plateau-patience", a.plateau_patience, "plateau: evaluations without improvement")
+        ->capture_default_str();
+    app.add_option("--weight-decay", a.weight_decay, "weight decay (AdamW: decoupled)")->capture_default_str();
+    app.add_option("--clip-grad", a.clip_grad, "global gradient-norm clip (0: off)")->capture_default_str();
+    app.add_option("--device", a.device, "auto | cpu | cuda")->capture_default_str()
+        ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+    app.add_option("--threads", a.threads, "CPU threads (0: all cores)")->capture_default_str();
+    app.add_option("--seed", a.seed, "random seed")->capture_default_str();
+    app.add_option("--out", a.out, "run directory: config.json, metrics.jsonl, vocab.txt, checkpoints, result.json");
+    app.add_flag("--resume", a.resume, "continue the run in --out from its last checkpoint");
+    app.add_option("--log-every", a.log_every, "write a metrics line every N steps")->capture_default_str()
+        ->check(CLI::PositiveNumber);
+    app.add_flag("!--no-nan-check", a.nan_check, "do not stop when the loss becomes NaN/inf");
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e) == 0 ? 0 : 2;
+    }
+    auto refuse = [](const std::string& msg) {
+        std::fprintf(stderr, "train_lm: %s\n", msg.c_str());
+        return 2;
+    };
+    if (a.resume && a.out.empty()) return refuse("--resume needs --out (the run directory to continue)");
+    if (a.protocol == "window" && a.scored > a.seq_len) return refuse("--scored must not exceed --seq-len");
+    if (!a.preset.empty() && a.model != "lstm") return refuse("--preset applies to --model lstm only");
+    if (a.device == "cuda") return refuse("--device cuda: the CUDA backend (issue 3) does not run models yet");
+    apps::json config = {{"app", "train_lm"}, {"git_commit", apps::git_commit()}, {"device", "cpu"},
+                         {"threads", a.threads > 0 ? a.threads : omp_get_max_threads()}, {"started", apps::now_iso8601()}};
+    for (const CLI::Option* o : app.get_options()) {
+        if (o->get_name() == "--help") continue;
+        auto r = o->results();
+        config[o->get_name()] = r.empty() ? o->get_default_str() : r.back();
+    }
+    try {
+        return run(a, config);
+    } catch (const Error& e) {
+        std::fprintf(stderr, "train_lm: %s\n", e.what());
+        return 1;
+    }
+}

@@ -1,0 +1,444 @@
+// apps/train_vit.cpp: train a ViT (or ConvMixer) on CIFAR-10/100 or an image folder, with any
+// initialization scheme of init/.
+//
+//   make && ./apps/train_vit --init mimetic
+//   ./apps/train_vit --init impulse3 --pool avg --epochs 10 --train-subset 5000 --out runs/imp3
+//
+// Defaults follow the structured-init paper's ViT-Tiny CIFAR recipe (../shared/specs/README.md):
+// ViT-Tiny (192 wide, 12 deep, 3 heads), patch 2, 2D sin-cos position embedding, AdamW
+// lr 1e-3 (eps 1e-3), weight decay 0.01, clip 3, 10 warmup epochs then cosine to 1e-6,
+// 200 epochs, batch 512, label smoothing 0.1. On a CPU that is days: for a quick look use
+// --epochs, --train-subset, --depth and --patch 4.
+//
+// Data: --data-dir, else $INITLAB_DATA/<folder> (cifar-10-batches-bin, cifar-100-binary, or the
+// cifar10-jpeg image folders), else data_local/<folder>.
+#include <CLI/CLI.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <omp.h>
+#include "apps/common/run.h"
+#include "data/cifar.h"
+#include "data/image.h"
+#include "data/image_folder.h"
+#include "data/loader.h"
+#include "data/paths.h"
+#include "engine/device.h"
+#include "engine/error.h"
+#include "engine/ops.h"
+#include "engine/rng.h"
+#include "init/init.h"
+#include "nn/checkpoint.h"
+#include "nn/convmixer.h"
+#include "nn/optim.h"
+#include "nn/transformer.h"
+
+using namespace engine;
+namespace fs = std::filesystem;
+
+struct Args {
+    std::string data_dir, dataset = "cifar10", model = "vit-tiny";
+    int64_t dim = 0, depth = 0, heads = 0, patch = 2;
+    std::string pool = "avg", pos = "sincos2d";
+    float pe_scale = 1.f, layerscale = 0.f;
+    std::string init = "timm";
+    init::Options init_opt;
+    int64_t init_samples = 2048;
+    int epochs = 200, warmup_epochs = 10, batch_size = 512, eval_every = 1, log_every = 20;
+    float lr = 1e-3f, min_lr = 1e-6f, weight_decay = 0.01f, clip_grad = 3.f, label_smoothing = 0.1f, adam_eps = 1e-3f;
+    float momentum = 0.9f;
+    std::string opt = "adamw";
+    int crop_pad = 4, cutout = 0, workers = 1;
+    bool flip = true;
+    std::string randaug = "2,9";  // N,M; "0" or "" turns it off
+    int64_t train_subset = 0;
+    std::string device = "auto", precision = "fp32";
+    int threads = 0;
+    uint64_t seed = 0;
+    std::string out;
+    bool resume = false, nan_check = true;
+    int64_t fail_at_step = -1;  // testing: poison the loss at this step to exercise the NaN stop
+};
+
+struct Data {
+    data::ImageSet train, test;
+    data::Normalize norm;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Data
+
+static bool has_cifar_bin(const std::string& dir, data::CifarKind kind) {
+    try {
+        for (auto& f : data::cifar_files(kind, dir, "test"))
+            if (!fs::exists(f)) return false;
+        return true;
+    } catch (const Error&) {
+        return false;
+    }
+}
+
+// Finds the data, in this order: --data-dir; $INITLAB_DATA or data_local/ with the binary
+// release; the same with the cifar10-jpeg folders. Exits 2 with the places it looked.
+static Data load_data(const Args& a) {
+    std::vector<std::string> candidates;
+    if (!a.data_dir.empty()) candidates.push_back(a.data_dir);
+    else if (a.dataset != "folder") {
+        candidates.push_back(data::default_data_dir(a.dataset));
+        if (a.dataset == "cifar10") candidates.push_back(data::default_data_dir("cifar10-jpeg"));
+    }
+    auto kind = a.dataset == "cifar100" ? data::CifarKind::Cifar100 : data::CifarKind::Cifar10;
+    for (const std::string& dir : candidates) {
+        if (dir.empty() || !fs::is_directory(dir)) continue;
+        Data d;
+        if (a.dataset != "folder" && has_cifar_bin(dir, kind)) {
+            d.train = data::load_cifar(kind, dir, "train");
+            d.test = data::load_cifar(kind, dir, "test");
+        } else if (fs::is_directory(dir + "/train") && fs::is_directory(dir + "/test")) {
+            d.train = data::load_image_folder(dir + "/train");
+            d.test = data::load_image_folder(dir + "/test");
+        } else if (fs::is_directory(dir + "/train") && fs::is_directory(dir + "/val")) {
+            d.train = data::load_image_folder(dir + "/train");
+            d.test = data::load_image_folder(dir + "/val");
+        } else {
+            continue;
+        }
+        d.norm = a.dataset == "cifar100" ? data::cifar100_normalize()
+               : a.dataset == "cifar10"  ? data::cifar10_normalize()
+                                         : data::measure_normalize(d.train);
+        return d;
+    }
+    std::fprintf(stderr, "train_vit: no %s data found. Looked in:\n", a.dataset.c_str());
+    for (auto& c : candidates) std::fprintf(stderr, "  %s\n", c.empty() ? "(no default location)" : c.c_str());
+    std::fprintf(stderr,
+                 "Pass --data-dir DIR (the binary release's folder, or a folder with train/ and test/ class\n"
+                 "folders), or set INITLAB_DATA to the folder holding cifar-10-batches-bin or cifar10-jpeg\n"
+                 "(e.g. INITLAB_DATA=../shared/data), or fetch it with: data/download.sh %s\n",
+                 a.dataset.c_str());
+    std::exit(2);
+}
+
+// A seeded random subset of n training images that keeps every class (n/classes per class,
+// the remainder spread over the first classes).
+static void take_subset(data::ImageSet& set, int64_t n, uint64_t seed) {
+    if (n <= 0 || n >= set.n) return;
+    int k = set.num_classes();
+    std::vector<std::vector<int64_t>> by_class(k);
+    Generator g(seed ^ 0x5eed5eedull);
+    auto perm = g.permutation((int32_t)set.n);
+    for (int32_t i : perm) by_class[set.labels[i]].push_back(i);
+    std::vector<int64_t> keep;
+    for (int c = 0; c < k; c++) {
+        int64_t want = n / k + (c < n % k ? 1 : 0);
+        for (int64_t j = 0; j < want && j < (int64_t)by_class[c].size(); j++) keep.push_back(by_class[c][j]);
+    }
+    std::sort(keep.begin(), keep.end());
+    data::ImageSet sub = set;
+    sub.n = (int64_t)keep.size();
+    sub.pixels.resize(sub.n * set.image_bytes());
+    sub.labels.resize(sub.n);
+    for (int64_t i = 0; i < sub.n; i++) {
+        std::copy(set.image(keep[i]), set.image(keep[i]) + set.image_bytes(), sub.image(i));
+        sub.labels[i] = set.labels[keep[i]];
+    }
+    if (!set.coarse_labels.empty()) {
+        sub.coarse_labels.resize(sub.n);
+        for (int64_t i = 0; i < sub.n; i++) sub.coarse_labels[i] = set.coarse_labels[keep[i]];
+    }
+    set = std::move(sub);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Model
+
+static std::shared_ptr<nn::Module> build_model(const Args& a, int64_t image_size, int64_t classes,
+                                               std::function<Tensor(const Tensor&)>& forward) {
+    if (a.model == "convmixer-256-8") {
+        nn::ConvMixerConfig c;
+        c.dim = a.dim ? a.dim : 256;
+        c.depth = a.depth ? a.depth : 8;
+        c.patch = a.patch;
+        c.num_classes = classes;
+        auto net = std::make_shared<nn::ConvMixer>(c);
+        forward = [net](const Tensor& x) { return net->forward(x); };
+        return net;
+    }
+    nn::ViTConfig c = a.model == "vit-small" ? nn::ViTConfig::small() : nn::ViTConfig::tiny();
+    if (a.dim) c.dim = a.dim;
+    if (a.depth) c.depth = a.depth;
+    if (a.heads) c.heads = a.heads;
+    c.patch = a.patch;
+    c.image_size = image_size;
+    c.num_classes = classes;
+    c.pool = a.pool;
+    c.pos = a.pos;
+    c.pe_scale = a.pe_scale;
+    c.layerscale = a.layerscale;
+    auto net = std::make_shared<nn::ViT>(c);
+    forward = [net](const Tensor& x) { return net->forward(x); };
+    return net;
+}
+
+// Top-1 accuracy and mean loss on a whole split, in eval mode, without gradients.
+static std::pair<double, double> evaluate(nn::Module& model, const std::function<Tensor(const Tensor&)>& forward,
+                                          const data::ImageSet& set, const data::Normalize& norm, int batch) {
+    NoGrad ng;
+    model.eval();
+    int64_t correct = 0;
+    double loss_sum = 0;
+    for (int64_t start = 0; start < set.n; start += batch) {
+        std::vector<int64_t> idx;
+        for (int64_t i = start; i < std::min<int64_t>(set.n, start + batch); i++) idx.push_back(i);
+        Tensor logits = forward(data::images_tensor(set, idx, norm));
+        Tensor labels = data::labels_tensor(set, idx);
+        loss_sum += cross_entropy(logits, labels).item() * (double)idx.size();
+        int64_t C = logits.size(1);
+        const float* p = logits.data_f32();
+        for (size_t b = 0; b < idx.size(); b++) {
+            int64_t best = std::max_element(p + b * C, p + (b + 1) * C) - (p + b * C);
+            correct += best == labels.data_i32()[b];
+        }
+    }
+    model.train();
+    return {(double)correct / (double)set.n, loss_sum / (double)set.n};
+}
+
+// ---------------------------------------------------------------------------------------------
+
+static int run(const Args& a, const apps::json& config) {
+    if (a.threads > 0) omp_set_num_threads(a.threads);
+    manual_seed(a.seed);
+    Data d = load_data(a);
+    take_subset(d.train, a.train_subset, a.seed);
+    check(d.train.h == d.train.w, "train_vit: images are {}x{}; the ViT needs square images", d.train.h, d.train.w);
+    std::function<Tensor(const Tensor&)> forward;
+    auto model = build_model(a, d.train.h, d.train.num_classes(), forward);
+    std::printf("train_vit: %s, %lld parameters; %s: %lld train / %lld test images, %d classes\n",
+                a.model.c_str(), (long long)model->num_parameters(), a.dataset.c_str(), (long long)d.train.n,
+                (long long)d.test.n, d.train.num_classes());
+
+    // Initialization (data-dependent schemes see the first init_samples training images).
+    std::vector<int64_t> init_idx;
+    for (int64_t i = 0; i < std::min<int64_t>(a.init_samples, d.train.n); i++) init_idx.push_back(i);
+    Tensor init_batch = data::images_tensor(d.train, init_idx, d.norm);
+    init::InitData init_data{[&] { NoGrad ng; forward(init_batch); }, (int64_t)init_idx.size()};
+    init::Report report = init::apply(*model, a.init, a.init_opt, &init_data);
+    for (auto& line : report.lines) std::printf("init: %s\n", line.c_str());
+
+    auto groups = nn::param_groups(*model, a.weight_decay);
+    std::unique_ptr<nn::Optimizer> opt;
+    if (a.opt == "adamw") opt = std::make_unique<nn::Adam>(groups, a.lr, 0.9f, 0.999f, a.adam_eps, true);
+    else opt = std::make_unique<nn::SGD>(groups, a.lr, a.momentum, true);
+    data::LoaderOptions lo;
+    lo.batch_size = a.batch_size;
+    lo.normalize = d.norm;
+    lo.seed = a.seed;
+    lo.workers = a.workers;
+    lo.augment.crop_padding = a.crop_pad;
+    lo.augment.flip = a.flip;
+    lo.augment.cutout = a.cutout;
+    if (!a.randaug.empty() && a.randaug != "0") {
+        size_t comma = a.randaug.find(',');
+        lo.augment.randaug.n = std::stoi(a.randaug.substr(0, comma));
+        if (comma != std::string::npos) lo.augment.randaug.m = std::stof(a.randaug.substr(comma + 1));
+    }
+    data::ImageLoader loader(d.train, lo);
+    std::printf("augmentation: %s\n", lo.augment.describe().c_str());
+    int64_t steps_per_epoch = loader.batches_per_epoch();
+    nn::WarmupCosine sched{a.lr, a.min_lr, a.warmup_epochs * steps_per_epoch, a.epochs * steps_per_epoch};
+
+    apps::RunDir out(a.out);
+    out.write_json("config.json", config);
+    int start_epoch = 0;
+    int64_t skip_batches = 0, global_step = 0;
+    double best_acc = -1;
+    if (a.resume) {
+        check(out.enabled() && fs::exists(out.path("last.safetensors")),
+              "--resume: no checkpoint {} (give the --out of the run to continue)", out.path("last.safetensors"));
+        auto meta = nn::load_checkpoint(out.path("last"), *model, opt.get());
+        start_epoch = std::stoi(meta.at("epoch"));
+        skip_batches = std::stoll(meta.at("batch_in_epoch"));
+        global_step = std::stoll(meta.at("step"));
+        best_acc = std::stod(meta.at("best_acc"));
+        global_generator().manual_seed(a.seed);
+        global_generator().advance(std::stoull(meta.at("rng_offset")));
+        std::printf("resumed from %s: epoch %d, batch %lld\n", out.path("last").c_str(), start_epoch,
+                    (long long)skip_batches);
+    }
+    auto checkpoint = [&](const std::string& name, int epoch, int64_t batch_in_epoch) {
+        if (!out.enabled()) return;
+        nn::save_checkpoint(out.path(name), *model, opt.get(),
+                            {{"epoch", std::to_string(epoch)}, {"batch_in_epoch", std::to_string(batch_in_epoch)},
+                             {"step", std::to_string(global_step)}, {"best_acc", fmt::format("{}", best_acc)},
+                             {"rng_offset", std::to_string(global_generator().offset())}, {"init", a.init}});
+    };
+
+    apps::install_stop_handlers();
+    auto params = model->parameters();
+    double final_acc = 0, final_loss = 0;
+    for (int epoch = start_epoch; epoch < a.epochs; epoch++) {
+        loader.start_epoch(epoch);
+        apps::Progress bar(fmt::format("epoch {}/{}", epoch + 1, a.epochs), steps_per_epoch, "img");
+        double loss_sum = 0;
+        int64_t seen = 0;
+        auto t_epoch = std::chrono::steady_clock::now();
+        data::ImageBatch batch;
+        for (int64_t b = 0; loader.next(batch); b++) {
+            if (b < skip_batches) continue;  // resuming mid-epoch: the same order, batches already trained on
+            const Tensor &x = batch.images, &y = batch.labels;
+            int64_t n = x.size(0);
+            auto t0 = std::chrono::steady_clock::now();
+            opt->lr = sched.lr(global_step);
+            opt->zero_grad();
+            Tensor loss = cross_entropy(forward(x), y, -100, a.label_smoothing);
+            float lv = global_step == a.fail_at_step ? NAN : loss.item();
+            if (a.nan_check && !std::isfinite(lv)) {
+                std::fprintf(stderr, "\ntrain_vit: loss is %f at epoch %d, step %lld; stopping. Last good checkpoint: %s\n",
+                             lv, epoch + 1, (long long)global_step,
+                             out.enabled() ? out.path("last.safetensors").c_str() : "(none: no --out)");
+                return 1;
+            }
+            loss.backward();
+            float gnorm = a.clip_grad > 0 ? nn::clip_grad_norm(params, a.clip_grad) : nn::grad_norm(params);
+            opt->step();
+            global_step++;
+            double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+            loss_sum += lv * (double)n;
+            seen += n;
+            bar.update(b + 1 - skip_batches, seen, fmt::format("loss {:.4f}", loss_sum / seen));
+            if (global_step % a.log_every == 0)
+                out.append_metrics({{"kind", "train"}, {"step", global_step}, {"epoch", epoch + (b + 1.0) / steps_per_epoch},
+                                    {"lr", opt->lr}, {"loss", lv}, {"grad_norm", gnorm},
+                                    {"ms_per_step", ms}, {"items_per_s", n / (ms / 1000.0)}});
+            if (apps::stop_requested()) {
+                bar.finish();
+                checkpoint("last", epoch, b + 1);
+                std::fprintf(stderr, "train_vit: stopped at epoch %d, batch %lld; checkpoint %s (continue with --resume)\n",
+                             epoch + 1, (long long)(b + 1), out.enabled() ? out.path("last").c_str() : "(none: no --out)");
+                return apps::stop_exit_code();
+            }
+        }
+        bar.finish();
+        skip_batches = 0;
+        double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_epoch).count();
+        bool last_epoch = epoch + 1 == a.epochs;
+        if ((epoch + 1) % a.eval_every == 0 || last_epoch) {
+            auto [acc, test_loss] = evaluate(*model, forward, d.test, d.norm, 500);
+            final_acc = acc;
+            final_loss = test_loss;
+            std::printf("epoch %d: train loss %.4f, test loss %.4f, test acc %.2f%% (%.1f s)\n", epoch + 1,
+                        seen ? loss_sum / seen : 0.0, test_loss, 100 * acc, secs);
+            out.append_metrics({{"kind", "eval"}, {"step", global_step}, {"epoch", epoch + 1},
+                                {"train_loss", seen ? loss_sum / seen : 0.0}, {"test_loss", test_loss},
+                                {"test_acc", acc}, {"epoch_seconds", secs}});
+            if (acc > best_acc) {
+                best_acc = acc;
+                checkpoint("best", epoch + 1, 0);
+            }
+        }
+        checkpoint("last", epoch + 1, 0);
+    }
+    out.write_json("result.json", {{"test_acc", final_acc}, {"test_loss", final_loss}, {"best_test_acc", best_acc},
+                                   {"epochs", a.epochs}, {"steps", global_step}, {"init", a.init},
+                                   {"init_report", report.figures}, {"finished", apps::now_iso8601()}});
+    return 0;
+}
+
+int main(int argc, char** argv) {
+    CLI::App app{"Train a ViT or ConvMixer on CIFAR-10/100 or an image folder with any initialization scheme."};
+    Args a;
+    std::string init_help = "initialization scheme(s), '+' composes:";
+    for (auto& s : init::schemes()) init_help += "\n  " + s.name + ": " + s.summary;
+    app.add_option("--data-dir", a.data_dir, "data folder (default: $INITLAB_DATA/<dataset folder>, else data_local/)");
+    app.add_option("--dataset", a.dataset, "cifar10 | cifar100 | folder")->capture_default_str()
+        ->check(CLI::IsMember({"cifar10", "cifar100", "folder"}));
+    app.add_option("--model", a.model, "vit-tiny | vit-small | convmixer-256-8")->capture_default_str()
+        ->check(CLI::IsMember({"vit-tiny", "vit-small", "convmixer-256-8"}));
+    app.add_option("--dim", a.dim, "width (0: the model's preset)")->capture_default_str();
+    app.add_option("--depth", a.depth, "blocks (0: the model's preset)")->capture_default_str();
+    app.add_option("--heads", a.heads, "attention heads (0: the model's preset)")->capture_default_str();
+    app.add_option("--patch", a.patch, "patch size")->capture_default_str()->check(CLI::PositiveNumber);
+    app.add_option("--pool", a.pool, "cls | avg")->capture_default_str()->check(CLI::IsMember({"cls", "avg"}));
+    app.add_option("--pos", a.pos, "sincos1d | sincos2d | learned")->capture_default_str()
+        ->check(CLI::IsMember({"sincos1d", "sincos2d", "learned"}));
+    app.add_option("--pe-scale", a.pe_scale, "position embedding scale")->capture_default_str();
+    app.add_option("--layerscale", a.layerscale, "LayerScale on residual branches with this init (0: off)")
+        ->capture_default_str();
+    app.add_option("--init", a.init, init_help)->capture_default_str();
+    app.add_option("--init-samples", a.init_samples, "training images data-dependent inits see")->capture_default_str();
+    app.add_option("--mimetic-alpha1", a.init_opt.mimetic_alpha1, "mimetic α₁ (Q/K noise)")->capture_default_str();
+    app.add_option("--mimetic-beta1", a.init_opt.mimetic_beta1, "mimetic β₁ (Q/K identity)")->capture_default_str();
+    app.add_option("--mimetic-alpha2", a.init_opt.mimetic_alpha2, "mimetic α₂ (V/proj noise)")->capture_default_str();
+    app.add_option("--mimetic-beta2", a.init_opt.mimetic_beta2, "mimetic β₂ (V/proj −identity)")->capture_default_str();
+    app.add_option("--impulse-iters", a.init_opt.impulse_iters, "impulse: Adam steps of the fit")->capture_default_str();
+    app.add_flag("--impulse-per-layer", a.init_opt.impulse_per_layer, "impulse: refit for every layer");
+    app.add_option("--act-prob", a.init_opt.act_prob, "relu-quantile: fraction of active units")->capture_default_str();
+    app.add_option("--epochs", a.epochs, "epochs")->capture_default_str()->check(CLI::PositiveNumber);
+    app.add_option("--batch-size", a.batch_size, "batch size")->capture_default_str()->check(CLI::PositiveNumber);
+    app.add_option("--lr", a.lr, "peak learning rate")->capture_default_str()->check(CLI::PositiveNumber);
+    app.add_option("--min-lr", a.min_lr, "final learning rate of the cosine")->capture_default_str();
+    app.add_option("--warmup-epochs", a.warmup_epochs, "linear warmup epochs")->capture_default_str();
+    app.add_option("--weight-decay", a.weight_decay, "weight decay (not on norms, biases, embeddings)")->capture_default_str();
+    app.add_option("--clip-grad", a.clip_grad, "global gradient-norm clip (0: off)")->capture_default_str();
+    app.add_option("--opt", a.opt, "adamw | sgd")->capture_default_str()->check(CLI::IsMember({"adamw", "sgd"}));
+    app.add_option("--adam-eps", a.adam_eps, "AdamW epsilon")->capture_default_str();
+    app.add_option("--label-smoothing", a.label_smoothing, "label smoothing")->capture_default_str()
+        ->check(CLI::Range(0.f, 0.99f));
+    app.add_option("--crop-pad", a.crop_pad, "random crop padding in pixels (0: off)")->capture_default_str();
+    app.add_flag("!--no-flip", a.flip, "no random horizontal flips");
+    app.add_option("--randaug", a.randaug, "RandAugment N,M (ops per image, magnitude 0-30); 0: off")
+        ->capture_default_str();
+    app.add_option("--cutout", a.cutout, "Cutout square side in pixels (0: off)")->capture_default_str();
+    app.add_option("--workers", a.workers, "data loader threads (0: build batches in the training thread)")
+        ->capture_default_str();
+    app.add_option("--train-subset", a.train_subset, "train on a seeded subset of N images, every class kept (0: all)")
+        ->capture_default_str();
+    app.add_option("--device", a.device, "auto | cpu | cuda")->capture_default_str()
+        ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+    app.add_option("--precision", a.precision, "fp32 | tf32 | bf16 (GPU only; the CPU computes in fp32)")
+        ->capture_default_str()->check(CLI::IsMember({"fp32", "tf32", "bf16"}));
+    app.add_option("--threads", a.threads, "CPU threads (0: all cores)")->capture_default_str();
+    app.add_option("--seed", a.seed, "random seed (init, data order, augmentation, dropout)")->capture_default_str();
+    app.add_option("--out", a.out, "run directory: config.json, metrics.jsonl, checkpoints, result.json");
+    app.add_flag("--resume", a.resume, "continue the run in --out from its last checkpoint");
+    app.add_option("--eval-every", a.eval_every, "evaluate every N epochs")->capture_default_str()
+        ->check(CLI::PositiveNumber);
+    app.add_option("--log-every", a.log_every, "write a metrics line every N steps")->capture_default_str()
+        ->check(CLI::PositiveNumber);
+    app.add_flag("!--no-nan-check", a.nan_check, "do not stop when the loss becomes NaN/inf");
+    app.add_option("--fail-at-step", a.fail_at_step, "testing: treat the loss at this step as NaN (-1: never)")
+        ->capture_default_str();
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e) == 0 ? 0 : 2;
+    }
+    // Conflicts, before any work.
+    auto refuse = [](const std::string& msg) {
+        std::fprintf(stderr, "train_vit: %s\n", msg.c_str());
+        return 2;
+    };
+    if (a.init.find("impulse") != std::string::npos && a.pool == "cls")
+        return refuse("--init " + a.init + " needs global average pooling (--pool avg): the impulse maps have no class token");
+    if (a.resume && a.out.empty()) return refuse("--resume needs --out (the run directory to continue)");
+    if (a.device == "cuda" && !built_with_cuda()) return refuse("--device cuda: this build has no CUDA backend");
+    if (a.device == "cuda") return refuse("--device cuda: the CUDA backend (issue 3) does not run models yet");
+    if (a.warmup_epochs >= a.epochs && a.warmup_epochs > 0) {
+        a.warmup_epochs = a.epochs / 10;
+        std::printf("train_vit: --warmup-epochs is not below --epochs; using %d warmup epochs\n", a.warmup_epochs);
+    }
+    apps::json config = {{"app", "train_vit"}, {"git_commit", apps::git_commit()}, {"device", "cpu"},
+                         {"threads", a.threads > 0 ? a.threads : omp_get_max_threads()}, {"started", apps::now_iso8601()}};
+    for (const CLI::Option* o : app.get_options()) {
+        if (o->get_name() == "--help") continue;
+        auto r = o->results();
+        config[o->get_name()] = r.empty() ? o->get_default_str() : r.back();
+    }
+    try {
+        return run(a, config);
+    } catch (const Error& e) {
+        std::fprintf(stderr, "train_vit: %s\n", e.what());
+        return 1;
+    }
+}
