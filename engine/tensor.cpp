@@ -1,6 +1,8 @@
 // engine/tensor.cpp: Shape, Storage, Tensor factories, element access, views and printing.
 #include "engine/tensor.h"
 
+#include <malloc.h>
+
 #include <cstdlib>
 #include <cstring>
 #include "engine/autograd.h"
@@ -55,6 +57,15 @@ int normalize_dim(int dim, int ndim, const char* op) {
 
 // ---------------------------------------------------------------------------------------------
 // Storage: 64-byte aligned so SIMD loads never straddle cache lines.
+
+// Activations of every step are allocated and freed again; glibc would serve large blocks with
+// mmap and hand them back to the OS on free, so each step paid page faults on fresh memory.
+// Keeping freed memory in the heap lets the next step reuse it.
+static const bool g_malloc_keeps_memory = [] {
+    mallopt(M_MMAP_THRESHOLD, 256 << 20);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+    return true;
+}();
 
 Storage::Storage(size_t n, Device dev) : nbytes(n), device(dev) {
     check(dev == Device::CPU, "Storage: device {} is not available in this build", device_name(dev));
