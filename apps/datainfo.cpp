@@ -87,21 +87,14 @@ static void print_folder(const std::string& dir, bool decode, int threads) {
             std::printf("  (decoded in %.2f s, %.0f images/s)\n", s, set.n / s);
             continue;
         }
-        data::FolderOptions one;
-        one.max_per_class = 1;
-        data::ImageSet first = data::load_image_folder(sdir.string(), one);
-        std::vector<int64_t> counts;
-        int64_t total = 0;
-        for (const std::string& cls : first.classes) {
-            int64_t n = 0;
-            for (const auto& e : fs::directory_iterator(sdir / cls))
-                if (e.is_regular_file() && data::is_image_file(e.path().filename().string())) n++;
-            counts.push_back(n);
-            total += n;
-        }
-        std::printf("  %s: %s images, %d classes, first image of each class %dx%d RGB\n", split.c_str(),
-                    commas(total).c_str(), first.num_classes(), first.h, first.w);
-        print_classes(first.classes, counts);
+        data::FolderIndex index = data::index_image_folder(sdir.string());
+        std::vector<int64_t> counts(index.classes.size(), 0);
+        for (int32_t l : index.labels) counts[l]++;
+        int h = 0, w = 0;
+        data::read_image(index.files[0], h, w);
+        std::printf("  %s: %s images, %zu classes, first image %dx%d RGB\n", split.c_str(),
+                    commas((int64_t)index.files.size()).c_str(), index.classes.size(), h, w);
+        print_classes(index.classes, counts);
     }
 }
 
@@ -124,7 +117,8 @@ static void bench_loader(const std::string& dataset, const std::string& dir, con
     data::ImageSet set;
     auto t0 = std::chrono::steady_clock::now();
     if (dataset == "cifar10" || dataset == "cifar100")
-        set = data::load_cifar(dataset == "cifar10" ? data::CifarKind::Cifar10 : data::CifarKind::Cifar100, dir, b.split);
+        set = data::load_cifar(dataset == "cifar10" ? data::CifarKind::Cifar10 : data::CifarKind::Cifar100, dir,
+                               b.split);
     else {
         data::FolderOptions fo;
         fo.threads = threads;
@@ -170,7 +164,8 @@ int main(int argc, char** argv) {
                    "data_local/<folder>; text and folder need it)");
     app.add_option("--level", level, "text level for --dataset text: word|char|byte")
         ->check(CLI::IsMember({"word", "char", "byte"}));
-    app.add_flag("--decode", decode, "folder: decode every image (checks them all and times it) instead of counting files");
+    app.add_flag("--decode", decode,
+                 "folder: decode every image (checks them all and times it) instead of counting files");
     app.add_option("--threads", threads, "decoding threads for --decode and --bench-loader (0: OpenMP default)");
     bool bench = false;
     BenchOptions b;
@@ -200,6 +195,9 @@ int main(int argc, char** argv) {
             std::fprintf(stderr, "(no --data-dir given, so datainfo looked in the default %s; pass --data-dir DIR or "
                          "set INITLAB_DATA to the folder holding %s)\n", dir.c_str(),
                          data::dataset_folder(dataset).c_str());
+        return 1;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "datainfo: %s\n", e.what());
         return 1;
     }
     return 0;

@@ -140,7 +140,10 @@ static void autocontrast(uint8_t* img, int h, int w) {
     size_t pixels = (size_t)h * w;
     for (int c = 0; c < 3; c++) {
         int lo = 255, hi = 0;
-        for (size_t p = 0; p < pixels; p++) { lo = std::min<int>(lo, img[p * 3 + c]); hi = std::max<int>(hi, img[p * 3 + c]); }
+        for (size_t p = 0; p < pixels; p++) {
+            lo = std::min<int>(lo, img[p * 3 + c]);
+            hi = std::max<int>(hi, img[p * 3 + c]);
+        }
         if (hi <= lo) continue;
         float scale = 255.f / (hi - lo);
         for (size_t p = 0; p < pixels; p++) img[p * 3 + c] = clamp_round((img[p * 3 + c] - lo) * scale);
@@ -377,7 +380,8 @@ Tensor mix_batch(Tensor& images, const Tensor& labels, int num_classes, const Mi
     const int64_t per = C * H * W;
     if (use_mixup) {
         for (int64_t i = 0; i < B; i++)
-            for (int64_t k = 0; k < per; k++) dst[i * per + k] = lam * src[i * per + k] + (1 - lam) * src[(B - 1 - i) * per + k];
+            for (int64_t k = 0; k < per; k++)
+                dst[i * per + k] = lam * src[i * per + k] + (1 - lam) * src[(B - 1 - i) * per + k];
     } else {
         // A box of area (1 - lam) of the image at a random centre, clipped; lam = the area kept.
         double cut = std::sqrt(1.0 - lam);
@@ -394,9 +398,10 @@ Tensor mix_batch(Tensor& images, const Tensor& labels, int num_classes, const Mi
     }
     Tensor mixed = Tensor::empty({B, num_classes});
     const float* t = targets.data_f32();
+    float* m = mixed.data_f32();
+    const int64_t K = num_classes;
     for (int64_t i = 0; i < B; i++)
-        for (int k = 0; k < num_classes; k++)
-            mixed.data_f32()[i * num_classes + k] = lam * t[i * num_classes + k] + (1 - lam) * t[(B - 1 - i) * num_classes + k];
+        for (int64_t k = 0; k < K; k++) m[i * K + k] = lam * t[i * K + k] + (1 - lam) * t[(B - 1 - i) * K + k];
     if (lam_out) *lam_out = lam;
     return mixed;
 }

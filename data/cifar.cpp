@@ -97,8 +97,8 @@ static std::vector<std::string> numbered(int n) {
 
 ImageSet load_cifar(CifarKind kind, const std::string& dir, const std::string& split) {
     const char* name = kind == CifarKind::Cifar10 ? "cifar10" : "cifar100";
-    check(fs::is_directory(dir), "{}: data directory {} does not exist; get it with: data/download.sh {} DIR", name, dir,
-          name);
+    check(fs::is_directory(dir), "{}: data directory {} does not exist; get it with: data/download.sh {} DIR", name,
+          dir, name);
     std::vector<std::string> files = cifar_files(kind, dir, split);
     for (const std::string& f : files)
         check(fs::exists(f), "{}: missing file {} (looked in {} and {}/{}); get it with: data/download.sh {} DIR",

@@ -26,10 +26,12 @@ void ImageSet::check_consistent() const {
         check(labels[i] >= 0 && labels[i] < num_classes(), "{}: image {} has label {} outside [0, {})", source, i,
               labels[i], num_classes());
     if (!coarse_labels.empty()) {
-        check((int64_t)coarse_labels.size() == n, "{}: {} coarse labels for {} images", source, coarse_labels.size(), n);
+        check((int64_t)coarse_labels.size() == n, "{}: {} coarse labels for {} images", source, coarse_labels.size(),
+              n);
         for (int64_t i = 0; i < n; i++)
             check(coarse_labels[i] >= 0 && coarse_labels[i] < (int32_t)coarse_classes.size(),
-                  "{}: image {} has coarse label {} outside [0, {})", source, i, coarse_labels[i], coarse_classes.size());
+                  "{}: image {} has coarse label {} outside [0, {})", source, i, coarse_labels[i],
+                  coarse_classes.size());
     }
 }
 

@@ -48,20 +48,67 @@ struct Entry {
 };
 }  // namespace
 
+// Image files directly in `dir`, sorted; empty when there are none.
+static std::vector<std::string> image_files(const fs::path& dir) {
+    std::vector<std::string> files;
+    for (const auto& e : fs::directory_iterator(dir))
+        if (e.is_regular_file() && is_image_file(e.path().filename().string())) files.push_back(e.path().string());
+    std::sort(files.begin(), files.end());
+    return files;
+}
+
+// Tiny-ImageNet's validation split: split/images/*.JPEG with split/val_annotations.txt mapping
+// each file to its class (file <tab> wnid <tab> box...). Classes: the sorted wnids, as in train.
+static std::vector<Entry> list_annotated(const std::string& dir, const FolderOptions& opt,
+                                         std::vector<std::string>& classes) {
+    std::string ann = (fs::path(dir) / "val_annotations.txt").string();
+    std::string text = read_file(ann);
+    std::vector<std::pair<std::string, std::string>> rows;  // file, class
+    size_t start = 0;
+    int64_t lineno = 0;
+    while (start < text.size()) {
+        size_t end = std::min(text.find('\n', start), text.size());
+        std::string line = text.substr(start, end - start);
+        start = end + 1;
+        lineno++;
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        if (line.empty()) continue;
+        size_t t1 = line.find('\t'), t2 = t1 == std::string::npos ? t1 : line.find('\t', t1 + 1);
+        check(t1 != std::string::npos && t1 > 0 && t2 != t1 + 1, "{}: line {}: expected 'file<TAB>class...'", ann,
+              lineno);
+        rows.emplace_back(line.substr(0, t1), line.substr(t1 + 1, t2 == std::string::npos ? t2 : t2 - t1 - 1));
+    }
+    check(!rows.empty(), "{}: no annotations", ann);
+    for (const auto& r : rows) classes.push_back(r.second);
+    std::sort(classes.begin(), classes.end());
+    classes.erase(std::unique(classes.begin(), classes.end()), classes.end());
+    std::sort(rows.begin(), rows.end());
+    std::vector<Entry> entries;
+    std::vector<int64_t> taken(classes.size(), 0);
+    for (const auto& [file, cls] : rows) {
+        int32_t label = (int32_t)(std::lower_bound(classes.begin(), classes.end(), cls) - classes.begin());
+        if (opt.max_per_class > 0 && taken[label] >= opt.max_per_class) continue;
+        taken[label]++;
+        entries.push_back({(fs::path(dir) / "images" / file).string(), label});
+    }
+    return entries;
+}
+
 static std::vector<Entry> list_images(const std::string& dir, const FolderOptions& opt,
                                       std::vector<std::string>& classes) {
     check(fs::is_directory(dir), "image folder: {} does not exist or is not a directory (expected {}/<class>/*.jpg)",
           dir, dir);
+    if (fs::exists(fs::path(dir) / "val_annotations.txt") && fs::is_directory(fs::path(dir) / "images"))
+        return list_annotated(dir, opt, classes);
     classes = sorted_subdirs(dir);
     check(!classes.empty(), "image folder: {} has no class sub-folders (expected {}/<class>/*.jpg|png)", dir, dir);
     std::vector<Entry> entries;
     for (size_t c = 0; c < classes.size(); c++) {
         fs::path cdir = fs::path(dir) / classes[c];
-        std::vector<std::string> files;
-        for (const auto& e : fs::directory_iterator(cdir))
-            if (e.is_regular_file() && is_image_file(e.path().filename().string())) files.push_back(e.path().string());
+        std::vector<std::string> files = image_files(cdir);
+        // Tiny-ImageNet's train split keeps a class's images in <class>/images/.
+        if (files.empty() && fs::is_directory(cdir / "images")) files = image_files(cdir / "images");
         check(!files.empty(), "image folder: class folder {} has no .jpg, .jpeg or .png files", cdir.string());
-        std::sort(files.begin(), files.end());
         if (opt.max_per_class > 0 && (int64_t)files.size() > opt.max_per_class) files.resize(opt.max_per_class);
         for (std::string& f : files) entries.push_back({std::move(f), (int32_t)c});
     }
@@ -82,6 +129,23 @@ static std::string decode_into(const Entry& e, int h, int w, bool resize, uint8_
     } catch (const std::exception& ex) {
         return ex.what();
     }
+}
+
+FolderIndex index_image_folder(const std::string& split_dir, int64_t max_per_class) {
+    FolderOptions opt;
+    opt.max_per_class = max_per_class;
+    FolderIndex index;
+    std::vector<Entry> entries;
+    try {
+        entries = list_images(split_dir, opt, index.classes);
+    } catch (const fs::filesystem_error& e) {
+        engine::fail("image folder {}: {}", split_dir, e.what());
+    }
+    for (Entry& e : entries) {
+        index.files.push_back(std::move(e.path));
+        index.labels.push_back(e.label);
+    }
+    return index;
 }
 
 ImageSet load_image_folder(const std::string& split_dir, const FolderOptions& opt) {

@@ -2,7 +2,8 @@
 // (e.g. ../shared/data/cifar10-jpeg/train/airplane/0000.jpg), decoded once into an ImageSet.
 //
 // Classes are the sub-folders in sorted order; files are taken in sorted order, so label ids
-// and image order depend on the names alone. Decoding runs on OpenMP threads. Without a
+// and image order depend on the names alone. Tiny-ImageNet's layout also reads: train/<wnid>/
+// images/*.JPEG, and val/images/*.JPEG labelled by val/val_annotations.txt. Decoding runs on OpenMP threads. Without a
 // resize every image must have the size of the first; with one, each is resampled.
 #pragma once
 #include <cstdint>
@@ -19,6 +20,14 @@ struct FolderOptions {
 };
 
 ImageSet load_image_folder(const std::string& split_dir, const FolderOptions& opt = {});
+
+// The files load_image_folder would read, with their labels, without decoding anything.
+struct FolderIndex {
+    std::vector<std::string> classes;
+    std::vector<std::string> files;
+    std::vector<int32_t> labels;
+};
+FolderIndex index_image_folder(const std::string& split_dir, int64_t max_per_class = 0);
 
 // The splits under a data set root: sub-folders that hold class folders (train, val, test...).
 std::vector<std::string> list_splits(const std::string& root);

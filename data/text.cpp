@@ -283,12 +283,13 @@ static std::vector<std::vector<std::string>> candidates(const std::string& name)
         for (const char* s : {"train", "valid", "test"}) c.push_back(f(std::string(s)));
         return c;
     };
-    if (name == "ptb") return per_split([](const std::string& s) { return std::vector<std::string>{"ptb." + s + ".txt"}; });
+    using Names = std::vector<std::string>;
+    if (name == "ptb") return per_split([](const std::string& s) { return Names{"ptb." + s + ".txt"}; });
     if (name == "ptb-char")
-        return per_split([](const std::string& s) { return std::vector<std::string>{"ptb.char." + s + ".txt"}; });
+        return per_split([](const std::string& s) { return Names{"ptb.char." + s + ".txt"}; });
     if (name == "wikitext2" || name == "wikitext103")
-        return per_split([](const std::string& s) { return std::vector<std::string>{"wiki." + s + ".tokens", s + ".txt"}; });
-    if (name == "text") return per_split([](const std::string& s) { return std::vector<std::string>{s + ".txt"}; });
+        return per_split([](const std::string& s) { return Names{"wiki." + s + ".tokens", s + ".txt"}; });
+    if (name == "text") return per_split([](const std::string& s) { return Names{s + ".txt"}; });
     fail("text data set '{}': unknown (known: ptb, ptb-char, wikitext2, wikitext103, text)", name);
 }
 

@@ -124,7 +124,8 @@ static std::vector<uint8_t> test_image(int h, int w, int seed) {
     std::vector<uint8_t> img((size_t)h * w * 3);
     for (int y = 0; y < h; y++)
         for (int x = 0; x < w; x++)
-            for (int c = 0; c < 3; c++) img[((size_t)y * w + x) * 3 + c] = (uint8_t)(seed * 31 + y * 5 + x * 3 + c * 80);
+            for (int c = 0; c < 3; c++)
+                img[((size_t)y * w + x) * 3 + c] = (uint8_t)(seed * 31 + y * 5 + x * 3 + c * 80);
     return img;
 }
 
@@ -282,4 +283,35 @@ TEST_CASE("decode: a JPEG Huffman table with more than 256 codes is refused befo
     jpg[dht + 6] = 200;
     CHECK_THAT(error_of([&] { data::decode_image(jpg.data(), jpg.size(), "evil.jpg", h, w); }),
                Contains("evil.jpg") && Contains("Huffman table"));
+}
+
+TEST_CASE("image folder: the Tiny-ImageNet layout (class/images/, val_annotations.txt)", "[data]") {
+    TempDir dir;
+    auto a = test_image(4, 4, 1), b = test_image(4, 4, 2);
+    data::write_png(test::made_parent(dir / "train/n02/images/n02_0.JPEG"), b.data(), 4, 4);
+    data::write_png(test::made_parent(dir / "train/n01/images/n01_0.JPEG"), a.data(), 4, 4);
+    write_file(dir / "train/n01/n01_boxes.txt", "n01_0.JPEG\t0\t0\t3\t3\n");
+    auto train = data::load_image_folder(dir / "train");
+    CHECK(train.classes == std::vector<std::string>{"n01", "n02"});
+    CHECK(train.labels == std::vector<int32_t>{0, 1});
+    CHECK(std::equal(b.begin(), b.end(), train.image(1)));
+
+    data::write_png(test::made_parent(dir / "val/images/val_0.JPEG"), b.data(), 4, 4);
+    data::write_png(test::made_parent(dir / "val/images/val_1.JPEG"), a.data(), 4, 4);
+    data::write_png(test::made_parent(dir / "val/images/val_2.JPEG"), a.data(), 4, 4);
+    write_file(dir / "val/val_annotations.txt", "val_1.JPEG\tn01\t0\t0\t3\t3\r\nval_0.JPEG\tn02\t1\t1\t2\t2\n"
+                                                "val_2.JPEG\tn01\t0\t0\t1\t1\n");
+    auto val = data::load_image_folder(dir / "val");
+    CHECK(val.classes == train.classes);
+    CHECK(val.labels == std::vector<int32_t>{1, 0, 0});  // files in sorted order: val_0, val_1, val_2
+    CHECK(std::equal(b.begin(), b.end(), val.image(0)));
+    data::FolderOptions one;
+    one.max_per_class = 1;
+    CHECK(data::load_image_folder(dir / "val", one).n == 2);
+
+    write_file(dir / "val/val_annotations.txt", "val_1.JPEG n01\n");
+    CHECK_THAT(error_of([&] { data::load_image_folder(dir / "val"); }),
+               Contains("val_annotations.txt") && Contains("line 1"));
+    write_file(dir / "val/val_annotations.txt", "val_9.JPEG\tn01\t0\n");
+    CHECK_THAT(error_of([&] { data::load_image_folder(dir / "val"); }), Contains("val_9.JPEG") && Contains("no such"));
 }

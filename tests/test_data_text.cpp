@@ -27,7 +27,8 @@ TEST_CASE("vocab: ids in order of first appearance, save/load round trip", "[dat
     TempDir dir;
     // Tokens with newline, backslash, tab, space, control and UTF-8 bytes survive the file.
     Vocab odd;
-    std::vector<std::string> odd_tokens = {"a", "\n", "\\", "\t", " ", "x\\ny", std::string(1, 1), "caf\xc3\xa9", "\x7f"};
+    std::vector<std::string> odd_tokens = {"a", "\n", "\\", "\t", " ", "x\\ny", std::string(1, 1), "caf\xc3\xa9",
+                                           "\x7f"};
     for (const std::string& t : odd_tokens) odd.add(t);
     odd.save(dir / "vocab.txt");
     Vocab back = Vocab::load(dir / "vocab.txt");
