@@ -264,16 +264,15 @@ void lsuv_init(nn::Module& model, const Options& opt, const InitData* data, Repo
 
 namespace {
 
-// Population std of act(c·z_i).
+// Population std of act(c·z_i), one pass (shifted by act(0) = 0; the values are O(1)).
 double post_std(const std::vector<float>& z, double c, Act a) {
-    double mean = 0, sq = 0;
-    for (float v : z) mean += activate(a, c * v);
-    mean /= (double)z.size();
+    double sum = 0, sq = 0;
     for (float v : z) {
-        double y = activate(a, c * v) - mean;
-        sq += y * y;
+        double y = activate(a, c * v);
+        sum += y, sq += y * y;
     }
-    return std::sqrt(sq / (double)z.size());
+    double n = (double)z.size(), mean = sum / n;
+    return std::sqrt(std::max(sq / n - mean * mean, 0.0));
 }
 
 // c > 0 with std(act(c·z)) = goal: secant steps on log std against log c (exact in one step for
@@ -281,7 +280,7 @@ double post_std(const std::vector<float>& z, double c, Act a) {
 double solve_scale(const std::vector<float>& z, Act a, double goal) {
     double lc = 0, ls = std::log(post_std(z, 1.0, a)), slope = a == Act::ReLU2 ? 2 : 1;
     if (!std::isfinite(ls)) return 1;  // constant output: nothing to scale
-    for (int it = 0; it < 60 && std::fabs(std::log(goal) - ls) > 1e-7; it++) {
+    for (int it = 0; it < 30 && std::fabs(std::log(goal) - ls) > 1e-6; it++) {
         double lc2 = lc + (std::log(goal) - ls) / slope, ls2 = std::log(post_std(z, std::exp(lc2), a));
         if (!std::isfinite(ls2)) break;
         double s = (ls2 - ls) / (lc2 - lc);
@@ -340,14 +339,14 @@ void relu_quantile_init(nn::Module& model, const Options& opt, const InitData* d
             for (int64_t j = 0; j < v.units; j++) {
                 std::vector<float> h(r), sorted;
                 for (int64_t s = 0; s < r; s++) h[s] = v.at(j, s);
-                // v_j: the value at ⌊r − f·r⌋ of the sorted pre-activations. Halfway to the next value,
-                // so the unit sitting at the quantile does not land exactly on 0, where rounding would
-                // decide whether it is active.
-                int64_t at = std::clamp<int64_t>((int64_t)std::floor(r - f * r), 0, r - 1);
+                // v_j: the (1 − f) quantile of the pre-activations, halfway between the sorted values
+                // at `at` − 1 and `at` = r − round(f·r), so that exactly round(f·r) of them are positive
+                // (the paper's index ⌊r − f·r⌋ leaves ⌈f·r⌉ − 1, and its unit at exactly 0) and a
+                // value at the quantile does not sit on 0, where rounding would decide.
+                int64_t at = std::clamp<int64_t>(r - (int64_t)std::llround(f * r), 1, r - 1);
                 sorted = h;
                 std::nth_element(sorted.begin(), sorted.begin() + at, sorted.end());
-                double q = sorted[at];
-                if (at + 1 < r) q = 0.5 * (q + *std::min_element(sorted.begin() + at + 1, sorted.end()));
+                double q = 0.5 * (sorted[at] + *std::max_element(sorted.begin(), sorted.begin() + at));
                 std::vector<float> z(r);
                 for (int64_t s = 0; s < r; s++) z[s] = (float)(h[s] - q);
                 double c = solve_scale(z, l.act, g);
@@ -380,9 +379,185 @@ void relu_quantile_init(nn::Module& model, const Options& opt, const InitData* d
 // ---------------------------------------------------------------------------------------------
 // attn-logits
 
-void attn_logits_init(nn::Module& model, const Options&, const InitData* data, Report&) {
-    require_data("attn-logits", model, data);
-    engine::fail("attn-logits: model {}: not implemented yet", model.type_name());
+double TokenGeometry::distance(int64_t i, int64_t j) const {
+    if (grid <= 0) return std::fabs((double)(i - j));
+    if (class_token) {
+        if (i == 0 || j == 0) return 0;  // the class token is next to every patch
+        i--, j--;
+    }
+    double dr = (double)(i / grid - j / grid), dc = (double)(i % grid - j % grid);
+    return std::sqrt(dr * dr + dc * dc);
+}
+
+Tensor attn_logit_targets(const TokenGeometry& geo, int64_t T, int64_t layer, int64_t layers, int64_t head,
+                          int64_t heads) {
+    check(T > 0 && layer >= 0 && layer < layers && head >= 0 && head < heads,
+          "attn_logit_targets: T {}, layer {} of {}, head {} of {}", T, layer, layers, head, heads);
+    if (geo.grid > 0)
+        check(T == geo.grid * geo.grid + (geo.class_token ? 1 : 0), "attn_logit_targets: {} tokens for a {}x{} grid{}",
+              T, geo.grid, geo.grid, geo.class_token ? " and a class token" : "");
+    double depth = layers > 1 ? (double)layer / (layers - 1) : 0, width = heads > 1 ? (double)head / (heads - 1) : 0;
+    double a = 4 * (1 - depth), span = geo.grid > 0 ? (double)geo.grid : (double)T;
+    double sigma = 1 + width * span / 4, noise_std = 0.05 + 0.1 * a;
+    Tensor l = Tensor::normal({T, T});
+    float* p = l.data_f32();
+    for (int64_t i = 0; i < T; i++)
+        for (int64_t j = 0; j < T; j++) {
+            double d = geo.distance(i, j);
+            p[i * T + j] = (float)(a * std::exp(-d * d / (2 * sigma * sigma)) + noise_std * p[i * T + j]);
+        }
+    return l;
+}
+
+namespace {
+
+double dot(const Tensor& a, const Tensor& b) {
+    const float *pa = a.data_f32(), *pb = b.data_f32();
+    double s = 0;
+    for (int64_t i = 0; i < a.numel(); i++) s += (double)pa[i] * pb[i];
+    return s;
+}
+
+// The least-squares problem min_W Σ_b ‖X_b·W·K_bᵀ/√k − L‖² and its normal equations
+// A(W) = Σ_b X_bᵀX_b·W·K_bᵀK_b = C with C = √k·Σ_b X_bᵀ·L·K_b, everything through batched GEMMs.
+struct LogitProblem {
+    Tensor X, xf, H, C;  // X [B, T, d], xf [B·T, d], H = K_bᵀK_b [B, k, k], C [d, k]
+    double k, target_sq;  // k; B·‖L‖²
+
+    LogitProblem(const Tensor& x, const Tensor& k_rows, const Tensor& L) : X(x) {
+        int64_t B = X.size(0), T = X.size(1), d = X.size(2), kk = k_rows.size(0);
+        k = (double)kk;
+        xf = X.reshape({B * T, d});
+        Tensor K = engine::matmul(X, k_rows, false, true);  // [B, T, k]
+        H = engine::matmul(K, K, true, false);
+        C = engine::mul(engine::matmul(xf, engine::matmul(L, K).reshape({B * T, kk}), true, false),
+                        (float)std::sqrt(k));
+        target_sq = (double)B * dot(L, L);
+    }
+    Tensor apply(const Tensor& W) const {
+        Tensor xw = engine::matmul(X, W);  // [B, T, k]
+        return engine::matmul(xf, engine::matmul(xw, H).reshape({xf.size(0), W.size(1)}), true, false);
+    }
+    // ‖S − L‖² = ‖S‖² − 2⟨S, L⟩ + ‖L‖² with ‖S‖² = ⟨A(W), W⟩/k and ⟨S, L⟩ = ⟨W, C⟩/k: the [B, T, T]
+    // logits are never formed.
+    double relative_residual(const Tensor& W) const {
+        double sq = (dot(apply(W), W) - 2 * dot(W, C)) / k + target_sq;
+        return std::sqrt(std::max(sq, 0.0) / target_sq);
+    }
+};
+
+}  // namespace
+
+QueryFit fit_queries(const Tensor& X, const Tensor& k_rows, const Tensor& target, const Tensor& baseline_q_rows) {
+    const char* op = "fit_queries";
+    check(X.ndim() == 3 && k_rows.ndim() == 2 && k_rows.size(1) == X.size(2) &&
+              target.shape() == engine::Shape({X.size(1), X.size(1)}),
+          "{}: X {}, k rows {}, target {} are not [B, T, d], [k, d], [T, T]", op, X.shape().str(),
+          k_rows.shape().str(), target.shape().str());
+    engine::NoGrad ng;
+    LogitProblem lp(X, k_rows, target);
+    // Preconditioner: A with every sample's Gram matrices replaced by their batch sums/means,
+    // (Σ_b X_bᵀX_b)⁺·R·(mean_b K_bᵀK_b)⁺; exact when the samples are alike, and for one sample
+    // W = X⁺·L·√k·(K_bᵀ)⁺, the pseudo-inverse formula of the proposal. The pseudo-inverses drop the
+    // direction LayerNorm's zero-mean rows leave empty, so W is the minimum-norm solution.
+    Tensor g_pinv = engine::pinv(engine::matmul(lp.xf, lp.xf, true, false), 1e-6);
+    Tensor h_pinv = engine::pinv(engine::mean(lp.H, {0}), 1e-6);
+    auto precondition = [&](const Tensor& r) { return engine::matmul(engine::matmul(g_pinv, r), h_pinv); };
+    // Conjugate gradients on the normal equations, from the preconditioner's solution.
+    Tensor w = precondition(lp.C);
+    Tensor r = engine::sub(lp.C, lp.apply(w)), z = precondition(r), p = z;
+    double rz = dot(r, z), c_norm = std::sqrt(dot(lp.C, lp.C));
+    int iters = 0;
+    for (; iters < 100 && std::sqrt(dot(r, r)) > 1e-6 * c_norm; iters++) {
+        Tensor ap = lp.apply(p);
+        double pap = dot(p, ap);
+        if (!(pap > 0)) break;
+        double alpha = rz / pap;
+        w = engine::add(w, engine::mul(p, (float)alpha));
+        r = engine::sub(r, engine::mul(ap, (float)alpha));
+        z = precondition(r);
+        double rz_next = dot(r, z);
+        p = engine::add(z, engine::mul(p, (float)(rz_next / rz)));
+        rz = rz_next;
+    }
+    QueryFit fit;
+    fit.q_rows = engine::transpose(w, 0, 1);  // [k, d]
+    fit.residual = lp.relative_residual(w);
+    fit.iterations = iters;
+    if (baseline_q_rows.defined()) fit.baseline = lp.relative_residual(engine::transpose(baseline_q_rows, 0, 1));
+    return fit;
+}
+
+void attn_logits_init(nn::Module& model, const Options&, const InitData* data, Report& report) {
+    const char* name = "attn-logits";
+    require_data(name, model, data);
+    std::vector<nn::TransformerBlock*> blocks;
+    for (auto& [path, m] : model.named_modules())
+        if (auto* b = dynamic_cast<nn::TransformerBlock*>(m)) blocks.push_back(b);
+    check(!blocks.empty(), "{}: model {} has no transformer blocks (multi-head attention after a LayerNorm)", name,
+          model.type_name());
+    for (auto* b : blocks)
+        check(b->pre_norm, "{}: model {} is Post-LN: the attention input is not the output of norm1, so the fit "
+                           "cannot observe it (use a Pre-LN model)", name, model.type_name());
+    TokenGeometry geo;
+    if (auto* vit = dynamic_cast<nn::ViT*>(&model)) geo = {vit->grid(), vit->cfg.pool == "cls"};
+
+    // W_k orthonormal, q/k biases 0, in registration order (the draws do not depend on the data).
+    {
+        engine::NoGrad ng;
+        for (auto* b : blocks) {
+            nn::MultiHeadAttention& attn = *b->attn;
+            Tensor q = orthogonal_matrix(attn.dim, attn.dim, 1.f);
+            std::memcpy(attn.k->weight.data_f32(), q.data_f32(), sizeof(float) * q.numel());
+            for (nn::Linear* l : {attn.q.get(), attn.k.get()})
+                if (l->bias.defined()) std::memset(l->bias.data_f32(), 0, sizeof(float) * l->bias.numel());
+        }
+    }
+
+    Session session(model, *data);
+    int64_t layers = (int64_t)blocks.size();
+    std::vector<double> residual(layers, NAN), baseline(layers, NAN);
+    std::vector<char> seen(layers);
+    for (int64_t li = 0; li < layers; li++) {
+        nn::MultiHeadAttention* attn = blocks[li]->attn.get();
+        session.hook(blocks[li]->norm1.get(), [&, li, attn](const Tensor& X) {
+            if (seen[li]) return;
+            seen[li] = 1;
+            check(X.ndim() == 3 && X.size(2) == attn->dim, "{}: norm1 output {} is not [B, T, {}]", name,
+                  X.shape().str(), attn->dim);
+            double r2 = 0, b2 = 0;
+            for (int64_t h = 0; h < attn->heads; h++) {
+                Tensor target = attn_logit_targets(geo, X.size(1), li, layers, h, attn->heads);
+                Tensor q_rows = attn->head_rows(attn->q->weight, h);
+                QueryFit fit = fit_queries(X, attn->head_rows(attn->k->weight, h), target, q_rows.clone());
+                std::memcpy(q_rows.data_f32(), fit.q_rows.data_f32(), sizeof(float) * q_rows.numel());
+                r2 += fit.residual * fit.residual, b2 += fit.baseline * fit.baseline;
+            }
+            residual[li] = std::sqrt(r2 / attn->heads), baseline[li] = std::sqrt(b2 / attn->heads);
+        });
+    }
+    session.pass();
+
+    double mean_res = 0, mean_base = 0;
+    int reached = 0;
+    std::string per_layer;
+    for (int64_t li = 0; li < layers; li++) {
+        if (!seen[li]) continue;
+        reached++;
+        mean_res += residual[li], mean_base += baseline[li];
+        per_layer += fmt::format("{}{:.3f}", per_layer.empty() ? "" : " ", residual[li]);
+    }
+    check(reached > 0, "{}: model {}: the init batch's forward pass reached no attention block", name,
+          model.type_name());
+    report.say(fmt::format("attn-logits: {} attention layers, W_k orthonormal, W_q by least squares on {} samples "
+                           "against local-to-global target logits ({}): relative residual per layer {} (mean {:.3f}; "
+                           "the previous W_q gave {:.3f})",
+                           reached, data->samples, geo.grid > 0 ? fmt::format("{}x{} grid", geo.grid, geo.grid)
+                                                                : std::string("token distance"),
+                           per_layer, mean_res / reached, mean_base / reached));
+    report.figures["attn_logits.residual"] = mean_res / reached;
+    report.figures["attn_logits.baseline_residual"] = mean_base / reached;
+    report.figures["attn_logits.layers"] = reached;
 }
 
 }  // namespace init

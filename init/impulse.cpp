@@ -91,7 +91,8 @@ static std::pair<Tensor, Tensor> head_projections(const Tensor& P, const Tensor&
           k_weight.shape().str(), heads);
     Tensor qp = engine::mul(engine::matmul(P, q_weight, false, true), 1.f / std::sqrt((float)k));
     Tensor kp = engine::matmul(P, k_weight, false, true);
-    return {engine::permute(qp.reshape({N, heads, k}), {1, 0, 2}), engine::permute(kp.reshape({N, heads, k}), {1, 0, 2})};
+    return {engine::permute(qp.reshape({N, heads, k}), {1, 0, 2}),
+            engine::permute(kp.reshape({N, heads, k}), {1, 0, 2})};
 }
 
 Tensor impulse_maps(const Tensor& P, const Tensor& q_weight, const Tensor& k_weight, int64_t heads) {

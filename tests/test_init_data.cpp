@@ -119,7 +119,8 @@ TEST_CASE("lsuv: every Linear/Conv output has std 1 within tolerance on the init
     CHECK(!(*vit.blocks)[0].mlp->fc1->forward_hook);
 }
 
-TEST_CASE("lsuv on a ConvMixer: conv and depthwise outputs std 1 to a tight tolerance, BatchNorm on batch statistics", "[init]") {
+TEST_CASE("lsuv on a ConvMixer: conv and depthwise outputs std 1 to a tight tolerance, BatchNorm on batch stats",
+          "[init]") {
     manual_seed(1);
     nn::ConvMixer cm(small_convmixer());
     Tensor images = Tensor::normal({8, 3, 16, 16});
@@ -205,6 +206,176 @@ TEST_CASE("relu-quantile on a ConvMixer: every conv (GELU) unit per channel over
     CHECK(convs == 1 + 2 * 2);
 }
 
+// ‖X·W·Kᵀ/√k − L‖/‖L‖ over the batch by plain loops, W = q_rowsᵀ [d, k], K_b = X_b·k_rowsᵀ.
+double logit_residual(const Tensor& X, const Tensor& q_rows, const Tensor& k_rows, const Tensor& L) {
+    int64_t B = X.size(0), T = X.size(1), d = X.size(2), k = q_rows.size(0);
+    double err = 0, norm = 0;
+    for (int64_t b = 0; b < B; b++) {
+        std::vector<std::vector<double>> q(T, std::vector<double>(k)), kk(T, std::vector<double>(k));
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t j = 0; j < k; j++)
+                for (int64_t c = 0; c < d; c++) {
+                    q[t][j] += X.at({b, t, c}) * q_rows.at({j, c});
+                    kk[t][j] += X.at({b, t, c}) * k_rows.at({j, c});
+                }
+        for (int64_t i = 0; i < T; i++)
+            for (int64_t t = 0; t < T; t++) {
+                double l = 0;
+                for (int64_t j = 0; j < k; j++) l += q[i][j] * kk[t][j];
+                double e = l / std::sqrt((double)k) - L.at({i, t});
+                err += e * e;
+                norm += (double)L.at({i, t}) * L.at({i, t});
+            }
+    }
+    return std::sqrt(err / norm);
+}
+
+TEST_CASE("fit_queries: the least-squares W_q, for one sample (two pseudo-inverses) and over a batch", "[init]") {
+    manual_seed(6);
+    int64_t T = 12, d = 8, k = 4;
+    Tensor k_rows = Tensor::normal({k, d}), L = Tensor::normal({T, T}, 0.f, 2.f);
+    // One sample, X of full column rank: X⁺·L·√k·(Kᵀ)⁺ minimizes ‖X·W·Kᵀ/√k − L‖ over all W.
+    Tensor X1 = Tensor::normal({1, T, d});
+    init::QueryFit fit = init::fit_queries(X1, k_rows, L);
+    double r0 = logit_residual(X1, fit.q_rows, k_rows, L);
+    CHECK(fit.residual == Approx(r0).epsilon(1e-4));
+    CHECK(r0 < 1.0);
+    for (int trial = 0; trial < 8; trial++) {
+        Tensor nudged = add(fit.q_rows, Tensor::normal({k, d}, 0.f, 0.01f));
+        CHECK(logit_residual(X1, nudged, k_rows, L) > r0 - 1e-6);
+    }
+    // A batch: no exact solution, but far better than a random W_q of the usual scale.
+    Tensor X = Tensor::normal({5, T, d}), random_q = Tensor::normal({k, d}, 0.f, 1.f / std::sqrt((float)d));
+    init::QueryFit batch = init::fit_queries(X, k_rows, L, random_q);
+    CHECK(batch.residual == Approx(logit_residual(X, batch.q_rows, k_rows, L)).epsilon(1e-4));
+    CHECK(batch.baseline == Approx(logit_residual(X, random_q, k_rows, L)).epsilon(1e-4));
+    CHECK(batch.residual < batch.baseline);
+    for (int trial = 0; trial < 8; trial++) {  // the joint least-squares optimum over the batch
+        Tensor nudged = add(batch.q_rows, Tensor::normal({k, d}, 0.f, 0.01f));
+        CHECK(logit_residual(X, nudged, k_rows, L) > batch.residual - 1e-6);
+    }
+    CHECK_THROWS_WITH(init::fit_queries(X, k_rows, Tensor::zeros({T, T + 1})), Catch::Contains("fit_queries"));
+}
+
+TEST_CASE("attn_logit_targets: local in early layers, flat (global) in the last; heads narrow to wide", "[init]") {
+    manual_seed(7);
+    init::TokenGeometry grid{4, false}, cls{4, true}, seq{};
+    CHECK(grid.distance(0, 5) == Approx(std::sqrt(2.0)));  // (0,0) to (1,1)
+    CHECK(cls.distance(0, 9) == 0);
+    CHECK(cls.distance(1, 6) == Approx(std::sqrt(2.0)));
+    CHECK(seq.distance(3, 10) == 7);
+    // Mean target logit over token pairs at distance 0 minus over pairs at distance >= 2.
+    auto contrast = [&](const Tensor& l) {
+        double near = 0, far = 0;
+        int nn = 0, nf = 0;
+        for (int64_t i = 0; i < 16; i++)
+            for (int64_t j = 0; j < 16; j++) {
+                double dist = grid.distance(i, j);
+                if (dist == 0) near += l.at({i, j}), nn++;
+                if (dist >= 2) far += l.at({i, j}), nf++;
+            }
+        return near / nn - far / nf;
+    };
+    double first = contrast(init::attn_logit_targets(grid, 16, 0, 4, 0, 2));
+    double middle = contrast(init::attn_logit_targets(grid, 16, 2, 4, 0, 2));
+    double last = contrast(init::attn_logit_targets(grid, 16, 3, 4, 0, 2));
+    CHECK(first > 3.0);  // a = 4, σ = 1: exp(-2) at distance 2
+    CHECK(middle < first);
+    CHECK(std::fabs(last) < 0.1);  // a = 0: only the N(0, 0.05²) noise
+    double wide = contrast(init::attn_logit_targets(grid, 16, 0, 4, 1, 2));
+    CHECK(wide < first);  // σ = 2: the second head reaches further
+    CHECK(wide > 0.5);
+    CHECK_THROWS_WITH(init::attn_logit_targets(grid, 17, 0, 4, 0, 2), Catch::Contains("17 tokens"));
+}
+
+TEST_CASE("attn-logits on a ViT: W_k orthonormal, achieved logits fit the targets better than random W_q", "[init]") {
+    manual_seed(8);
+    nn::ViTConfig c = small_vit();
+    c.depth = 3;
+    nn::ViT vit(c);
+    std::vector<float> v0 = values(vit.parameter("blocks.2.attn.v.weight"));
+    Tensor images = Tensor::normal({16, 3, 16, 16});
+    init::InitData data{[&] { vit.forward(images); }, 16};
+    init::Report report;
+    init::attn_logits_init(vit, init::Options{}, &data, report);
+
+    CHECK(report.figures["attn_logits.layers"] == 3);
+    CHECK(report.figures["attn_logits.residual"] < report.figures["attn_logits.baseline_residual"]);
+    CHECK(report.figures["attn_logits.residual"] < 0.8);
+    for (auto& block : *vit.blocks) {
+        Tensor wk = block->attn->k->weight.detach();
+        Tensor gram = matmul(wk, wk, false, true);
+        for (int i = 0; i < 32; i++)
+            for (int j = 0; j < 32; j++) CHECK(gram.at({i, j}) == Approx(i == j ? 1.0 : 0.0).margin(1e-5));
+        for (float b : values(block->attn->q->bias)) CHECK(b == 0.f);
+        for (float b : values(block->attn->k->bias)) CHECK(b == 0.f);
+    }
+    CHECK(values(vit.parameter("blocks.2.attn.v.weight")) == v0);
+
+    // The achieved logits, from the model's weights on the attention inputs (norm1 outputs):
+    // local in block 0, nearly flat in the last block.
+    init::TokenGeometry grid{vit.grid(), false};
+    std::vector<double> contrast;
+    for (auto& block : *vit.blocks) {
+        auto* attn = block->attn.get();
+        Tensor X;
+        block->norm1->forward_hook = [&](const nn::Module&, const Tensor& out) { X = out.clone(); };
+        {
+            NoGrad ng;
+            vit.forward(images);
+        }
+        block->norm1->forward_hook = nullptr;
+        double near = 0, far = 0;
+        int nn = 0, nf = 0;
+        for (int64_t h = 0; h < attn->heads; h++) {
+            Tensor q = matmul(X, attn->head_rows(attn->q->weight, h), false, true);
+            Tensor k = matmul(X, attn->head_rows(attn->k->weight, h), false, true);
+            Tensor logits = mul(matmul(q, k, false, true), 1.f / std::sqrt((float)attn->head_dim));
+            for (int64_t b = 0; b < X.size(0); b++)
+                for (int64_t i = 0; i < 16; i++)
+                    for (int64_t j = 0; j < 16; j++) {
+                        double dist = grid.distance(i, j);
+                        if (dist == 0) near += logits.at({b, i, j}), nn++;
+                        if (dist >= 2) far += logits.at({b, i, j}), nf++;
+                    }
+        }
+        contrast.push_back(near / nn - far / nf);
+    }
+    INFO("near - far logits per block: " << contrast[0] << " " << contrast[1] << " " << contrast[2]);
+    CHECK(contrast[0] > 1.0);
+    CHECK(contrast[0] > contrast[1]);
+    CHECK(std::fabs(contrast[2]) < 0.5);
+    CHECK(vit.is_training());
+}
+
+TEST_CASE("attn-logits on a Pre-LN TransformerLM; Post-LN and attention-free models are refused", "[init]") {
+    manual_seed(9);
+    nn::LMConfig lc;
+    lc.vocab = 30;
+    lc.dim = 32;
+    lc.depth = 2;
+    lc.heads = 2;
+    lc.max_len = 16;
+    nn::TransformerLM lm(lc);
+    Tensor ids = Tensor::randint({8, 12}, 0, 30);
+    init::InitData data{[&] { lm.forward(ids); }, 8};
+    init::Report report;
+    init::attn_logits_init(lm, init::Options{}, &data, report);
+    CHECK(report.figures["attn_logits.layers"] == 2);
+    CHECK(report.figures["attn_logits.residual"] < report.figures["attn_logits.baseline_residual"]);
+
+    lc.pre_norm = false;
+    nn::TransformerLM post(lc);
+    init::InitData pdata{[&] { post.forward(ids); }, 8};
+    CHECK_THROWS_WITH(init::attn_logits_init(post, init::Options{}, &pdata, report),
+                      Catch::Contains("attn-logits") && Catch::Contains("TransformerLM") && Catch::Contains("Post-LN"));
+    nn::ConvMixer cm(small_convmixer());
+    Tensor images = Tensor::normal({2, 3, 16, 16});
+    init::InitData cdata{[&] { cm.forward(images); }, 2};
+    CHECK_THROWS_WITH(init::attn_logits_init(cm, init::Options{}, &cdata, report),
+                      Catch::Contains("ConvMixer") && Catch::Contains("no transformer blocks"));
+}
+
 TEST_CASE("data-dependent schemes: same seed and batch, same weights", "[init]") {
     auto run = [](const std::string& scheme) {
         manual_seed(4);
@@ -213,11 +384,16 @@ TEST_CASE("data-dependent schemes: same seed and batch, same weights", "[init]")
         init::InitData data{[&] { vit.forward(images); }, 8};
         init::Report r;
         if (scheme == "lsuv") init::lsuv_init(vit, init::Options{}, &data, r);
-        else init::relu_quantile_init(vit, init::Options{}, &data, r);
-        return values(vit.parameter("blocks.1.mlp.fc1.weight"));
+        else if (scheme == "relu-quantile") init::relu_quantile_init(vit, init::Options{}, &data, r);
+        else init::attn_logits_init(vit, init::Options{}, &data, r);
+        std::vector<float> out = values(vit.parameter("blocks.1.mlp.fc1.weight"));
+        std::vector<float> q = values(vit.parameter("blocks.1.attn.q.weight"));
+        out.insert(out.end(), q.begin(), q.end());
+        return out;
     };
     CHECK(run("lsuv") == run("lsuv"));
     CHECK(run("relu-quantile") == run("relu-quantile"));
+    CHECK(run("attn-logits") == run("attn-logits"));
     CHECK(run("lsuv") != run("relu-quantile"));
 }
 

@@ -188,10 +188,14 @@ TEST_CASE("impulse_map_mse", "[init][gradcheck]") {
     Tensor basis = Tensor::empty({9, 4});
     g.normal(basis.data_f32(), basis.numel(), 0.f, 1.f);
     test::gradcheck("impulse_map_mse (basis)",
-                    [&](const std::vector<Tensor>& x) { return init::impulse_map_mse(x[0], x[1], basis, target, 0.7f); },
+                    [&](const std::vector<Tensor>& x) {
+                        return init::impulse_map_mse(x[0], x[1], basis, target, 0.7f);
+                    },
                     {test::param({2, 4, 3}, 1), test::param({2, 4, 3}, 2)});
     test::gradcheck("impulse_map_mse (tokens)",
-                    [&](const std::vector<Tensor>& x) { return init::impulse_map_mse(x[0], x[1], Tensor(), target, 0.7f); },
+                    [&](const std::vector<Tensor>& x) {
+                        return init::impulse_map_mse(x[0], x[1], Tensor(), target, 0.7f);
+                    },
                     {test::param({2, 9, 3}, 3), test::param({2, 9, 3}, 4)});
 }
 
