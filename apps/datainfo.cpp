@@ -109,6 +109,7 @@ struct BenchOptions {
     int64_t batch = 128;
     int workers = 2, prefetch = 4, randaug = 0, epochs = 1;
     float randaug_m = 9;
+    double step_ms = 0;
 };
 
 // The loader alone: decode the split once, then time epochs of shuffled, augmented (crop 4 + flip,
@@ -135,18 +136,31 @@ static void bench_loader(const std::string& dataset, const std::string& dir, con
     opt.normalize = data::cifar10_normalize();
     data::ImageLoader loader(set, opt);
     int64_t images = 0;
-    double cpu0 = cpu_seconds();
-    auto w0 = std::chrono::steady_clock::now();
+    double cpu0 = cpu_seconds(), waited = 0;
+    using clock = std::chrono::steady_clock;
+    auto w0 = clock::now();
     for (int e = 0; e < b.epochs; e++) {
         loader.start_epoch(e);
         data::ImageBatch batch;
-        while (loader.next(batch)) images += batch.images.size(0);
+        for (;;) {
+            auto t = clock::now();
+            bool more = loader.next(batch);
+            waited += std::chrono::duration<double>(clock::now() - t).count();
+            if (!more) break;
+            images += batch.images.size(0);
+            // A stand-in for the training step: keep this thread busy for step_ms.
+            auto until = clock::now() + std::chrono::duration<double, std::milli>(b.step_ms);
+            while (b.step_ms > 0 && clock::now() < until) {}
+        }
     }
-    double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+    double wall = std::chrono::duration<double>(clock::now() - w0).count();
     double cpu = cpu_seconds() - cpu0;
     std::printf("loader: augment %s, batch %lld, %d workers, prefetch %d: %s images in %.2f s = %.0f images/s "
                 "(%.0f images per CPU-second)\n", opt.augment.describe().c_str(), (long long)b.batch, b.workers,
                 b.prefetch, commas(images).c_str(), wall, images / wall, images / cpu);
+    if (b.step_ms > 0)
+        std::printf("  with a %.1f ms step per batch: the consumer waited %.1f%% of the time in next()\n", b.step_ms,
+                    100 * waited / wall);
 }
 
 int main(int argc, char** argv) {
@@ -177,6 +191,7 @@ int main(int argc, char** argv) {
     app.add_option("--randaug", b.randaug, "--bench-loader: RandAugment ops per image (0: crop + flip only)");
     app.add_option("--randaug-m", b.randaug_m, "--bench-loader: RandAugment magnitude (0..30)");
     app.add_option("--epochs", b.epochs, "--bench-loader: epochs to time");
+    app.add_option("--step-ms", b.step_ms, "--bench-loader: busy-wait this long per batch, as a training step would");
     CLI11_PARSE(app, argc, argv);
 
     const bool defaulted = dir.empty();

@@ -36,7 +36,11 @@ static int randint(Generator& g, int low, int high) {  // [low, high)
 
 static bool coin(Generator& g) { return g.uniform_double() < 0.5; }
 
-static uint8_t clamp_round(float v) { return (uint8_t)std::clamp(std::lround(v), 0l, 255l); }
+// Round to nearest (halves up) and saturate to 0..255, without a libm call per pixel.
+static inline uint8_t clamp_round(float v) {
+    v = v < 0.f ? 0.f : v > 255.f ? 255.f : v;
+    return (uint8_t)(int)(v + 0.5f);
+}
 
 // ---------------------------------------------------------------------------------------------
 // Geometry

@@ -41,7 +41,14 @@ Normalize no_normalize();        // pixel / 255
 Normalize normalize_by_name(const std::string& name);  // cifar10 | cifar100 | imagenet | none
 Normalize measure_normalize(const ImageSet& set);      // the set's own per-channel mean/std
 
+// (v/255 - mean[c]) / std[c] for every byte value v, built once per loader.
+struct NormalizeTable {
+    float value[3][256];
+    explicit NormalizeTable(const Normalize& norm);
+};
+
 // One HWC uint8 image into a CHW float slot, normalized.
+void image_to_chw(const uint8_t* hwc, int h, int w, const NormalizeTable& table, float* chw);
 void image_to_chw(const uint8_t* hwc, int h, int w, const Normalize& norm, float* chw);
 
 // Images `indices` of the set as float [B,3,H,W] and their labels as int32 [B] (no augmentation).

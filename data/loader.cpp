@@ -11,7 +11,8 @@ using engine::Tensor;
 
 namespace data {
 
-ImageLoader::ImageLoader(const ImageSet& set, const LoaderOptions& opt) : set_(set), opt_(opt) {
+ImageLoader::ImageLoader(const ImageSet& set, const LoaderOptions& opt)
+    : set_(set), opt_(opt), table_(opt.normalize) {
     check(opt.batch_size > 0, "image loader: batch size must be positive, got {}", opt.batch_size);
     check(opt.workers >= 0 && opt.prefetch >= 1, "image loader: need workers >= 0 and prefetch >= 1, got {} and {}",
           opt.workers, opt.prefetch);
@@ -69,7 +70,7 @@ ImageBatch ImageLoader::build(int64_t epoch, int64_t index, const std::vector<in
             augment_uint8(img.data(), h, w, opt_.augment, g, scratch.data());
             pixels = img.data();
         }
-        image_to_chw(pixels, h, w, opt_.normalize, dst + i * floats);
+        image_to_chw(pixels, h, w, table_, dst + i * floats);
         if (opt_.augment.any_float()) augment_float(dst + i * floats, h, w, opt_.augment, g);
         out.labels.data_i32()[i] = set_.labels[src];
         if (coarse) out.coarse_labels.data_i32()[i] = set_.coarse_labels[src];

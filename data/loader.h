@@ -74,6 +74,7 @@ private:
 
     const ImageSet& set_;
     LoaderOptions opt_;
+    NormalizeTable table_;
     int64_t batches_ = 0;
 
     std::mutex mu_;
