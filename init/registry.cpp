@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include "engine/error.h"
 #include "init/fixup.h"
+#include "init/impulse.h"
 #include "init/init.h"
 #include "init/mimetic.h"
 #include "init/smallemb.h"
@@ -31,6 +32,13 @@ const std::vector<SchemeInfo>& schemes() {
         {"orthogonal", "orthogonal weights × gain (WᵀW = gain²·I), zero biases", false, orthogonal_init},
         {"mimetic", "Trockman & Kolter: per head W_qW_kᵀ = rank-k part of α₁Z+β₁I, per layer W_vW_proj = α₂Z−β₂I "
                     "(needs MultiHeadAttention)", false, mimetic_init},
+        {"impulse3", "Zheng et al. (ECCV'24): per head Q/K fitted with Adam so attention is a random 3×3 impulse "
+                     "filter on LN(sin-cos PE); needs average pooling", false,
+         [](nn::Module& m, const Options& o, const InitData* d, Report& r) { impulse_init(m, o, d, r, 3); }},
+        {"impulse5", "the same with offsets in a 5×5 window", false,
+         [](nn::Module& m, const Options& o, const InitData* d, Report& r) { impulse_init(m, o, d, r, 5); }},
+        {"impulse3-closed", "Zheng et al. (NeurIPS'25) closed form: truncated pseudo-inverse + rank-k SVD, factors "
+                            "×7; V/proj mimetic 0.4/0.4", false, impulse_closed_init},
         {"smallemb", "BlinkDL SmallInitEmb: token embedding U(±1e-4), learned PE 0; the model needs a LayerNorm "
                      "after the embedding", false, smallemb_init},
         {"t-fixup", "Huang et al. 2020, encoder form: Xavier attention/MLP, then v/proj/MLP weights and a token "

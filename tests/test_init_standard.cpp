@@ -240,7 +240,8 @@ TEST_CASE("init registry: names, normal:STD, composition left to right, errors",
         CHECK(names.insert(s.name).second);  // unique
     }
     for (const char* n : {"torch", "timm", "xavier", "xavier-normal", "kaiming", "kaiming-uniform", "lecun",
-                          "normal:STD", "orthogonal", "mimetic", "smallemb", "t-fixup", "zero-attn"})
+                          "normal:STD", "orthogonal", "mimetic", "impulse3", "impulse5", "impulse3-closed", "smallemb",
+                          "t-fixup", "zero-attn"})
         CHECK(names.count(n) == 1);
     CHECK(names.count("layerscale") == 0);  // a model option, not a scheme
 
