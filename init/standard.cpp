@@ -160,7 +160,7 @@ void torch_init(nn::Module& model, const Options&, const InitData*, Report& repo
                            layers.size(), norms));
 }
 
-void timm_init(nn::Module& model, const Options& opt, const InitData*, Report& report) {
+void timm_init(nn::Module& model, const Options&, const InitData*, Report& report) {
     auto layers = weight_layers(model);
     require_weights(layers, model, "timm");
     float std = 0.02f;
