@@ -32,8 +32,12 @@ namespace data {
 // fuzz/fuzz_image; fixed upstream in 2.28). Walk the marker segments the way stb does and refuse
 // such a file before stb sees it. Returns the number of codes of the first bad table, or 0.
 static int jpeg_oversized_huffman_table(const uint8_t* b, size_t n) {
-    if (n < 4 || b[0] != 0xFF || b[1] != 0xD8) return 0;  // not a JPEG: stb will not parse it as one
-    size_t i = 2;
+    // stb accepts any number of 0xFF fill bytes before the SOI marker (0xFF 0xD8).
+    if (n < 4 || b[0] != 0xFF) return 0;
+    size_t i = 1;
+    while (i < n && b[i] == 0xFF) i++;
+    if (i >= n || b[i] != 0xD8) return 0;  // not a JPEG: stb will not parse it as one
+    i++;
     while (i + 1 < n) {
         if (b[i] != 0xFF) { i++; continue; }       // entropy-coded data or junk: look for the next marker
         uint8_t m = b[i + 1];
