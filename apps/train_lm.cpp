@@ -229,9 +229,7 @@ static int run(Args& a, const apps::json& config) {
             Tensor loss = cross_entropy(lm.forward(b.inputs, a.protocol == "bptt"), scored_targets(b));
             float lv = loss.item();
             if (a.nan_check && !std::isfinite(lv)) {
-                std::fprintf(stderr, "\ntrain_lm: loss is %f at epoch %d, step %lld; stopping. Last good checkpoint: %s\n",
-                             lv, epoch + 1, (long long)global_step,
-                             out.enabled() ? out.path("last.safetensors").c_str() : "(none: no --out)");
+                apps::report_nan_loss("train_lm", lv, epoch + 1, global_step, out);
                 return 1;
             }
             loss.backward();
@@ -280,8 +278,6 @@ static int run(Args& a, const apps::json& config) {
 int main(int argc, char** argv) {
     CLI::App app{"Train a language model (transformer, GAU or LSTM) with any initialization scheme."};
     Args a;
-    std::string init_help = "initialization scheme(s), '+' composes:";
-    for (auto& s : init::schemes()) init_help += "\n  " + s.name + ": " + s.summary;
     app.add_option("--data-dir", a.data_dir, "data folder (default: $INITLAB_DATA/<dataset folder>, else data_local/)");
     app.add_option("--dataset", a.dataset, "ptb | ptb-char | wikitext2 | wikitext103 | text")->capture_default_str()
         ->check(CLI::IsMember({"ptb", "ptb-char", "wikitext2", "wikitext103", "text"}));
@@ -302,7 +298,7 @@ int main(int argc, char** argv) {
     app.add_option("--dropout", a.dropout, "dropout")->capture_default_str()->check(CLI::Range(0.f, 0.99f));
     app.add_option("--emb-dropout", a.emb_dropout, "dropout on the embedding output")->capture_default_str();
     app.add_option("--word-dropout", a.word_dropout, "drop whole words from the embedding table")->capture_default_str();
-    app.add_option("--init", a.init, init_help)->capture_default_str();
+    app.add_option("--init", a.init, apps::init_help())->capture_default_str();
     app.add_option("--mimetic-alpha1", a.init_opt.mimetic_alpha1, "mimetic α₁")->capture_default_str();
     app.add_option("--mimetic-beta1", a.init_opt.mimetic_beta1, "mimetic β₁")->capture_default_str();
     app.add_option("--mimetic-alpha2", a.init_opt.mimetic_alpha2, "mimetic α₂")->capture_default_str();
@@ -350,13 +346,7 @@ int main(int argc, char** argv) {
     if (a.protocol == "window" && a.scored > a.seq_len) return refuse("--scored must not exceed --seq-len");
     if (!a.preset.empty() && a.model != "lstm") return refuse("--preset applies to --model lstm only");
     if (a.device == "cuda") return refuse("--device cuda: the CUDA backend (issue 3) does not run models yet");
-    apps::json config = {{"app", "train_lm"}, {"git_commit", apps::git_commit()}, {"device", "cpu"},
-                         {"threads", a.threads > 0 ? a.threads : omp_get_max_threads()}, {"started", apps::now_iso8601()}};
-    for (const CLI::Option* o : app.get_options()) {
-        if (o->get_name() == "--help") continue;
-        auto r = o->results();
-        config[o->get_name()] = r.empty() ? o->get_default_str() : r.back();
-    }
+    apps::json config = apps::run_config(app, "train_lm", a.threads > 0 ? a.threads : omp_get_max_threads());
     try {
         return run(a, config);
     } catch (const Error& e) {

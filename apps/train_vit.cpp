@@ -294,9 +294,7 @@ static int run(const Args& a, const apps::json& config) {
             Tensor loss = cross_entropy(forward(x), y, -100, a.label_smoothing);
             float lv = global_step == a.fail_at_step ? NAN : loss.item();
             if (a.nan_check && !std::isfinite(lv)) {
-                std::fprintf(stderr, "\ntrain_vit: loss is %f at epoch %d, step %lld; stopping. Last good checkpoint: %s\n",
-                             lv, epoch + 1, (long long)global_step,
-                             out.enabled() ? out.path("last.safetensors").c_str() : "(none: no --out)");
+                apps::report_nan_loss("train_vit", lv, epoch + 1, global_step, out);
                 return 1;
             }
             loss.backward();
@@ -348,8 +346,6 @@ static int run(const Args& a, const apps::json& config) {
 int main(int argc, char** argv) {
     CLI::App app{"Train a ViT or ConvMixer on CIFAR-10/100 or an image folder with any initialization scheme."};
     Args a;
-    std::string init_help = "initialization scheme(s), '+' composes:";
-    for (auto& s : init::schemes()) init_help += "\n  " + s.name + ": " + s.summary;
     app.add_option("--data-dir", a.data_dir, "data folder (default: $INITLAB_DATA/<dataset folder>, else data_local/)");
     app.add_option("--dataset", a.dataset, "cifar10 | cifar100 | folder")->capture_default_str()
         ->check(CLI::IsMember({"cifar10", "cifar100", "folder"}));
@@ -365,7 +361,7 @@ int main(int argc, char** argv) {
     app.add_option("--pe-scale", a.pe_scale, "position embedding scale")->capture_default_str();
     app.add_option("--layerscale", a.layerscale, "LayerScale on residual branches with this init (0: off)")
         ->capture_default_str();
-    app.add_option("--init", a.init, init_help)->capture_default_str();
+    app.add_option("--init", a.init, apps::init_help())->capture_default_str();
     app.add_option("--init-samples", a.init_samples, "training images data-dependent inits see")->capture_default_str();
     app.add_option("--mimetic-alpha1", a.init_opt.mimetic_alpha1, "mimetic α₁ (Q/K noise)")->capture_default_str();
     app.add_option("--mimetic-beta1", a.init_opt.mimetic_beta1, "mimetic β₁ (Q/K identity)")->capture_default_str();
@@ -428,13 +424,7 @@ int main(int argc, char** argv) {
         a.warmup_epochs = a.epochs / 10;
         std::printf("train_vit: --warmup-epochs is not below --epochs; using %d warmup epochs\n", a.warmup_epochs);
     }
-    apps::json config = {{"app", "train_vit"}, {"git_commit", apps::git_commit()}, {"device", "cpu"},
-                         {"threads", a.threads > 0 ? a.threads : omp_get_max_threads()}, {"started", apps::now_iso8601()}};
-    for (const CLI::Option* o : app.get_options()) {
-        if (o->get_name() == "--help") continue;
-        auto r = o->results();
-        config[o->get_name()] = r.empty() ? o->get_default_str() : r.back();
-    }
+    apps::json config = apps::run_config(app, "train_vit", a.threads > 0 ? a.threads : omp_get_max_threads());
     try {
         return run(a, config);
     } catch (const Error& e) {

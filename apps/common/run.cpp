@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include "engine/error.h"
+#include "init/init.h"
 
 namespace apps {
 
@@ -54,6 +55,29 @@ std::string now_iso8601() {
     char buf[32];
     std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
     return buf;
+}
+
+json run_config(const CLI::App& app, const std::string& app_name, int threads) {
+    json config = {{"app", app_name}, {"git_commit", git_commit()}, {"device", "cpu"}, {"threads", threads},
+                   {"started", now_iso8601()}};
+    for (const CLI::Option* o : app.get_options()) {
+        if (o->get_name() == "--help") continue;
+        auto r = o->results();
+        config[o->get_name()] = r.empty() ? o->get_default_str() : r.back();
+    }
+    return config;
+}
+
+std::string init_help() {
+    std::string help = "initialization scheme(s), '+' composes:";
+    for (auto& s : init::schemes()) help += "\n  " + s.name + ": " + s.summary;
+    return help;
+}
+
+void report_nan_loss(const std::string& app_name, float loss, int epoch, int64_t step, const RunDir& out) {
+    std::fprintf(stderr, "\n%s: loss is %f at epoch %d, step %lld; stopping. Last good checkpoint: %s\n",
+                 app_name.c_str(), loss, epoch, (long long)step,
+                 out.enabled() ? out.path("last.safetensors").c_str() : "(none: no --out)");
 }
 
 static std::atomic<int> g_signal{0};

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <string>
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 namespace apps {
@@ -33,6 +34,14 @@ private:
 // The repository's commit (from `git rev-parse HEAD` in the source tree), "unknown" outside one.
 std::string git_commit();
 std::string now_iso8601();
+
+// config.json's contents: the app, git commit, device, threads, start time, and every flag's
+// value (given or default).
+json run_config(const CLI::App& app, const std::string& app_name, int threads);
+// The --init help text: every registered scheme with its one-line summary.
+std::string init_help();
+// The message for a loss that is no longer finite; the caller stops the run.
+void report_nan_loss(const std::string& app_name, float loss, int epoch, int64_t step, const RunDir& out);
 
 // Ctrl-C and SIGTERM set a flag; the training loop finishes its step, checkpoints and exits
 // 130 / 143. A second Ctrl-C exits at once.
