@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <fmt/format.h>
 #include "engine/error.h"
+#include "init/data_dependent.h"
 #include "init/fixup.h"
 #include "init/impulse.h"
 #include "init/init.h"
@@ -41,6 +42,12 @@ const std::vector<SchemeInfo>& schemes() {
                             "×7; V/proj mimetic 0.4/0.4", false, impulse_closed_init},
         {"smallemb", "BlinkDL SmallInitEmb: token embedding U(±1e-4), learned PE 0; the model needs a LayerNorm "
                      "after the embedding", false, smallemb_init},
+        {"lsuv", "Mishkin & Matas: orthonormal weights, then W ← W/std(output) layer by layer on the init batch "
+                 "until |std−1| ≤ tol", true, lsuv_init},
+        {"relu-quantile", "Aguirre & Fuentes: orthonormal; per unit bias at the (1−act_prob) quantile of its "
+                          "pre-activations, then scaled to post-activation std goal_std", true, relu_quantile_init},
+        {"attn-logits", "Aguirre: W_k orthonormal, W_q by least squares so the init batch's logits match a "
+                        "local-to-global target per head and layer", true, attn_logits_init},
         {"t-fixup", "Huang et al. 2020, encoder form: Xavier attention/MLP, then v/proj/MLP weights and a token "
                     "embedding N(0, std d^-1/2) × 0.67·N^(-1/4)", false, tfixup_init},
         {"zero-attn", "ZerO-style attention (Zhao et al.): W_q = 0, W_k = I per layer. LayerScale, the third "

@@ -241,8 +241,10 @@ TEST_CASE("init registry: names, normal:STD, composition left to right, errors",
     }
     for (const char* n : {"torch", "timm", "xavier", "xavier-normal", "kaiming", "kaiming-uniform", "lecun",
                           "normal:STD", "orthogonal", "mimetic", "impulse3", "impulse5", "impulse3-closed", "smallemb",
-                          "t-fixup", "zero-attn"})
+                          "lsuv", "relu-quantile", "attn-logits", "t-fixup", "zero-attn"})
         CHECK(names.count(n) == 1);
+    for (auto& s : init::schemes())
+        CHECK(s.needs_data == (s.name == "lsuv" || s.name == "relu-quantile" || s.name == "attn-logits"));
     CHECK(names.count("layerscale") == 0);  // a model option, not a scheme
 
     manual_seed(8);
@@ -266,6 +268,9 @@ TEST_CASE("init registry: names, normal:STD, composition left to right, errors",
     CHECK_THROWS_WITH(init::apply(vit, ""), Catch::Contains("empty scheme name"));
     CHECK_THROWS_WITH(init::apply(vit, "normal:abc"), Catch::Contains("STD must be a number"));
     CHECK_THROWS_WITH(init::apply(vit, "normal:-1"), Catch::Contains("STD must be a number"));
+    CHECK_THROWS_WITH(init::apply(vit, "timm+lsuv"), Catch::Contains("'lsuv' needs an init batch"));
+    init::InitData no_forward;
+    CHECK_THROWS_WITH(init::apply(vit, "relu-quantile", {}, &no_forward), Catch::Contains("needs an init batch"));
     // A bad name late in the chain fails before anything is written.
     std::vector<float> before = fc1.to_vector();
     CHECK_THROWS(init::apply(vit, "xavier+nope"));
