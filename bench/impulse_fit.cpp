@@ -2,6 +2,8 @@
 // its figures as one JSON line: ViT-Tiny's setting by default (16×16 tokens, 192 wide, 3 heads,
 // 3×3 window, 10,000 steps at lr 1e-4), the ≤ 30 s target of issue 5 on 2 CPU cores.
 // --closed runs impulse3-closed on a ViT of that size (12 layers) instead and prints its figures.
+// The fit runs on one thread whatever --threads says (init/impulse.cpp explains why); --threads
+// applies to the closed form.
 //
 //   make CUDA=0 bench/impulse_fit && ./bench/impulse_fit [--iters 10000] [--grid 16] [--dim 192]
 //       [--heads 3] [--filter 3] [--lr 1e-4] [--seed 0] [--threads N] [--closed]
@@ -57,7 +59,7 @@ int main(int argc, char** argv) {
     init::ImpulseFit fit = init::fit_impulse(P, init::impulse_target(grid, offsets), heads, iters, lr);
     nlohmann::json j = {{"bench", "impulse_fit"}, {"grid", grid},          {"dim", dim},
                         {"heads", heads},         {"filter", filter},      {"iters", iters},
-                        {"lr", lr},               {"threads", omp_get_max_threads()},
+                        {"lr", lr},               {"threads", 1},
                         {"seconds", fit.seconds}, {"ms_per_step", iters ? 1e3 * fit.seconds / iters : 0.0},
                         {"mse", fit.mse},         {"hit_rate", fit.hit_rate}, {"target_prob", fit.target_prob}};
     std::printf("%s\n", j.dump().c_str());

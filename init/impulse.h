@@ -59,7 +59,8 @@ struct ImpulseFit {
     double mse = 0, hit_rate = 0, target_prob = 0, seconds = 0;
 };
 
-// The Adam fit of Algorithm 1 for all heads at once. renorm_every <= 0 disables the renormalization.
+// The Adam fit of Algorithm 1 for all heads at once, on one CPU thread. renorm_every <= 0 disables
+// the renormalization.
 ImpulseFit fit_impulse(const engine::Tensor& pseudo_input, const engine::Tensor& target, int64_t heads, int iters,
                        float lr, int renorm_every = 100);
 
