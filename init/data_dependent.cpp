@@ -14,6 +14,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <regex>
 #include <fmt/ranges.h>
 #include "engine/autograd.h"
 #include "engine/error.h"
@@ -165,7 +166,14 @@ struct UnitView {
     float* data;
     int64_t units, outer, inner;  // element (o, j, i) at data[(o·units + j)·inner + i]
     int64_t samples() const { return outer * inner; }
-    float& at(int64_t j, int64_t s) const { return data[((s / inner) * units + j) * inner + s % inner]; }
+    void gather(int64_t j, float* dst) const {  // unit j's samples, in order
+        for (int64_t o = 0; o < outer; o++)
+            for (int64_t i = 0; i < inner; i++) *dst++ = data[(o * units + j) * inner + i];
+    }
+    void scatter(int64_t j, const float* src) const {
+        for (int64_t o = 0; o < outer; o++)
+            for (int64_t i = 0; i < inner; i++) data[(o * units + j) * inner + i] = *src++;
+    }
 };
 
 UnitView unit_view(const Tensor& out, bool channels_first) {
@@ -322,11 +330,14 @@ void relu_quantile_init(nn::Module& model, const Options& opt, const InitData* d
             const Layer& l = layers[i];
             UnitView v = unit_view(out, l.channels_first);
             int64_t r = v.samples();
+            check(r >= 2, "{}: layer {} has {} sample(s) per unit on the init batch; a quantile needs more", name,
+                  l.name, r);
             if (!fit) {  // measure: active fraction and post-activation std per unit
                 for (int64_t j = 0; j < v.units; j++) {
                     std::vector<float> z(r);
+                    v.gather(j, z.data());
                     int64_t active = 0;
-                    for (int64_t s = 0; s < r; s++) active += (z[s] = v.at(j, s)) > 0;
+                    for (float x : z) active += x > 0;
                     worst_active = std::max(worst_active, std::fabs((double)active / r - f));
                     worst_std = std::max(worst_std, std::fabs(post_std(z, 1.0, l.act) / g - 1));
                 }
@@ -338,7 +349,7 @@ void relu_quantile_init(nn::Module& model, const Options& opt, const InitData* d
             #pragma omp parallel for
             for (int64_t j = 0; j < v.units; j++) {
                 std::vector<float> h(r), sorted;
-                for (int64_t s = 0; s < r; s++) h[s] = v.at(j, s);
+                v.gather(j, h.data());
                 // v_j: the (1 − f) quantile of the pre-activations, halfway between the sorted values
                 // at `at` − 1 and `at` = r − round(f·r), so that exactly round(f·r) of them are positive
                 // (the paper's index ⌊r − f·r⌋ leaves ⌈f·r⌉ − 1, and its unit at exactly 0) and a
@@ -352,7 +363,8 @@ void relu_quantile_init(nn::Module& model, const Options& opt, const InitData* d
                 double c = solve_scale(z, l.act, g);
                 scale_unit(l, j, (float)c);
                 l.bias->data_f32()[j] = (float)(-q * c);
-                for (int64_t s = 0; s < r; s++) v.at(j, s) = (float)(c * z[s]);  // the layer's new output
+                for (int64_t s = 0; s < r; s++) z[s] = (float)(c * z[s]);
+                v.scatter(j, z.data());  // what the layer now outputs
             }
         });
     session.pass();
@@ -360,9 +372,18 @@ void relu_quantile_init(nn::Module& model, const Options& opt, const InitData* d
     std::fill(seen.begin(), seen.end(), 0);
     session.pass();
 
+    // "blocks.*.mlp.fc1 (GELU) x12": the adapted layers, grouped over their indices.
+    std::vector<std::pair<std::string, int>> groups;
+    for (size_t i : adapted) {
+        std::string key = std::regex_replace(layers[i].name, std::regex("\\.[0-9]+\\."), ".*.") +
+                          fmt::format(" ({})", act_name(layers[i].act));
+        auto it = std::find_if(groups.begin(), groups.end(), [&](auto& g) { return g.first == key; });
+        if (it == groups.end()) groups.push_back({key, 1});
+        else it->second++;
+    }
     std::string which;
-    for (size_t i : adapted)
-        which += fmt::format("{}{} ({})", which.empty() ? "" : ", ", layers[i].name, act_name(layers[i].act));
+    for (auto& [key, count] : groups)
+        which += fmt::format("{}{}{}", which.empty() ? "" : ", ", key, count > 1 ? fmt::format(" x{}", count) : "");
     report.say(fmt::format("relu-quantile: {} Linear/Conv layers orthonormal, zero bias; on {} samples, per unit of "
                            "{}: bias at the {:g} quantile (active fraction {:g}), post-activation std {:g}",
                            layers.size(), data->samples, which, 1 - f, f, g));
