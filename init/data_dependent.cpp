@@ -217,7 +217,8 @@ void lsuv_init(nn::Module& model, const Options& opt, const InitData* data, Repo
     check(!layers.empty(), "{}: model {} has no Linear or Conv layer", name, model.type_name());
     check(opt.lsuv_max_iters >= 1 && opt.lsuv_tol > 0.f, "{}: lsuv_max_iters {} and lsuv_tol {} must be positive",
           name, opt.lsuv_max_iters, opt.lsuv_tol);
-    orthonormalize(layers);
+    bool composed = !report.lines.empty();  // after another scheme: rescale its weights, keep their structure
+    if (!composed) orthonormalize(layers);
 
     Session session(model, *data);
     std::vector<double> stds(layers.size());
@@ -256,9 +257,10 @@ void lsuv_init(nn::Module& model, const Options& opt, const InitData* data, Repo
     int reached = 0;
     for (size_t i = 0; i < layers.size(); i++)
         if (seen[i]) worst = std::max(worst, std::fabs(stds[i] - 1)), reached++;
-    report.say(fmt::format("lsuv: {} Linear/Conv layers orthonormal, then scaled to output std 1 on {} samples: "
+    report.say(fmt::format("lsuv: {} Linear/Conv layers {}, then scaled to output std 1 on {} samples: "
                            "{} rescaling round{}, max |std - 1| = {:.2e} (tolerance {:g}){}",
-                           layers.size(), data->samples, rounds, rounds == 1 ? "" : "s", worst, opt.lsuv_tol,
+                           layers.size(), composed ? "as the previous schemes left them" : "orthonormal",
+                           data->samples, rounds, rounds == 1 ? "" : "s", worst, opt.lsuv_tol,
                            reached < (int)layers.size()
                                ? fmt::format("; {} layers not reached by the forward pass", layers.size() - reached)
                                : ""));
@@ -315,7 +317,14 @@ void relu_quantile_init(nn::Module& model, const Options& opt, const InitData* d
     }
     check(!adapted.empty(), "{}: model {} has no Linear/Conv layer with a bias followed by ReLU/GELU/SiLU", name,
           model.type_name());
-    orthonormalize(layers);
+    bool composed = !report.lines.empty();  // after another scheme: leave the layers we do not adapt alone
+    if (composed) {
+        std::vector<Layer> own;
+        for (size_t i : adapted) own.push_back(layers[i]);
+        orthonormalize(own);
+    } else {
+        orthonormalize(layers);
+    }
 
     const double f = opt.act_prob, g = opt.goal_std;
     Session session(model, *data);
@@ -386,7 +395,7 @@ void relu_quantile_init(nn::Module& model, const Options& opt, const InitData* d
         which += fmt::format("{}{}{}", which.empty() ? "" : ", ", key, count > 1 ? fmt::format(" x{}", count) : "");
     report.say(fmt::format("relu-quantile: {} Linear/Conv layers orthonormal, zero bias; on {} samples, per unit of "
                            "{}: bias at the {:g} quantile (active fraction {:g}), post-activation std {:g}",
-                           layers.size(), data->samples, which, 1 - f, f, g));
+                           composed ? adapted.size() : layers.size(), data->samples, which, 1 - f, f, g));
     report.say(fmt::format("relu-quantile: measured over {} units: max |active fraction - {:g}| = {:.2e} (1/n = "
                            "{:.2e}), max relative |std - {:g}| = {:.2e}",
                            units, f, worst_active, 1.0 / (double)min_samples, g, worst_std));

@@ -40,6 +40,11 @@
 //   Pre-LN ViT and TransformerLM; causal models fit the whole pattern (masked keys are ignored by
 //   the model). Reports the relative residual ‖X·W_q·Kᵀ/√k − L‖/‖L‖ per layer.
 //
+// Composition ("mimetic+lsuv"): init::apply passes one Report along the chain, so a scheme that
+// finds lines in it runs after another one. Then lsuv skips its orthonormal step and rescales the
+// weights it finds (a per-layer scalar: the earlier scheme's structure, e.g. mimetic's W_qW_kᵀ ≈
+// α₁Z + β₁I, survives up to scale), and relu-quantile orthonormalizes only the layers it adapts.
+//
 // All three need InitData (an error naming the scheme and the model otherwise). During the fit the
 // model runs without dropout (eval mode) but with BatchNorm normalizing by the batch's statistics,
 // as in training; afterwards the training flag, BatchNorm's running statistics and any forward

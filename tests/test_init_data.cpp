@@ -144,6 +144,38 @@ TEST_CASE("lsuv on a ConvMixer: conv and depthwise outputs std 1 to a tight tole
     CHECK(layers == 1 + 2 * 2 + 1);
 }
 
+TEST_CASE("lsuv and relu-quantile after another scheme keep its weights up to scale", "[init]") {
+    manual_seed(10);
+    nn::ViT vit(small_vit());
+    Tensor q0 = vit.parameter("blocks.0.attn.q.weight").clone();
+    Tensor fc2 = vit.parameter("blocks.1.mlp.fc2.weight").clone();
+    Tensor images = Tensor::normal({8, 3, 16, 16});
+    init::InitData data{[&] { vit.forward(images); }, 8};
+    init::Report report;
+    report.say("an earlier scheme");  // what init::apply's chain leaves for the next scheme
+    init::lsuv_init(vit, init::Options{}, &data, report);
+    Tensor q1 = vit.parameter("blocks.0.attn.q.weight");
+    double ratio = q1.at({0, 0}) / q0.at({0, 0});
+    CHECK(ratio > 0);
+    for (int64_t i = 0; i < 32; i++)
+        for (int64_t j = 0; j < 32; j++) CHECK(q1.at({i, j}) == Approx(ratio * q0.at({i, j})).margin(1e-5));
+    observe(vit, data.forward, [&](const std::string& path, const Tensor& out) {
+        std::vector<float> v = out.to_vector();
+        INFO(path);
+        CHECK(std::fabs(sample_std(std::vector<double>(v.begin(), v.end())) - 1) <= 0.1);
+    });
+    Tensor q2 = vit.parameter("blocks.0.attn.q.weight").clone();
+    Tensor fc2_lsuv = vit.parameter("blocks.1.mlp.fc2.weight").clone();
+    init::relu_quantile_init(vit, init::Options{}, &data, report);
+    CHECK(values(vit.parameter("blocks.0.attn.q.weight")) == values(q2));  // not adapted: untouched
+    CHECK(values(vit.parameter("blocks.1.mlp.fc2.weight")) == values(fc2_lsuv));
+    CHECK(values(fc2_lsuv) != values(fc2));  // (lsuv had rescaled it)
+    // fc1 is adapted: its biases now sit at the units' quantiles.
+    bool bias_set = false;
+    for (float b : values(vit.parameter("blocks.0.mlp.fc1.bias"))) bias_set |= b != 0.f;
+    CHECK(bias_set);
+}
+
 TEST_CASE("relu-quantile: active fraction = act_prob within 1/n and post-activation std = goal", "[init]") {
     for (auto [f, g] : {std::pair<float, float>{0.8f, 1.f}, {0.6f, 0.5f}}) {
         manual_seed(2);
