@@ -7,13 +7,13 @@
 // untimed ones), items_per_s (images or tokens), and peak_rss_mb. tools/bench_torch.py builds
 // the same models in PyTorch and prints the same fields, for a same-machine comparison.
 #include <CLI/CLI.hpp>
-#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <omp.h>
+#include "apps/common/run.h"
 #include "engine/ops.h"
 #include "engine/rng.h"
 #include "nn/gau.h"
@@ -23,12 +23,6 @@
 
 using namespace engine;
 using namespace nn;
-
-static double peak_rss_mb() {
-    rusage u{};
-    getrusage(RUSAGE_SELF, &u);
-    return u.ru_maxrss / 1024.0;  // ru_maxrss is in KiB on Linux
-}
 
 int main(int argc, char** argv) {
     CLI::App app{"Time training steps (forward + backward + AdamW) of a model; prints one JSON line."};
@@ -122,7 +116,7 @@ int main(int argc, char** argv) {
                                   {"batch", batch},      {"params", net->num_parameters()},
                                   {"threads", omp_get_max_threads()},
                                   {"ms_per_step", median}, {"items_per_s", items / (median / 1000.0)},
-                                  {"peak_rss_mb", peak_rss_mb()}};
+                                  {"peak_rss_mb", apps::peak_rss_mb()}};
     if (model == "vit") {
         out["heads"] = heads;
         out["patch"] = patch;

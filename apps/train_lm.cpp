@@ -242,7 +242,7 @@ static int run(Args& a, const apps::json& config) {
             bar.update(i + 1, (int64_t)tokens, fmt::format("{} {:.3f}", metric_name, metric(nll_sum / tokens)));
             if (global_step % a.log_every == 0)
                 out.append_metrics({{"kind", "train"}, {"step", global_step}, {"epoch", epoch + (i + 1.0) / steps_per_epoch},
-                                    {"lr", opt->lr}, {"loss", lv}, {"grad_norm", gnorm}, {"ms_per_step", ms},
+                                    {"lr", opt->lr}, {"loss", lv}, {"grad_norm", gnorm}, {"ms_per_step", ms}, {"peak_rss_mb", apps::peak_rss_mb()},
                                     {"items_per_s", b.scored / (ms / 1000.0)}});
             if (apps::stop_requested()) {
                 bar.finish();

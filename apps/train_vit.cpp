@@ -308,7 +308,7 @@ static int run(const Args& a, const apps::json& config) {
             if (global_step % a.log_every == 0)
                 out.append_metrics({{"kind", "train"}, {"step", global_step}, {"epoch", epoch + (b + 1.0) / steps_per_epoch},
                                     {"lr", opt->lr}, {"loss", lv}, {"grad_norm", gnorm},
-                                    {"ms_per_step", ms}, {"items_per_s", n / (ms / 1000.0)}});
+                                    {"ms_per_step", ms}, {"peak_rss_mb", apps::peak_rss_mb()}, {"items_per_s", n / (ms / 1000.0)}});
             if (apps::stop_requested()) {
                 bar.finish();
                 checkpoint("last", epoch, b + 1);

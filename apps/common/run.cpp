@@ -1,6 +1,7 @@
 // apps/common/run.cpp: run directory, signals, progress display.
 #include "apps/common/run.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -55,6 +56,12 @@ std::string now_iso8601() {
     char buf[32];
     std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
     return buf;
+}
+
+double peak_rss_mb() {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return u.ru_maxrss / 1024.0;  // KiB on Linux
 }
 
 json run_config(const CLI::App& app, const std::string& app_name, int threads) {

@@ -34,6 +34,7 @@ private:
 // The repository's commit (from `git rev-parse HEAD` in the source tree), "unknown" outside one.
 std::string git_commit();
 std::string now_iso8601();
+double peak_rss_mb();  // the process's peak resident memory
 
 // config.json's contents: the app, git commit, device, threads, start time, and every flag's
 // value (given or default).

@@ -1,0 +1,82 @@
+#!/usr/bin/python3
+"""tools/plot.py: draw the training curves of one or several runs into one PNG, to compare inits.
+
+    /usr/bin/python3 tools/plot.py runs/timm runs/mimetic -o compare.png
+
+Each argument is a run directory written by apps/train_vit or apps/train_lm (--out). Left: the
+training loss against the step (smoothed over --smooth points). Right: the evaluation metric
+against the epoch (test accuracy for train_vit; validation bpc or perplexity for train_lm).
+Runs are labelled by their --init (and the directory name). Needs matplotlib
+(Debian: python3-matplotlib).
+"""
+import argparse
+import json
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def read_run(path):
+    metrics_file = os.path.join(path, "metrics.jsonl")
+    if not os.path.exists(metrics_file):
+        raise SystemExit(f"plot.py: {metrics_file} not found (is {path} a run directory made with --out?)")
+    config = {}
+    if os.path.exists(os.path.join(path, "config.json")):
+        with open(os.path.join(path, "config.json")) as f:
+            config = json.load(f)
+    train, evals = [], []
+    with open(metrics_file) as f:
+        for n, line in enumerate(f, 1):
+            try:
+                m = json.loads(line)
+            except json.JSONDecodeError:
+                raise SystemExit(f"plot.py: {metrics_file}:{n} is not JSON")
+            (train if m.get("kind") == "train" else evals).append(m)
+    label = f"{config.get('--init', '?')} ({os.path.basename(os.path.normpath(path))})"
+    return label, train, evals
+
+
+def smooth(values, k):
+    if k <= 1:
+        return values
+    out, acc = [], 0.0
+    for i, v in enumerate(values):
+        acc += v
+        if i >= k:
+            acc -= values[i - k]
+        out.append(acc / min(i + 1, k))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("runs", nargs="+", help="run directories")
+    ap.add_argument("-o", "--output", default="curves.png", help="PNG to write (default: curves.png)")
+    ap.add_argument("--smooth", type=int, default=20, help="moving average of the training loss (default: 20)")
+    a = ap.parse_args()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    metric_name = None
+    for path in a.runs:
+        label, train, evals = read_run(path)
+        if train:
+            left.plot([m["step"] for m in train], smooth([m["loss"] for m in train], a.smooth), label=label)
+        if evals:
+            keys = [k for k in ("test_acc", "valid_bpc", "valid_ppl") if k in evals[0]]
+            if keys:
+                metric_name = keys[0]
+                right.plot([m["epoch"] for m in evals], [m[metric_name] for m in evals], marker="o", label=label)
+    left.set(xlabel="step", ylabel="training loss", title="training loss")
+    right.set(xlabel="epoch", ylabel=metric_name or "", title=metric_name or "no evaluations")
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(a.output, dpi=120)
+    print(f"wrote {a.output}")
+
+
+if __name__ == "__main__":
+    main()
