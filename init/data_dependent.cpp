@@ -217,7 +217,7 @@ void lsuv_init(nn::Module& model, const Options& opt, const InitData* data, Repo
     check(!layers.empty(), "{}: model {} has no Linear or Conv layer", name, model.type_name());
     check(opt.lsuv_max_iters >= 1 && opt.lsuv_tol > 0.f, "{}: lsuv_max_iters {} and lsuv_tol {} must be positive",
           name, opt.lsuv_max_iters, opt.lsuv_tol);
-    bool composed = !report.lines.empty();  // after another scheme: rescale its weights, keep their structure
+    bool composed = opt.after_other_scheme;  // rescale the earlier scheme's weights, keep their structure
     if (!composed) orthonormalize(layers);
 
     Session session(model, *data);
@@ -317,7 +317,7 @@ void relu_quantile_init(nn::Module& model, const Options& opt, const InitData* d
     }
     check(!adapted.empty(), "{}: model {} has no Linear/Conv layer with a bias followed by ReLU/GELU/SiLU", name,
           model.type_name());
-    bool composed = !report.lines.empty();  // after another scheme: leave the layers we do not adapt alone
+    bool composed = opt.after_other_scheme;  // leave the layers we do not adapt alone
     if (composed) {
         std::vector<Layer> own;
         for (size_t i : adapted) own.push_back(layers[i]);

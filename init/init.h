@@ -39,6 +39,9 @@ struct Options {
     float lsuv_tol = 0.1f;
     float act_prob = 0.8f;  // relu-quantile: fraction of units active on the init set
     float goal_std = 1.f;   // relu-quantile: post-activation std
+    // Set by apply() for every scheme after the first in "a+b": schemes that would otherwise
+    // replace all weights (lsuv, relu-quantile orthonormalize) then keep the earlier structure.
+    bool after_other_scheme = false;
     // T-Fixup needs the depth of the encoder/decoder it scales (0: the model's depth)
     int tfixup_layers = 0;
 };

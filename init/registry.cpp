@@ -98,6 +98,7 @@ Report apply(nn::Module& model, const std::string& spec, const Options& options,
         std::string part = trim(spec.substr(start, plus == std::string::npos ? std::string::npos : plus - start));
         engine::check(!part.empty(), "init: '{}' has an empty part between '+' signs", spec);
         Options opt = options;
+        opt.after_other_scheme = !steps.empty();
         const SchemeInfo& info = lookup(part, opt);
         engine::check(!info.needs_data || (data && data->forward),
                       "init: scheme '{}' needs an init batch (data-dependent) and none was given", part);

@@ -152,8 +152,9 @@ TEST_CASE("lsuv and relu-quantile after another scheme keep its weights up to sc
     Tensor images = Tensor::normal({8, 3, 16, 16});
     init::InitData data{[&] { vit.forward(images); }, 8};
     init::Report report;
-    report.say("an earlier scheme");  // what init::apply's chain leaves for the next scheme
-    init::lsuv_init(vit, init::Options{}, &data, report);
+    init::Options after;
+    after.after_other_scheme = true;  // what init::apply sets for "earlier+lsuv"
+    init::lsuv_init(vit, after, &data, report);
     Tensor q1 = vit.parameter("blocks.0.attn.q.weight");
     double ratio = q1.at({0, 0}) / q0.at({0, 0});
     CHECK(ratio > 0);
@@ -166,7 +167,7 @@ TEST_CASE("lsuv and relu-quantile after another scheme keep its weights up to sc
     });
     Tensor q2 = vit.parameter("blocks.0.attn.q.weight").clone();
     Tensor fc2_lsuv = vit.parameter("blocks.1.mlp.fc2.weight").clone();
-    init::relu_quantile_init(vit, init::Options{}, &data, report);
+    init::relu_quantile_init(vit, after, &data, report);
     CHECK(values(vit.parameter("blocks.0.attn.q.weight")) == values(q2));  // not adapted: untouched
     CHECK(values(vit.parameter("blocks.1.mlp.fc2.weight")) == values(fc2_lsuv));
     CHECK(values(fc2_lsuv) != values(fc2));  // (lsuv had rescaled it)
