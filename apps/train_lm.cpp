@@ -298,11 +298,7 @@ int main(int argc, char** argv) {
     app.add_option("--dropout", a.dropout, "dropout")->capture_default_str()->check(CLI::Range(0.f, 0.99f));
     app.add_option("--emb-dropout", a.emb_dropout, "dropout on the embedding output")->capture_default_str();
     app.add_option("--word-dropout", a.word_dropout, "drop whole words from the embedding table")->capture_default_str();
-    app.add_option("--init", a.init, apps::init_help())->capture_default_str();
-    app.add_option("--mimetic-alpha1", a.init_opt.mimetic_alpha1, "mimetic α₁")->capture_default_str();
-    app.add_option("--mimetic-beta1", a.init_opt.mimetic_beta1, "mimetic β₁")->capture_default_str();
-    app.add_option("--mimetic-alpha2", a.init_opt.mimetic_alpha2, "mimetic α₂")->capture_default_str();
-    app.add_option("--mimetic-beta2", a.init_opt.mimetic_beta2, "mimetic β₂")->capture_default_str();
+    apps::add_init_flags(app, a.init, a.init_opt);
     app.add_option("--protocol", a.protocol, "bptt | window")->capture_default_str()
         ->check(CLI::IsMember({"bptt", "window"}));
     app.add_option("--batch-size", a.batch_size, "batch size (rows)")->capture_default_str()->check(CLI::PositiveNumber);
@@ -342,6 +338,11 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "train_lm: %s\n", msg.c_str());
         return 2;
     };
+    try {
+        init::validate(a.init);
+    } catch (const Error& e) {
+        return refuse(std::string("--init: ") + e.what());
+    }
     if (a.resume && a.out.empty()) return refuse("--resume needs --out (the run directory to continue)");
     if (a.protocol == "window" && a.scored > a.seq_len) return refuse("--scored must not exceed --seq-len");
     if (!a.preset.empty() && a.model != "lstm") return refuse("--preset applies to --model lstm only");

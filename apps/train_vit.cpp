@@ -361,15 +361,8 @@ int main(int argc, char** argv) {
     app.add_option("--pe-scale", a.pe_scale, "position embedding scale")->capture_default_str();
     app.add_option("--layerscale", a.layerscale, "LayerScale on residual branches with this init (0: off)")
         ->capture_default_str();
-    app.add_option("--init", a.init, apps::init_help())->capture_default_str();
+    apps::add_init_flags(app, a.init, a.init_opt);
     app.add_option("--init-samples", a.init_samples, "training images data-dependent inits see")->capture_default_str();
-    app.add_option("--mimetic-alpha1", a.init_opt.mimetic_alpha1, "mimetic α₁ (Q/K noise)")->capture_default_str();
-    app.add_option("--mimetic-beta1", a.init_opt.mimetic_beta1, "mimetic β₁ (Q/K identity)")->capture_default_str();
-    app.add_option("--mimetic-alpha2", a.init_opt.mimetic_alpha2, "mimetic α₂ (V/proj noise)")->capture_default_str();
-    app.add_option("--mimetic-beta2", a.init_opt.mimetic_beta2, "mimetic β₂ (V/proj −identity)")->capture_default_str();
-    app.add_option("--impulse-iters", a.init_opt.impulse_iters, "impulse: Adam steps of the fit")->capture_default_str();
-    app.add_flag("--impulse-per-layer", a.init_opt.impulse_per_layer, "impulse: refit for every layer");
-    app.add_option("--act-prob", a.init_opt.act_prob, "relu-quantile: fraction of active units")->capture_default_str();
     app.add_option("--epochs", a.epochs, "epochs")->capture_default_str()->check(CLI::PositiveNumber);
     app.add_option("--batch-size", a.batch_size, "batch size")->capture_default_str()->check(CLI::PositiveNumber);
     app.add_option("--lr", a.lr, "peak learning rate")->capture_default_str()->check(CLI::PositiveNumber);
@@ -417,6 +410,11 @@ int main(int argc, char** argv) {
     };
     if (a.init.find("impulse") != std::string::npos && a.pool == "cls")
         return refuse("--init " + a.init + " needs global average pooling (--pool avg): the impulse maps have no class token");
+    try {
+        init::validate(a.init);
+    } catch (const Error& e) {
+        return refuse(std::string("--init: ") + e.what());
+    }
     if (a.resume && a.out.empty()) return refuse("--resume needs --out (the run directory to continue)");
     if (a.device == "cuda" && !built_with_cuda()) return refuse("--device cuda: this build has no CUDA backend");
     if (a.device == "cuda") return refuse("--device cuda: the CUDA backend (issue 3) does not run models yet");

@@ -88,23 +88,38 @@ static const SchemeInfo& lookup(const std::string& name, Options& opt) {
                  valid_names());
 }
 
-Report apply(nn::Module& model, const std::string& spec, const Options& options, const InitData* data) {
+// The '+'-separated names of a spec, trimmed; empty parts are an error.
+static std::vector<std::string> parts_of(const std::string& spec) {
     engine::check(!trim(spec).empty(), "init: empty scheme name (valid: {})", valid_names());
-    // Resolve every name first, so a typo in the last part fails before anything is written.
-    std::vector<std::pair<const SchemeInfo*, Options>> steps;
+    std::vector<std::string> parts;
     size_t start = 0;
     while (true) {
         size_t plus = spec.find('+', start);
         std::string part = trim(spec.substr(start, plus == std::string::npos ? std::string::npos : plus - start));
         engine::check(!part.empty(), "init: '{}' has an empty part between '+' signs", spec);
+        parts.push_back(part);
+        if (plus == std::string::npos) return parts;
+        start = plus + 1;
+    }
+}
+
+void validate(const std::string& spec) {
+    for (const std::string& part : parts_of(spec)) {
+        Options opt;
+        lookup(part, opt);
+    }
+}
+
+Report apply(nn::Module& model, const std::string& spec, const Options& options, const InitData* data) {
+    // Resolve every name first, so a typo in the last part fails before anything is written.
+    std::vector<std::pair<const SchemeInfo*, Options>> steps;
+    for (const std::string& part : parts_of(spec)) {
         Options opt = options;
         opt.after_other_scheme = !steps.empty();
         const SchemeInfo& info = lookup(part, opt);
         engine::check(!info.needs_data || (data && data->forward),
                       "init: scheme '{}' needs an init batch (data-dependent) and none was given", part);
         steps.push_back({&info, opt});
-        if (plus == std::string::npos) break;
-        start = plus + 1;
     }
     Report report;
     for (auto& [info, opt] : steps) info->fn(model, opt, data, report);

@@ -169,6 +169,8 @@ TEST_CASE("train_vit and train_lm refuse bad flags with status 2", "[apps]") {
     CHECK(run_app("train_vit", "--data-dir " + (tmp / "nothing"), tmp / "log") == 2);
     CHECK(slurp(tmp / "log").find("Looked in") != std::string::npos);
     CHECK(run_app("train_lm", "--model rnn", tmp / "log") == 2);
+    CHECK(run_app("train_lm", "--init mimetic+nope", tmp / "log") == 2);
+    CHECK(slurp(tmp / "log").find("unknown scheme 'nope'") != std::string::npos);
     CHECK(run_app("train_lm", "--protocol window --seq-len 8 --scored 9", tmp / "log") == 2);
     CHECK(run_app("train_lm", "--data-dir " + (tmp / "nothing"), tmp / "log") == 2);
 }

@@ -75,10 +75,30 @@ json run_config(const CLI::App& app, const std::string& app_name, int threads) {
     return config;
 }
 
-std::string init_help() {
-    std::string help = "initialization scheme(s), '+' composes:";
+void add_init_flags(CLI::App& app, std::string& scheme, init::Options& o) {
+    std::string help = "initialization scheme(s), '+' composes, applied left to right:";
     for (auto& s : init::schemes()) help += "\n  " + s.name + ": " + s.summary;
-    return help;
+    app.add_option("--init", scheme, help)->capture_default_str();
+    app.add_option("--gain", o.gain, "xavier / kaiming / orthogonal gain")->capture_default_str();
+    app.add_option("--mimetic-alpha1", o.mimetic_alpha1, "mimetic α₁ (Q/K noise)")->capture_default_str();
+    app.add_option("--mimetic-beta1", o.mimetic_beta1, "mimetic β₁ (Q/K identity)")->capture_default_str();
+    app.add_option("--mimetic-alpha2", o.mimetic_alpha2, "mimetic α₂ (V/proj noise)")->capture_default_str();
+    app.add_option("--mimetic-beta2", o.mimetic_beta2, "mimetic β₂ (V/proj −identity)")->capture_default_str();
+    app.add_option("--mimetic-noise", o.mimetic_noise, "mimetic Z: normal N(0,1/d) | uniform (same variance)")
+        ->capture_default_str()->check(CLI::IsMember({"normal", "uniform"}));
+    app.add_flag("!--no-mimetic-qk", o.mimetic_qk, "mimetic ablation: leave Q/K at their earlier values");
+    app.add_flag("!--no-mimetic-vo", o.mimetic_vo, "mimetic ablation: leave V/proj at their earlier values");
+    app.add_option("--impulse-iters", o.impulse_iters, "impulse: Adam steps of the fit")->capture_default_str()
+        ->check(CLI::PositiveNumber);
+    app.add_option("--impulse-lr", o.impulse_lr, "impulse: Adam learning rate of the fit")->capture_default_str();
+    app.add_flag("--impulse-per-layer", o.impulse_per_layer, "impulse: a new fit for every layer");
+    app.add_option("--lsuv-tol", o.lsuv_tol, "lsuv: tolerance on |std − 1|")->capture_default_str();
+    app.add_option("--lsuv-max-iters", o.lsuv_max_iters, "lsuv: rescaling rounds per layer")->capture_default_str();
+    app.add_option("--act-prob", o.act_prob, "relu-quantile: fraction of units active on the init batch")
+        ->capture_default_str()->check(CLI::Range(0.f, 1.f));
+    app.add_option("--goal-std", o.goal_std, "relu-quantile: post-activation std")->capture_default_str();
+    app.add_option("--tfixup-layers", o.tfixup_layers, "t-fixup: N in 0.67·N^(−1/4) (0: the model's depth)")
+        ->capture_default_str();
 }
 
 void report_nan_loss(const std::string& app_name, float loss, int epoch, int64_t step, const RunDir& out) {

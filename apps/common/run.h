@@ -12,6 +12,7 @@
 #include <string>
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
+#include "init/init.h"
 
 namespace apps {
 
@@ -39,8 +40,9 @@ double peak_rss_mb();  // the process's peak resident memory
 // config.json's contents: the app, git commit, device, threads, start time, and every flag's
 // value (given or default).
 json run_config(const CLI::App& app, const std::string& app_name, int threads);
-// The --init help text: every registered scheme with its one-line summary.
-std::string init_help();
+// --init (its help lists every registered scheme) and every option of the schemes
+// (--mimetic-alpha1, --impulse-iters, --act-prob, ...), with the specs' defaults.
+void add_init_flags(CLI::App& app, std::string& scheme, init::Options& opt);
 // The message for a loss that is no longer finite; the caller stops the run.
 void report_nan_loss(const std::string& app_name, float loss, int epoch, int64_t step, const RunDir& out);
 
