@@ -101,6 +101,8 @@ else
 endif
 
 .PHONY: all test sanitize deps clean bench
+# Keep the apps' and benchmarks' object files (make would delete them as intermediates).
+.SECONDARY:
 all: $(LIB) $(APPS) $(TEST_BIN)
 
 $(BUILD)/%.o: %.cpp
