@@ -13,6 +13,7 @@
 #include <vector>
 #include "engine/ops.h"
 #include "engine/rng.h"
+#include "nn/optim.h"
 
 namespace test {
 
@@ -86,6 +87,23 @@ inline Tensor param(const engine::Shape& shape, uint64_t seed, float lo = -1.f, 
     g.uniform(t.data_f32(), t.numel(), lo, hi);
     t.requires_grad_();
     return t;
+}
+
+// Trains `steps` Adam steps (no weight decay) of `model` on `loss_fn()`, one fixed batch;
+// returns the first and the last loss. The overfit tests of every model family use it.
+template <typename LossFn>
+std::pair<float, float> train_steps(nn::Module& model, LossFn loss_fn, int steps, float lr) {
+    nn::Adam opt(nn::param_groups(model, 0.f), lr);
+    float first = 0, last = 0;
+    for (int s = 0; s < steps; s++) {
+        opt.zero_grad();
+        Tensor loss = loss_fn();
+        loss.backward();
+        opt.step();
+        if (s == 0) first = loss.item();
+        last = loss.item();
+    }
+    return {first, last};
 }
 
 }  // namespace test

@@ -18,20 +18,6 @@
 using namespace engine;
 using namespace nn;
 
-template <typename LossFn>
-static std::pair<float, float> train_steps(Module& model, LossFn loss_fn, int steps, float lr) {
-    Adam opt(param_groups(model, 0.f), lr);
-    float first = 0, last = 0;
-    for (int s = 0; s < steps; s++) {
-        opt.zero_grad();
-        Tensor loss = loss_fn();
-        loss.backward();
-        opt.step();
-        (s == 0 ? first : last) = loss.item();
-    }
-    return {first, last};
-}
-
 // Columns [a, b) of an int32 [B, T] tensor.
 static Tensor slice_ids(const Tensor& ids, int64_t a, int64_t b) {
     int64_t B = ids.size(0), T = ids.size(1);
@@ -110,7 +96,7 @@ TEST_CASE("GAU LM: Post-Norm and Pre-Norm memorize a sequence", "[models][overfi
         Tensor x = Tensor::from_vector(std::vector<int32_t>(seq.begin(), seq.end() - 1), {1, 12});
         Tensor y = Tensor::from_vector(std::vector<int32_t>(seq.begin() + 1, seq.end()), {1, 12});
         CHECK(lm.forward(x).shape() == Shape({1, 12, 11}));
-        auto [first, last] = train_steps(lm, [&] { return cross_entropy(lm.forward(x), y); }, 100, 1e-2f);
+        auto [first, last] = test::train_steps(lm, [&] { return cross_entropy(lm.forward(x), y); }, 100, 1e-2f);
         INFO((post ? "post" : "pre") << "-norm loss " << first << " -> " << last);
         CHECK(last < 0.1f);
     }
@@ -136,7 +122,7 @@ TEST_CASE("LSTM LM: PyTorch parameter names, state carrying, memorization", "[mo
     std::vector<int32_t> seq = {1, 5, 2, 7, 3, 9, 4, 10, 6, 8, 0, 1, 5};
     Tensor x = Tensor::from_vector(std::vector<int32_t>(seq.begin(), seq.end() - 1), {1, 12});
     Tensor y = Tensor::from_vector(std::vector<int32_t>(seq.begin() + 1, seq.end()), {1, 12});
-    auto [l0, l1] = train_steps(lm, [&] { std::vector<LSTMState> st; return cross_entropy(lm.forward(x, st), y); },
+    auto [l0, l1] = test::train_steps(lm, [&] { std::vector<LSTMState> st; return cross_entropy(lm.forward(x, st), y); },
                                 120, 2e-2f);
     INFO("loss " << l0 << " -> " << l1);
     CHECK(l1 < 0.1f);
@@ -155,7 +141,7 @@ TEST_CASE("ConvMixer: shapes, frozen spatial filters, overfitting", "[models][ov
     Tensor labels = Tensor::from_vector(std::vector<int32_t>{0, 1, 2, 0, 1, 2}, {6});
     CHECK(net.forward(images).shape() == Shape({6, 3}));
     Tensor spatial_before = (*net.blocks)[0].spatial->weight.clone();
-    auto [first, last] = train_steps(net, [&] { return cross_entropy(net.forward(images), labels); }, 60, 1e-2f);
+    auto [first, last] = test::train_steps(net, [&] { return cross_entropy(net.forward(images), labels); }, 60, 1e-2f);
     INFO("loss " << first << " -> " << last);
     CHECK(last < 0.1f);
     CHECK(test::max_abs_diff((*net.blocks)[0].spatial->weight, spatial_before) == 0.f);  // frozen

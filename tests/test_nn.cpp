@@ -82,28 +82,12 @@ TEST_CASE("sinusoidal position embeddings follow the formulas", "[nn]") {
     CHECK(pe2.at({11, 13}) == Approx(std::cos(3 * w)));
 }
 
-// Train `steps` AdamW steps on one fixed batch; returns (first loss, last loss).
-template <typename Model, typename LossFn>
-static std::pair<float, float> overfit(Model& model, LossFn loss_fn, int steps, float lr) {
-    Adam opt(param_groups(model, 0.f), lr);
-    float first = 0, last = 0;
-    for (int s = 0; s < steps; s++) {
-        opt.zero_grad();
-        Tensor loss = loss_fn();
-        loss.backward();
-        opt.step();
-        if (s == 0) first = loss.item();
-        last = loss.item();
-    }
-    return {first, last};
-}
-
 TEST_CASE("ViT: a tiny config overfits a tiny batch", "[nn][overfit]") {
     manual_seed(2);
     ViT vit(tiny_vit());
     Tensor images = Tensor::normal({6, 3, 8, 8});
     Tensor labels = Tensor::from_vector(std::vector<int32_t>{0, 1, 2, 0, 1, 2}, {6});
-    auto [first, last] = overfit(vit, [&] { return cross_entropy(vit.forward(images), labels); }, 60, 3e-3f);
+    auto [first, last] = test::train_steps(vit, [&] { return cross_entropy(vit.forward(images), labels); }, 60, 3e-3f);
     INFO("loss " << first << " -> " << last);
     CHECK(first > 0.8f);
     CHECK(last < 0.05f);
@@ -159,7 +143,7 @@ TEST_CASE("TransformerLM: a tiny config memorizes a sequence", "[nn][overfit]") 
         std::vector<int32_t> seq = {1, 5, 2, 7, 3, 9, 4, 10, 6, 8, 0, 1, 5};
         Tensor x = Tensor::from_vector(std::vector<int32_t>(seq.begin(), seq.end() - 1), {1, 12});
         Tensor y = Tensor::from_vector(std::vector<int32_t>(seq.begin() + 1, seq.end()), {1, 12});
-        auto [first, last] = overfit(lm, [&] { return cross_entropy(lm.forward(x), y); }, 80, 1e-2f);
+        auto [first, last] = test::train_steps(lm, [&] { return cross_entropy(lm.forward(x), y); }, 80, 1e-2f);
         INFO((pre_norm ? "pre" : "post") << "-LN loss " << first << " -> " << last);
         CHECK(first > 1.5f);
         CHECK(last < 0.1f);
