@@ -189,7 +189,7 @@ static int run(Args& a, const apps::json& config) {
 
     apps::RunDir out(a.out);
     out.write_json("config.json", config);
-    corpus.vocab.save(out.enabled() ? out.path("vocab.txt") : "/dev/null");
+    if (out.enabled()) corpus.vocab.save(out.path("vocab.txt"));
     int start_epoch = 0;
     int64_t global_step = 0;
     double best_valid = INFINITY;
