@@ -91,6 +91,8 @@ std::string Vocab::serialize() const {
 }
 
 void Vocab::save(const std::string& path) const {
+    // The temp file is renamed over `path`: never over a device or a directory.
+    check(!fs::exists(path) || fs::is_regular_file(path), "vocab: {} exists and is not a regular file", path);
     std::string tmp = path + ".tmp";
     {
         std::ofstream f(tmp, std::ios::binary);
