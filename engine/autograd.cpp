@@ -44,7 +44,11 @@ static void accumulate(TensorImpl* t, const Tensor& g, const char* op) {
     check(g.shape() == t->shape, "backward of {}: gradient shape {} does not match input shape {}",
           op, g.shape().str(), t->shape.str());
     if (!t->grad) {
-        t->grad = g.clone().impl_ptr();  // own copy: g may share storage with something else
+        // Take g over when nothing else can see it (the usual case: a fresh tensor the backward
+        // just computed); otherwise copy, since g may be the upstream gradient itself or be
+        // returned for two inputs at once.
+        bool sole_owner = g.impl_ptr().use_count() == 1 && g.impl()->storage.use_count() == 1 && !g.impl()->grad_fn;
+        t->grad = sole_owner ? g.impl_ptr() : g.clone().impl_ptr();
         return;
     }
     float* dst = Tensor(t->grad).data_f32();
