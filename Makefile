@@ -64,16 +64,26 @@ LIB_SRC    := $(ENGINE_SRC) $(wildcard nn/*.cpp init/*.cpp data/*.cpp apps/commo
 CUDA_SRC   := $(wildcard engine/cuda/*.cu)
 
 ifeq ($(CUDA),1)
+  # nvcc may be a wrapper script (/usr/local/bin/nvcc -> exec /usr/local/cuda-X/bin/nvcc), so ask
+  # nvcc itself where its toolkit is instead of guessing from its path; then look for the CUDA
+  # runtime in the places toolkits put it (lib64, lib, targets/<arch>/lib).
   ifneq ($(NVCC),)
+    CUDA_HOME ?= $(shell $(NVCC) --dryrun -c -x cu /dev/null -o /tmp/initlab-nvcc-probe.o 2>&1 | \
+                   sed -n 's/^#\$$ TOP=//p' | head -n1 | xargs -r realpath 2>/dev/null)
+    CUDA_LIBDIR ?= $(firstword $(foreach d,lib64 lib targets/x86_64-linux/lib,\
+                     $(if $(wildcard $(CUDA_HOME)/$(d)/libcudart_static.a),$(CUDA_HOME)/$(d))))
+  endif
+  ifeq ($(NVCC),)
+    $(info ✗ CUDA: nvcc not found, building CPU only (install the CUDA toolkit, or set NVCC=/path/to/nvcc))
+  else ifeq ($(CUDA_LIBDIR),)
+    $(info ✗ CUDA: $(NVCC) found but not libcudart_static.a under '$(CUDA_HOME)', building CPU only (set CUDA_HOME=/path/to/cuda))
+  else
     BUILD     := $(BUILD)-cuda
-    CUDA_HOME := $(patsubst %/bin/nvcc,%,$(NVCC))
     CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
     CXXFLAGS  += -DENGINE_CUDA -isystem $(CUDA_HOME)/include
-    LDLIBS    += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt
+    LDLIBS    += -L$(CUDA_LIBDIR) -lcudart_static -ldl -lrt
     CUDA_OBJ  := $(CUDA_SRC:%.cu=$(BUILD)/%.o)
-    $(info ✓ CUDA: $(NVCC) (make CUDA=0 to build CPU only))
-  else
-    $(info ✗ CUDA: nvcc not found, building CPU only (install the CUDA toolkit, or set NVCC=/path/to/nvcc))
+    $(info ✓ CUDA: $(NVCC), runtime in $(CUDA_LIBDIR) (make CUDA=0 to build CPU only))
   endif
 else
   $(info - CUDA: off (CUDA=0))
