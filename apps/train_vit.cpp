@@ -30,6 +30,7 @@
 #include "engine/rng.h"
 #include "init/init.h"
 #include "nn/checkpoint.h"
+#include "init/spatial_filters.h"
 #include "nn/convmixer.h"
 #include "nn/optim.h"
 #include "nn/transformer.h"
@@ -42,6 +43,9 @@ struct Args {
     int64_t dim = 0, depth = 0, heads = 0, patch = 2;
     std::string pool = "avg", pos = "sincos2d";
     float pe_scale = 1.f, layerscale = 0.f;
+    int64_t kernel = 3;                // ConvMixer depthwise kernel
+    std::string spatial = "train";     // ConvMixer spatial filters: train | random | impulse | box
+    bool freeze_spatial = false;
     std::string init = "timm";
     init::Options init_opt;
     int64_t init_samples = 2048;
@@ -159,7 +163,9 @@ static std::shared_ptr<nn::Module> build_model(const Args& a, int64_t image_size
         c.dim = a.dim ? a.dim : 256;
         c.depth = a.depth ? a.depth : 8;
         c.patch = a.patch;
+        c.kernel = a.kernel;
         c.num_classes = classes;
+        c.freeze_spatial = a.freeze_spatial;
         auto net = std::make_shared<nn::ConvMixer>(c);
         forward = [net](const Tensor& x) { return net->forward(x); };
         return net;
@@ -224,6 +230,9 @@ static int run(const Args& a, const apps::json& config) {
     Tensor init_batch = data::images_tensor(d.train, init_idx, d.norm);
     init::InitData init_data{[&] { NoGrad ng; forward(init_batch); }, (int64_t)init_idx.size()};
     init::Report report = init::apply(*model, a.init, a.init_opt, &init_data);
+    // The structured-init paper's fixed spatial filters replace what the scheme put there (a
+    // data-dependent scheme measured its layers with its own filters: say so when combining them).
+    if (auto* cm = dynamic_cast<nn::ConvMixer*>(model.get())) init::set_spatial_filters(*cm, a.spatial, &report);
     for (auto& line : report.lines) std::printf("init: %s\n", line.c_str());
 
     auto groups = nn::param_groups(*model, a.weight_decay);
@@ -361,6 +370,12 @@ int main(int argc, char** argv) {
     app.add_option("--pe-scale", a.pe_scale, "position embedding scale")->capture_default_str();
     app.add_option("--layerscale", a.layerscale, "LayerScale on residual branches with this init (0: off)")
         ->capture_default_str();
+    app.add_option("--kernel", a.kernel, "ConvMixer depthwise kernel size (odd)")->capture_default_str();
+    app.add_option("--spatial", a.spatial,
+                   "ConvMixer spatial filters, set after --init: train (as the scheme made them) | random U(±1/k) | "
+                   "impulse (one random tap) | box (all taps equal)")
+        ->capture_default_str()->check(CLI::IsMember(init::spatial_filter_kinds()));
+    app.add_flag("--freeze-spatial", a.freeze_spatial, "ConvMixer: do not train the spatial filters");
     apps::add_init_flags(app, a.init, a.init_opt);
     app.add_option("--init-samples", a.init_samples, "training images data-dependent inits see")->capture_default_str();
     app.add_option("--epochs", a.epochs, "epochs")->capture_default_str()->check(CLI::PositiveNumber);
@@ -410,6 +425,10 @@ int main(int argc, char** argv) {
     };
     if (a.init.find("impulse") != std::string::npos && a.pool == "cls")
         return refuse("--init " + a.init + " needs global average pooling (--pool avg): the impulse maps have no class token");
+    bool convmixer = a.model.rfind("convmixer", 0) == 0;
+    if (!convmixer && (a.spatial != "train" || a.freeze_spatial || a.kernel != 3))
+        return refuse("--spatial, --freeze-spatial and --kernel are ConvMixer options; --model is " + a.model);
+    if (a.kernel < 1 || a.kernel % 2 == 0) return refuse("--kernel " + std::to_string(a.kernel) + ": an odd size >= 1 needed");
     try {
         init::validate(a.init);
     } catch (const Error& e) {
