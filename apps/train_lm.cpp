@@ -6,13 +6,20 @@
 //
 // Protocols: bptt (Zaremba et al.: contiguous rows, every position scored; the LSTM carries its
 // state from batch to batch) and window (Bai et al.: windows of --seq-len tokens of which only the
-// last --scored count). Reports perplexity (word level) or bits per character (char level) on
-// valid every epoch and on test at the end.
+// last --scored count). Reports perplexity (word level) or bits per character (char level: mean
+// cross-entropy in nats / ln 2) on valid every epoch and on test at the end.
+//
+// Stopping (Ctrl-C, SIGTERM) finishes the step, writes last.* and exits 130 / 143; --resume
+// continues at the next batch of the same epoch, bit for bit as if never stopped. The batches of
+// an epoch come in a fixed order, so the position is the batch index; the checkpoint also holds
+// the dropout generator's offset, the epoch's running train loss, the plateau scheduler's state,
+// and (bptt) the LSTM state carried into the next batch, in last.carry.safetensors.
 #include <CLI/CLI.hpp>
 
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <omp.h>
 #include "apps/common/run.h"
 #include "data/lm_batch.h"
@@ -22,6 +29,7 @@
 #include "engine/error.h"
 #include "engine/ops.h"
 #include "engine/rng.h"
+#include "engine/safetensors.h"
 #include "init/init.h"
 #include "nn/checkpoint.h"
 #include "nn/gau.h"
@@ -47,6 +55,7 @@ struct Args {
     int warmup_steps = 0, decay_start = 4, plateau_patience = 0;
     std::string opt = "adamw", schedule = "cosine";
     int64_t max_steps = 0;  // stop an epoch early (quick runs); 0: whole epochs
+    int64_t train_tokens = 0;  // train on the first N tokens of the training split; 0: all
     int threads = 0, log_every = 50;
     uint64_t seed = 0;
     std::string out, device = "auto";
@@ -54,10 +63,15 @@ struct Args {
 };
 
 // One interface over the three model families: logits for a batch, with the LSTM's state.
+// `carried` and `restore` expose the state a BPTT batch hands to the next (the LSTM's h and c
+// per layer; nothing for the attention models) for mid-epoch checkpoints.
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 struct LM {
     std::shared_ptr<nn::Module> module;
     std::function<Tensor(const Tensor& ids, bool carry)> forward;
     std::function<void()> reset_state = [] {};
+    std::function<NamedTensors()> carried = [] { return NamedTensors{}; };
+    std::function<void(const std::map<std::string, Tensor>&)> restore = [](const std::map<std::string, Tensor>&) {};
 };
 
 static LM build_model(const Args& a, int64_t vocab) {
@@ -76,6 +90,20 @@ static LM build_model(const Args& a, int64_t vocab) {
             return m->forward(ids, *state);
         };
         lm.reset_state = [state] { state->clear(); };
+        lm.carried = [state] {
+            NamedTensors out;
+            for (size_t i = 0; i < state->size(); i++) {
+                if (!(*state)[i].h.defined()) continue;
+                out.push_back({fmt::format("h.{}", i), (*state)[i].h.detach()});
+                out.push_back({fmt::format("c.{}", i), (*state)[i].c.detach()});
+            }
+            return out;
+        };
+        lm.restore = [state](const std::map<std::string, Tensor>& saved) {
+            state->clear();
+            for (size_t i = 0; saved.count(fmt::format("h.{}", i)); i++)
+                state->push_back({saved.at(fmt::format("h.{}", i)), saved.at(fmt::format("c.{}", i))});
+        };
         lm.module = m;
     } else if (a.model == "gau") {
         nn::GAUConfig c;
@@ -167,10 +195,14 @@ static int run(Args& a, const apps::json& config) {
     copt.level = data::parse_level(a.level);
     data::TextCorpus corpus = data::load_corpus(a.dataset, dir, copt);
     bool char_level = corpus.level != data::TextLevel::Word;
+    // A slice keeps the vocabulary of the whole training split, so valid and test read the same.
+    size_t all_train = corpus.train.size();
+    if (a.train_tokens > 0 && (size_t)a.train_tokens < all_train) corpus.train.resize(a.train_tokens);
     LM lm = build_model(a, corpus.vocab.size());
-    std::printf("train_lm: %s, %lld parameters; %s: %zu / %zu / %zu tokens, vocabulary %d\n", a.model.c_str(),
+    std::printf("train_lm: %s, %lld parameters; %s: %zu / %zu / %zu tokens, vocabulary %d%s\n", a.model.c_str(),
                 (long long)lm.module->num_parameters(), a.dataset.c_str(), corpus.train.size(), corpus.valid.size(),
-                corpus.test.size(), corpus.vocab.size());
+                corpus.test.size(), corpus.vocab.size(),
+                corpus.train.size() < all_train ? fmt::format(" (the first of {} training tokens)", all_train).c_str() : "");
 
     Batches train = make_batches(a, corpus.train, a.batch_size);
     data::TokenBatch first = train.get(0);
@@ -191,24 +223,55 @@ static int run(Args& a, const apps::json& config) {
     out.write_json("config.json", config);
     if (out.enabled()) corpus.vocab.save(out.path("vocab.txt"));
     int start_epoch = 0;
-    int64_t global_step = 0;
+    int64_t skip_batches = 0, global_step = 0;
     double best_valid = INFINITY;
+    double resumed_nll_sum = 0, resumed_tokens = 0;  // the interrupted epoch's running train loss
+    bool bptt = a.protocol == "bptt";
     if (a.resume) {
         check(out.enabled() && fs::exists(out.path("last.safetensors")), "--resume: no checkpoint {}",
               out.path("last.safetensors"));
         auto meta = nn::load_checkpoint(out.path("last"), *lm.module, opt.get());
+        // Checkpoints of older versions lack the mid-epoch keys: they restart their epoch.
+        auto meta_or = [&](const char* key, const char* fallback) {
+            return meta.count(key) ? meta.at(key) : std::string(fallback);
+        };
         start_epoch = std::stoi(meta.at("epoch"));
+        skip_batches = std::stoll(meta_or("batch_in_epoch", "0"));
         global_step = std::stoll(meta.at("step"));
         best_valid = std::stod(meta.at("best_valid"));
+        resumed_nll_sum = std::stod(meta_or("epoch_nll_sum", "0"));
+        resumed_tokens = std::stod(meta_or("epoch_tokens", "0"));
         plateau.lr = opt->lr;
+        plateau.best = std::stof(meta_or("plateau_best", "inf"));
+        plateau.bad = std::stoi(meta_or("plateau_bad", "0"));
         global_generator().manual_seed(a.seed);
         global_generator().advance(std::stoull(meta.at("rng_offset")));
+        if (meta_or("carried_state", "0") == "1") {
+            std::map<std::string, std::string> carry_meta;
+            auto state = engine::load_safetensors(out.path("last.carry.safetensors"), &carry_meta);
+            // Written just before last.safetensors: a crash between the two leaves another step's state.
+            check(carry_meta["step"] == meta.at("step"), "--resume: {} is from step {}, the checkpoint from step {}",
+                  out.path("last.carry.safetensors"), carry_meta["step"], meta.at("step"));
+            lm.restore(state);
+        }
+        std::printf("resumed from %s: epoch %d, batch %lld, step %lld\n", out.path("last").c_str(), start_epoch + 1,
+                    (long long)skip_batches, (long long)global_step);
     }
-    auto checkpoint = [&](const std::string& name, int epoch) {
+    // `batch_in_epoch`: the batches of `epoch` already trained on. Mid-epoch a BPTT model's
+    // carried state belongs to the position too.
+    auto checkpoint = [&](const std::string& name, int epoch, int64_t batch_in_epoch, double nll_sum, double tokens) {
         if (!out.enabled()) return;
+        NamedTensors state = batch_in_epoch > 0 && bptt ? lm.carried() : NamedTensors{};
+        if (!state.empty())
+            engine::save_safetensors(out.path(name + ".carry.safetensors"), state,
+                                     {{"step", std::to_string(global_step)}});
         nn::save_checkpoint(out.path(name), *lm.module, opt.get(),
-                            {{"epoch", std::to_string(epoch)}, {"step", std::to_string(global_step)},
-                             {"best_valid", fmt::format("{}", best_valid)},
+                            {{"epoch", std::to_string(epoch)}, {"batch_in_epoch", std::to_string(batch_in_epoch)},
+                             {"step", std::to_string(global_step)}, {"best_valid", fmt::format("{}", best_valid)},
+                             {"epoch_nll_sum", fmt::format("{}", nll_sum)}, {"epoch_tokens", fmt::format("{}", tokens)},
+                             {"plateau_best", fmt::format("{}", plateau.best)},
+                             {"plateau_bad", std::to_string(plateau.bad)},
+                             {"carried_state", state.empty() ? "0" : "1"},
                              {"rng_offset", std::to_string(global_generator().offset())}, {"init", a.init}});
     };
     auto metric = [&](double nll) { return char_level ? nll / std::log(2.0) : std::exp(nll); };
@@ -218,15 +281,15 @@ static int run(Args& a, const apps::json& config) {
     auto params = lm.module->parameters();
     for (int epoch = start_epoch; epoch < a.epochs; epoch++) {
         if (a.schedule == "step") opt->lr = step_decay.lr(epoch);
-        lm.reset_state();
+        if (skip_batches == 0) lm.reset_state();  // else: resumed mid-epoch, with the restored state
         apps::Progress bar(fmt::format("epoch {}/{}", epoch + 1, a.epochs), steps_per_epoch, "tok");
-        double nll_sum = 0, tokens = 0;
-        for (int64_t i = 0; i < steps_per_epoch; i++) {
+        double nll_sum = resumed_nll_sum, tokens = resumed_tokens;
+        for (int64_t i = skip_batches; i < steps_per_epoch; i++) {
             data::TokenBatch b = train.get(i);
             auto t0 = std::chrono::steady_clock::now();
             if (a.schedule == "cosine") opt->lr = cosine.lr(global_step);
             opt->zero_grad();
-            Tensor loss = cross_entropy(lm.forward(b.inputs, a.protocol == "bptt"), scored_targets(b));
+            Tensor loss = cross_entropy(lm.forward(b.inputs, bptt), scored_targets(b));
             float lv = loss.item();
             if (a.nan_check && !std::isfinite(lv)) {
                 apps::report_nan_loss("train_lm", lv, epoch + 1, global_step, out);
@@ -246,13 +309,15 @@ static int run(Args& a, const apps::json& config) {
                                     {"items_per_s", b.scored / (ms / 1000.0)}});
             if (apps::stop_requested()) {
                 bar.finish();
-                checkpoint("last", epoch);  // resumes at the start of this epoch
-                std::fprintf(stderr, "train_lm: stopped in epoch %d; checkpoint %s (continue with --resume)\n", epoch + 1,
-                             out.enabled() ? out.path("last").c_str() : "(none: no --out)");
+                checkpoint("last", epoch, i + 1, nll_sum, tokens);
+                std::fprintf(stderr, "train_lm: stopped at epoch %d, batch %lld; checkpoint %s (continue with --resume)\n",
+                             epoch + 1, (long long)(i + 1), out.enabled() ? out.path("last").c_str() : "(none: no --out)");
                 return apps::stop_exit_code();
             }
         }
         bar.finish();
+        skip_batches = 0;
+        resumed_nll_sum = resumed_tokens = 0;
         double valid = evaluate(lm, a, corpus.valid);
         if (a.schedule == "plateau") opt->lr = plateau.update((float)valid);
         std::printf("epoch %d: train %s %.4f, valid %s %.4f, lr %.3g\n", epoch + 1, metric_name,
@@ -262,15 +327,16 @@ static int run(Args& a, const apps::json& config) {
                             {"valid_" + std::string(metric_name), metric(valid)}, {"valid_loss", valid}});
         if (valid < best_valid) {
             best_valid = valid;
-            checkpoint("best", epoch + 1);
+            checkpoint("best", epoch + 1, 0, 0, 0);
         }
-        checkpoint("last", epoch + 1);
+        checkpoint("last", epoch + 1, 0, 0, 0);
     }
     double test = evaluate(lm, a, corpus.test);
     std::printf("test %s %.4f (valid best %.4f)\n", metric_name, metric(test), metric(best_valid));
     out.write_json("result.json", {{"test_" + std::string(metric_name), metric(test)}, {"test_loss", test},
                                    {"best_valid_" + std::string(metric_name), metric(best_valid)},
-                                   {"epochs", a.epochs}, {"steps", global_step}, {"init", a.init},
+                                   {"epochs", a.epochs}, {"steps", global_step}, {"train_tokens", corpus.train.size()},
+                                   {"init", a.init},
                                    {"init_report", report.figures}, {"finished", apps::now_iso8601()}});
     return 0;
 }
@@ -308,6 +374,10 @@ int main(int argc, char** argv) {
         ->capture_default_str()->check(CLI::PositiveNumber);
     app.add_option("--epochs", a.epochs, "epochs")->capture_default_str()->check(CLI::PositiveNumber);
     app.add_option("--max-steps", a.max_steps, "at most N steps per epoch (0: whole epochs)")->capture_default_str();
+    app.add_option("--train-tokens", a.train_tokens,
+                   "train on the first N tokens of the training split (0 or more than the split: all of it); "
+                   "the vocabulary still comes from the whole split")
+        ->capture_default_str()->check(CLI::NonNegativeNumber);
     app.add_option("--opt", a.opt, "adamw | sgd")->capture_default_str()->check(CLI::IsMember({"adamw", "sgd"}));
     app.add_option("--lr", a.lr, "learning rate")->capture_default_str()->check(CLI::PositiveNumber);
     app.add_option("--min-lr", a.min_lr, "cosine: final learning rate")->capture_default_str();

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <thread>
 #include "engine/rng.h"
@@ -61,6 +62,52 @@ std::string slurp(const std::string& path) {
     return std::string(std::istreambuf_iterator<char>(f), {});
 }
 
+// The lines of a run's metrics.jsonl written so far (a half-written last line is left out).
+std::vector<nlohmann::json> metrics_lines(const std::string& path) {
+    std::vector<nlohmann::json> out;
+    std::ifstream m(path);
+    for (std::string l; std::getline(m, l);) {
+        auto j = nlohmann::json::parse(l, nullptr, false);
+        if (!j.is_discarded()) out.push_back(j);
+    }
+    return out;
+}
+
+// Starts an app with `args` (output to `log`), waits until `ready()` holds (at most 60 s), sends
+// it a real SIGTERM and returns its wait status.
+int run_app_until(const std::string& name, const std::string& args, const std::string& log,
+                  const std::function<bool()>& ready) {
+    std::string cmd = app_path(name) + " " + args;
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        freopen(log.c_str(), "w", stdout);
+        freopen(log.c_str(), "a", stderr);
+        execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), (char*)nullptr);
+        _exit(127);
+    }
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (std::chrono::steady_clock::now() < deadline && !ready())
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    kill(pid, SIGTERM);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return status;
+}
+
+// Every tensor of two safetensors files is bitwise equal.
+void check_same_tensors(const std::string& path_a, const std::string& path_b) {
+    auto a = engine::load_safetensors(path_a);
+    auto b = engine::load_safetensors(path_b);
+    REQUIRE(a.size() == b.size());
+    for (auto& [name, t] : a) {
+        INFO(name);
+        REQUIRE(b.count(name));
+        REQUIRE(b.at(name).numel() == t.numel());
+        CHECK(std::memcmp(t.data_f32(), b.at(name).data_f32(), t.numel() * 4) == 0);
+    }
+}
+
 // No RandAugment here: the test wants a loss curve that falls within a few epochs.
 const char* kTinyVit = "--dataset cifar10 --dim 16 --depth 1 --heads 2 --patch 8 --batch-size 25 --lr 1e-2 "
                        "--warmup-epochs 0 --randaug 0 --threads 1 --log-every 1 --init timm";
@@ -101,29 +148,9 @@ TEST_CASE("train_vit: interrupted and resumed equals uninterrupted, bit for bit"
     std::string base = std::string(kTinyVit) + " --data-dir " + (tmp / "cifar") + " --epochs 3";
     REQUIRE(run_app("train_vit", base + " --out " + (tmp / "whole"), tmp / "log1") == 0);
 
-    // The same run, stopped by SIGTERM partway, then resumed.
-    pid_t pid = fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-        std::string log = tmp / "log2";
-        freopen(log.c_str(), "w", stdout);
-        freopen(log.c_str(), "a", stderr);
-        std::string cmd = app_path("train_vit") + " " + base + " --out " + (tmp / "parts");
-        execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), (char*)nullptr);
-        _exit(127);
-    }
-    // Wait for a few training steps to be logged, then interrupt.
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (std::chrono::steady_clock::now() < deadline) {
-        std::ifstream m(tmp / "parts/metrics.jsonl");
-        int lines = 0;
-        for (std::string l; std::getline(m, l);) lines++;
-        if (lines >= 5) break;
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    kill(pid, SIGTERM);
-    int status = 0;
-    waitpid(pid, &status, 0);
+    // The same run, stopped by SIGTERM after a few training steps, then resumed.
+    int status = run_app_until("train_vit", base + " --out " + (tmp / "parts"), tmp / "log2",
+                               [&] { return metrics_lines(tmp / "parts/metrics.jsonl").size() >= 5; });
     INFO(slurp(tmp / "log2"));
     bool finished_first = WIFEXITED(status) && WEXITSTATUS(status) == 0;  // too fast to catch: still a valid run
     if (finished_first) WARN("the run finished before SIGTERM arrived: only the equality of two whole runs was checked");
@@ -134,14 +161,7 @@ TEST_CASE("train_vit: interrupted and resumed equals uninterrupted, bit for bit"
         CHECK(!fs::exists(tmp / "parts/last.safetensors.tmp"));
         REQUIRE(run_app("train_vit", base + " --out " + (tmp / "parts") + " --resume", tmp / "log3") == 0);
     }
-    auto a = engine::load_safetensors(tmp / "whole/last.safetensors");
-    auto b = engine::load_safetensors(tmp / "parts/last.safetensors");
-    REQUIRE(a.size() == b.size());
-    for (auto& [name, t] : a) {
-        INFO(name);
-        REQUIRE(b.count(name));
-        CHECK(std::memcmp(t.data_f32(), b.at(name).data_f32(), t.numel() * 4) == 0);
-    }
+    check_same_tensors(tmp / "whole/last.safetensors", tmp / "parts/last.safetensors");
 }
 
 TEST_CASE("train_vit: a NaN loss stops the run cleanly", "[apps]") {
@@ -192,4 +212,119 @@ TEST_CASE("train_lm: transformer, GAU and LSTM learn a tiny corpus", "[apps]") {
         // 10 distinct words; a model that learned the repeated line is far below uniform (ppl 11).
         CHECK(result["test_ppl"].get<double>() < 3.0);
     }
+}
+
+namespace {
+
+// A small word corpus with some variety, so the losses keep moving for a few epochs: sentences
+// "subject verb object" in a fixed pseudo-random mix; valid and test use the same words.
+void write_tiny_text(const std::string& dir, int train_lines) {
+    const char* subjects[] = {"the cat", "a dog", "the bird", "my friend", "the old man"};
+    const char* verbs[] = {"sat on", "ran to", "looked at", "sang to"};
+    const char* objects[] = {"the mat", "the park", "a tree", "the house", "the river"};
+    auto lines = [&](int n, int offset) {
+        std::string text;
+        for (int i = offset; i < offset + n; i++)
+            text += std::string(subjects[i % 5]) + " " + verbs[(i * 3 + i / 5) % 4] + " " + objects[(i * 7 + i / 4) % 5] + "\n";
+        return text;
+    };
+    test::write_file(dir + "/train.txt", lines(train_lines, 0));
+    test::write_file(dir + "/valid.txt", lines(40, 1000));
+    test::write_file(dir + "/test.txt", lines(40, 2000));
+}
+
+std::vector<nlohmann::json> eval_lines(const std::string& metrics) {
+    std::vector<nlohmann::json> out;
+    for (auto& j : metrics_lines(metrics))
+        if (j["kind"] == "eval") out.push_back(j);
+    return out;
+}
+
+// Runs train_lm with `args` (3 epochs) twice: whole, and stopped by SIGTERM a few steps into
+// its second epoch, then resumed. The final parameters and optimizer state, every evaluation
+// (the interrupted epoch's train loss included) and the result must be identical.
+void check_lm_resume(const std::string& args, bool carries_state) {
+    test::TempDir tmp;
+    write_tiny_text(tmp / "text", 300);
+    std::string base = "--dataset text --data-dir " + (tmp / "text") +
+                       " --epochs 3 --seq-len 16 --batch-size 4 --threads 1 --log-every 1 " + args;
+    REQUIRE(run_app("train_lm", base + " --out " + (tmp / "whole"), tmp / "log1") == 0);
+    auto whole_evals = eval_lines(tmp / "whole/metrics.jsonl");
+    REQUIRE(whole_evals.size() == 3);
+    int64_t steps_per_epoch = whole_evals[0]["step"];
+
+    auto in_second_epoch = [&] {
+        auto lines = metrics_lines(tmp / "parts/metrics.jsonl");
+        auto eval = std::find_if(lines.begin(), lines.end(), [](const nlohmann::json& j) { return j["kind"] == "eval"; });
+        return eval != lines.end() && lines.end() - eval > 3;
+    };
+    int status = run_app_until("train_lm", base + " --out " + (tmp / "parts"), tmp / "log2", in_second_epoch);
+    INFO(slurp(tmp / "log2"));
+    bool finished_first = WIFEXITED(status) && WEXITSTATUS(status) == 0;  // too fast to catch: still a valid run
+    if (finished_first) WARN("the run finished before SIGTERM arrived: only the equality of two whole runs was checked");
+    if (!finished_first) {
+        REQUIRE(WIFEXITED(status));
+        CHECK(WEXITSTATUS(status) == 143);
+        std::map<std::string, std::string> meta;
+        engine::load_safetensors(tmp / "parts/last.safetensors", &meta);
+        int64_t batch = std::stoll(meta.at("batch_in_epoch"));
+        INFO("stopped in epoch " << std::stoi(meta.at("epoch")) + 1 << " after batch " << batch << " of "
+                                 << steps_per_epoch);
+        CHECK(batch > 0);
+        CHECK(batch < steps_per_epoch);  // truly mid-epoch, not at its end
+        CHECK(meta.at("carried_state") == (carries_state ? "1" : "0"));
+        CHECK(fs::exists(tmp / "parts/last.carry.safetensors") == carries_state);
+        REQUIRE(run_app("train_lm", base + " --out " + (tmp / "parts") + " --resume", tmp / "log3") == 0);
+        CHECK(slurp(tmp / "log3").find("resumed from") != std::string::npos);
+    }
+    check_same_tensors(tmp / "whole/last.safetensors", tmp / "parts/last.safetensors");
+    check_same_tensors(tmp / "whole/last.optim.safetensors", tmp / "parts/last.optim.safetensors");
+    CHECK(eval_lines(tmp / "parts/metrics.jsonl") == whole_evals);
+    auto result_a = nlohmann::json::parse(slurp(tmp / "whole/result.json"));
+    auto result_b = nlohmann::json::parse(slurp(tmp / "parts/result.json"));
+    CHECK(result_a["test_ppl"] == result_b["test_ppl"]);
+    CHECK(result_a["steps"] == result_b["steps"]);
+}
+
+}  // namespace
+
+TEST_CASE("train_lm: transformer interrupted mid-epoch and resumed equals uninterrupted bit for bit", "[apps]") {
+    // Dropout on, warmup + cosine: the dropout generator and the schedule's position must resume.
+    check_lm_resume("--model transformer --dim 32 --depth 2 --heads 2 --dropout 0.1 --lr 3e-3 --warmup-steps 10",
+                    false);
+}
+
+TEST_CASE("train_lm: LSTM (bptt) interrupted mid-epoch and resumed equals uninterrupted bit for bit", "[apps]") {
+    // The hidden state carried between BPTT batches is saved with the checkpoint (last.carry.*);
+    // the plateau scheduler's best and patience count too.
+    check_lm_resume("--model lstm --dim 32 --depth 2 --dropout 0.2 --protocol bptt --opt sgd --lr 1 --schedule plateau",
+                    true);
+}
+
+TEST_CASE("train_lm: --train-tokens trains on the first N tokens of the training split", "[apps]") {
+    test::TempDir tmp;
+    write_tiny_text(tmp / "text", 300);
+    // A word only at the end of the training split, and in valid: the vocabulary must still come
+    // from the whole split (a text corpus without <unk> refuses unknown words).
+    for (const char* split : {"train", "valid"}) {
+        std::ofstream f(tmp / ("text/" + std::string(split) + ".txt"), std::ios::app);
+        f << "a zebra sat on the mat\n";
+    }
+    std::string base = "--dataset text --data-dir " + (tmp / "text") +
+                       " --dim 16 --depth 1 --heads 2 --seq-len 8 --batch-size 4 --epochs 1 --threads 1";
+    REQUIRE(run_app("train_lm", base + " --train-tokens 200 --out " + (tmp / "slice"), tmp / "log") == 0);
+    std::string log = slurp(tmp / "log");
+    INFO(log);
+    CHECK(log.find(": 200 / ") != std::string::npos);
+    CHECK(log.find("(the first of ") != std::string::npos);
+    CHECK(slurp(tmp / "slice/vocab.txt").find("zebra") != std::string::npos);
+    auto result = nlohmann::json::parse(slurp(tmp / "slice/result.json"));
+    CHECK(result["train_tokens"] == 200);
+    // 4 rows of 50 tokens: 49 input columns, 8 a batch -> 7 steps (the whole split gives many more).
+    CHECK(result["steps"] == 7);
+    // More than the split: all of it.
+    REQUIRE(run_app("train_lm", base + " --train-tokens 1000000 --out " + (tmp / "all"), tmp / "log") == 0);
+    auto all = nlohmann::json::parse(slurp(tmp / "all/result.json"));
+    CHECK(all["train_tokens"].get<int64_t>() > 1000);
+    CHECK(all["steps"].get<int64_t>() > 7);
 }
