@@ -362,6 +362,7 @@ static int run(const Args& a) {
                             else s.lm->forward(init_inputs);
                         },
                         init_inputs.size(0)};
+    data.labels = s.targets;  // relu-quantile's output-layer fit
     init::Report report = init::apply(*s.module, a.init, a.opt, &data);
     FILE* text = a.json_out ? stderr : stdout;
     std::fprintf(text, "inspect_init: %s, init %s, seed %llu, batch %lld %s\n", s.description.c_str(),

@@ -229,6 +229,7 @@ static int run(const Args& a, const apps::json& config) {
     for (int64_t i = 0; i < std::min<int64_t>(a.init_samples, d.train.n); i++) init_idx.push_back(i);
     Tensor init_batch = data::images_tensor(d.train, init_idx, d.norm);
     init::InitData init_data{[&] { NoGrad ng; forward(init_batch); }, (int64_t)init_idx.size()};
+    init_data.labels = data::labels_tensor(d.train, init_idx);  // relu-quantile's output-layer fit
     init::Report report = init::apply(*model, a.init, a.init_opt, &init_data);
     // The structured-init paper's fixed spatial filters replace what the scheme put there (a
     // data-dependent scheme measured its layers with its own filters: say so when combining them).

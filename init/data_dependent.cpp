@@ -300,6 +300,56 @@ double solve_scale(const std::vector<float>& z, Act a, double goal) {
     return std::exp(lc);
 }
 
+// The output layer by least squares: W, b minimizing ||X·Wᵀ + b − T|| over the init batch, with
+// T = +logit for each row's label and −logit for the other classes (Aguirre & Fuentes' option:
+// the classifier starts at the best linear read-out of the features the hidden layers now make).
+void fit_output_layer(nn::Linear& head, const Tensor& input, const Tensor& labels, float logit, Report& report) {
+    const char* name = "relu-quantile";
+    const int64_t d = head.weight.size(1), classes = head.weight.size(0);
+    check(input.numel() % d == 0, "{}: the output layer's input {} does not end in {}", name, input.shape().str(), d);
+    const int64_t rows = input.numel() / d;
+    check(labels.dtype() == engine::DType::I32 && labels.numel() == rows,
+          "{}: {} labels ({}) for {} rows the output layer sees; one int32 label per row needed", name,
+          labels.numel(), engine::dtype_name(labels.dtype()), rows);
+    check(head.bias.defined(), "{}: the output layer has no bias", name);
+    Tensor a = Tensor::empty({rows, d + 1}), t = Tensor::full({rows, classes}, -logit);
+    const float* x = input.data_f32();
+    const int32_t* y = labels.data_i32();
+    float* pa = a.data_f32();
+    float* pt = t.data_f32();
+    for (int64_t r = 0; r < rows; r++) {
+        check(y[r] >= 0 && y[r] < classes, "{}: label {} of row {} is not a class of the {}-way output layer", name,
+              y[r], r, classes);
+        std::copy(x + r * d, x + (r + 1) * d, pa + r * (d + 1));
+        pa[r * (d + 1) + d] = 1.f;  // the bias column
+        pt[r * classes + y[r]] = logit;
+    }
+    Tensor sol = engine::lstsq(a, t);  // [d + 1, classes]
+    const float* s = sol.data_f32();
+    float* w = head.weight.data_f32();
+    for (int64_t c = 0; c < classes; c++) {
+        for (int64_t k = 0; k < d; k++) w[c * d + k] = s[k * classes + c];
+        head.bias.data_f32()[c] = s[d * classes + c];
+    }
+    // How well the fitted read-out does on the batch it was fitted to.
+    double sq = 0;
+    int64_t hits = 0;
+    std::vector<double> z(classes);
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t c = 0; c < classes; c++) {
+            z[c] = s[d * classes + c];
+            for (int64_t k = 0; k < d; k++) z[c] += (double)pa[r * (d + 1) + k] * s[k * classes + c];
+            sq += (z[c] - pt[r * classes + c]) * (z[c] - pt[r * classes + c]);
+        }
+        hits += std::max_element(z.begin(), z.end()) - z.begin() == y[r];
+    }
+    double rms = std::sqrt(sq / (double)(rows * classes)), acc = (double)hits / (double)rows;
+    report.say(fmt::format("relu-quantile: output layer by least squares to logits ±{:g} on {} rows: rms residual "
+                           "{:.3f}, init-batch accuracy {:.1f}%", logit, rows, rms, 100 * acc));
+    report.figures["relu_quantile.output_rms_residual"] = rms;
+    report.figures["relu_quantile.output_batch_acc"] = acc;
+}
+
 }  // namespace
 
 void relu_quantile_init(nn::Module& model, const Options& opt, const InitData* data, Report& report) {
@@ -379,7 +429,19 @@ void relu_quantile_init(nn::Module& model, const Options& opt, const InitData* d
     session.pass();
     fit = false;
     std::fill(seen.begin(), seen.end(), 0);
+    // The output layer (the model's Linear "head"; LMs that tie it to the embedding have none)
+    // sees, in the measuring pass, the features of the fitted hidden layers.
+    nn::Linear* head = nullptr;
+    for (auto& [path, m] : model.named_modules())
+        if (path == "head") head = dynamic_cast<nn::Linear*>(m);
+    bool fit_output = opt.output_logit > 0 && head && data->labels.defined();
+    Tensor head_input;
+    if (fit_output)
+        head->input_hook = [&](const nn::Module&, const Tensor& x) {
+            if (!head_input.defined()) head_input = x.detach().clone();
+        };
     session.pass();
+    if (fit_output) head->input_hook = nullptr;
 
     // "blocks.*.mlp.fc1 (GELU) x12": the adapted layers, grouped over their indices.
     std::vector<std::pair<std::string, int>> groups;
@@ -401,6 +463,10 @@ void relu_quantile_init(nn::Module& model, const Options& opt, const InitData* d
                            units, f, worst_active, 1.0 / (double)min_samples, g, worst_std));
     if (!no_bias.empty())
         report.say(fmt::format("relu-quantile: skipped (no bias to shift): {}", fmt::join(no_bias, ", ")));
+    if (fit_output) fit_output_layer(*head, head_input, data->labels, opt.output_logit, report);
+    if (opt.output_logit > 0 && !fit_output)
+        report.say(head ? "relu-quantile: output layer left as it was: the init batch has no labels"
+                        : "relu-quantile: output layer left as it was: the model has no separate Linear 'head'");
     report.figures["relu_quantile.layers"] = (double)adapted.size();
     report.figures["relu_quantile.max_active_error"] = worst_active;
     report.figures["relu_quantile.max_std_error"] = worst_std;

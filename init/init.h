@@ -39,6 +39,9 @@ struct Options {
     float lsuv_tol = 0.1f;
     float act_prob = 0.8f;  // relu-quantile: fraction of units active on the init set
     float goal_std = 1.f;   // relu-quantile: post-activation std
+    // relu-quantile: the output layer ("head") by least squares to logits +output_logit for the
+    // label and −output_logit elsewhere on the init batch (0: leave the output layer alone)
+    float output_logit = 2.f;
     // Set by apply() for every scheme after the first in "a+b": schemes that would otherwise
     // replace all weights (lsuv, relu-quantile orthonormalize) then keep the earlier structure.
     bool after_other_scheme = false;
@@ -48,8 +51,14 @@ struct Options {
 
 // Runs the model forward on the init batch (for data-dependent schemes).
 struct InitData {
+    InitData(std::function<void()> forward, int64_t samples, engine::Tensor labels = {})
+        : forward(std::move(forward)), samples(samples), labels(std::move(labels)) {}
+    InitData() = default;
     std::function<void()> forward;
     int64_t samples = 0;  // how many samples the batch holds (for reports)
+    // The batch's class labels (int32, one per row the output layer sees), when the caller has
+    // them; relu-quantile fits the output layer to them. Undefined: no output-layer fit.
+    engine::Tensor labels;
 };
 
 // Lines of text describing what each scheme did, plus named figures (e.g. "impulse.hit_rate").

@@ -20,7 +20,10 @@ Linear::Linear(int64_t in, int64_t out, bool has_bias) : in_features(in), out_fe
     }
 }
 
-Tensor Linear::forward(const Tensor& x) const { return hooked(linear(x, weight, bias)); }
+Tensor Linear::forward(const Tensor& x) const {
+    if (input_hook) input_hook(*this, x);
+    return hooked(linear(x, weight, bias));
+}
 
 Conv2d::Conv2d(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t padding, bool has_bias)
     : stride(stride), padding(padding) {

@@ -58,6 +58,9 @@ public:
     // Conv2d, DepthwiseConv2d, LayerNorm and MultiHeadAttention (its output after proj; the input
     // an attention layer sees is the output of the LayerNorm before it, norm1).
     std::function<void(const Module&, const Tensor&)> forward_hook;
+    // Called with this module and its input at the start of forward(), when set. Only Linear
+    // sets it: relu-quantile solves the output layer from what that layer sees.
+    std::function<void(const Module&, const Tensor&)> input_hook;
 
 protected:
     Tensor hooked(const Tensor& out) const {

@@ -214,6 +214,67 @@ TEST_CASE("relu-quantile: active fraction = act_prob within 1/n and post-activat
     }
 }
 
+TEST_CASE("relu-quantile: the output layer is the least-squares read-out to logits ±2 of the labels", "[init]") {
+    manual_seed(4);
+    nn::ViT vit(small_vit());  // 5 classes, head 32 -> 5
+    const int64_t n = 64, d = 32, classes = 5;
+    Tensor images = Tensor::normal({n, 3, 16, 16});
+    init::InitData data{[&] { vit.forward(images); }, n};
+    data.labels = Tensor::randint({n}, 0, (int32_t)classes);
+    init::Report report;
+    init::relu_quantile_init(vit, init::Options{}, &data, report);
+
+    // The normal equations of min ||[X 1]·θ − T||: every feature column (and the ones column) is
+    // orthogonal to the residual of the fitted logits.
+    Tensor features, logits;
+    vit.head->input_hook = [&](const nn::Module&, const Tensor& x) { features = x.detach().clone(); };
+    {
+        NoGrad ng;
+        vit.eval();
+        logits = vit.forward(images);
+        vit.train();
+    }
+    vit.head->input_hook = nullptr;
+    REQUIRE(features.size(0) == n);
+    const int32_t* y = data.labels.data_i32();
+    double worst = 0, scale = 0, residual2 = 0;
+    for (int64_t c = 0; c < classes; c++) {
+        std::vector<double> r(n);
+        for (int64_t i = 0; i < n; i++) {
+            r[i] = logits.at({i, c}) - (y[i] == c ? 2.0 : -2.0);
+            residual2 += r[i] * r[i];
+        }
+        for (int64_t k = 0; k <= d; k++) {
+            double dot = 0, norm = 0;
+            for (int64_t i = 0; i < n; i++) {
+                double x = k < d ? features.at({i, k}) : 1.0;
+                dot += x * r[i], norm += x * x;
+            }
+            worst = std::max(worst, std::fabs(dot)), scale = std::max(scale, std::sqrt(norm));
+        }
+    }
+    CHECK(worst < 1e-3 * scale);
+    double rms = std::sqrt(residual2 / (double)(n * classes));
+    CHECK(report.figures["relu_quantile.output_rms_residual"] == Approx(rms).epsilon(1e-3));
+    CHECK(rms < 2.0);  // better than all-zero logits
+    CHECK(report.figures["relu_quantile.output_batch_acc"] > 0.5);  // 33 unknowns for 64 rows fit most labels
+
+    // Without labels, or with the option off, the head keeps its orthonormal weights.
+    for (bool with_labels : {false, true}) {
+        manual_seed(4);
+        nn::ViT other(small_vit());
+        init::InitData plain{[&] { other.forward(images); }, n};
+        if (with_labels) plain.labels = data.labels;
+        init::Options off;
+        if (with_labels) off.output_logit = 0;
+        init::Report r2;
+        init::relu_quantile_init(other, off, &plain, r2);
+        CHECK(r2.figures.count("relu_quantile.output_rms_residual") == 0);
+        Tensor w = other.parameter("head.weight").detach();
+        CHECK(matmul(w, w, false, true).at({1, 1}) == Approx(1.0).epsilon(1e-4));
+    }
+}
+
 TEST_CASE("relu-quantile on a ConvMixer: every conv (GELU) unit per channel over positions", "[init]") {
     manual_seed(3);
     nn::ConvMixer cm(small_convmixer());

@@ -97,6 +97,10 @@ void add_init_flags(CLI::App& app, std::string& scheme, init::Options& o) {
     app.add_option("--act-prob", o.act_prob, "relu-quantile: fraction of units active on the init batch")
         ->capture_default_str()->check(CLI::Range(0.f, 1.f));
     app.add_option("--goal-std", o.goal_std, "relu-quantile: post-activation std")->capture_default_str();
+    app.add_option("--output-logit", o.output_logit,
+                   "relu-quantile: fit the output layer by least squares to logits ±this on the init batch "
+                   "(image models; 0: off)")
+        ->capture_default_str()->check(CLI::NonNegativeNumber);
     app.add_option("--tfixup-layers", o.tfixup_layers, "t-fixup: N in 0.67·N^(−1/4) (0: the model's depth)")
         ->capture_default_str();
 }
