@@ -1,0 +1,149 @@
+#!/usr/bin/python3
+"""tools/results.py: the tables of docs/RESULTS.md, made from run directories.
+
+    /usr/bin/python3 tools/results.py runs/vit            # one markdown table for the runs in runs/vit
+    /usr/bin/python3 tools/results.py runs/vit --copy docs/results/vit
+
+Every subdirectory of the given folder that holds a config.json is a run (apps/train_vit or
+apps/train_lm --out). Runs whose names differ only in a trailing "-sN" are seeds of one row: the
+row shows each seed's final number, their mean and their spread (max − min). A run that has no
+result.json did not finish (stopped on NaN, interrupted, still running): its row says so, with
+the last training loss it logged. Wall time is result.json's "finished" minus config.json's
+"started". --copy keeps the small files of each run (config.json, metrics.jsonl, result.json),
+not the checkpoints, so the curves can be redrawn with tools/plot.py from the repository.
+"""
+import argparse
+import json
+import math
+import os
+import re
+import shutil
+from datetime import datetime
+
+
+def read_json(path):
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def read_metrics(path):
+    rows = []
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                line = line.strip()
+                if line:
+                    rows.append(json.loads(line))
+    return rows
+
+
+def seconds_between(start, end):
+    fmt = "%Y-%m-%dT%H:%M:%SZ"
+    return (datetime.strptime(end, fmt) - datetime.strptime(start, fmt)).total_seconds()
+
+
+# What a run's final number is, by app and metric: (key in result.json, label, format, scale).
+def final_metric(result):
+    for key, label, scale in (("test_acc", "test acc %", 100), ("test_bpc", "test bpc", 1),
+                              ("test_ppl", "test ppl", 1)):
+        if key in result:
+            return key, label, result[key] * scale
+    raise SystemExit(f"results.py: no test metric in {sorted(result)}")
+
+
+def best_eval(result):
+    """The best evaluation of the run: best test accuracy (image runs) or best valid bpc / ppl."""
+    if "best_test_acc" in result:
+        return 100 * result["best_test_acc"]
+    for key in ("best_valid_bpc", "best_valid_ppl"):
+        if key in result:
+            return result[key]
+    return None
+
+
+def describe(config):
+    """The flags that set a run apart: --init and the scheme/model options away from defaults."""
+    skip = {"--out", "--seed", "--data-dir", "--threads", "started", "app", "git_commit", "device", "threads"}
+    # A switch that was not given is stored as "" (leave it out); one that was, as its CLI value.
+    return {k: v for k, v in config.items() if k not in skip and v != ""}
+
+
+def flag_text(k, v):
+    return k if v in ("true", "false", "-1", True, False) else f"{k} {v}"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("folder")
+    ap.add_argument("--copy", help="copy config.json, metrics.jsonl and result.json of every run here")
+    args = ap.parse_args()
+
+    runs = sorted(d for d in os.listdir(args.folder) if os.path.exists(os.path.join(args.folder, d, "config.json")))
+    if not runs:
+        raise SystemExit(f"results.py: no run directories (with config.json) in {args.folder}")
+    rows = {}  # row name -> list of (seed, run dir)
+    for name in runs:
+        m = re.match(r"^(.*)-s(\d+)$", name)
+        row, seed = (m.group(1), int(m.group(2))) if m else (name, None)
+        rows.setdefault(row, []).append((seed, name))
+
+    # Flags shared by every run are the schedule; list them once under the table.
+    configs = {name: read_json(os.path.join(args.folder, name, "config.json")) for name in runs}
+    shared = None
+    for c in configs.values():
+        d = describe(c)
+        shared = dict(d) if shared is None else {k: v for k, v in shared.items() if d.get(k) == v}
+
+    header_done = False
+    lines = []
+    for row, members in rows.items():
+        finals, walls, bests, notes = [], [], [], []
+        label = None
+        for seed, name in sorted(members, key=lambda x: (x[0] is None, x[0])):
+            path = os.path.join(args.folder, name)
+            result = read_json(os.path.join(path, "result.json"))
+            config = configs[name]
+            if result is None:
+                train = [r for r in read_metrics(os.path.join(path, "metrics.jsonl")) if r.get("kind") == "train"]
+                last = f"step {train[-1]['step']}, loss {train[-1]['loss']:.3g}" if train else "no step logged"
+                notes.append(f"seed {seed}: did not finish ({last})")
+                continue
+            _, label, value = final_metric(result)
+            finals.append(value)
+            bests.append(best_eval(result))
+            walls.append(seconds_between(config["started"], result["finished"]))
+        if not header_done:
+            lines.append(f"| run | flags beyond the shared ones | {label or 'result'} per seed | mean | spread | "
+                         f"best eval | wall (min) |")
+            lines.append("| --- | --- | --- | --- | --- | --- | --- |")
+            header_done = True
+        own = describe(configs[members[0][1]])
+        flags = " ".join(flag_text(k, v) for k, v in own.items() if shared.get(k) != v)
+        per_seed = ", ".join(f"{v:.2f}" for v in finals) or "—"
+        mean = f"{sum(finals) / len(finals):.2f}" if finals else "—"
+        spread = f"{max(finals) - min(finals):.2f}" if len(finals) > 1 else "—"
+        valid = ", ".join(f"{b:.2f}" for b in bests if b is not None and math.isfinite(b)) or "—"
+        wall = ", ".join(f"{w / 60:.1f}" for w in walls) or "—"
+        note = ("; " + "; ".join(notes)) if notes else ""
+        lines.append(f"| {row} | {flags or '—'} | {per_seed}{note} | {mean} | {spread} | {valid} | {wall} |")
+    lines.append("")
+    lines.append("Shared flags: `" + " ".join(flag_text(k, v) for k, v in shared.items()) + "`")
+    commits = sorted({c.get("git_commit", "?")[:7] for c in configs.values()})
+    starts = sorted(c.get("started", "?") for c in configs.values())
+    lines.append(f"Commits: {', '.join(commits)}; started {starts[0]} to {starts[-1]}.")
+    print("\n".join(lines))
+
+    if args.copy:
+        for name in runs:
+            dest = os.path.join(args.copy, name)
+            os.makedirs(dest, exist_ok=True)
+            for f in ("config.json", "metrics.jsonl", "result.json"):
+                src = os.path.join(args.folder, name, f)
+                if os.path.exists(src):
+                    shutil.copyfile(src, os.path.join(dest, f))
+
+
+if __name__ == "__main__":
+    main()
