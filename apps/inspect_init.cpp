@@ -37,6 +37,7 @@
 #include "engine/ops.h"
 #include "engine/rng.h"
 #include "init/init.h"
+#include "nn/checkpoint.h"
 #include "nn/transformer.h"
 
 using namespace engine;
@@ -46,8 +47,8 @@ using json = nlohmann::ordered_json;
 struct Args {
     std::string model = "vit-tiny", init = "timm";
     init::Options opt;
-    int64_t batch = 32, seq_len = 128, patch = 4, depth = 0;
-    std::string pool = "avg", pos = "", data_dir, png_dir, png_layers;
+    int64_t batch = 32, seq_len = 128, patch = 4, depth = 0, dim = 0, heads = 0;
+    std::string pool = "avg", pos = "", data_dir, png_dir, png_layers, checkpoint;
     float pe_scale = 1.f, layerscale = 0.f;
     bool post_ln = false, json_out = false;
     uint64_t seed = 0;
@@ -75,6 +76,8 @@ static Subject build(const Args& a) {
         c.pe_scale = a.pe_scale;
         c.layerscale = a.layerscale;
         if (a.depth > 0) c.depth = a.depth;
+        if (a.dim > 0) c.dim = a.dim;
+        if (a.heads > 0) c.heads = a.heads;
         auto vit = std::make_shared<nn::ViT>(c);
         s.vit = vit.get();
         s.module = vit;
@@ -99,6 +102,8 @@ static Subject build(const Args& a) {
         c.emb_norm = c.pre_norm && a.init.find("smallemb") != std::string::npos;
         c.layerscale = a.layerscale;
         if (a.depth > 0) c.depth = a.depth;
+        if (a.dim > 0) c.dim = a.dim;
+        if (a.heads > 0) c.heads = a.heads;
         auto lm = std::make_shared<nn::TransformerLM>(c);
         s.lm = lm.get();
         s.module = lm;
@@ -364,6 +369,21 @@ static int run(const Args& a) {
                         init_inputs.size(0)};
     data.labels = s.targets;  // relu-quantile's output-layer fit
     init::Report report = init::apply(*s.module, a.init, a.opt, &data);
+    // A trained model: the same figures and pictures after training (the init still runs first,
+    // so a data-dependent scheme's report is printed, then every tensor is replaced).
+    if (!a.checkpoint.empty()) {
+        std::string prefix = a.checkpoint;
+        const std::string ext = ".safetensors";
+        if (prefix.size() > ext.size() && prefix.compare(prefix.size() - ext.size(), ext.size(), ext) == 0)
+            prefix.resize(prefix.size() - ext.size());
+        try {
+            nn::load_checkpoint(prefix, *s.module);
+        } catch (const Error& e) {
+            std::fprintf(stderr, "inspect_init: --checkpoint %s: %s\n", a.checkpoint.c_str(), e.what());
+            return 2;
+        }
+        report.say("weights replaced by the checkpoint " + a.checkpoint);
+    }
     FILE* text = a.json_out ? stderr : stdout;
     std::fprintf(text, "inspect_init: %s, init %s, seed %llu, batch %lld %s\n", s.description.c_str(),
                  a.init.c_str(), (unsigned long long)a.seed, (long long)s.inputs.size(0),
@@ -440,6 +460,12 @@ int main(int argc, char** argv) {
     app.add_option("--pos", a.pos, "position embedding (default: sincos2d for ViT, sinusoidal for LM): "
                                    "sincos1d | sincos2d | learned (ViT); sinusoidal | learned | rope | none (LM)");
     app.add_option("--pe-scale", a.pe_scale, "ViT position-embedding multiplier")->capture_default_str();
+    app.add_option("--dim", a.dim, "width (0: the preset's)")->capture_default_str()->check(CLI::NonNegativeNumber);
+    app.add_option("--heads", a.heads, "attention heads (0: the preset's)")->capture_default_str()
+        ->check(CLI::NonNegativeNumber);
+    app.add_option("--checkpoint", a.checkpoint,
+                   "inspect trained weights: a checkpoint of train_vit / train_lm (e.g. RUN/best.safetensors) "
+                   "for the model these flags describe");
     app.add_option("--depth", a.depth, "blocks (0: the preset's)")->capture_default_str()
         ->check(CLI::Range((int64_t)0, (int64_t)64));
     app.add_option("--layerscale", a.layerscale, "LayerScale on both residual branches with this init (0: off)")
