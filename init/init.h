@@ -25,6 +25,8 @@ namespace init {
 struct Options {
     // normal:STD, and the std of timm's trunc-normal
     float normal_std = 0.02f;
+    // uniform:A: U(±A) on every weight and bias (Zaremba et al.'s LSTM init; plain "uniform": 0.1)
+    float uniform_bound = 0.1f;
     float gain = 1.f;  // xavier / kaiming / orthogonal gain
     // mimetic (Trockman & Kolter): W_qW_kᵀ ≈ α₁Z + β₁I per head, W_vW_proj ≈ α₂Z − β₂I per layer
     float mimetic_alpha1 = 0.7f, mimetic_beta1 = 0.7f, mimetic_alpha2 = 0.4f, mimetic_beta2 = 0.4f;

@@ -2,7 +2,8 @@
 // needs an init batch, function) and apply(), which runs "a+b+c" left to right.
 //
 // The table is written out by hand, one line per scheme, so --help lists exactly what exists.
-// "normal:STD" is the one parameterized name: the registry parses STD into Options::normal_std.
+// "normal:STD" and "uniform:A" are the parameterized names: the registry parses the number into
+// Options::normal_std / Options::uniform_bound.
 #include <cerrno>
 #include <cstdlib>
 #include <fmt/format.h>
@@ -30,6 +31,7 @@ const std::vector<SchemeInfo>& schemes() {
          kaiming_uniform_init},
         {"lecun", "LeCun normal N(0, 1/fan_in), zero biases", false, lecun_normal_init},
         {"normal:STD", "N(0, STD²) weights (plain 'normal': 0.02), zero biases", false, normal_init},
+        {"uniform:A", "U(±A) weights and biases (plain 'uniform': 0.1; Zaremba's LSTM init)", false, uniform_init},
         {"orthogonal", "orthogonal weights × gain (WᵀW = gain²·I), zero biases", false, orthogonal_init},
         {"mimetic", "Trockman & Kolter: per head W_qW_kᵀ = rank-k part of α₁Z+β₁I, per layer W_vW_proj = α₂Z−β₂I "
                     "(needs MultiHeadAttention)", false, mimetic_init},
@@ -67,21 +69,26 @@ static std::string valid_names() {
     return names;
 }
 
-// The scheme a name refers to; for "normal:STD", `opt.normal_std` is set from STD.
+// For "base:NUMBER", the number (>= 0) into `value`; true when `name` is base or base:NUMBER.
+static bool parameterized(const std::string& name, const std::string& base, const std::string& what,
+                          const char* example, float& value) {
+    if (name != base && name.rfind(base + ":", 0) != 0) return false;
+    if (name == base) return true;
+    std::string text = name.substr(base.size() + 1);
+    char* end = nullptr;
+    errno = 0;
+    double v = std::strtod(text.c_str(), &end);
+    engine::check(!text.empty() && end && *end == '\0' && errno == 0 && v >= 0 && v < 1e6,
+                  "init: '{}': {} must be a number >= 0, e.g. {}", name, what, example);
+    value = (float)v;
+    return true;
+}
+
+// The scheme a name refers to; "normal:STD" and "uniform:A" also set their option.
 static const SchemeInfo& lookup(const std::string& name, Options& opt) {
     std::string key = name;
-    if (name == "normal" || name.rfind("normal:", 0) == 0) {
-        key = "normal:STD";
-        if (name != "normal") {
-            std::string text = name.substr(7);
-            char* end = nullptr;
-            errno = 0;
-            double std = std::strtod(text.c_str(), &end);
-            engine::check(!text.empty() && end && *end == '\0' && errno == 0 && std >= 0 && std < 1e6,
-                          "init: 'normal:{}': STD must be a number >= 0, e.g. normal:0.02", text);
-            opt.normal_std = (float)std;
-        }
-    }
+    if (parameterized(name, "normal", "STD", "normal:0.02", opt.normal_std)) key = "normal:STD";
+    if (parameterized(name, "uniform", "A", "uniform:0.05", opt.uniform_bound)) key = "uniform:A";
     for (auto& s : schemes())
         if (s.name == key) return s;
     engine::fail("init: unknown scheme '{}' (valid: {}; combine with '+', e.g. mimetic+smallemb)", name,

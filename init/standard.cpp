@@ -240,6 +240,19 @@ void normal_init(nn::Module& model, const Options& opt, const InitData*, Report&
             report);
 }
 
+void uniform_init(nn::Module& model, const Options& opt, const InitData*, Report& report) {
+    float a = opt.uniform_bound;
+    engine::check(a >= 0.f && std::isfinite(a), "init: uniform: bound {} must be finite and >= 0", a);
+    auto layers = weight_layers(model);
+    require_weights(layers, model, "uniform");
+    for (auto& w : layers) {
+        fill_uniform(*w.weight, -a, a);
+        if (has_bias(w)) fill_uniform(*w.bias, -a, a);  // biases too, as Zaremba's Torch7 code
+    }
+    int norms = reset_norms(model);
+    report.say(fmt::format("uniform: {} weights and their biases U(±{}), {} norms 1/0", layers.size(), a, norms));
+}
+
 Tensor orthogonal_matrix(int64_t rows, int64_t cols, float gain) {
     engine::check(rows > 0 && cols > 0, "orthogonal_matrix: [{}, {}] must be non-empty", rows, cols);
     engine::NoGrad ng;

@@ -21,6 +21,8 @@
 //                  U(±√(6/fan_in)). --gain multiplies the std on top of √2 (default 1).
 //   lecun          LeCun 1998: N(0, 1/fan_in) (× gain).
 //   normal:STD     N(0, STD²) (plain "normal": Options::normal_std, 0.02).
+//   uniform:A      U(±A) on every weight AND bias (Zaremba et al. 2014: Torch7's params:uniform(−A, A),
+//                  0.1 small / 0.05 medium / 0.04 large; plain "uniform": 0.1).
 //   orthogonal     Saxe et al. 2014, as torch.nn.init.orthogonal_: the weight viewed as
 //                  [out, fan_in] is the Q factor of a Gaussian matrix with the signs of diag(R)
 //                  fixed, times gain: WᵀW = gain²·I when tall (out ≥ fan_in), WWᵀ = gain²·I when
@@ -48,6 +50,7 @@ void kaiming_normal_init(nn::Module& model, const Options& opt, const InitData* 
 void kaiming_uniform_init(nn::Module& model, const Options& opt, const InitData* data, Report& report);
 void lecun_normal_init(nn::Module& model, const Options& opt, const InitData* data, Report& report);
 void normal_init(nn::Module& model, const Options& opt, const InitData* data, Report& report);  // opt.normal_std
+void uniform_init(nn::Module& model, const Options& opt, const InitData* data, Report& report);  // opt.uniform_bound
 void orthogonal_init(nn::Module& model, const Options& opt, const InitData* data, Report& report);
 
 // ---------------------------------------------------------------------------------------------

@@ -111,6 +111,25 @@ TEST_CASE("init torch: PyTorch's default distributions for every layer kind", "[
     check_moments(lstm.tok_emb->weight, 1.0, "Embedding");
 }
 
+TEST_CASE("init uniform:A: U(±A) on every weight and bias of an LSTM LM (Zaremba)", "[init]") {
+    manual_seed(6);
+    nn::LSTMLM lstm(small_lstm());
+    poison(lstm);
+    init::apply(lstm, "uniform:0.05");
+    for (auto& w : init::weight_layers(lstm)) {
+        for (Tensor* t : {w.weight, w.bias}) {
+            if (!t || !t->defined()) continue;
+            Moments m = moments(*t);
+            CHECK(m.max_abs <= 0.05);
+            if (t->numel() >= 200) check_moments(*t, 0.05 / std::sqrt(3.0), w.name);
+        }
+    }
+    init::apply(lstm, "uniform");  // plain: 0.1
+    CHECK(moments(lstm.parameter("layers.0.weight_ih")).max_abs > 0.05);
+    CHECK(moments(lstm.parameter("layers.0.weight_ih")).max_abs <= 0.1);
+    CHECK_THROWS_WITH(init::apply(lstm, "uniform:-1"), Catch::Contains("e.g. uniform:0.05"));
+}
+
 TEST_CASE("init timm: trunc-normal 0.02 weights, zero biases, norms 1/0, tokens 0.02", "[init]") {
     manual_seed(2);
     nn::ViT vit(small_vit());
@@ -240,7 +259,7 @@ TEST_CASE("init registry: names, normal:STD, composition left to right, errors",
         CHECK(names.insert(s.name).second);  // unique
     }
     for (const char* n : {"torch", "timm", "xavier", "xavier-normal", "kaiming", "kaiming-uniform", "lecun",
-                          "normal:STD", "orthogonal", "mimetic", "impulse3", "impulse5", "impulse3-closed", "smallemb",
+                          "normal:STD", "uniform:A", "orthogonal", "mimetic", "impulse3", "impulse5", "impulse3-closed", "smallemb",
                           "lsuv", "relu-quantile", "attn-logits", "t-fixup", "zero-attn"})
         CHECK(names.count(n) == 1);
     for (auto& s : init::schemes())
