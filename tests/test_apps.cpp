@@ -59,6 +59,18 @@ int run_app(const std::string& name, const std::string& args, const std::string&
     return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
+// True when a run_app_until run was stopped by its SIGTERM (exit 143). A run too fast to catch
+// finished (exit 0): still a valid run, but then only two whole runs get compared.
+bool stopped_by_sigterm(int status) {
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+        WARN("the run finished before SIGTERM arrived: only the equality of two whole runs was checked");
+        return false;
+    }
+    REQUIRE(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 143);
+    return true;
+}
+
 std::string slurp(const std::string& path) {
     std::ifstream f(path);
     return std::string(std::istreambuf_iterator<char>(f), {});
@@ -154,11 +166,7 @@ TEST_CASE("train_vit: interrupted and resumed equals uninterrupted, bit for bit"
     int status = run_app_until("train_vit", base + " --out " + (tmp / "parts"), tmp / "log2",
                                [&] { return metrics_lines(tmp / "parts/metrics.jsonl").size() >= 5; });
     INFO(slurp(tmp / "log2"));
-    bool finished_first = WIFEXITED(status) && WEXITSTATUS(status) == 0;  // too fast to catch: still a valid run
-    if (finished_first) WARN("the run finished before SIGTERM arrived: only the equality of two whole runs was checked");
-    if (!finished_first) {
-        REQUIRE(WIFEXITED(status));
-        CHECK(WEXITSTATUS(status) == 143);
+    if (stopped_by_sigterm(status)) {
         CHECK(fs::exists(tmp / "parts/last.safetensors"));
         CHECK(!fs::exists(tmp / "parts/last.safetensors.tmp"));
         REQUIRE(run_app("train_vit", base + " --out " + (tmp / "parts") + " --resume", tmp / "log3") == 0);
@@ -262,11 +270,7 @@ void check_lm_resume(const std::string& args, bool carries_state) {
     };
     int status = run_app_until("train_lm", base + " --out " + (tmp / "parts"), tmp / "log2", in_second_epoch);
     INFO(slurp(tmp / "log2"));
-    bool finished_first = WIFEXITED(status) && WEXITSTATUS(status) == 0;  // too fast to catch: still a valid run
-    if (finished_first) WARN("the run finished before SIGTERM arrived: only the equality of two whole runs was checked");
-    if (!finished_first) {
-        REQUIRE(WIFEXITED(status));
-        CHECK(WEXITSTATUS(status) == 143);
+    if (stopped_by_sigterm(status)) {
         std::map<std::string, std::string> meta;
         engine::load_safetensors(tmp / "parts/last.safetensors", &meta);
         int64_t batch = std::stoll(meta.at("batch_in_epoch"));
