@@ -71,7 +71,7 @@ def describe(config):
 
 
 def flag_text(k, v):
-    return k if v in ("true", "false", "-1", True, False) else f"{k} {v}"
+    return k if v in ("true", "false", True, False) else f"{k} {v}"
 
 
 def main():
@@ -89,12 +89,18 @@ def main():
         row, seed = (m.group(1), int(m.group(2))) if m else (name, None)
         rows.setdefault(row, []).append((seed, name))
 
-    # Flags shared by every run are the schedule; list them once under the table.
+    # Flags with one value in every run that has them are the schedule; list them once under the
+    # table. (Runs made by an older binary lack the newer flags: a missing flag does not count.)
     configs = {name: read_json(os.path.join(args.folder, name, "config.json")) for name in runs}
-    shared = None
+    values = {}
     for c in configs.values():
-        d = describe(c)
-        shared = dict(d) if shared is None else {k: v for k, v in shared.items() if d.get(k) == v}
+        for k, v in describe(c).items():
+            values.setdefault(k, set()).add(json.dumps(v))
+    shared = {}
+    for c in configs.values():
+        for k, v in describe(c).items():
+            if len(values[k]) == 1:
+                shared[k] = v
 
     header_done = False
     lines = []
@@ -120,7 +126,7 @@ def main():
             lines.append("| --- | --- | --- | --- | --- | --- | --- |")
             header_done = True
         own = describe(configs[members[0][1]])
-        flags = " ".join(flag_text(k, v) for k, v in own.items() if shared.get(k) != v)
+        flags = " ".join(flag_text(k, v) for k, v in own.items() if k not in shared)
         per_seed = ", ".join(f"{v:.2f}" for v in finals) or "—"
         mean = f"{sum(finals) / len(finals):.2f}" if finals else "—"
         spread = f"{max(finals) - min(finals):.2f}" if len(finals) > 1 else "—"
