@@ -206,7 +206,8 @@ static int run(Args& a, const apps::json& config) {
 
     Batches train = make_batches(a, corpus.train, a.batch_size);
     data::TokenBatch first = train.get(0);
-    init::InitData init_data{[&] { NoGrad ng; lm.forward(first.inputs, false); }, first.inputs.size(0)};
+    // The next tokens are the labels of relu-quantile's output-layer fit (untied models).
+    init::InitData init_data{[&] { NoGrad ng; lm.forward(first.inputs, false); }, first.inputs.size(0), first.targets};
     init::Report report = init::apply(*lm.module, a.init, a.init_opt, &init_data);
     for (auto& line : report.lines) std::printf("init: %s\n", line.c_str());
 

@@ -300,9 +300,10 @@ double solve_scale(const std::vector<float>& z, Act a, double goal) {
     return std::exp(lc);
 }
 
-// The output layer by least squares: W, b minimizing ||X·Wᵀ + b − T|| over the init batch, with
-// T = +logit for each row's label and −logit for the other classes (Aguirre & Fuentes' option:
-// the classifier starts at the best linear read-out of the features the hidden layers now make).
+// The output layer by least squares: W (and b, when the layer has one) minimizing
+// ||X·Wᵀ + b − T|| over the init batch, with T = +logit for each row's label and −logit for the
+// other classes (Aguirre & Fuentes' option: the classifier starts at the best linear read-out of
+// the features the hidden layers now make).
 void fit_output_layer(nn::Linear& head, const Tensor& input, const Tensor& labels, float logit, Report& report) {
     const char* name = "relu-quantile";
     const int64_t d = head.weight.size(1), classes = head.weight.size(0);
@@ -311,8 +312,9 @@ void fit_output_layer(nn::Linear& head, const Tensor& input, const Tensor& label
     check(labels.dtype() == engine::DType::I32 && labels.numel() == rows,
           "{}: {} labels ({}) for {} rows the output layer sees; one int32 label per row needed", name,
           labels.numel(), engine::dtype_name(labels.dtype()), rows);
-    check(head.bias.defined(), "{}: the output layer has no bias", name);
-    Tensor a = Tensor::empty({rows, d + 1}), t = Tensor::full({rows, classes}, -logit);
+    const bool bias = head.bias.defined();
+    const int64_t cols = d + (bias ? 1 : 0);  // the last column of ones solves for the bias
+    Tensor a = Tensor::empty({rows, cols}), t = Tensor::full({rows, classes}, -logit);
     const float* x = input.data_f32();
     const int32_t* y = labels.data_i32();
     float* pa = a.data_f32();
@@ -320,32 +322,29 @@ void fit_output_layer(nn::Linear& head, const Tensor& input, const Tensor& label
     for (int64_t r = 0; r < rows; r++) {
         check(y[r] >= 0 && y[r] < classes, "{}: label {} of row {} is not a class of the {}-way output layer", name,
               y[r], r, classes);
-        std::copy(x + r * d, x + (r + 1) * d, pa + r * (d + 1));
-        pa[r * (d + 1) + d] = 1.f;  // the bias column
+        std::copy(x + r * d, x + (r + 1) * d, pa + r * cols);
+        if (bias) pa[r * cols + d] = 1.f;
         pt[r * classes + y[r]] = logit;
     }
-    Tensor sol = engine::lstsq(a, t);  // [d + 1, classes]
+    Tensor sol = engine::lstsq(a, t);  // [cols, classes]
     const float* s = sol.data_f32();
     float* w = head.weight.data_f32();
     for (int64_t c = 0; c < classes; c++) {
         for (int64_t k = 0; k < d; k++) w[c * d + k] = s[k * classes + c];
-        head.bias.data_f32()[c] = s[d * classes + c];
+        if (bias) head.bias.data_f32()[c] = s[d * classes + c];
     }
     // How well the fitted read-out does on the batch it was fitted to.
+    Tensor fitted = engine::matmul(a, sol);  // [rows, classes]
+    const float* z = fitted.data_f32();
     double sq = 0;
     int64_t hits = 0;
-    std::vector<double> z(classes);
     for (int64_t r = 0; r < rows; r++) {
-        for (int64_t c = 0; c < classes; c++) {
-            z[c] = s[d * classes + c];
-            for (int64_t k = 0; k < d; k++) z[c] += (double)pa[r * (d + 1) + k] * s[k * classes + c];
-            sq += (z[c] - pt[r * classes + c]) * (z[c] - pt[r * classes + c]);
-        }
-        hits += std::max_element(z.begin(), z.end()) - z.begin() == y[r];
+        for (int64_t c = 0; c < classes; c++) sq += std::pow((double)z[r * classes + c] - pt[r * classes + c], 2);
+        hits += std::max_element(z + r * classes, z + (r + 1) * classes) - (z + r * classes) == y[r];
     }
     double rms = std::sqrt(sq / (double)(rows * classes)), acc = (double)hits / (double)rows;
-    report.say(fmt::format("relu-quantile: output layer by least squares to logits ±{:g} on {} rows: rms residual "
-                           "{:.3f}, init-batch accuracy {:.1f}%", logit, rows, rms, 100 * acc));
+    report.say(fmt::format("relu-quantile: output layer{} by least squares to logits ±{:g} on {} rows: rms residual "
+                           "{:.3f}, init-batch accuracy {:.1f}%", bias ? "" : " (no bias)", logit, rows, rms, 100 * acc));
     report.figures["relu_quantile.output_rms_residual"] = rms;
     report.figures["relu_quantile.output_batch_acc"] = acc;
 }
