@@ -214,47 +214,57 @@ TEST_CASE("relu-quantile: active fraction = act_prob within 1/n and post-activat
     }
 }
 
-TEST_CASE("relu-quantile: the output layer is the least-squares read-out to logits ±2 of the labels", "[init]") {
-    manual_seed(4);
-    nn::ViT vit(small_vit());  // 5 classes, head 32 -> 5
-    const int64_t n = 64, d = 32, classes = 5;
-    Tensor images = Tensor::normal({n, 3, 16, 16});
-    init::InitData data{[&] { vit.forward(images); }, n};
-    data.labels = Tensor::randint({n}, 0, (int32_t)classes);
-    init::Report report;
-    init::relu_quantile_init(vit, init::Options{}, &data, report);
-
-    // The normal equations of min ||[X 1]·θ − T||: every feature column (and the ones column) is
-    // orthogonal to the residual of the fitted logits.
-    Tensor features, logits;
-    vit.head->input_hook = [&](const nn::Module&, const Tensor& x) { features = x.detach().clone(); };
-    {
-        NoGrad ng;
-        vit.eval();
-        logits = vit.forward(images);
-        vit.train();
-    }
-    vit.head->input_hook = nullptr;
-    REQUIRE(features.size(0) == n);
-    const int32_t* y = data.labels.data_i32();
+// The normal equations of min ||[X 1]·θ − T|| (the ones column only with a bias): every feature
+// column is orthogonal to the residual of the fitted logits. Returns the rms residual.
+static double check_least_squares(const Tensor& features, const Tensor& logits, const Tensor& labels, bool bias) {
+    const int64_t d = features.size(-1), rows = features.numel() / d, classes = logits.size(-1);
+    REQUIRE(logits.numel() == rows * classes);
+    const float *x = features.data_f32(), *z = logits.data_f32();
+    const int32_t* y = labels.data_i32();
     double worst = 0, scale = 0, residual2 = 0;
     for (int64_t c = 0; c < classes; c++) {
-        std::vector<double> r(n);
-        for (int64_t i = 0; i < n; i++) {
-            r[i] = logits.at({i, c}) - (y[i] == c ? 2.0 : -2.0);
+        std::vector<double> r(rows);
+        for (int64_t i = 0; i < rows; i++) {
+            r[i] = z[i * classes + c] - (y[i] == c ? 2.0 : -2.0);
             residual2 += r[i] * r[i];
         }
-        for (int64_t k = 0; k <= d; k++) {
+        for (int64_t k = 0; k < d + (bias ? 1 : 0); k++) {
             double dot = 0, norm = 0;
-            for (int64_t i = 0; i < n; i++) {
-                double x = k < d ? features.at({i, k}) : 1.0;
-                dot += x * r[i], norm += x * x;
+            for (int64_t i = 0; i < rows; i++) {
+                double v = k < d ? x[i * d + k] : 1.0;
+                dot += v * r[i], norm += v * v;
             }
             worst = std::max(worst, std::fabs(dot)), scale = std::max(scale, std::sqrt(norm));
         }
     }
     CHECK(worst < 1e-3 * scale);
-    double rms = std::sqrt(residual2 / (double)(n * classes));
+    return std::sqrt(residual2 / (double)(rows * classes));
+}
+
+// Runs `forward` in eval mode without gradients; returns the input `head` saw.
+static Tensor head_input(nn::Module& model, nn::Linear& head, const std::function<void()>& forward) {
+    Tensor seen;
+    head.input_hook = [&](const nn::Module&, const Tensor& x) { seen = x.detach().clone(); };
+    NoGrad ng;
+    model.eval();
+    forward();
+    model.train();
+    head.input_hook = nullptr;
+    return seen;
+}
+
+TEST_CASE("relu-quantile: the output layer is the least-squares read-out to logits ±2 of the labels", "[init]") {
+    manual_seed(4);
+    nn::ViT vit(small_vit());  // 5 classes, head 32 -> 5
+    const int64_t n = 64, classes = 5;
+    Tensor images = Tensor::normal({n, 3, 16, 16});
+    init::InitData data{[&] { vit.forward(images); }, n, Tensor::randint({n}, 0, (int32_t)classes)};
+    init::Report report;
+    init::relu_quantile_init(vit, init::Options{}, &data, report);
+    Tensor logits;
+    Tensor features = head_input(vit, *vit.head, [&] { logits = vit.forward(images); });
+    REQUIRE(features.size(0) == n);
+    double rms = check_least_squares(features, logits, data.labels, true);
     CHECK(report.figures["relu_quantile.output_rms_residual"] == Approx(rms).epsilon(1e-3));
     CHECK(rms < 2.0);  // better than all-zero logits
     CHECK(report.figures["relu_quantile.output_batch_acc"] > 0.5);  // 33 unknowns for 64 rows fit most labels
@@ -273,6 +283,24 @@ TEST_CASE("relu-quantile: the output layer is the least-squares read-out to logi
         Tensor w = other.parameter("head.weight").detach();
         CHECK(matmul(w, w, false, true).at({1, 1}) == Approx(1.0).epsilon(1e-4));
     }
+}
+
+TEST_CASE("relu-quantile on an untied TransformerLM: a bias-free head fitted to the next tokens", "[init]") {
+    manual_seed(5);
+    nn::LMConfig lc;
+    lc.vocab = 12, lc.dim = 16, lc.depth = 1, lc.heads = 2, lc.max_len = 16, lc.tie_weights = false;
+    nn::TransformerLM lm(lc);
+    REQUIRE(lm.head);
+    REQUIRE(!lm.head->bias.defined());
+    Tensor ids = Tensor::randint({4, 16}, 0, 12), next = Tensor::randint({4, 16}, 0, 12);
+    init::InitData data{[&] { lm.forward(ids); }, 4, next};
+    init::Report report;
+    init::relu_quantile_init(lm, init::Options{}, &data, report);
+    Tensor logits;
+    Tensor features = head_input(lm, *lm.head, [&] { logits = lm.forward(ids); });
+    double rms = check_least_squares(features, logits, next, false);
+    CHECK(report.figures["relu_quantile.output_rms_residual"] == Approx(rms).epsilon(1e-3));
+    CHECK(rms < 2.0);
 }
 
 TEST_CASE("relu-quantile on a ConvMixer: every conv (GELU) unit per channel over positions", "[init]") {
