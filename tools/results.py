@@ -66,12 +66,12 @@ def best_eval(result):
 def describe(config):
     """The flags that set a run apart: --init and the scheme/model options away from defaults."""
     skip = {"--out", "--seed", "--data-dir", "--threads", "started", "app", "git_commit", "device", "threads"}
-    # A switch that was not given is stored as "" (leave it out); one that was, as its CLI value.
-    return {k: v for k, v in config.items() if k not in skip and v != ""}
+    return {k: v for k, v in config.items() if k not in skip}
 
 
-def flag_text(k, v):
-    return k if v in ("true", "false", True, False) else f"{k} {v}"
+def flags_text(flags):
+    # A switch that was not given is stored as "" (left out); one that was, as its CLI value.
+    return " ".join(k if v in ("true", "false", True, False) else f"{k} {v}" for k, v in flags.items() if v != "")
 
 
 def main():
@@ -126,7 +126,7 @@ def main():
             lines.append("| --- | --- | --- | --- | --- | --- | --- |")
             header_done = True
         own = describe(configs[members[0][1]])
-        flags = " ".join(flag_text(k, v) for k, v in own.items() if k not in shared)
+        flags = flags_text({k: v for k, v in own.items() if k not in shared})
         per_seed = ", ".join(f"{v:.2f}" for v in finals) or "—"
         mean = f"{sum(finals) / len(finals):.2f}" if finals else "—"
         spread = f"{max(finals) - min(finals):.2f}" if len(finals) > 1 else "—"
@@ -135,7 +135,7 @@ def main():
         note = ("; " + "; ".join(notes)) if notes else ""
         lines.append(f"| {row} | {flags or '—'} | {per_seed}{note} | {mean} | {spread} | {valid} | {wall} |")
     lines.append("")
-    lines.append("Shared flags: `" + " ".join(flag_text(k, v) for k, v in shared.items()) + "`")
+    lines.append("Shared flags: `" + flags_text(shared) + "`")
     commits = sorted({c.get("git_commit", "?")[:7] for c in configs.values()})
     starts = sorted(c.get("started", "?") for c in configs.values())
     lines.append(f"Commits: {', '.join(commits)}; started {starts[0]} to {starts[-1]}.")
