@@ -485,6 +485,9 @@ int main(int argc, char** argv) {
     app.add_option("--impulse-iters", a.opt.impulse_iters, "impulse: Adam steps of the fit")->capture_default_str();
     app.add_option("--impulse-lr", a.opt.impulse_lr, "impulse: Adam learning rate")->capture_default_str();
     app.add_flag("--impulse-per-layer", a.opt.impulse_per_layer, "impulse: refit for every layer");
+    app.add_option("--closed-rcond", a.opt.closed_rcond,
+                   "impulse3-closed: drop singular values of LN(PE) below this × the largest")
+        ->capture_default_str()->check(CLI::Range(0.f, 1.f));
     app.add_option("--lsuv-max-iters", a.opt.lsuv_max_iters, "lsuv: rounds per layer")->capture_default_str();
     app.add_option("--lsuv-tol", a.opt.lsuv_tol, "lsuv: tolerance on |std − 1|")->capture_default_str();
     app.add_option("--act-prob", a.opt.act_prob, "relu-quantile: fraction of active units")->capture_default_str();

@@ -36,6 +36,9 @@ struct Options {
     int impulse_iters = 10000;
     float impulse_lr = 1e-4f;
     bool impulse_per_layer = false;
+    // impulse3-closed: singular values of LN(PE) below closed_rcond × the largest are dropped
+    // from its pseudo-inverse (on top of the authors' rank cap, the head dim)
+    float closed_rcond = 1e-5f;
     // data-dependent
     int lsuv_max_iters = 10;
     float lsuv_tol = 0.1f;

@@ -308,6 +308,28 @@ TEST_CASE("impulse3-closed: argmax hits the target; factors of norm 7; v/proj = 
     CHECK(values(vit.parameter("blocks.0.attn.q.weight")) != values(vit.parameter("blocks.1.attn.q.weight")));
 }
 
+TEST_CASE("impulse3-closed: a larger rcond keeps fewer, stronger directions of LN(PE) and sharpens the maps",
+          "[init]") {
+    // The default keeps directions down to 1e-5 of the strongest; the normalised factors then
+    // sit mostly along the weakest of them and the maps are nearly uniform. 0.1 keeps only
+    // strong directions: the target key gets most of each row's attention.
+    double target[2];
+    int i = 0;
+    for (float rcond : {1e-5f, 0.1f}) {
+        manual_seed(2);
+        nn::ViT vit(small_vit());
+        init::Report report;
+        init::Options o;
+        o.closed_rcond = rcond;
+        init::impulse_closed_init(vit, o, nullptr, report);
+        CHECK(report.figures["impulse.hit_rate"] >= 0.9);
+        target[i++] = report.figures["impulse.target_prob"];
+    }
+    const double uniform = 1.0 / 64;  // 8×8 tokens
+    CHECK(target[0] < 2 * uniform);
+    CHECK(target[1] > 0.5);
+}
+
 TEST_CASE("impulse schemes refuse models they cannot apply to", "[init]") {
     init::Report r;
     init::Options o = fast_fit();

@@ -92,6 +92,10 @@ void add_init_flags(CLI::App& app, std::string& scheme, init::Options& o) {
         ->check(CLI::PositiveNumber);
     app.add_option("--impulse-lr", o.impulse_lr, "impulse: Adam learning rate of the fit")->capture_default_str();
     app.add_flag("--impulse-per-layer", o.impulse_per_layer, "impulse: a new fit for every layer");
+    app.add_option("--closed-rcond", o.closed_rcond,
+                   "impulse3-closed: drop singular values of LN(PE) below this × the largest (1e-5: only what "
+                   "float32 cannot resolve; 0.1: sharp maps)")
+        ->capture_default_str()->check(CLI::Range(0.f, 1.f));
     app.add_option("--lsuv-tol", o.lsuv_tol, "lsuv: tolerance on |std − 1|")->capture_default_str();
     app.add_option("--lsuv-max-iters", o.lsuv_max_iters, "lsuv: rescaling rounds per layer")->capture_default_str();
     app.add_option("--act-prob", o.act_prob, "relu-quantile: fraction of units active on the init batch")
