@@ -102,11 +102,17 @@ def main():
             if len(values[k]) == 1:
                 shared[k] = v
 
+    # The metric's name, from the first finished run (the table's first row may not have finished).
+    label = "result"
+    for name in runs:
+        result = read_json(os.path.join(args.folder, name, "result.json"))
+        if result is not None:
+            label = final_metric(result)[1]
+            break
     header_done = False
     lines = []
     for row, members in rows.items():
         finals, walls, bests, notes = [], [], [], []
-        label = None
         for seed, name in sorted(members, key=lambda x: (x[0] is None, x[0])):
             path = os.path.join(args.folder, name)
             result = read_json(os.path.join(path, "result.json"))
@@ -114,14 +120,14 @@ def main():
             if result is None:
                 train = [r for r in read_metrics(os.path.join(path, "metrics.jsonl")) if r.get("kind") == "train"]
                 last = f"step {train[-1]['step']}, loss {train[-1]['loss']:.3g}" if train else "no step logged"
-                notes.append(f"seed {seed}: did not finish ({last})")
+                notes.append(f"{'seed ' + str(seed) if seed is not None else 'run'}: did not finish ({last})")
                 continue
-            _, label, value = final_metric(result)
+            value = final_metric(result)[2]
             finals.append(value)
             bests.append(best_eval(result))
             walls.append(seconds_between(config["started"], result["finished"]))
         if not header_done:
-            lines.append(f"| run | flags beyond the shared ones | {label or 'result'} per seed | mean | spread | "
+            lines.append(f"| run | flags beyond the shared ones | {label} per seed | mean | spread | "
                          f"best eval | wall (min) |")
             lines.append("| --- | --- | --- | --- | --- | --- | --- |")
             header_done = True
