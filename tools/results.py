@@ -18,6 +18,7 @@ import math
 import os
 import re
 import shutil
+from collections import Counter
 from datetime import datetime
 
 
@@ -89,18 +90,15 @@ def main():
         row, seed = (m.group(1), int(m.group(2))) if m else (name, None)
         rows.setdefault(row, []).append((seed, name))
 
-    # Flags with one value in every run that has them are the schedule; list them once under the
-    # table. (Runs made by an older binary lack the newer flags: a missing flag does not count.)
+    # The table's shared flags: each flag at its most common value across the runs that have it
+    # (runs made by an older binary lack the newer flags: a missing flag does not count). A row
+    # then lists only where it differs from that.
     configs = {name: read_json(os.path.join(args.folder, name, "config.json")) for name in runs}
-    values = {}
+    counts = {}
     for c in configs.values():
         for k, v in describe(c).items():
-            values.setdefault(k, set()).add(json.dumps(v))
-    shared = {}
-    for c in configs.values():
-        for k, v in describe(c).items():
-            if len(values[k]) == 1:
-                shared[k] = v
+            counts.setdefault(k, Counter())[json.dumps(v)] += 1
+    shared = {k: json.loads(c.most_common(1)[0][0]) for k, c in counts.items() if k != "--init"}  # every row names its init
 
     # The metric's name, from the first finished run (the table's first row may not have finished).
     label = "result"
@@ -132,7 +130,7 @@ def main():
             lines.append("| --- | --- | --- | --- | --- | --- | --- |")
             header_done = True
         own = describe(configs[members[0][1]])
-        flags = flags_text({k: v for k, v in own.items() if k not in shared})
+        flags = flags_text({k: v for k, v in own.items() if k == "--init" or shared.get(k) != v})
         per_seed = ", ".join(f"{v:.2f}" for v in finals) or "—"
         mean = f"{sum(finals) / len(finals):.2f}" if finals else "—"
         spread = f"{max(finals) - min(finals):.2f}" if len(finals) > 1 else "—"
