@@ -90,7 +90,7 @@ def main():
         row, seed = (m.group(1), int(m.group(2))) if m else (name, None)
         rows.setdefault(row, []).append((seed, name))
 
-    # The table's shared flags: each flag at its most common value across the runs that have it
+    # The table's shared flags: each flag at its most common value across the runs that have it,
     # (runs made by an older binary lack the newer flags: a missing flag does not count). A row
     # then lists only where it differs from that.
     configs = {name: read_json(os.path.join(args.folder, name, "config.json")) for name in runs}
@@ -98,7 +98,9 @@ def main():
     for c in configs.values():
         for k, v in describe(c).items():
             counts.setdefault(k, Counter())[json.dumps(v)] += 1
-    shared = {k: json.loads(c.most_common(1)[0][0]) for k, c in counts.items() if k != "--init"}  # every row names its init
+    # A value shared by no more than half the runs is no table default: the rows then show it.
+    shared = {k: json.loads(c.most_common(1)[0][0]) for k, c in counts.items()
+              if k != "--init" and 2 * c.most_common(1)[0][1] > len(runs)}  # every row names its init
 
     # The metric's name, from the first finished run (the table's first row may not have finished).
     label = "result"
