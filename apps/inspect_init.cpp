@@ -66,6 +66,14 @@ struct Subject {
     Tensor inputs, targets;  // images [B,3,H,W] or ids [B,T]; labels [B] or next tokens [B,T]
 };
 
+// --depth, --dim and --heads (when not 0) replace the preset's sizes, for either config.
+template <typename Config>
+static void override_sizes(const Args& a, Config& c) {
+    if (a.depth > 0) c.depth = a.depth;
+    if (a.dim > 0) c.dim = a.dim;
+    if (a.heads > 0) c.heads = a.heads;
+}
+
 static Subject build(const Args& a) {
     Subject s;
     if (a.model == "vit-tiny" || a.model == "vit-small") {
@@ -75,9 +83,7 @@ static Subject build(const Args& a) {
         c.pos = a.pos.empty() ? "sincos2d" : a.pos;
         c.pe_scale = a.pe_scale;
         c.layerscale = a.layerscale;
-        if (a.depth > 0) c.depth = a.depth;
-        if (a.dim > 0) c.dim = a.dim;
-        if (a.heads > 0) c.heads = a.heads;
+        override_sizes(a, c);
         auto vit = std::make_shared<nn::ViT>(c);
         s.vit = vit.get();
         s.module = vit;
@@ -101,9 +107,7 @@ static Subject build(const Args& a) {
         c.pre_norm = !a.post_ln;
         c.emb_norm = c.pre_norm && a.init.find("smallemb") != std::string::npos;
         c.layerscale = a.layerscale;
-        if (a.depth > 0) c.depth = a.depth;
-        if (a.dim > 0) c.dim = a.dim;
-        if (a.heads > 0) c.heads = a.heads;
+        override_sizes(a, c);
         auto lm = std::make_shared<nn::TransformerLM>(c);
         s.lm = lm.get();
         s.module = lm;
