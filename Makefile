@@ -7,12 +7,17 @@
 #   make sanitize     the same suite under AddressSanitizer + UBSan
 #   make deps         install the Debian packages the build needs (run as root)
 #   make bench        build the op benchmark bench/ops
+#   make emu          the emulated CUDA build in build/emu/ (engine/cuda/*.cu compiled by g++ against
+#                     the CPU emulator engine/cuda/emu/): build/emu/tests/run_tests "[cuda]",
+#                     build/emu/apps/train_vit --device cuda, ...
+#   make test-gpu     the [cuda] suite on a real GPU (nvcc build)
 
 CXX      ?= g++
 NVCC     ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 DEBUG    ?= 0
 CUDA     ?= 1
 SANITIZE ?= 0
+EMU      ?= 0
 # Build elsewhere (a second checkout, a helper): make BUILD_ROOT=build/mine
 BUILD_ROOT ?= build
 
@@ -39,6 +44,11 @@ else ifeq ($(DEBUG),1)
 else
   BUILD := $(BUILD_ROOT)/release
   CXXFLAGS += -O3 -march=native -DNDEBUG
+endif
+# The emulated CUDA build (its own folder; nvcc is not used at all).
+ifeq ($(EMU),1)
+  BUILD := $(BUILD_ROOT)/emu$(if $(filter 1,$(SANITIZE)),-sanitize)$(if $(filter 1,$(DEBUG)),-debug)
+  CUDA := 0
 endif
 
 # ---------------------------------------------------------------------------------------------
@@ -79,12 +89,19 @@ ifeq ($(CUDA),1)
     $(info ✗ CUDA: $(NVCC) found but not libcudart_static.a under '$(CUDA_HOME)', building CPU only (set CUDA_HOME=/path/to/cuda))
   else
     BUILD     := $(BUILD)-cuda
+    CUDA_BUILD := 1
     CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
     CXXFLAGS  += -DENGINE_CUDA -isystem $(CUDA_HOME)/include
     LDLIBS    += -L$(CUDA_LIBDIR) -lcudart_static -ldl -lrt
+    LDLIBS    += -lcublas_static -lcublasLt_static -lculibos
     CUDA_OBJ  := $(CUDA_SRC:%.cu=$(BUILD)/%.o)
     $(info ✓ CUDA: $(NVCC), runtime in $(CUDA_LIBDIR) (make CUDA=0 to build CPU only))
   endif
+else ifeq ($(EMU),1)
+  $(info ✓ CUDA: emulated (engine/cuda/*.cu compiled by $(CXX) against engine/cuda/emu/))
+  CUDA_BUILD := 1
+  CXXFLAGS += -DENGINE_CUDA -DENGINE_CUDA_EMU -Iengine/cuda/emu/include
+  CUDA_OBJ := $(CUDA_SRC:%.cu=$(BUILD)/%.o) $(patsubst %.cpp,$(BUILD)/%.o,$(wildcard engine/cuda/emu/*.cpp))
 else
   $(info - CUDA: off (CUDA=0))
 endif
@@ -94,15 +111,29 @@ endif
 
 LIB_OBJ   := $(LIB_SRC:%.cpp=$(BUILD)/%.o) $(CUDA_OBJ)
 LIB       := $(BUILD)/libengine.a
-TEST_SRC  := $(wildcard tests/*.cpp)
+# The [cuda] tests (tests/cuda/) are built into every CUDA build; the emulated build's test binary
+# holds only them.
+ifeq ($(EMU),1)
+  TEST_SRC := tests/main.cpp $(wildcard tests/cuda/*.cpp)
+else ifeq ($(CUDA_BUILD),1)
+  TEST_SRC := $(wildcard tests/*.cpp tests/cuda/*.cpp)
+else
+  TEST_SRC := $(wildcard tests/*.cpp)
+endif
 TEST_OBJ  := $(TEST_SRC:%.cpp=$(BUILD)/%.o)
 APP_SRC   := $(wildcard apps/*.cpp)
-APPS      := $(APP_SRC:%.cpp=%)
+ifeq ($(EMU),1)
+  APPS    := $(APP_SRC:%.cpp=$(BUILD)/%)
+else
+  APPS    := $(APP_SRC:%.cpp=%)
+endif
 BENCH_SRC := $(wildcard bench/*.cpp)
 BENCHES   := $(BENCH_SRC:%.cpp=%)
 
 # The default build's suite is tests/run_tests; other builds keep theirs in their build dir.
-ifeq ($(BUILD),build/release-cuda)
+ifeq ($(EMU),1)
+  TEST_BIN := $(BUILD)/tests/run_tests
+else ifeq ($(BUILD),build/release-cuda)
   TEST_BIN := tests/run_tests
 else ifeq ($(BUILD),build/release)
   TEST_BIN := tests/run_tests
@@ -110,7 +141,7 @@ else
   TEST_BIN := $(BUILD)/run_tests
 endif
 
-.PHONY: all test sanitize deps clean bench
+.PHONY: all test sanitize deps clean bench emu emu-sanitize test-gpu
 # Keep the apps' and benchmarks' object files (make would delete them as intermediates).
 .SECONDARY:
 all: $(LIB) $(APPS) $(TEST_BIN)
@@ -119,15 +150,24 @@ $(BUILD)/%.o: %.cpp
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) -c $< -o $@
 
+ifeq ($(EMU),1)
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) -std=c++20 -O3 $(CUDA_ARCH) -I. -Xcompiler -fPIC -c $< -o $@
+	$(CXX) $(CXXFLAGS) -x c++ -c $< -o $@
+else
+$(BUILD)/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) -std=c++20 -O3 -DENGINE_CUDA $(CUDA_ARCH) -I. -Xcompiler -fPIC -MMD -MP -c $< -o $@
+endif
 
 $(LIB): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	ar rcs $@ $^
 
 apps/%: $(BUILD)/apps/%.o $(LIB)
+	$(CXX) $(LDFLAGS) -fopenmp $< $(LIB) $(LDLIBS) -o $@
+
+$(BUILD)/apps/%: $(BUILD)/apps/%.o $(LIB)
 	$(CXX) $(LDFLAGS) -fopenmp $< $(LIB) $(LDLIBS) -o $@
 
 bench/%: $(BUILD)/bench/%.o $(LIB)
@@ -138,9 +178,23 @@ $(TEST_BIN): $(TEST_OBJ) $(LIB)
 
 bench: $(BENCHES)
 
-# The suite prints its own closing line "N passed, N failed".
-test: $(TEST_BIN) $(APPS)
-	./$(TEST_BIN)
+# The CPU suite (tests/run_tests, without the [cuda] tests: no GPU is assumed), then the [cuda]
+# suite in the emulated build; tests/run_suites.sh ends with one "N passed, N failed" line for both.
+test: $(TEST_BIN) $(APPS) emu
+	tests/run_suites.sh ./$(TEST_BIN) $(BUILD_ROOT)/emu/tests/run_tests
+
+emu:
+	$(MAKE) EMU=1 $(BUILD_ROOT)/emu/libengine.a $(BUILD_ROOT)/emu/tests/run_tests \
+	  $(APP_SRC:%.cpp=$(BUILD_ROOT)/emu/%)
+
+# The [cuda] suite on the real device (a GPU machine; nvcc build).
+test-gpu: $(TEST_BIN) $(APPS)
+	./$(TEST_BIN) "[cuda]"
+
+# The emulated [cuda] suite under AddressSanitizer + UBSan: out-of-bounds kernel accesses.
+emu-sanitize:
+	$(MAKE) EMU=1 SANITIZE=1 $(BUILD_ROOT)/emu-sanitize/tests/run_tests
+	ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1 ./$(BUILD_ROOT)/emu-sanitize/tests/run_tests "[cuda]"
 
 sanitize:
 	$(MAKE) SANITIZE=1 $(BUILD_ROOT)/sanitize/run_tests

@@ -7,6 +7,9 @@
 #include <cstring>
 #include "engine/autograd.h"
 #include "engine/error.h"
+#ifdef ENGINE_CUDA
+#include "engine/cuda/runtime.h"
+#endif
 #include "engine/ops.h"
 #include "engine/rng.h"
 #include <fmt/ranges.h>
@@ -68,13 +71,43 @@ static const bool g_malloc_keeps_memory = [] {
 }();
 
 Storage::Storage(size_t n, Device dev) : nbytes(n), device(dev) {
-    check(dev == Device::CPU, "Storage: device {} is not available in this build", device_name(dev));
+    if (dev == Device::CUDA) {
+#ifdef ENGINE_CUDA
+        data = cuda::alloc(n);
+        return;
+#else
+        fail("Storage: this build has no CUDA backend (built without nvcc; make emu builds the emulated one)");
+#endif
+    }
     size_t rounded = (n + 63) / 64 * 64;
     data = rounded ? std::aligned_alloc(64, rounded) : nullptr;
     check(rounded == 0 || data != nullptr, "Storage: out of memory allocating {} bytes", n);
 }
 
-Storage::~Storage() { std::free(data); }
+Storage::~Storage() {
+#ifdef ENGINE_CUDA
+    if (device == Device::CUDA) {
+        try {
+            cuda::free(data);
+        } catch (const std::exception& e) {
+            std::fprintf(stderr, "warning: %s\n", e.what());  // a destructor must not throw
+        }
+        return;
+    }
+#endif
+    std::free(data);
+}
+
+// Byte copies and fills on either device (the CPU build never sees a CUDA storage).
+static void copy_bytes(void* dst, Device dst_dev, const void* src, Device src_dev, size_t bytes) {
+    if (bytes == 0) return;
+#ifdef ENGINE_CUDA
+    if (dst_dev == Device::CUDA && src_dev == Device::CUDA) return cuda::copy_on_device(dst, src, bytes);
+    if (dst_dev == Device::CUDA) return cuda::copy_to_device(dst, src, bytes);
+    if (src_dev == Device::CUDA) return cuda::copy_to_host(dst, src, bytes);
+#endif
+    std::memcpy(dst, src, bytes);
+}
 
 // Free a long graph iteratively: a chain of 10,000 ops would otherwise be destroyed by 10,000
 // nested destructor calls (impl -> node -> input impl -> node ...) and could overflow the stack.
@@ -111,13 +144,27 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
     Tensor t = empty(shape, dtype, device);
-    if (t.impl()->storage->nbytes) std::memset(t.impl()->storage->data, 0, t.impl()->storage->nbytes);
+    size_t nbytes = t.impl()->storage->nbytes;
+#ifdef ENGINE_CUDA
+    if (device == Device::CUDA) {
+        cuda::memset_zero(t.impl()->storage->data, nbytes);
+        return t;
+    }
+#endif
+    if (nbytes) std::memset(t.impl()->storage->data, 0, nbytes);
     return t;
 }
 
 Tensor Tensor::full(const Shape& shape, float value, DType dtype, Device device) {
     Tensor t = empty(shape, dtype, device);
     int64_t n = t.numel();
+#ifdef ENGINE_CUDA
+    if (device == Device::CUDA) {
+        if (dtype == DType::F32) cuda::fill_f32(t.raw_f32(), value, n);
+        else cuda::fill_i32(t.raw_i32(), (int32_t)value, n);
+        return t;
+    }
+#endif
     if (dtype == DType::F32) {
         float* p = t.data_f32();
         for (int64_t i = 0; i < n; i++) p[i] = value;
@@ -191,17 +238,41 @@ DType Tensor::dtype() const { check_defined(impl_.get(), "dtype"); return impl_-
 Device Tensor::device() const { check_defined(impl_.get(), "device"); return impl_->storage->device; }
 bool Tensor::same_storage(const Tensor& o) const { return impl_ && o.impl_ && impl_->storage == o.impl_->storage; }
 
-float* Tensor::data_f32() const {
-    check_defined(impl_.get(), "data_f32");
-    check(impl_->dtype == DType::F32, "data_f32: tensor {} is {}", shape().str(), dtype_name(impl_->dtype));
+float* Tensor::raw_f32() const {
+    check_defined(impl_.get(), "raw_f32");
+    check(impl_->dtype == DType::F32, "raw_f32: tensor {} is {}", shape().str(), dtype_name(impl_->dtype));
     return static_cast<float*>(impl_->storage->data) + impl_->offset;
 }
 
-int32_t* Tensor::data_i32() const {
-    check_defined(impl_.get(), "data_i32");
-    check(impl_->dtype == DType::I32, "data_i32: tensor {} is {}", shape().str(), dtype_name(impl_->dtype));
+int32_t* Tensor::raw_i32() const {
+    check_defined(impl_.get(), "raw_i32");
+    check(impl_->dtype == DType::I32, "raw_i32: tensor {} is {}", shape().str(), dtype_name(impl_->dtype));
     return static_cast<int32_t*>(impl_->storage->data) + impl_->offset;
 }
+
+static void check_host(const TensorImpl* impl, const char* what) {
+    check_defined(impl, what);
+    check(impl->storage->device == Device::CPU,
+          "{}: tensor {} lives in CUDA device memory, which host code cannot read or write; copy it with "
+          ".to(Device::CPU) (or run the op on the device)", what, impl->shape.str());
+}
+
+float* Tensor::data_f32() const {
+    check_host(impl_.get(), "data_f32");
+    return raw_f32();
+}
+
+int32_t* Tensor::data_i32() const {
+    check_host(impl_.get(), "data_i32");
+    return raw_i32();
+}
+
+Tensor Tensor::new_empty(const Shape& s, DType dt) const { return empty(s, dt, device()); }
+Tensor Tensor::new_zeros(const Shape& s, DType dt) const { return zeros(s, dt, device()); }
+Tensor Tensor::new_full(const Shape& s, float value, DType dt) const { return full(s, value, dt, device()); }
+
+// The first byte of t's data, on its own device.
+static char* raw_bytes(const Tensor& t) { return static_cast<char*>(t.impl()->storage->data) + t.impl()->offset * 4; }
 
 static int64_t flat_index(const Shape& s, std::initializer_list<int64_t> idx) {
     check((int)idx.size() == s.ndim, "at: {} indices for a tensor of shape {}", idx.size(), s.str());
@@ -217,21 +288,36 @@ static int64_t flat_index(const Shape& s, std::initializer_list<int64_t> idx) {
 
 float Tensor::item() const {
     check(numel() == 1, "item: tensor of shape {} has {} elements, not 1", shape().str(), numel());
+    if (is_cuda()) return to(Device::CPU).item();
     return dtype() == DType::F32 ? data_f32()[0] : (float)data_i32()[0];
 }
 
 float Tensor::at(std::initializer_list<int64_t> idx) const {
     int64_t i = flat_index(shape(), idx);
+    if (is_cuda()) {
+        int32_t word;
+        copy_bytes(&word, Device::CPU, raw_bytes(*this) + i * 4, Device::CUDA, 4);
+        float f;
+        std::memcpy(&f, &word, 4);
+        return dtype() == DType::F32 ? f : (float)word;
+    }
     return dtype() == DType::F32 ? data_f32()[i] : (float)data_i32()[i];
 }
 
 void Tensor::set(std::initializer_list<int64_t> idx, float v) {
     int64_t i = flat_index(shape(), idx);
+    if (is_cuda()) {
+        int32_t word = (int32_t)v;
+        if (dtype() == DType::F32) std::memcpy(&word, &v, 4);
+        copy_bytes(raw_bytes(*this) + i * 4, Device::CUDA, &word, Device::CPU, 4);
+        return;
+    }
     if (dtype() == DType::F32) data_f32()[i] = v;
     else data_i32()[i] = (int32_t)v;
 }
 
 std::vector<float> Tensor::to_vector() const {
+    if (is_cuda()) return to(Device::CPU).to_vector();
     std::vector<float> v(numel());
     if (dtype() == DType::F32) std::memcpy(v.data(), data_f32(), v.size() * sizeof(float));
     else for (size_t i = 0; i < v.size(); i++) v[i] = (float)data_i32()[i];
@@ -298,23 +384,25 @@ Tensor Tensor::narrow(int dim, int64_t start, int64_t length) const {
     int64_t row = s.numel() / (s[0] ? s[0] : 1);
     Tensor out = alias(*this, out_shape, start * row);
     return attach(out, "narrow", {*this}, [s, start, length](const Tensor& g) {
-        Tensor full = Tensor::zeros(s);
+        Tensor full = g.new_zeros(s);
         int64_t r = g.numel() / (length ? length : 1);
-        std::memcpy(full.data_f32() + start * r, g.data_f32(), g.numel() * sizeof(float));
+        copy_bytes(full.raw_f32() + start * r, g.device(), g.raw_f32(), g.device(), g.numel() * sizeof(float));
         return std::vector<Tensor>{full};
     });
 }
 
 Tensor Tensor::clone() const {
     Tensor out = empty(shape(), dtype(), device());
-    if (numel() > 0)
-        std::memcpy(out.impl()->storage->data, static_cast<char*>(impl_->storage->data) + impl_->offset * 4, numel() * 4);
+    copy_bytes(raw_bytes(out), device(), raw_bytes(*this), device(), numel() * 4);
     return attach(out, "clone", {*this}, [](const Tensor& g) { return std::vector<Tensor>{g}; });
 }
 
 Tensor Tensor::to(Device d) const {
     if (d == device()) return *this;
-    fail("to: device {} is not available in this build", device_name(d));
+    Tensor out = empty(shape(), dtype(), d);
+    copy_bytes(raw_bytes(out), d, raw_bytes(*this), device(), numel() * 4);
+    Device from = device();
+    return attach(out, "to", {*this}, [from](const Tensor& g) { return std::vector<Tensor>{g.to(from)}; });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -344,7 +432,7 @@ void run_backward(const Tensor& root, const Tensor& grad_output);  // autograd.c
 
 void Tensor::backward() const {
     check(numel() == 1, "backward: output of shape {} is not a scalar; pass a gradient", shape().str());
-    run_backward(*this, Tensor::ones(shape()));
+    run_backward(*this, new_full(shape(), 1.f));
 }
 
 void Tensor::backward(const Tensor& grad_output) const { run_backward(*this, grad_output); }
@@ -377,6 +465,10 @@ static void print_rec(std::string& s, const Tensor& t, int dim, int64_t base, in
 
 std::string Tensor::str(int max_per_dim) const {
     if (!defined()) return "Tensor(undefined)";
+    if (is_cuda()) {
+        std::string s = to(Device::CPU).str(max_per_dim);
+        return s.substr(0, s.size() - 1) + ", device=cuda)";
+    }
     std::string s = "tensor(";
     print_rec(s, *this, 0, 0, max_per_dim);
     s += fmt::format(", shape={}, dtype={}{})", shape().str(), dtype_name(dtype()), requires_grad() ? ", requires_grad" : "");

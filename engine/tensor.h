@@ -3,7 +3,9 @@
 // A Tensor is a cheap, copyable handle (shared_ptr) to a TensorImpl: shared storage + offset +
 // shape, always contiguous row-major. Views (reshape/view/flatten, narrow on dim 0) share the
 // storage; transpose/permute make contiguous copies (a strided engine is not needed here).
-// dtype is float32, or int32 for indices. The device tag is CPU or CUDA (CUDA: issue 3).
+// dtype is float32, or int32 for indices. The device is CPU or CUDA: a CUDA tensor's storage is
+// device memory (engine/cuda/runtime.h) that host code never dereferences: data_f32() refuses it,
+// and an op hands raw_f32() to the kernel of the tensor's device (engine/ops/dispatch.h).
 //
 // Autograd fields live on the impl: requires_grad, grad, and grad_fn (the Node that made it).
 // See engine/autograd.h for how backward() walks them.
@@ -107,13 +109,25 @@ public:
     int64_t numel() const { return shape().numel(); }
     DType dtype() const;
     Device device() const;
+    bool is_cuda() const { return device() == Device::CUDA; }
     bool same_storage(const Tensor& o) const;
 
-    // Raw data (the caller must know the dtype). Checked: throws on dtype mismatch.
+    // Host data (the caller must know the dtype). Checked: throws on a dtype mismatch, and on a
+    // CUDA tensor (host code must not touch device memory: copy it with .to(Device::CPU)).
     float* data_f32() const;
     int32_t* data_i32() const;
+    // The data on the tensor's own device, only for a kernel of that device (engine/cpu/ or
+    // engine/cuda/, chosen by ON_DEVICE in engine/ops/dispatch.h). Checked for the dtype only.
+    float* raw_f32() const;
+    int32_t* raw_i32() const;
 
-    // Element access for tests and small host-side code. Indices may be negative.
+    // New tensors on this tensor's device (the ops make their outputs and gradients with these).
+    Tensor new_empty(const Shape& shape, DType dtype = DType::F32) const;
+    Tensor new_zeros(const Shape& shape, DType dtype = DType::F32) const;
+    Tensor new_full(const Shape& shape, float value, DType dtype = DType::F32) const;
+
+    // Element access for tests and small host-side code; on a CUDA tensor each call copies (and
+    // waits for the device). Indices may be negative.
     float item() const;  // one-element tensor
     float at(std::initializer_list<int64_t> idx) const;
     void set(std::initializer_list<int64_t> idx, float v);
@@ -127,7 +141,9 @@ public:
 
     // Contiguous copy that shares nothing.
     Tensor clone() const;
-    Tensor to(Device device) const;  // CPU only for now: CUDA arrives with issue 3
+    // A copy on `device` (this tensor itself when it is there already); differentiable: the
+    // gradient goes back to this tensor's device.
+    Tensor to(Device device) const;
 
     // Autograd.
     bool requires_grad() const;

@@ -1,0 +1,151 @@
+// engine/cuda/emu/cublas.cpp: the emulator's cuBLAS (see include/cublas_v2.h): argument checks as
+// cuBLAS documents them, then the reference column-major sgemm (OpenBLAS's cblas_sgemm).
+#include "cublas_v2.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+struct cublasContext {
+    cudaStream_t stream = nullptr;
+    cublasMath_t math = CUBLAS_DEFAULT_MATH;
+};
+
+cublasStatus_t cublasCreate(cublasHandle_t* handle) { *handle = new cublasContext; return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasDestroy(cublasHandle_t handle) { delete handle; return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s) {
+    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+    h->stream = s;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t mode) {
+    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+    h->math = mode;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasGetMathMode(cublasHandle_t h, cublasMath_t* mode) {
+    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+    *mode = h->math;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+const char* cublasGetStatusName(cublasStatus_t s) {
+    switch (s) {
+        case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+        case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+        case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
+        case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+        case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
+        case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
+    }
+    return "CUBLAS_STATUS_UNKNOWN";
+}
+const char* cublasGetStatusString(cublasStatus_t s) {
+    switch (s) {
+        case CUBLAS_STATUS_SUCCESS: return "success";
+        case CUBLAS_STATUS_NOT_INITIALIZED: return "the library was not initialized";
+        case CUBLAS_STATUS_ALLOC_FAILED: return "the resource allocation failed";
+        case CUBLAS_STATUS_INVALID_VALUE: return "an invalid numeric value was used as an argument";
+        case CUBLAS_STATUS_EXECUTION_FAILED: return "the GPU program failed to execute";
+        case CUBLAS_STATUS_INTERNAL_ERROR: return "an internal operation failed";
+    }
+    return "unknown status";
+}
+
+namespace {
+
+// A column-major rows×cols operand with leading dimension ld lies in device memory.
+void check_operand(const char* call, const char* name, const float* p, int rows, int cols, int ld) {
+    if (rows == 0 || cols == 0) return;
+    const float* last = p + (size_t)(cols - 1) * ld + (rows - 1);
+    if (!emu::is_device_pointer(p) || !emu::is_device_pointer(last))
+        throw emu::Error(std::string("CUDA emulator: ") + call + ": operand " + name + " (" + std::to_string(rows) + "x" +
+                         std::to_string(cols) + ", ld " + std::to_string(ld) + ") is not (all) in device memory");
+}
+
+// Round to TF32: keep 10 mantissa bits, round to nearest even.
+float to_tf32(float x) {
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    if ((u & 0x7f800000u) == 0x7f800000u) return x;  // inf, nan
+    u += 0xfffu + ((u >> 13) & 1u);
+    u &= 0xffffe000u;
+    std::memcpy(&x, &u, 4);
+    return x;
+}
+
+std::vector<float> rounded_copy(const float* p, int rows, int cols, int ld) {
+    std::vector<float> out((size_t)ld * (cols - 1) + rows);
+    for (int c = 0; c < cols; c++)
+        for (int r = 0; r < rows; r++) out[(size_t)c * ld + r] = to_tf32(p[(size_t)c * ld + r]);
+    return out;
+}
+
+cublasStatus_t gemm(const char* call, cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                    int k, const float* alpha, const float* A, int lda, const float* B, int ldb, const float* beta,
+                    float* C, int ldc) {
+    int a_rows = ta == CUBLAS_OP_N ? m : k, a_cols = ta == CUBLAS_OP_N ? k : m;
+    int b_rows = tb == CUBLAS_OP_N ? k : n, b_cols = tb == CUBLAS_OP_N ? n : k;
+    check_operand(call, "A", A, a_rows, k == 0 ? 0 : a_cols, lda);
+    check_operand(call, "B", B, b_rows, k == 0 ? 0 : b_cols, ldb);
+    check_operand(call, "C", C, m, n, ldc);
+    if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+    bool tf32 = h->math == CUBLAS_TF32_TENSOR_OP_MATH;
+    std::vector<float> a_r, b_r;
+    if (tf32 && k > 0) {
+        a_r = rounded_copy(A, a_rows, a_cols, lda);
+        b_r = rounded_copy(B, b_rows, b_cols, ldb);
+        A = a_r.data();
+        B = b_r.data();
+    }
+    if (k == 0) {  // C = beta·C (BLAS would also do this, but some refuse lda = 0 forms)
+        for (int c = 0; c < n; c++)
+            for (int r = 0; r < m; r++) {
+                float& x = C[(size_t)c * ldc + r];
+                x = *beta == 0.f ? 0.f : *beta * x;
+            }
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    // beta = 0 must not read C (it may hold the poison pattern, as on a GPU it may hold garbage).
+    if (*beta == 0.f)
+        for (int c = 0; c < n; c++) std::fill(C + (size_t)c * ldc, C + (size_t)c * ldc + m, 0.f);
+    cblas_sgemm(CblasColMajor, ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
+                m, n, k, *alpha, A, lda, B, ldb, *beta, C, ldc);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+bool bad_args(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, int lda, int ldb,
+              int ldc) {
+    if (ta == CUBLAS_OP_C || tb == CUBLAS_OP_C) return true;  // not used by the backend
+    if (m < 0 || n < 0 || k < 0) return true;
+    if (lda < std::max(1, ta == CUBLAS_OP_N ? m : k)) return true;
+    if (ldb < std::max(1, tb == CUBLAS_OP_N ? k : n)) return true;
+    if (ldc < std::max(1, m)) return true;
+    return false;
+}
+
+}  // namespace
+
+cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                           const float* alpha, const float* A, int lda, const float* B, int ldb, const float* beta,
+                           float* C, int ldc) {
+    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (bad_args(h, ta, tb, m, n, k, lda, ldb, ldc)) return CUBLAS_STATUS_INVALID_VALUE;
+    return gemm("cublasSgemm", h, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                                         int k, const float* alpha, const float* A, int lda, long long sA,
+                                         const float* B, int ldb, long long sB, const float* beta, float* C, int ldc,
+                                         long long sC, int batch) {
+    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (bad_args(h, ta, tb, m, n, k, lda, ldb, ldc) || batch < 0) return CUBLAS_STATUS_INVALID_VALUE;
+    for (int i = 0; i < batch; i++) {
+        cublasStatus_t s = gemm("cublasSgemmStridedBatched", h, ta, tb, m, n, k, alpha, A + i * sA, lda, B + i * sB,
+                                ldb, beta, C + i * sC, ldc);
+        if (s != CUBLAS_STATUS_SUCCESS) return s;
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}

@@ -1,0 +1,659 @@
+// engine/cuda/emu/emu.cpp: the CUDA emulator: kernel launches, the fiber scheduler, device
+// memory and the runtime calls declared in include/cuda_runtime.h.
+//
+// How a launch runs. Blocks run one after another (in a seeded random order) on the calling host
+// thread. The threads of a block are fibers (ucontext) with stacks of their own; each runs until it
+// reaches a barrier (__syncthreads, a warp shuffle or vote) or ends, then the next one runs. The
+// order in which the ready threads run between two barriers is a seeded random permutation, so a
+// kernel that forgets a __syncthreads() reads a neighbour's value before or after it is written,
+// differently from run to run, and its parity test fails. When every live thread waits:
+//   - a warp op completes when every lane named in its mask is there (the exchange is done then);
+//   - a block barrier completes when every live thread of the block is there;
+//   - anything else is a deadlock (a barrier some threads never reach) and an error.
+// Fibers cost a context switch per thread and barrier, so a kernel whose first launch reached no
+// barrier at all runs its later launches as plain calls (still in random order); if such a launch
+// then reaches a barrier after all, that is reported, and INITLAB_EMU_FIBERS=1 forces fibers.
+//
+// Device memory is host memory from posix_memalign with exactly the size asked (so AddressSanitizer
+// sees a kernel's out-of-bounds access), filled with the poison pattern, and recorded, so copies
+// and frees can check that a pointer really is (or is not) device memory.
+#include "cuda_runtime.h"
+
+#include <sys/mman.h>
+#include <ucontext.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <map>
+#include <random>
+#include <unordered_map>
+#include <vector>
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#define EMU_ASAN 1
+#else
+#define EMU_ASAN 0
+#endif
+
+namespace emu {
+
+namespace {
+
+std::string fmt_dim(dim3 d) { return "(" + std::to_string(d.x) + "," + std::to_string(d.y) + "," + std::to_string(d.z) + ")"; }
+
+[[noreturn]] void fail(const std::string& msg) { throw Error("CUDA emulator: " + msg); }
+
+// ---------------------------------------------------------------------------------------------
+// Settings and counters.
+
+uint64_t g_seed = [] {
+    const char* s = std::getenv("INITLAB_EMU_SEED");
+    return s ? std::strtoull(s, nullptr, 10) : 0x5eed;
+}();
+const bool g_force_fibers = [] {
+    const char* s = std::getenv("INITLAB_EMU_FIBERS");
+    return s && s[0] == '1';
+}();
+std::mt19937_64 g_order_rng(g_seed);
+Counters g_counters{0, 0, 0};
+
+constexpr size_t kDefaultSharedLimit = 48 << 10;  // per block, without the opt-in attribute
+constexpr size_t kOptinSharedLimit = 227 << 10;   // H100's maximum with the opt-in
+constexpr size_t kStackBytes = EMU_ASAN ? (512 << 10) : (128 << 10);
+constexpr size_t kPageBytes = 4096;
+
+std::unordered_map<const void*, size_t> g_shared_optin;   // kernel -> opted-in dynamic bytes
+std::unordered_map<const void*, bool> g_kernel_syncs;     // kernel -> reached a barrier in its first launch
+
+// ---------------------------------------------------------------------------------------------
+// Fibers.
+
+enum class State { Ready, AtBlockBarrier, AtWarpOp, Done };
+
+struct Fiber {
+    ThreadState st;
+    ucontext_t ctx;
+    char* stack = nullptr;
+    State state = State::Ready;
+    int lane = 0, warp = 0;
+    // The warp op this thread waits at.
+    const char* warp_kind = nullptr;
+    unsigned warp_mask = 0;
+    uint64_t warp_value = 0, warp_result = 0;
+    int warp_src = 0;
+    bool warp_is_ballot = false;
+    void* asan_fake_stack = nullptr;
+};
+
+struct Launch {
+    const char* name;
+    const void* kernel;
+    dim3 grid, block;
+    size_t dynamic_smem, smem_limit;
+    const std::function<void()>* body;
+    bool fibers;         // threads are fibers (barriers allowed)
+    bool reached_sync;   // some thread reached a barrier or warp op
+};
+
+struct BlockRun {
+    std::vector<Fiber>* fibers = nullptr;
+    Fiber* current = nullptr;  // the fiber running now (fiber mode)
+    ucontext_t sched_ctx;
+    std::exception_ptr error;
+    // Shared memory of this block: one buffer per declaration site, plus the dynamic buffer.
+    std::unordered_map<const void*, std::vector<unsigned char>> shared;
+    size_t static_shared_bytes = 0;
+    std::vector<unsigned char> dynamic;
+    const void* sched_stack_bottom = nullptr;
+    size_t sched_stack_size = 0;
+    void* sched_fake_stack = nullptr;
+};
+
+thread_local ThreadState* g_self = nullptr;
+thread_local Launch* g_launch = nullptr;
+thread_local BlockRun* g_block = nullptr;
+
+// Stacks are kept for the next launch; each has a guard page below it so an overflow faults.
+std::vector<char*> g_stacks;
+
+char* stack_for(size_t i) {
+    while (g_stacks.size() <= i) {
+        void* p = mmap(nullptr, kStackBytes + kPageBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                       -1, 0);
+        if (p == MAP_FAILED) fail("cannot map a fiber stack");
+        mprotect(p, kPageBytes, PROT_NONE);
+        g_stacks.push_back(static_cast<char*>(p) + kPageBytes);
+    }
+    return g_stacks[i];
+}
+
+// Context switches, with AddressSanitizer told which stack is live.
+void switch_to_fiber(BlockRun& b, Fiber& f) {
+    g_counters.switches++;
+    b.current = &f;
+    g_self = &f.st;
+#if EMU_ASAN
+    __sanitizer_start_switch_fiber(&b.sched_fake_stack, f.stack, kStackBytes);
+#endif
+    swapcontext(&b.sched_ctx, &f.ctx);
+#if EMU_ASAN
+    __sanitizer_finish_switch_fiber(b.sched_fake_stack, nullptr, nullptr);
+#endif
+    b.current = nullptr;
+}
+
+void yield_to_scheduler(BlockRun& b, Fiber& f, bool dying) {
+#if EMU_ASAN
+    __sanitizer_start_switch_fiber(dying ? nullptr : &f.asan_fake_stack, b.sched_stack_bottom, b.sched_stack_size);
+#endif
+    swapcontext(&f.ctx, &b.sched_ctx);
+#if EMU_ASAN
+    __sanitizer_finish_switch_fiber(f.asan_fake_stack, nullptr, nullptr);
+#endif
+    (void)dying;
+    g_self = &f.st;
+}
+
+void fiber_entry() {
+    BlockRun& b = *g_block;
+    Fiber& f = *b.current;
+#if EMU_ASAN
+    __sanitizer_finish_switch_fiber(nullptr, &b.sched_stack_bottom, &b.sched_stack_size);
+#endif
+    try {
+        (*g_launch->body)();
+    } catch (...) {
+        if (!b.error) b.error = std::current_exception();
+    }
+    f.state = State::Done;
+    yield_to_scheduler(b, f, true);  // never resumed
+}
+
+std::string where(const Fiber& f) {
+    return "block " + fmt_dim(dim3(f.st.block_idx.x, f.st.block_idx.y, f.st.block_idx.z)) + " thread " +
+           fmt_dim(dim3(f.st.thread_idx.x, f.st.thread_idx.y, f.st.thread_idx.z));
+}
+
+// Every live thread waits: complete the warp ops whose lanes are all there, else the block
+// barrier; returns false when nothing could be released (a deadlock).
+bool release_waiting(std::vector<Fiber>& fs, const Launch& L) {
+    bool released = false;
+    int nwarps = (int)((fs.size() + 31) / 32);
+    for (int w = 0; w < nwarps; w++) {
+        Fiber* lanes[32] = {};
+        int first = w * 32, count = std::min<int>(32, (int)fs.size() - first);
+        for (int l = 0; l < count; l++) lanes[l] = &fs[first + l];
+        Fiber* waiting = nullptr;
+        for (int l = 0; l < count; l++)
+            if (lanes[l]->state == State::AtWarpOp) { waiting = lanes[l]; break; }
+        if (!waiting) continue;
+        unsigned mask = waiting->warp_mask;
+        bool all_there = true;
+        for (int l = 0; l < 32; l++) {
+            if (!(mask >> l & 1u)) continue;
+            if (l >= count)
+                fail(std::string("kernel ") + L.name + ": " + waiting->warp_kind + " at " + where(*waiting) +
+                     " names lane " + std::to_string(l) + " in its mask, but the block has only " +
+                     std::to_string(fs.size()) + " threads");
+            Fiber& o = *lanes[l];
+            if (o.state == State::Done)
+                fail(std::string("kernel ") + L.name + ": " + waiting->warp_kind + " at " + where(*waiting) +
+                     " names lane " + std::to_string(l) + " in its mask, but that thread has exited");
+            if (o.state != State::AtWarpOp) { all_there = false; continue; }
+            if (o.warp_mask != mask || o.warp_kind != waiting->warp_kind)
+                fail(std::string("kernel ") + L.name + ": lanes of one warp wait at different warp ops (" +
+                     waiting->warp_kind + " at " + where(*waiting) + ", " + o.warp_kind + " at " + where(o) + ")");
+        }
+        if (!all_there) continue;
+        unsigned ballot = 0;
+        for (int l = 0; l < 32; l++)
+            if ((mask >> l & 1u) && lanes[l]->warp_value) ballot |= 1u << l;
+        for (int l = 0; l < 32; l++) {
+            if (!(mask >> l & 1u)) continue;
+            Fiber& o = *lanes[l];
+            if (o.warp_is_ballot) {
+                o.warp_result = ballot;
+            } else {
+                int src = o.warp_src - first;
+                // Reading a lane outside the mask is undefined on a GPU: give it poison.
+                o.warp_result = (src >= 0 && src < 32 && (mask >> src & 1u)) ? lanes[src]->warp_value
+                                                                              : (uint64_t)kPoison;
+            }
+            o.state = State::Ready;
+        }
+        released = true;
+    }
+    if (released) return true;
+    // Block barrier: every live thread must be there.
+    bool any_barrier = false;
+    for (Fiber& f : fs) {
+        if (f.state == State::AtBlockBarrier) any_barrier = true;
+    }
+    if (!any_barrier) return false;
+    for (Fiber& f : fs)
+        if (f.state != State::Done && f.state != State::AtBlockBarrier) return false;
+    for (Fiber& f : fs)
+        if (f.state == State::AtBlockBarrier) f.state = State::Ready;
+    return true;
+}
+
+std::string deadlock_report(const std::vector<Fiber>& fs, const Launch& L) {
+    int at_barrier = 0, at_warp = 0, done = 0;
+    const Fiber* example_warp = nullptr;
+    for (const Fiber& f : fs) {
+        if (f.state == State::AtBlockBarrier) at_barrier++;
+        if (f.state == State::AtWarpOp) { at_warp++; if (!example_warp) example_warp = &f; }
+        if (f.state == State::Done) done++;
+    }
+    std::string s = std::string("kernel ") + L.name + ": deadlock in block " +
+                    fmt_dim(dim3(fs[0].st.block_idx.x, fs[0].st.block_idx.y, fs[0].st.block_idx.z)) + ": " +
+                    std::to_string(at_barrier) + " threads wait at __syncthreads(), " + std::to_string(at_warp) +
+                    " at a warp op, " + std::to_string(done) + " have exited";
+    if (example_warp) s += std::string(" (e.g. ") + example_warp->warp_kind + " at " + where(*example_warp) + ")";
+    return s + ": a barrier not every thread reaches";
+}
+
+void run_block(Launch& L, uint3 block_idx, std::vector<Fiber>& fs, std::vector<int>& order) {
+    BlockRun b;
+    b.fibers = &fs;
+    if (L.dynamic_smem) {
+        b.dynamic.resize(L.dynamic_smem);
+        fill_poison(b.dynamic.data(), b.dynamic.size());
+    }
+    g_block = &b;
+    unsigned n = L.block.x * L.block.y * L.block.z;
+    for (unsigned t = 0; t < n; t++) {
+        Fiber& f = fs[t];
+        f.st.thread_idx = uint3{t % L.block.x, (t / L.block.x) % L.block.y, t / (L.block.x * L.block.y)};
+        f.st.block_idx = block_idx;
+        f.st.block_dim = L.block;
+        f.st.grid_dim = L.grid;
+        f.state = State::Ready;
+        f.lane = (int)(t % 32);
+        f.warp = (int)(t / 32);
+    }
+    std::shuffle(order.begin(), order.end(), g_order_rng);
+    g_counters.threads += n;
+
+    if (!L.fibers) {
+        for (int t : order) {
+            g_self = &fs[t].st;
+            (*L.body)();
+        }
+        g_block = nullptr;
+        return;
+    }
+
+    for (unsigned t = 0; t < n; t++) {
+        Fiber& f = fs[t];
+        f.stack = stack_for(t);
+        getcontext(&f.ctx);
+        f.ctx.uc_stack.ss_sp = f.stack;
+        f.ctx.uc_stack.ss_size = kStackBytes;
+        f.ctx.uc_link = nullptr;
+        makecontext(&f.ctx, fiber_entry, 0);
+    }
+    for (;;) {
+        for (int t : order)
+            if (fs[t].state == State::Ready) {
+                switch_to_fiber(b, fs[t]);
+                if (b.error) break;
+            }
+        if (b.error) break;
+        bool all_done = true;
+        for (Fiber& f : fs)
+            if (f.state != State::Done) { all_done = false; break; }
+        if (all_done) break;
+        if (!release_waiting(fs, L)) fail(deadlock_report(fs, L));
+        std::shuffle(order.begin(), order.end(), g_order_rng);
+    }
+    g_block = nullptr;
+    if (b.error) std::rethrow_exception(b.error);
+}
+
+Fiber& current_fiber(const char* what) {
+    if (!g_launch || !g_block) fail(std::string(what) + " called outside a kernel");
+    if (!g_launch->fibers)
+        fail(std::string("kernel ") + g_launch->name + " reached " + what +
+             " although its first launch reached no barrier, so this launch runs without fibers; "
+             "set INITLAB_EMU_FIBERS=1");
+    g_launch->reached_sync = true;
+    return *g_block->current;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Kernel-side interface.
+
+ThreadState& self() {
+    if (!g_self) fail("threadIdx/blockIdx used outside a kernel");
+    return *g_self;
+}
+
+void syncthreads() {
+    Fiber& f = current_fiber("__syncthreads()");
+    f.state = State::AtBlockBarrier;
+    yield_to_scheduler(*g_block, f, false);
+}
+
+uint64_t warp_exchange(const char* kind, unsigned mask, uint64_t value, int src_lane) {
+    Fiber& f = current_fiber(kind);
+    if (!(mask >> f.lane & 1u))
+        fail(std::string("kernel ") + g_launch->name + ": " + kind + " at " + where(f) +
+             " with a mask that leaves out the calling lane");
+    f.state = State::AtWarpOp;
+    f.warp_kind = kind;
+    f.warp_mask = mask;
+    f.warp_value = value;
+    f.warp_src = f.warp * 32 + src_lane;
+    f.warp_is_ballot = false;
+    yield_to_scheduler(*g_block, f, false);
+    return f.warp_result;
+}
+
+unsigned warp_ballot(unsigned mask, bool pred) {
+    Fiber& f = current_fiber("__ballot_sync");
+    if (!(mask >> f.lane & 1u))
+        fail(std::string("kernel ") + g_launch->name + ": __ballot_sync at " + where(f) +
+             " with a mask that leaves out the calling lane");
+    f.state = State::AtWarpOp;
+    f.warp_kind = "__ballot_sync";
+    f.warp_mask = mask;
+    f.warp_value = pred;
+    f.warp_is_ballot = true;
+    yield_to_scheduler(*g_block, f, false);
+    return (unsigned)f.warp_result;
+}
+
+void* shared_array(const void* site, size_t bytes) {
+    if (!g_launch || !g_block) fail("shared memory declared outside a kernel");
+    auto it = g_block->shared.find(site);
+    if (it != g_block->shared.end()) {
+        if (it->second.size() != bytes) fail(std::string("kernel ") + g_launch->name + ": one shared array declared with two sizes");
+        return it->second.data();
+    }
+    size_t total = g_block->static_shared_bytes + bytes + g_launch->dynamic_smem;
+    if (total > g_launch->smem_limit)
+        fail(std::string("kernel ") + g_launch->name + ": " + std::to_string(total) +
+             " bytes of shared memory per block (static + dynamic), more than the " +
+             std::to_string(g_launch->smem_limit) + " allowed" +
+             (g_launch->smem_limit == kDefaultSharedLimit
+                  ? " without cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes)"
+                  : ""));
+    g_block->static_shared_bytes += bytes;
+    std::vector<unsigned char>& buf = g_block->shared[site];
+    buf.resize(bytes);
+    fill_poison(buf.data(), bytes);
+    return buf.data();
+}
+
+void* dynamic_shared() {
+    if (!g_launch || !g_block) fail("dynamic shared memory used outside a kernel");
+    if (g_block->dynamic.empty())
+        fail(std::string("kernel ") + g_launch->name + " uses dynamic shared memory but was launched with 0 bytes of it");
+    return g_block->dynamic.data();
+}
+
+void fill_poison(void* p, size_t bytes) {
+    unsigned char* c = static_cast<unsigned char*>(p);
+    uint32_t w = kPoison;
+    for (size_t i = 0; i < bytes; i++) c[i] = reinterpret_cast<unsigned char*>(&w)[i % 4];
+}
+
+void set_seed(uint64_t seed) { g_order_rng.seed(seed); }
+Counters counters() { return g_counters; }
+
+// ---------------------------------------------------------------------------------------------
+// Launch: check the configuration as a GPU would, then run the blocks.
+
+void launch(const char* name, const void* kernel, dim3 grid, dim3 block, size_t dynamic_smem,
+            const std::function<void()>& body) {
+    if (g_launch) fail(std::string("kernel ") + name + " launched from inside kernel " + g_launch->name);
+    uint64_t threads = (uint64_t)block.x * block.y * block.z;
+    std::string k = std::string("kernel ") + name + ": ";
+    if (threads == 0 || grid.x == 0 || grid.y == 0 || grid.z == 0)
+        fail(k + "empty launch, grid " + fmt_dim(grid) + " block " + fmt_dim(block) +
+             " (a GPU rejects it as an invalid configuration)");
+    if (threads > 1024) fail(k + "block " + fmt_dim(block) + " has " + std::to_string(threads) + " threads, more than 1024");
+    if (block.x > 1024 || block.y > 1024 || block.z > 64) fail(k + "block " + fmt_dim(block) + " exceeds (1024,1024,64)");
+    if (grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535)
+        fail(k + "grid " + fmt_dim(grid) + " exceeds (2^31-1,65535,65535)");
+    size_t limit = kDefaultSharedLimit;
+    auto opt = g_shared_optin.find(kernel);
+    if (opt != g_shared_optin.end()) limit = std::max(limit, opt->second);
+    if (dynamic_smem > limit)
+        fail(k + std::to_string(dynamic_smem) + " bytes of dynamic shared memory, more than the " +
+             std::to_string(limit) + " allowed" +
+             (opt == g_shared_optin.end()
+                  ? " without cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes)"
+                  : ""));
+
+    auto known = g_kernel_syncs.find(kernel);
+    Launch L{name, kernel, grid, block, dynamic_smem, limit, &body,
+             g_force_fibers || known == g_kernel_syncs.end() || known->second, false};
+    g_counters.launches++;
+    std::vector<Fiber> fibers(threads);
+    std::vector<int> order(threads);
+    for (uint64_t i = 0; i < threads; i++) order[i] = (int)i;
+    // Blocks in a random order too: no kernel may depend on block order.
+    uint64_t nblocks = (uint64_t)grid.x * grid.y * grid.z;
+    std::vector<uint64_t> blocks;
+    bool shuffle_blocks = nblocks <= (1u << 20);
+    if (shuffle_blocks) {
+        blocks.resize(nblocks);
+        for (uint64_t i = 0; i < nblocks; i++) blocks[i] = i;
+        std::shuffle(blocks.begin(), blocks.end(), g_order_rng);
+    }
+    g_launch = &L;
+    try {
+        for (uint64_t i = 0; i < nblocks; i++) {
+            uint64_t bl = shuffle_blocks ? blocks[i] : i;
+            uint3 idx{(unsigned)(bl % grid.x), (unsigned)((bl / grid.x) % grid.y), (unsigned)(bl / ((uint64_t)grid.x * grid.y))};
+            run_block(L, idx, fibers, order);
+        }
+    } catch (...) {
+        g_launch = nullptr;
+        g_self = nullptr;
+        g_block = nullptr;
+        throw;
+    }
+    g_launch = nullptr;
+    g_self = nullptr;
+    if (known == g_kernel_syncs.end()) g_kernel_syncs[kernel] = L.reached_sync;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Device memory bookkeeping.
+
+namespace {
+std::map<uintptr_t, size_t> g_allocs;  // start -> bytes
+size_t g_live_bytes = 0;
+thread_local cudaError_t g_last_error = cudaSuccess;
+
+// The allocation containing [p, p + bytes), or end().
+std::map<uintptr_t, size_t>::iterator find_alloc(const void* p, size_t bytes) {
+    uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    auto it = g_allocs.upper_bound(a);
+    if (it == g_allocs.begin()) return g_allocs.end();
+    --it;
+    if (a >= it->first && a + bytes <= it->first + std::max<size_t>(it->second, 1)) return it;
+    return g_allocs.end();
+}
+
+std::string hex(const void* p) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%p", p);
+    return buf;
+}
+
+void check_copy(const char* call, void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+    if (bytes == 0) return;
+    bool dst_dev = find_alloc(dst, bytes) != g_allocs.end(), src_dev = find_alloc(src, bytes) != g_allocs.end();
+    bool want_dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+    bool want_src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+    const char* names[] = {"HostToHost", "HostToDevice", "DeviceToHost", "DeviceToDevice", "Default"};
+    std::string c = std::string(call) + "(" + names[kind] + ", " + std::to_string(bytes) + " bytes): ";
+    if (kind == cudaMemcpyDefault) return;
+    if (kind == cudaMemcpyHostToHost) {
+        if (dst_dev || src_dev) fail(c + "a device pointer in a host-to-host copy");
+        return;
+    }
+    if (want_dst_dev && !dst_dev) fail(c + "destination " + hex(dst) + " is not (all) inside device memory");
+    if (!want_dst_dev && find_alloc(dst, 1) != g_allocs.end()) fail(c + "destination " + hex(dst) + " is device memory");
+    if (want_src_dev && !src_dev) fail(c + "source " + hex(src) + " is not (all) inside device memory");
+    if (!want_src_dev && find_alloc(src, 1) != g_allocs.end()) fail(c + "source " + hex(src) + " is device memory");
+}
+}  // namespace
+
+bool is_device_pointer(const void* p) { return find_alloc(p, 1) != g_allocs.end(); }
+size_t live_device_bytes() { return g_live_bytes; }
+
+}  // namespace emu
+
+// ---------------------------------------------------------------------------------------------
+// The runtime API.
+
+using emu::g_allocs;
+
+const char* cudaGetErrorString(cudaError_t e) {
+    switch (e) {
+        case cudaSuccess: return "no error";
+        case cudaErrorInvalidValue: return "invalid argument";
+        case cudaErrorMemoryAllocation: return "out of memory";
+        case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+        case cudaErrorInvalidDevicePointer: return "invalid device pointer";
+        case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
+        case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+        case cudaErrorInvalidDevice: return "invalid device ordinal";
+        case cudaErrorLaunchFailure: return "unspecified launch failure";
+    }
+    return "unknown error";
+}
+const char* cudaGetErrorName(cudaError_t e) {
+    switch (e) {
+        case cudaSuccess: return "cudaSuccess";
+        case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+        case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+        case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+        case cudaErrorInvalidDevicePointer: return "cudaErrorInvalidDevicePointer";
+        case cudaErrorInvalidMemcpyDirection: return "cudaErrorInvalidMemcpyDirection";
+        case cudaErrorNoDevice: return "cudaErrorNoDevice";
+        case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+        case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    }
+    return "cudaErrorUnknown";
+}
+cudaError_t cudaGetLastError() { cudaError_t e = emu::g_last_error; emu::g_last_error = cudaSuccess; return e; }
+cudaError_t cudaPeekAtLastError() { return emu::g_last_error; }
+
+cudaError_t cudaGetDeviceCount(int* n) { *n = 1; return cudaSuccess; }
+cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
+cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : (emu::g_last_error = cudaErrorInvalidDevice); }
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+    if (device != 0) return emu::g_last_error = cudaErrorInvalidDevice;
+    std::memset(prop, 0, sizeof *prop);
+    std::snprintf(prop->name, sizeof prop->name, "CUDA emulator (CPU)");
+    prop->totalGlobalMem = size_t(16) << 30;
+    prop->sharedMemPerBlock = emu::kDefaultSharedLimit;
+    prop->sharedMemPerBlockOptin = emu::kOptinSharedLimit;
+    prop->regsPerBlock = 65536;
+    prop->warpSize = 32;
+    prop->maxThreadsPerBlock = 1024;
+    prop->maxThreadsDim[0] = 1024; prop->maxThreadsDim[1] = 1024; prop->maxThreadsDim[2] = 64;
+    prop->maxGridSize[0] = 2147483647; prop->maxGridSize[1] = 65535; prop->maxGridSize[2] = 65535;
+    prop->multiProcessorCount = 132;
+    prop->major = 9;
+    prop->minor = 0;
+    return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+    *total_bytes = size_t(16) << 30;
+    *free_bytes = *total_bytes > emu::g_live_bytes ? *total_bytes - emu::g_live_bytes : 0;
+    return cudaSuccess;
+}
+
+cudaError_t cudaFuncSetAttribute(const void* kernel, cudaFuncAttribute attr, int value) {
+    if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 || (size_t)value > emu::kOptinSharedLimit)
+        return emu::g_last_error = cudaErrorInvalidValue;
+    emu::g_shared_optin[kernel] = (size_t)value;
+    return cudaSuccess;
+}
+
+cudaError_t cudaMalloc(void** p, size_t bytes) {
+    *p = nullptr;
+    if (bytes == 0) return cudaSuccess;
+    if (posix_memalign(p, 256, bytes) != 0) { *p = nullptr; return emu::g_last_error = cudaErrorMemoryAllocation; }
+    emu::fill_poison(*p, bytes);
+    g_allocs[reinterpret_cast<uintptr_t>(*p)] = bytes;
+    emu::g_live_bytes += bytes;
+    return cudaSuccess;
+}
+
+cudaError_t cudaFree(void* p) {
+    if (!p) return cudaSuccess;
+    auto it = g_allocs.find(reinterpret_cast<uintptr_t>(p));
+    if (it == g_allocs.end()) emu::fail("cudaFree(" + emu::hex(p) + "): not the start of a live device allocation");
+    emu::g_live_bytes -= it->second;
+    g_allocs.erase(it);
+    std::free(p);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t) { return cudaMalloc(p, bytes); }
+cudaError_t cudaFreeAsync(void* p, cudaStream_t) { return cudaFree(p); }
+cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int device) {
+    static int the_pool;
+    *pool = reinterpret_cast<cudaMemPool_t>(&the_pool);
+    return device == 0 ? cudaSuccess : cudaErrorInvalidDevice;
+}
+cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t, cudaMemPoolAttr, void*) { return cudaSuccess; }
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+    emu::check_copy("cudaMemcpy", dst, src, bytes, kind);
+    if (bytes) std::memmove(dst, src, bytes);
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
+    emu::check_copy("cudaMemcpyAsync", dst, src, bytes, kind);
+    if (bytes) std::memmove(dst, src, bytes);
+    return cudaSuccess;
+}
+cudaError_t cudaMemset(void* p, int value, size_t bytes) {
+    if (bytes && emu::find_alloc(p, bytes) == g_allocs.end())
+        emu::fail("cudaMemset(" + emu::hex(p) + ", " + std::to_string(bytes) + " bytes): not (all) inside device memory");
+    if (bytes) std::memset(p, value, bytes);
+    return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t) { return cudaMemset(p, value, bytes); }
+
+// Streams and events: everything runs synchronously, so a stream is a name and an event a time.
+struct CUstream_st { int unused; };
+struct CUevent_st { std::chrono::steady_clock::time_point t; bool recorded = false; };
+
+cudaError_t cudaStreamCreate(cudaStream_t* s) { *s = new CUstream_st{0}; return cudaSuccess; }
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) { return cudaStreamCreate(s); }
+cudaError_t cudaStreamDestroy(cudaStream_t s) { delete s; return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+
+cudaError_t cudaEventCreate(cudaEvent_t* e) { *e = new CUevent_st; return cudaSuccess; }
+cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
+    e->t = std::chrono::steady_clock::now();
+    e->recorded = true;
+    return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
+    if (!a->recorded || !b->recorded) return emu::g_last_error = cudaErrorInvalidValue;
+    *ms = std::chrono::duration<float, std::milli>(b->t - a->t).count();
+    return cudaSuccess;
+}

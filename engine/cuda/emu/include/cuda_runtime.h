@@ -1,0 +1,270 @@
+// engine/cuda/emu/include/cuda_runtime.h: the CUDA emulator's stand-in for <cuda_runtime.h>.
+//
+// The emulated build (make emu) compiles engine/cuda/*.cu with g++ and puts this folder first on
+// the include path, so `#include <cuda_runtime.h>` lands here. It offers what the project's kernels
+// use and nothing more: the execution-space keywords, dim3 and the thread-index variables, block
+// barriers, warp shuffles and votes, atomics, a few math intrinsics, and the runtime calls
+// (memory, copies, streams, events, errors, device properties). Kernels run on the CPU, thread by
+// thread, scheduled by engine/cuda/emu/emu.cpp, which also checks what a GPU would punish:
+// launch limits, barriers not reached by every thread, warp ops with absent lanes, copies that
+// mix host and device pointers, reads of memory never written (fresh allocations and shared
+// memory are filled with a NaN pattern, 0x7FBADBAD, also a huge int32).
+//
+// It is a test instrument: the nvcc build never sees it.
+#pragma once
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <stdexcept>
+#include <string>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __align__(n) alignas(n)
+
+struct dim3 {
+    unsigned x, y, z;
+    constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+struct uint3 { unsigned x, y, z; };
+
+// ---------------------------------------------------------------------------------------------
+// The emulator's interface (engine/cuda/emu/emu.cpp).
+
+namespace emu {
+
+// What the emulator detected (bad launch, deadlock, divergent warp op, bad copy): thrown out of
+// the launch or the runtime call, with the kernel's or the call's name.
+struct Error : std::runtime_error { using std::runtime_error::runtime_error; };
+
+struct ThreadState {
+    uint3 thread_idx{0, 0, 0}, block_idx{0, 0, 0};
+    dim3 block_dim, grid_dim;
+};
+ThreadState& self();  // the emulated thread now running
+
+// Run `body` (one call = one CUDA thread) over the grid. `kernel` identifies the kernel for the
+// shared-memory opt-in and the barrier cache; `name` is used in every error message.
+void launch(const char* name, const void* kernel, dim3 grid, dim3 block, size_t dynamic_smem,
+            const std::function<void()>& body);
+
+// Block-shared memory: the same pointer for every thread of the block, filled with the NaN
+// pattern when the block starts. `site` identifies the declaration (one per SHARED_ARRAY).
+void* shared_array(const void* site, size_t bytes);
+void* dynamic_shared();
+
+void syncthreads();
+// One warp-wide exchange: every lane in `mask` deposits `value` and reads the value deposited by
+// lane `src_lane` (its own if that lane is outside the width segment); kind names the op for errors.
+uint64_t warp_exchange(const char* kind, unsigned mask, uint64_t value, int src_lane);
+unsigned warp_ballot(unsigned mask, bool pred);
+
+constexpr uint32_t kPoison = 0x7FBADBADu;  // a NaN as float32, 2142952365 as int32
+void fill_poison(void* p, size_t bytes);
+
+// Seed of the thread and block orders (also from INITLAB_EMU_SEED).
+void set_seed(uint64_t seed);
+// Launches, emulated threads and fiber switches since the start (for tests and timing notes).
+struct Counters { uint64_t launches, threads, switches; };
+Counters counters();
+
+}  // namespace emu
+
+#define threadIdx (::emu::self().thread_idx)
+#define blockIdx (::emu::self().block_idx)
+#define blockDim (::emu::self().block_dim)
+#define gridDim (::emu::self().grid_dim)
+constexpr int warpSize = 32;
+
+// ---------------------------------------------------------------------------------------------
+// Synchronisation, warp ops, atomics.
+
+inline void __syncthreads() { emu::syncthreads(); }
+
+inline int __lane_id_emu() {
+    const emu::ThreadState& s = emu::self();
+    unsigned linear = s.thread_idx.x + s.block_dim.x * (s.thread_idx.y + s.block_dim.y * s.thread_idx.z);
+    return (int)(linear % 32);
+}
+
+template <typename T>
+inline T __emu_from_bits(uint64_t bits) {
+    static_assert(sizeof(T) <= 8, "warp shuffles move at most 8 bytes");
+    T v;
+    std::memcpy(&v, &bits, sizeof(T));
+    return v;
+}
+template <typename T>
+inline uint64_t __emu_to_bits(T v) {
+    uint64_t bits = 0;
+    std::memcpy(&bits, &v, sizeof(T));
+    return bits;
+}
+
+// Lane l of a width-w segment reads lane (l ^ laneMask) of the same segment (own value if outside).
+template <typename T>
+inline T __shfl_xor_sync(unsigned mask, T v, int laneMask, int width = warpSize) {
+    int lane = __lane_id_emu(), base = lane / width * width, src = lane ^ laneMask;
+    if (src < base || src >= base + width) src = lane;
+    return __emu_from_bits<T>(emu::warp_exchange("__shfl_xor_sync", mask, __emu_to_bits(v), src));
+}
+template <typename T>
+inline T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = warpSize) {
+    int lane = __lane_id_emu(), base = lane / width * width, src = lane + (int)delta;
+    if (src >= base + width) src = lane;
+    return __emu_from_bits<T>(emu::warp_exchange("__shfl_down_sync", mask, __emu_to_bits(v), src));
+}
+template <typename T>
+inline T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = warpSize) {
+    int lane = __lane_id_emu(), base = lane / width * width, src = lane - (int)delta;
+    if (src < base) src = lane;
+    return __emu_from_bits<T>(emu::warp_exchange("__shfl_up_sync", mask, __emu_to_bits(v), src));
+}
+template <typename T>
+inline T __shfl_sync(unsigned mask, T v, int srcLane, int width = warpSize) {
+    int lane = __lane_id_emu(), base = lane / width * width, src = base + ((srcLane % width) + width) % width;
+    return __emu_from_bits<T>(emu::warp_exchange("__shfl_sync", mask, __emu_to_bits(v), src));
+}
+inline unsigned __ballot_sync(unsigned mask, int pred) { return emu::warp_ballot(mask, pred != 0); }
+inline int __all_sync(unsigned mask, int pred) { return (emu::warp_ballot(mask, pred != 0) & mask) == mask; }
+inline int __any_sync(unsigned mask, int pred) { return emu::warp_ballot(mask, pred != 0) != 0; }
+inline void __syncwarp(unsigned mask = 0xffffffffu) { (void)emu::warp_ballot(mask, true); }
+
+// Blocks of one launch run one after another on one host thread and the threads of a block are
+// fibers of that thread, so a plain read-modify-write is atomic here; the functions keep CUDA's
+// contract (return the old value).
+inline float atomicAdd(float* p, float v) { float old = *p; *p = old + v; return old; }
+inline double atomicAdd(double* p, double v) { double old = *p; *p = old + v; return old; }
+inline int atomicAdd(int* p, int v) { int old = *p; *p = old + v; return old; }
+inline unsigned atomicAdd(unsigned* p, unsigned v) { unsigned old = *p; *p = old + v; return old; }
+inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
+    unsigned long long old = *p; *p = old + v; return old;
+}
+inline int atomicMax(int* p, int v) { int old = *p; *p = old > v ? old : v; return old; }
+inline int atomicMin(int* p, int v) { int old = *p; *p = old < v ? old : v; return old; }
+inline int atomicCAS(int* p, int compare, int v) { int old = *p; if (old == compare) *p = v; return old; }
+inline unsigned atomicCAS(unsigned* p, unsigned compare, unsigned v) { unsigned old = *p; if (old == compare) *p = v; return old; }
+inline int atomicExch(int* p, int v) { int old = *p; *p = v; return old; }
+
+// ---------------------------------------------------------------------------------------------
+// Math intrinsics (the fast versions are the accurate ones here; tolerances cover the difference).
+
+inline float __expf(float x) { return expf(x); }
+inline float __logf(float x) { return logf(x); }
+inline float __sinf(float x) { return sinf(x); }
+inline float __cosf(float x) { return cosf(x); }
+inline float __tanhf(float x) { return tanhf(x); }
+inline float __fdividef(float a, float b) { return a / b; }
+inline float __frcp_rn(float x) { return 1.f / x; }
+inline float __fsqrt_rn(float x) { return sqrtf(x); }
+inline float rsqrtf(float x) { return 1.f / sqrtf(x); }
+inline void sincosf_emu(float x, float* s, float* c) { *s = sinf(x); *c = cosf(x); }
+inline float __saturatef(float x) { return x < 0.f ? 0.f : (x > 1.f ? 1.f : x); }
+inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
+inline int __float_as_int(float f) { int i; std::memcpy(&i, &f, 4); return i; }
+inline unsigned __float_as_uint(float f) { unsigned i; std::memcpy(&i, &f, 4); return i; }
+inline float __uint_as_float(unsigned i) { float f; std::memcpy(&f, &i, 4); return f; }
+inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((uint64_t)a * b) >> 32); }
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline int __ffs(int x) { return __builtin_ffs(x); }
+inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz((unsigned)x); }
+template <typename T> inline T __ldg(const T* p) { return *p; }
+
+// ---------------------------------------------------------------------------------------------
+// Runtime API: errors, devices, memory, streams, events.
+
+enum cudaError {
+    cudaSuccess = 0,
+    cudaErrorInvalidValue = 1,
+    cudaErrorMemoryAllocation = 2,
+    cudaErrorInvalidConfiguration = 9,
+    cudaErrorInvalidDevicePointer = 17,
+    cudaErrorInvalidMemcpyDirection = 21,
+    cudaErrorNoDevice = 100,
+    cudaErrorInvalidDevice = 101,
+    cudaErrorLaunchFailure = 719,
+};
+typedef cudaError cudaError_t;
+
+enum cudaMemcpyKind {
+    cudaMemcpyHostToHost = 0,
+    cudaMemcpyHostToDevice = 1,
+    cudaMemcpyDeviceToHost = 2,
+    cudaMemcpyDeviceToDevice = 3,
+    cudaMemcpyDefault = 4,
+};
+
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+enum cudaMemPoolAttr { cudaMemPoolAttrReleaseThreshold = 4 };
+enum { cudaStreamDefault = 0, cudaStreamNonBlocking = 1 };
+
+struct CUstream_st;
+struct CUevent_st;
+struct CUmemPoolHandle_st;
+typedef CUstream_st* cudaStream_t;
+typedef CUevent_st* cudaEvent_t;
+typedef CUmemPoolHandle_st* cudaMemPool_t;
+
+struct cudaDeviceProp {
+    char name[256];
+    size_t totalGlobalMem;
+    size_t sharedMemPerBlock;
+    size_t sharedMemPerBlockOptin;
+    int regsPerBlock;
+    int warpSize;
+    int maxThreadsPerBlock;
+    int maxThreadsDim[3];
+    int maxGridSize[3];
+    int multiProcessorCount;
+    int major, minor;
+};
+
+const char* cudaGetErrorString(cudaError_t e);
+const char* cudaGetErrorName(cudaError_t e);
+cudaError_t cudaGetLastError();
+cudaError_t cudaPeekAtLastError();
+
+cudaError_t cudaGetDeviceCount(int* n);
+cudaError_t cudaGetDevice(int* d);
+cudaError_t cudaSetDevice(int d);
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device);
+cudaError_t cudaDeviceSynchronize();
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes);
+cudaError_t cudaFuncSetAttribute(const void* kernel, cudaFuncAttribute attr, int value);
+template <typename... A>
+cudaError_t cudaFuncSetAttribute(void (*kernel)(A...), cudaFuncAttribute attr, int value) {
+    return cudaFuncSetAttribute((const void*)kernel, attr, value);
+}
+
+cudaError_t cudaMalloc(void** p, size_t bytes);
+cudaError_t cudaFree(void* p);
+cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t s);
+cudaError_t cudaFreeAsync(void* p, cudaStream_t s);
+cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int device);
+cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value);
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s = nullptr);
+cudaError_t cudaMemset(void* p, int value, size_t bytes);
+cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t s = nullptr);
+
+cudaError_t cudaStreamCreate(cudaStream_t* s);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags);
+cudaError_t cudaStreamDestroy(cudaStream_t s);
+cudaError_t cudaStreamSynchronize(cudaStream_t s);
+
+cudaError_t cudaEventCreate(cudaEvent_t* e);
+cudaError_t cudaEventDestroy(cudaEvent_t e);
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr);
+cudaError_t cudaEventSynchronize(cudaEvent_t e);
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
+
+// Is p inside a live emulated device allocation? (The emulator's own bookkeeping, for tests.)
+namespace emu {
+bool is_device_pointer(const void* p);
+size_t live_device_bytes();
+}  // namespace emu

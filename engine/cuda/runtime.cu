@@ -1,0 +1,199 @@
+// engine/cuda/runtime.cu: the backend's stream, device memory, copies, fills, error reporting and
+// device description (the interface is engine/cuda/runtime.h).
+#include <cstdlib>
+#include <mutex>
+#include <unordered_map>
+#include "engine/cuda/kernel.h"
+
+namespace engine::cuda {
+
+// ---------------------------------------------------------------------------------------------
+// Errors
+
+std::string launch_config(dim3 grid, dim3 block, size_t smem) {
+    return "(grid " + std::to_string(grid.x) + "x" + std::to_string(grid.y) + "x" + std::to_string(grid.z) + ", block " +
+           std::to_string(block.x) + "x" + std::to_string(block.y) + "x" + std::to_string(block.z) + ", " +
+           std::to_string(smem) + " B shared)";
+}
+
+void fail_cuda(const std::string& what, cudaError_t e) {
+    fail(what + ": " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
+}
+
+static const bool g_sync_each_launch = [] {
+    const char* s = std::getenv("INITLAB_CUDA_SYNC");
+    return s && s[0] == '1';
+}();
+
+void check_launch(const char* name, dim3 grid, dim3 block, size_t smem) {
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess && g_sync_each_launch) e = cudaStreamSynchronize(stream());
+    if (e != cudaSuccess) fail_cuda(std::string("kernel ") + name + " " + launch_config(grid, block, smem), e);
+}
+
+#ifdef ENGINE_CUDA_EMU
+void emulated_launch(const char* name, const void* kernel, dim3 grid, dim3 block, size_t smem,
+                     const std::function<void()>& body) {
+    try {
+        emu::launch(name, kernel, grid, block, smem, body);
+    } catch (const emu::Error& e) {
+        fail(std::string(e.what()) + " " + launch_config(grid, block, smem));
+    }
+}
+#endif
+
+// ---------------------------------------------------------------------------------------------
+// The device, its stream and its memory pool (set up on first use).
+
+namespace {
+struct DeviceState {
+    cudaStream_t stream = nullptr;
+    size_t in_use = 0, peak = 0;
+    std::mutex mu;  // guards the counters (allocations may come from loader threads)
+};
+
+DeviceState& device() {
+    static DeviceState* d = [] {
+        int n = 0;
+        if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+            cudaGetLastError();
+            fail("cuda: no CUDA device found (this build runs on a GPU machine; the emulated build, make emu, "
+                 "runs CUDA kernels on the CPU)");
+        }
+        auto* s = new DeviceState;
+        check_cuda(cudaSetDevice(0), "cudaSetDevice(0)");
+        check_cuda(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+        // Keep freed memory in the pool instead of returning it to the driver at each sync.
+        cudaMemPool_t pool;
+        check_cuda(cudaDeviceGetDefaultMemPool(&pool, 0), "cudaDeviceGetDefaultMemPool");
+        uint64_t threshold = UINT64_MAX;
+        check_cuda(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold),
+                   "cudaMemPoolSetAttribute(release threshold)");
+        return s;
+    }();
+    return *d;
+}
+}  // namespace
+
+cudaStream_t stream() { return device().stream; }
+
+bool emulated() {
+#ifdef ENGINE_CUDA_EMU
+    return true;
+#else
+    return false;
+#endif
+}
+
+bool available() {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    return n > 0;
+}
+
+std::string device_description() {
+    if (emulated()) return "cuda: emulated";
+    if (!available()) return "cuda: no device";
+    cudaDeviceProp p;
+    check_cuda(cudaGetDeviceProperties(&p, 0), "cudaGetDeviceProperties");
+    return std::string("cuda: ") + p.name + " (sm_" + std::to_string(p.major) + std::to_string(p.minor) + ", " +
+           std::to_string(p.multiProcessorCount) + " SMs)";
+}
+
+// Sizes of live allocations, so free() can keep the in-use count without the caller's help.
+static std::mutex g_sizes_mu;
+static std::unordered_map<void*, size_t>& sizes() {
+    static auto* m = new std::unordered_map<void*, size_t>;
+    return *m;
+}
+
+void* alloc(size_t bytes) {
+    DeviceState& d = device();
+    if (bytes == 0) return nullptr;
+    void* p = nullptr;
+    cudaError_t e = cudaMallocAsync(&p, bytes, d.stream);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        size_t free_b = 0, total_b = 0;
+        cudaMemGetInfo(&free_b, &total_b);
+        fail("cuda: out of device memory allocating " + std::to_string(bytes) + " bytes (" +
+             std::to_string(d.in_use >> 20) + " MiB in use by tensors, " + std::to_string(free_b >> 20) + " of " +
+             std::to_string(total_b >> 20) + " MiB free): " + cudaGetErrorString(e));
+    }
+    std::lock_guard<std::mutex> lock(g_sizes_mu);
+    sizes()[p] = bytes;
+    std::lock_guard<std::mutex> lock2(d.mu);
+    d.in_use += bytes;
+    if (d.in_use > d.peak) d.peak = d.in_use;
+    return p;
+}
+
+void free(void* p) {
+    if (!p) return;
+    DeviceState& d = device();
+    check_cuda(cudaFreeAsync(p, d.stream), "cudaFreeAsync");
+    std::lock_guard<std::mutex> lock(g_sizes_mu);
+    auto it = sizes().find(p);
+    if (it != sizes().end()) {
+        std::lock_guard<std::mutex> lock2(d.mu);
+        d.in_use -= it->second;
+        sizes().erase(it);
+    }
+}
+
+size_t memory_in_use() { return device().in_use; }
+size_t peak_memory() { return device().peak; }
+void reset_peak_memory() { DeviceState& d = device(); std::lock_guard<std::mutex> lock(d.mu); d.peak = d.in_use; }
+
+static bool g_tf32 = false;
+void set_tf32(bool on) { g_tf32 = on; }
+bool tf32() { return g_tf32; }
+
+// ---------------------------------------------------------------------------------------------
+// Copies and fills
+
+void copy_to_device(void* dst, const void* src, size_t bytes) {
+    if (!bytes) return;
+    check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream()),
+               ("copy to device (" + std::to_string(bytes) + " bytes)").c_str());
+    // The source is pageable host memory that the caller may free at once: wait for the copy.
+    check_cuda(cudaStreamSynchronize(stream()), "copy to device: synchronize");
+}
+
+void copy_to_host(void* dst, const void* src, size_t bytes) {
+    if (!bytes) return;
+    check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream()),
+               ("copy to host (" + std::to_string(bytes) + " bytes)").c_str());
+    check_cuda(cudaStreamSynchronize(stream()), "copy to host: synchronize");
+}
+
+void copy_on_device(void* dst, const void* src, size_t bytes) {
+    if (!bytes) return;
+    check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream()),
+               ("copy on device (" + std::to_string(bytes) + " bytes)").c_str());
+}
+
+void memset_zero(void* p, size_t bytes) {
+    if (!bytes) return;
+    check_cuda(cudaMemsetAsync(p, 0, bytes, stream()), ("memset (" + std::to_string(bytes) + " bytes)").c_str());
+}
+
+void synchronize() { check_cuda(cudaStreamSynchronize(stream()), "synchronize"); }
+
+template <typename T>
+__global__ void fill_kernel(T* p, T value, int64_t n) {
+    GRID_STRIDE_LOOP(i, n) p[i] = value;
+}
+
+void fill_f32(float* p, float value, int64_t n) {
+    if (n > 0) KERNEL_LAUNCH(fill_kernel<float>, blocks_for(n), kBlockSize, 0, p, value, n);
+}
+
+void fill_i32(int32_t* p, int32_t value, int64_t n) {
+    if (n > 0) KERNEL_LAUNCH(fill_kernel<int32_t>, blocks_for(n), kBlockSize, 0, p, value, n);
+}
+
+}  // namespace engine::cuda

@@ -1,0 +1,44 @@
+// engine/cuda/runtime.h: the CUDA backend's host interface, in plain C++ (no CUDA types), so the
+// engine's .cpp files can call it: device memory, copies, the stream, cuBLAS settings, memory
+// statistics. Implemented in engine/cuda/runtime.cu, which nvcc compiles for a GPU and g++
+// compiles against the emulator (engine/cuda/emu/) in the emulated build.
+//
+// One stream for the device: every kernel, copy and cuBLAS call goes on it in order, so the host
+// waits only where it reads a result (copy_to_host, synchronize).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace engine::cuda {
+
+// Throws engine::Error with the message (defined in a g++-compiled file: nvcc cannot compile fmt).
+[[noreturn]] void fail(const std::string& message);
+
+bool emulated();                   // this build runs kernels in the CPU emulator
+bool available();                  // a device is there (always, in the emulated build)
+std::string device_description();  // "cuda: NVIDIA H100 80GB HBM3 (sm_90, 132 SMs)" or "cuda: emulated"
+
+// Stream-ordered device memory from the device's memory pool, which keeps freed blocks (its
+// release threshold is raised) so the training loop does not call the driver to allocate.
+void* alloc(size_t bytes);
+void free(void* p);
+
+void copy_to_device(void* dst, const void* src, size_t bytes);  // host -> device
+void copy_to_host(void* dst, const void* src, size_t bytes);    // device -> host; waits for it
+void copy_on_device(void* dst, const void* src, size_t bytes);  // device -> device
+void memset_zero(void* p, size_t bytes);
+void fill_f32(float* p, float value, int64_t n);
+void fill_i32(int32_t* p, int32_t value, int64_t n);
+void synchronize();
+
+// Device memory handed out by alloc() and not freed yet, and its peak since the last reset.
+size_t memory_in_use();
+size_t peak_memory();
+void reset_peak_memory();
+
+// cuBLAS math mode: TF32 tensor-core math for fp32 GEMMs (--precision tf32) or full fp32.
+void set_tf32(bool on);
+bool tf32();
+
+}  // namespace engine::cuda

@@ -1,0 +1,106 @@
+// tests/cuda/parity.h: the [cuda] suite's one check: run the same function on CPU tensors and on
+// their CUDA copies and compare outputs and gradients (the CPU backend is verified against PyTorch,
+// so it is the reference). Under the emulated build "CUDA" is the CPU emulator; on a GPU machine
+// (make test-gpu) the same tests run on the device.
+//
+//   check_parity("softmax", [](auto& in) { return engine::softmax(in[0]); }, {randn({7, 33})});
+//
+// The gradient compared is that of L = Σ f(inputs)·w for fixed random weights w, so every output
+// element contributes differently.
+#pragma once
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+#include "engine/ops.h"
+#include "engine/rng.h"
+
+namespace test {
+
+using engine::Device;
+using engine::Tensor;
+
+struct Tol {
+    float atol = 1e-5f;
+    float rtol = 1e-4f;
+};
+
+// Largest |got − want| − tol(want) over the elements, with the index where it happens; both on any device.
+inline void require_close(const std::string& what, const Tensor& want, const Tensor& got, Tol tol) {
+    INFO(what);
+    REQUIRE(got.defined());
+    REQUIRE(want.shape() == got.shape());
+    std::vector<float> w = want.to_vector(), g = got.to_vector();
+    int64_t worst = -1;
+    double worst_excess = 0;
+    for (size_t i = 0; i < w.size(); i++) {
+        bool both_nan = std::isnan(w[i]) && std::isnan(g[i]);
+        if (both_nan) continue;
+        double err = std::fabs((double)g[i] - w[i]), allowed = tol.atol + tol.rtol * std::fabs((double)w[i]);
+        if (std::isnan(g[i]) || std::isnan(w[i]) || err > allowed) {
+            double excess = std::isnan(err) ? 1e30 : err - allowed;
+            if (worst < 0 || excess > worst_excess) { worst = (int64_t)i; worst_excess = excess; }
+        }
+    }
+    if (worst >= 0) {
+        INFO("element " << worst << " of " << w.size() << " (shape " << want.shape().str() << "): cpu " << w[worst]
+                        << ", cuda " << g[worst] << " (atol " << tol.atol << ", rtol " << tol.rtol << ")");
+        REQUIRE(worst < 0);
+    }
+}
+
+// A CUDA leaf copy of a CPU tensor (same requires_grad).
+inline Tensor to_cuda(const Tensor& t) {
+    if (!t.defined()) return t;
+    Tensor c = t.detach().to(Device::CUDA);
+    if (t.requires_grad()) c.requires_grad_(true);
+    return c;
+}
+
+inline void check_parity(const std::string& name, const std::function<Tensor(const std::vector<Tensor>&)>& f,
+                         std::vector<Tensor> cpu_inputs, Tol fwd = {}, Tol bwd = {}) {
+    INFO("op " << name);
+    std::vector<Tensor> cuda_inputs;
+    for (const Tensor& t : cpu_inputs) cuda_inputs.push_back(to_cuda(t));
+
+    Tensor out_cpu = f(cpu_inputs), out_cuda = f(cuda_inputs);
+    REQUIRE(out_cuda.device() == Device::CUDA);
+    require_close(name + " forward", out_cpu, out_cuda, fwd);
+
+    bool any_grad = false;
+    for (const Tensor& t : cpu_inputs) any_grad = any_grad || (t.defined() && t.requires_grad());
+    if (!any_grad) return;
+    engine::Generator wgen(99);
+    Tensor w = Tensor::empty(out_cpu.shape());
+    wgen.uniform(w.data_f32(), w.numel(), -1.f, 1.f);
+    engine::sum(engine::mul(out_cpu, w)).backward();
+    engine::sum(engine::mul(out_cuda, w.to(Device::CUDA))).backward();
+    for (size_t i = 0; i < cpu_inputs.size(); i++) {
+        if (!cpu_inputs[i].defined() || !cpu_inputs[i].requires_grad()) continue;
+        INFO("gradient of input " << i);
+        REQUIRE(cpu_inputs[i].grad().defined());
+        REQUIRE(cuda_inputs[i].grad().defined());
+        REQUIRE(cuda_inputs[i].grad().device() == Device::CUDA);
+        require_close(name + " backward, input " + std::to_string(i), cpu_inputs[i].grad(), cuda_inputs[i].grad(), bwd);
+    }
+}
+
+// Random CPU inputs (from a fixed generator, so each test sees the same values).
+inline Tensor randn(const engine::Shape& s, bool grad = true, uint64_t seed = 7) {
+    engine::Generator g(seed + (uint64_t)s.numel());
+    Tensor t = Tensor::empty(s);
+    g.normal(t.data_f32(), t.numel(), 0.f, 1.f);
+    if (grad) t.requires_grad_(true);
+    return t;
+}
+inline Tensor rand_uniform(const engine::Shape& s, float lo, float hi, bool grad = true, uint64_t seed = 11) {
+    engine::Generator g(seed + (uint64_t)s.numel());
+    Tensor t = Tensor::empty(s);
+    g.uniform(t.data_f32(), t.numel(), lo, hi);
+    if (grad) t.requires_grad_(true);
+    return t;
+}
+
+}  // namespace test
