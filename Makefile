@@ -87,13 +87,16 @@ ifeq ($(CUDA),1)
     $(info ✗ CUDA: nvcc not found, building CPU only (install the CUDA toolkit, or set NVCC=/path/to/nvcc))
   else ifeq ($(CUDA_LIBDIR),)
     $(info ✗ CUDA: $(NVCC) found but not libcudart_static.a under '$(CUDA_HOME)', building CPU only (set CUDA_HOME=/path/to/cuda))
+  else ifeq ($(wildcard $(CUDA_LIBDIR)/libcublas.so),)
+    $(info ✗ CUDA: no libcublas.so in $(CUDA_LIBDIR), building CPU only (install cuBLAS, or make CUDA=0))
   else
     BUILD     := $(BUILD)-cuda
     CUDA_BUILD := 1
     CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
     CXXFLAGS  += -DENGINE_CUDA -isystem $(CUDA_HOME)/include
     LDLIBS    += -L$(CUDA_LIBDIR) -lcudart_static -ldl -lrt
-    LDLIBS    += -lcublas_static -lcublasLt_static -lculibos
+    # cuBLAS as a shared library (toolkits ship no static cuBLAS everywhere), found through the rpath.
+    LDLIBS    += -lcublas -Wl,-rpath,$(CUDA_LIBDIR)
     CUDA_OBJ  := $(CUDA_SRC:%.cu=$(BUILD)/%.o)
     $(info ✓ CUDA: $(NVCC), runtime in $(CUDA_LIBDIR) (make CUDA=0 to build CPU only))
   endif
