@@ -43,7 +43,11 @@ namespace emu {
 
 namespace {
 
-std::string fmt_dim(dim3 d) { return "(" + std::to_string(d.x) + "," + std::to_string(d.y) + "," + std::to_string(d.z) + ")"; }
+std::string fmt_dim(dim3 d) {
+    char buf[48];
+    std::snprintf(buf, sizeof buf, "(%u,%u,%u)", d.x, d.y, d.z);
+    return buf;
+}
 
 [[noreturn]] void fail(const std::string& msg) { throw Error("CUDA emulator: " + msg); }
 
@@ -76,7 +80,8 @@ enum class State { Ready, AtBlockBarrier, AtWarpOp, Done };
 
 struct Fiber {
     ThreadState st;
-    ucontext_t ctx;
+    ucontext_t ctx;      // the ucontext switch's saved context
+    void* sp = nullptr;  // the asm switch's saved stack pointer
     char* stack = nullptr;
     State state = State::Ready;
     int lane = 0, warp = 0;
@@ -86,6 +91,9 @@ struct Fiber {
     uint64_t warp_value = 0, warp_result = 0;
     int warp_src = 0;
     bool warp_is_ballot = false;
+    // The __syncthreads() this thread waits at.
+    const char* barrier_file = nullptr;
+    unsigned barrier_line = 0;
     void* asan_fake_stack = nullptr;
 };
 
@@ -103,6 +111,7 @@ struct BlockRun {
     std::vector<Fiber>* fibers = nullptr;
     Fiber* current = nullptr;  // the fiber running now (fiber mode)
     ucontext_t sched_ctx;
+    void* sched_sp = nullptr;
     std::exception_ptr error;
     // Shared memory of this block: one buffer per declaration site, plus the dynamic buffer.
     std::unordered_map<const void*, std::vector<unsigned char>> shared;
@@ -131,11 +140,123 @@ char* stack_for(size_t i) {
     return g_stacks[i];
 }
 
-// Context switches, with AddressSanitizer told which stack is live.
+// Context switches. Two ways, the same semantics:
+//   - asm (x86-64, the default there): a dozen instructions that save the callee-saved registers,
+//     the SSE and x87 control words and the stack pointer, and load the other fiber's. A fiber
+//     starts on a stack prepared by hand to "return" into a trampoline that calls fiber_entry.
+//   - ucontext (elsewhere, under AddressSanitizer, with a CET shadow stack, or with
+//     INITLAB_EMU_UCONTEXT=1): getcontext/makecontext/swapcontext. swapcontext also saves and
+//     restores the signal mask, a system call each time (about 150 ns here): 5 per emulated thread
+//     with one barrier, 95% of the emulator's cost before the asm switch.
+// Under AddressSanitizer the ucontext path tells ASan which stack is live (the fiber annotations).
+#if defined(__x86_64__) && !EMU_ASAN
+#define EMU_ASM_SWITCH 1
+extern "C" void initlab_emu_switch(void** save_sp, void* load_sp);
+extern "C" void initlab_emu_trampoline();
+// initlab_emu_switch(save_sp, load_sp): push rbp rbx r12-r15 and the MXCSR / x87 control words
+// (8 bytes), store rsp in *save_sp, load rsp from load_sp, pop the same, return into the other
+// fiber. The stack pointer saved is 16-byte aligned.
+// initlab_emu_trampoline: where a new fiber's first switch returns to; calls the function in r13
+// (fiber_entry, which never returns) with rsp 16-byte aligned. rip is undefined above it, so an
+// unwinder stops there.
+asm(R"(
+    .text
+    .p2align 4
+    .type initlab_emu_switch, @function
+initlab_emu_switch:
+    .cfi_startproc
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    subq $8, %rsp
+    stmxcsr (%rsp)
+    fnstcw 4(%rsp)
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    ldmxcsr (%rsp)
+    fldcw 4(%rsp)
+    addq $8, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .cfi_endproc
+    .size initlab_emu_switch, .-initlab_emu_switch
+
+    .p2align 4
+    .type initlab_emu_trampoline, @function
+initlab_emu_trampoline:
+    .cfi_startproc
+    .cfi_undefined rip
+    callq *%r13
+    ud2
+    .cfi_endproc
+    .size initlab_emu_trampoline, .-initlab_emu_trampoline
+)");
+
+// A stack laid out as initlab_emu_switch leaves one: control words, six registers (r13 = entry),
+// then the trampoline as the return address; returns the stack pointer to load.
+void* asm_context(char* stack, size_t bytes, void (*entry)()) {
+    uintptr_t top = (reinterpret_cast<uintptr_t>(stack) + bytes) & ~uintptr_t(15);
+    uint64_t* sp = reinterpret_cast<uint64_t*>(top - 128);
+    uint32_t mxcsr;
+    uint16_t fpucw;
+    asm volatile("stmxcsr %0" : "=m"(mxcsr));
+    asm volatile("fnstcw %0" : "=m"(fpucw));
+    sp[0] = mxcsr | (uint64_t)fpucw << 32;  // what the switch loads first (the caller's settings)
+    sp[1] = 0;                                                  // r15
+    sp[2] = 0;                                                  // r14
+    sp[3] = reinterpret_cast<uint64_t>(entry);                  // r13
+    sp[4] = 0;                                                  // r12
+    sp[5] = 0;                                                  // rbx
+    sp[6] = 0;                                                  // rbp: the end of the frame chain
+    sp[7] = reinterpret_cast<uint64_t>(&initlab_emu_trampoline);  // return address
+    return sp;
+}
+
+// A CET shadow stack (Linux 6.6+ with a glibc that enables it) would refuse the asm switch's
+// returns into another stack; glibc's swapcontext knows how to switch it.
+bool shadow_stack_enabled() {
+    FILE* f = std::fopen("/proc/self/status", "r");
+    if (!f) return false;
+    char line[512];
+    bool on = false;
+    while (std::fgets(line, sizeof line, f))
+        if (std::strncmp(line, "x86_Thread_features:", 20) == 0 && std::strstr(line + 20, "shstk")) on = true;
+    std::fclose(f);
+    return on;
+}
+#else
+#define EMU_ASM_SWITCH 0
+#endif
+
+bool g_use_ucontext = [] {
+    const char* s = std::getenv("INITLAB_EMU_UCONTEXT");
+#if EMU_ASM_SWITCH
+    return (s && s[0] == '1') || shadow_stack_enabled();
+#else
+    (void)s;
+    return true;
+#endif
+}();
+
 void switch_to_fiber(BlockRun& b, Fiber& f) {
     g_counters.switches++;
     b.current = &f;
     g_self = &f.st;
+#if EMU_ASM_SWITCH
+    if (!g_use_ucontext) {
+        initlab_emu_switch(&b.sched_sp, f.sp);
+        b.current = nullptr;
+        return;
+    }
+#endif
 #if EMU_ASAN
     __sanitizer_start_switch_fiber(&b.sched_fake_stack, f.stack, kStackBytes);
 #endif
@@ -146,7 +267,15 @@ void switch_to_fiber(BlockRun& b, Fiber& f) {
     b.current = nullptr;
 }
 
+// `dying`: the fiber's last switch (its fake stack, under ASan, can go).
 void yield_to_scheduler(BlockRun& b, Fiber& f, bool dying) {
+#if EMU_ASM_SWITCH
+    if (!g_use_ucontext) {
+        initlab_emu_switch(&f.sp, b.sched_sp);
+        g_self = &f.st;
+        return;
+    }
+#endif
 #if EMU_ASAN
     __sanitizer_start_switch_fiber(dying ? nullptr : &f.asan_fake_stack, b.sched_stack_bottom, b.sched_stack_size);
 #endif
@@ -162,6 +291,7 @@ void fiber_entry() {
     BlockRun& b = *g_block;
     Fiber& f = *b.current;
 #if EMU_ASAN
+    // First arrival on this stack: learn the scheduler's stack, to switch back to it.
     __sanitizer_finish_switch_fiber(nullptr, &b.sched_stack_bottom, &b.sched_stack_size);
 #endif
     try {
@@ -171,12 +301,31 @@ void fiber_entry() {
     }
     f.state = State::Done;
     yield_to_scheduler(b, f, true);  // never resumed
+    std::abort();
+}
+
+// A fresh context for f, starting at fiber_entry on its own stack.
+void prepare_fiber(Fiber& f, size_t index) {
+    f.stack = stack_for(index);
+#if EMU_ASM_SWITCH
+    if (!g_use_ucontext) {
+        f.sp = asm_context(f.stack, kStackBytes, fiber_entry);
+        return;
+    }
+#endif
+    getcontext(&f.ctx);
+    f.ctx.uc_stack.ss_sp = f.stack;
+    f.ctx.uc_stack.ss_size = kStackBytes;
+    f.ctx.uc_link = nullptr;
+    makecontext(&f.ctx, fiber_entry, 0);
 }
 
 std::string where(const Fiber& f) {
     return "block " + fmt_dim(dim3(f.st.block_idx.x, f.st.block_idx.y, f.st.block_idx.z)) + " thread " +
            fmt_dim(dim3(f.st.thread_idx.x, f.st.thread_idx.y, f.st.thread_idx.z));
 }
+
+std::string site(const Fiber& f) { return std::string(f.barrier_file) + ":" + std::to_string(f.barrier_line); }
 
 // Every live thread waits: complete the warp ops whose lanes are all there, else the block
 // barrier; returns false when nothing could be released (a deadlock).
@@ -234,8 +383,20 @@ bool release_waiting(std::vector<Fiber>& fs, const Launch& L) {
         if (f.state == State::AtBlockBarrier) any_barrier = true;
     }
     if (!any_barrier) return false;
+    // (Threads that have exited count as arrived, as on a GPU.)
     for (Fiber& f : fs)
         if (f.state != State::Done && f.state != State::AtBlockBarrier) return false;
+    // Every waiting thread must be at the same __syncthreads(): on a GPU, threads at two different
+    // ones hang or pass each other's barrier, both undefined behaviour.
+    const Fiber* first = nullptr;
+    for (Fiber& f : fs) {
+        if (f.state != State::AtBlockBarrier) continue;
+        if (!first) { first = &f; continue; }
+        if (f.barrier_line != first->barrier_line || std::strcmp(f.barrier_file, first->barrier_file) != 0)
+            fail(std::string("kernel ") + L.name + ": deadlock: threads of one block wait at two different " +
+                 "__syncthreads(): " + where(*first) + " at " + site(*first) + ", " + where(f) + " at " + site(f) +
+                 " (a barrier inside a branch that not every thread takes)");
+    }
     for (Fiber& f : fs)
         if (f.state == State::AtBlockBarrier) f.state = State::Ready;
     return true;
@@ -243,9 +404,9 @@ bool release_waiting(std::vector<Fiber>& fs, const Launch& L) {
 
 std::string deadlock_report(const std::vector<Fiber>& fs, const Launch& L) {
     int at_barrier = 0, at_warp = 0, done = 0;
-    const Fiber* example_warp = nullptr;
+    const Fiber *example_warp = nullptr, *example_barrier = nullptr;
     for (const Fiber& f : fs) {
-        if (f.state == State::AtBlockBarrier) at_barrier++;
+        if (f.state == State::AtBlockBarrier) { at_barrier++; if (!example_barrier) example_barrier = &f; }
         if (f.state == State::AtWarpOp) { at_warp++; if (!example_warp) example_warp = &f; }
         if (f.state == State::Done) done++;
     }
@@ -253,6 +414,7 @@ std::string deadlock_report(const std::vector<Fiber>& fs, const Launch& L) {
                     fmt_dim(dim3(fs[0].st.block_idx.x, fs[0].st.block_idx.y, fs[0].st.block_idx.z)) + ": " +
                     std::to_string(at_barrier) + " threads wait at __syncthreads(), " + std::to_string(at_warp) +
                     " at a warp op, " + std::to_string(done) + " have exited";
+    if (example_barrier) s += " (e.g. __syncthreads() at " + site(*example_barrier) + " in " + where(*example_barrier) + ")";
     if (example_warp) s += std::string(" (e.g. ") + example_warp->warp_kind + " at " + where(*example_warp) + ")";
     return s + ": a barrier not every thread reaches";
 }
@@ -288,15 +450,7 @@ void run_block(Launch& L, uint3 block_idx, std::vector<Fiber>& fs, std::vector<i
         return;
     }
 
-    for (unsigned t = 0; t < n; t++) {
-        Fiber& f = fs[t];
-        f.stack = stack_for(t);
-        getcontext(&f.ctx);
-        f.ctx.uc_stack.ss_sp = f.stack;
-        f.ctx.uc_stack.ss_size = kStackBytes;
-        f.ctx.uc_link = nullptr;
-        makecontext(&f.ctx, fiber_entry, 0);
-    }
+    for (unsigned t = 0; t < n; t++) prepare_fiber(fs[t], t);
     for (;;) {
         for (int t : order)
             if (fs[t].state == State::Ready) {
@@ -335,9 +489,11 @@ ThreadState& self() {
     return *g_self;
 }
 
-void syncthreads() {
+void syncthreads(const char* file, unsigned line) {
     Fiber& f = current_fiber("__syncthreads()");
     f.state = State::AtBlockBarrier;
+    f.barrier_file = file;
+    f.barrier_line = line;
     yield_to_scheduler(*g_block, f, false);
 }
 
@@ -407,6 +563,13 @@ void fill_poison(void* p, size_t bytes) {
 
 void set_seed(uint64_t seed) { g_order_rng.seed(seed); }
 Counters counters() { return g_counters; }
+
+const char* context_switch() { return g_use_ucontext ? "ucontext" : "asm"; }
+const char* set_ucontext(bool on) {
+    if (g_launch) fail("set_ucontext called during a launch");
+    g_use_ucontext = on || !EMU_ASM_SWITCH;
+    return context_switch();
+}
 
 // ---------------------------------------------------------------------------------------------
 // Launch: check the configuration as a GPU would, then run the blocks.

@@ -6,7 +6,8 @@
 // barriers, warp shuffles and votes, atomics, a few math intrinsics, and the runtime calls
 // (memory, copies, streams, events, errors, device properties). Kernels run on the CPU, thread by
 // thread, scheduled by engine/cuda/emu/emu.cpp, which also checks what a GPU would punish:
-// launch limits, barriers not reached by every thread, warp ops with absent lanes, copies that
+// launch limits, barriers not reached by every live thread (or a block's threads waiting at two
+// different __syncthreads()), warp ops with absent or exited lanes, copies that
 // mix host and device pointers, reads of memory never written (fresh allocations and shared
 // memory are filled with a NaN pattern, 0x7FBADBAD, also a huge int32).
 //
@@ -17,6 +18,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <source_location>
 #include <stdexcept>
 #include <string>
 
@@ -58,7 +60,9 @@ void launch(const char* name, const void* kernel, dim3 grid, dim3 block, size_t 
 void* shared_array(const void* site, size_t bytes);
 void* dynamic_shared();
 
-void syncthreads();
+// `file`/`line`: the __syncthreads() call; threads waiting at two different ones are an error (a
+// barrier in a branch not every thread takes: a hang or a silent mix-up on a GPU).
+void syncthreads(const char* file, unsigned line);
 // One warp-wide exchange: every lane in `mask` deposits `value` and reads the value deposited by
 // lane `src_lane` (its own if that lane is outside the width segment); kind names the op for errors.
 uint64_t warp_exchange(const char* kind, unsigned mask, uint64_t value, int src_lane);
@@ -72,6 +76,11 @@ void set_seed(uint64_t seed);
 // Launches, emulated threads and fiber switches since the start (for tests and timing notes).
 struct Counters { uint64_t launches, threads, switches; };
 Counters counters();
+// The context switch between fibers: "asm" (x86-64) or "ucontext" (elsewhere, under ASan, or with
+// INITLAB_EMU_UCONTEXT=1). set_ucontext(true) picks ucontext between launches (for tests); false
+// goes back to asm where it is available. Returns the switch now in use.
+const char* context_switch();
+const char* set_ucontext(bool on);
 
 }  // namespace emu
 
@@ -84,7 +93,9 @@ constexpr int warpSize = 32;
 // ---------------------------------------------------------------------------------------------
 // Synchronisation, warp ops, atomics.
 
-inline void __syncthreads() { emu::syncthreads(); }
+inline void __syncthreads(std::source_location where = std::source_location::current()) {
+    emu::syncthreads(where.file_name(), where.line());
+}
 
 inline int __lane_id_emu() {
     const emu::ThreadState& s = emu::self();
