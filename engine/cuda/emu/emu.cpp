@@ -2,13 +2,16 @@
 // memory and the runtime calls declared in include/cuda_runtime.h.
 //
 // How a launch runs. Blocks run one after another (in a seeded random order) on the calling host
-// thread. The threads of a block are fibers (ucontext) with stacks of their own; each runs until it
+// thread. The threads of a block are fibers with stacks of their own (switched by a few lines of
+// asm on x86-64, by ucontext elsewhere; see "Context switches" below); each runs until it
 // reaches a barrier (__syncthreads, a warp shuffle or vote) or ends, then the next one runs. The
 // order in which the ready threads run between two barriers is a seeded random permutation, so a
 // kernel that forgets a __syncthreads() reads a neighbour's value before or after it is written,
 // differently from run to run, and its parity test fails. When every live thread waits:
 //   - a warp op completes when every lane named in its mask is there (the exchange is done then);
-//   - a block barrier completes when every live thread of the block is there;
+//   - a block barrier completes when every live thread of the block is there (exited threads
+//     count as there, as on a GPU), all at the same __syncthreads() (two different ones are an
+//     error: a barrier in a branch only some threads take);
 //   - anything else is a deadlock (a barrier some threads never reach) and an error.
 // Fibers cost a context switch per thread and barrier, so a kernel whose first launch reached no
 // barrier at all runs its later launches as plain calls (still in random order); if such a launch
@@ -33,6 +36,7 @@
 #include <vector>
 
 #if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #define EMU_ASAN 1
 #else
@@ -144,12 +148,14 @@ char* stack_for(size_t i) {
 //   - asm (x86-64, the default there): a dozen instructions that save the callee-saved registers,
 //     the SSE and x87 control words and the stack pointer, and load the other fiber's. A fiber
 //     starts on a stack prepared by hand to "return" into a trampoline that calls fiber_entry.
-//   - ucontext (elsewhere, under AddressSanitizer, with a CET shadow stack, or with
-//     INITLAB_EMU_UCONTEXT=1): getcontext/makecontext/swapcontext. swapcontext also saves and
-//     restores the signal mask, a system call each time (about 150 ns here): 5 per emulated thread
-//     with one barrier, 95% of the emulator's cost before the asm switch.
-// Under AddressSanitizer the ucontext path tells ASan which stack is live (the fiber annotations).
-#if defined(__x86_64__) && !EMU_ASAN
+//   - ucontext (elsewhere, with a CET shadow stack, or with INITLAB_EMU_UCONTEXT=1):
+//     getcontext/makecontext/swapcontext. swapcontext also saves and restores the signal mask, a
+//     system call each time (about 150 ns here): 5 per emulated thread with one barrier, 95% of
+//     the emulator's cost before the asm switch. Under ASan it is worse: ASan's swapcontext
+//     interceptor clears the shadow of the whole destination stack at every switch (11 us).
+// Under AddressSanitizer both tell ASan which stack is live (the fiber annotations), and the asm
+// path unpoisons what a previous fiber may have left poisoned on a reused stack (prepare_fiber).
+#if defined(__x86_64__)
 #define EMU_ASM_SWITCH 1
 extern "C" void initlab_emu_switch(void** save_sp, void* load_sp);
 extern "C" void initlab_emu_trampoline();
@@ -250,17 +256,14 @@ void switch_to_fiber(BlockRun& b, Fiber& f) {
     g_counters.switches++;
     b.current = &f;
     g_self = &f.st;
-#if EMU_ASM_SWITCH
-    if (!g_use_ucontext) {
-        initlab_emu_switch(&b.sched_sp, f.sp);
-        b.current = nullptr;
-        return;
-    }
-#endif
 #if EMU_ASAN
     __sanitizer_start_switch_fiber(&b.sched_fake_stack, f.stack, kStackBytes);
 #endif
-    swapcontext(&b.sched_ctx, &f.ctx);
+#if EMU_ASM_SWITCH
+    if (!g_use_ucontext) initlab_emu_switch(&b.sched_sp, f.sp);
+    else
+#endif
+        swapcontext(&b.sched_ctx, &f.ctx);
 #if EMU_ASAN
     __sanitizer_finish_switch_fiber(b.sched_fake_stack, nullptr, nullptr);
 #endif
@@ -269,17 +272,14 @@ void switch_to_fiber(BlockRun& b, Fiber& f) {
 
 // `dying`: the fiber's last switch (its fake stack, under ASan, can go).
 void yield_to_scheduler(BlockRun& b, Fiber& f, bool dying) {
-#if EMU_ASM_SWITCH
-    if (!g_use_ucontext) {
-        initlab_emu_switch(&f.sp, b.sched_sp);
-        g_self = &f.st;
-        return;
-    }
-#endif
 #if EMU_ASAN
     __sanitizer_start_switch_fiber(dying ? nullptr : &f.asan_fake_stack, b.sched_stack_bottom, b.sched_stack_size);
 #endif
-    swapcontext(&f.ctx, &b.sched_ctx);
+#if EMU_ASM_SWITCH
+    if (!g_use_ucontext) initlab_emu_switch(&f.sp, b.sched_sp);
+    else
+#endif
+        swapcontext(&f.ctx, &b.sched_ctx);
 #if EMU_ASAN
     __sanitizer_finish_switch_fiber(f.asan_fake_stack, nullptr, nullptr);
 #endif
@@ -304,9 +304,22 @@ void fiber_entry() {
     std::abort();
 }
 
+// Fiber stacks [0, g_dirty_stacks) may hold frames abandoned mid-kernel by a block that failed.
+size_t g_dirty_stacks = 0;
+
 // A fresh context for f, starting at fiber_entry on its own stack.
 void prepare_fiber(Fiber& f, size_t index) {
     f.stack = stack_for(index);
+#if EMU_ASAN
+    // Shadow poison left by earlier fibers on this stack (redzones of frames that never returned:
+    // the last frames of a finished fiber, or every frame of one abandoned after an error) would
+    // give false reports in the new fiber's frames. (ASan's swapcontext interceptor does this for
+    // the ucontext path, for the whole stack at every switch.)
+    if (!g_use_ucontext) {
+        size_t clean = index < g_dirty_stacks ? kStackBytes : (16 << 10);
+        __asan_unpoison_memory_region(f.stack + kStackBytes - clean, clean);
+    }
+#endif
 #if EMU_ASM_SWITCH
     if (!g_use_ucontext) {
         f.sp = asm_context(f.stack, kStackBytes, fiber_entry);
@@ -451,6 +464,8 @@ void run_block(Launch& L, uint3 block_idx, std::vector<Fiber>& fs, std::vector<i
     }
 
     for (unsigned t = 0; t < n; t++) prepare_fiber(fs[t], t);
+    size_t dirty_before = g_dirty_stacks;
+    g_dirty_stacks = std::max<size_t>(g_dirty_stacks, n);  // until every fiber has ended
     for (;;) {
         for (int t : order)
             if (fs[t].state == State::Ready) {
@@ -467,6 +482,7 @@ void run_block(Launch& L, uint3 block_idx, std::vector<Fiber>& fs, std::vector<i
     }
     g_block = nullptr;
     if (b.error) std::rethrow_exception(b.error);
+    g_dirty_stacks = dirty_before > n ? dirty_before : 0;
 }
 
 Fiber& current_fiber(const char* what) {
