@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""tools/ptxas_table.py: the resource table of the CUDA kernels from nvcc's `-Xptxas -v` output.
+
+    tools/ptxas_table.py --out build/cuda-check/kernels.md build/cuda-check/*.log
+
+Each LOG is the output of one `nvcc -Xptxas -v -c engine/cuda/<file>.cu` (the log's name without
+.log names the source file). Writes a markdown table (file, kernel, arch, registers, stack frame,
+spill stores, spill loads, static shared memory, barriers) sorted by file, kernel and arch, prints
+it, and exits with status 1 when any function spills registers to local memory (a kernel of the
+training step that spills is slow on every step), naming each one. Non-kernel device functions
+that ptxas compiled on their own (not inlined) get a row too, marked "(device function)".
+Standard library only; kernel names are demangled with c++filt when it is there.
+"""
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+ENTRY = re.compile(r"Compiling entry function '([^']+)' for '(sm_\w+)'")
+PROPS = re.compile(r"Function properties for (\S+)")
+FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+USED = re.compile(r"Used (\d+) registers")
+SMEM = re.compile(r"(\d+) bytes smem")
+BARRIERS = re.compile(r"used (\d+) barriers")
+
+
+def parse(text, source):
+    """Rows (dicts) for every function ptxas reported in one nvcc log."""
+    rows = {}  # (name, arch) -> row
+    arch = None
+    entry = None  # the entry function being compiled now
+    props_for = None  # the function whose "Function properties" line came last
+    for line in text.splitlines():
+        m = ENTRY.search(line)
+        if m:
+            entry, arch = m.group(1), m.group(2)
+            rows.setdefault((entry, arch), new_row(source, entry, arch, True))
+            props_for = None
+            continue
+        m = PROPS.search(line)
+        if m and arch:
+            props_for = m.group(1)
+            if (props_for, arch) not in rows:
+                rows[(props_for, arch)] = new_row(source, props_for, arch, props_for == entry)
+            continue
+        m = FRAME.search(line)
+        if m and props_for and arch:
+            r = rows[(props_for, arch)]
+            r["stack"], r["spill_stores"], r["spill_loads"] = (int(g) for g in m.groups())
+            continue
+        m = USED.search(line)
+        if m and entry and arch:
+            r = rows[(entry, arch)]
+            r["registers"] = int(m.group(1))
+            s = SMEM.search(line)
+            r["smem"] = int(s.group(1)) if s else 0
+            b = BARRIERS.search(line)
+            r["barriers"] = int(b.group(1)) if b else None
+    return list(rows.values())
+
+
+def new_row(source, name, arch, is_entry):
+    return {"file": source, "name": name, "arch": arch, "entry": is_entry, "registers": None, "stack": 0,
+            "spill_stores": 0, "spill_loads": 0, "smem": 0, "barriers": None}
+
+
+def demangle(names):
+    tool = shutil.which("c++filt") or shutil.which("cu++filt")
+    if not tool or not names:
+        return {n: n for n in names}
+    out = subprocess.run([tool], input="\n".join(names), capture_output=True, text=True).stdout.splitlines()
+    return dict(zip(names, out)) if len(out) == len(names) else {n: n for n in names}
+
+
+def cell(v):
+    return "" if v is None else str(v)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("logs", nargs="*", help="nvcc -Xptxas -v outputs, one per .cu file")
+    ap.add_argument("--out", help="write the markdown table here too")
+    args = ap.parse_args()
+
+    rows = []
+    for path in args.logs:
+        source = os.path.basename(path)
+        source = source[:-4] if source.endswith(".log") else source
+        with open(path, encoding="utf-8", errors="replace") as f:
+            rows += parse(f.read(), source)
+    pretty = demangle(sorted({r["name"] for r in rows}))
+    for r in rows:
+        r["pretty"] = pretty.get(r["name"], r["name"]) + ("" if r["entry"] else " (device function)")
+    rows.sort(key=lambda r: (r["file"], r["pretty"], r["arch"]))
+
+    lines = ["| file | kernel | arch | registers | stack frame (B) | spill stores (B) | spill loads (B) | "
+             "static shared (B) | barriers |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        name = r["pretty"].replace("|", "\\|")
+        lines.append(f"| {r['file']} | `{name}` | {r['arch']} | {cell(r['registers'])} | {r['stack']} | "
+                     f"{r['spill_stores']} | {r['spill_loads']} | {r['smem']} | {cell(r['barriers'])} |")
+    spills = [r for r in rows if r["spill_stores"] or r["spill_loads"]]
+    kernels = len({(r["file"], r["name"]) for r in rows if r["entry"]})
+    summary = (f"{kernels} kernels in {len(args.logs)} files, {len(rows)} rows (kernel x arch); "
+               f"{len(spills)} with register spills")
+    table = "# CUDA kernels: ptxas resource usage\n\n" + summary + ".\n\n" + "\n".join(lines) + "\n"
+    if args.out:
+        os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+        with open(args.out, "w", encoding="utf-8") as f:
+            f.write(table)
+    print(table)
+    if spills:
+        print("✗ cuda-check: register spills (each costs local-memory traffic on every launch):", file=sys.stderr)
+        for r in spills:
+            print(f"  {r['file']}: {r['pretty']} ({r['arch']}): {r['spill_stores']} bytes spill stores, "
+                  f"{r['spill_loads']} bytes spill loads, {cell(r['registers'])} registers", file=sys.stderr)
+        return 1
+    print(f"✓ cuda-check: {summary}" + (f" (table: {args.out})" if args.out else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
