@@ -24,7 +24,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <numeric>
+#include <string>
 #include <vector>
 #include "engine/cuda/kernel.h"
 #include "engine/cuda/runtime.h"
@@ -496,14 +498,19 @@ TEST_CASE("emulator: counters count launches, threads and fiber switches", "[cud
     std::vector<float> h = out.host();
     for (int b = 0; b < 4; b++)
         for (int t = 0; t < 256; t++) REQUIRE(h[b * 256 + t] == (float)(255 - t));
-    // A kernel without barriers runs without fibers from its second launch on.
+    // A kernel without barriers: one switch per thread with the asm switch; with ucontext, plain
+    // calls from its second launch on (unless INITLAB_EMU_FIBERS=1).
     DeviceBuffer<int> idx(1000);
     KERNEL_LAUNCH(write_index_kernel, 4, 256, 0, idx.p, (int64_t)1000);
     emu::Counters c2 = emu::counters();
     KERNEL_LAUNCH(write_index_kernel, 4, 256, 0, idx.p, (int64_t)1000);
     emu::Counters c3 = emu::counters();
     REQUIRE(c3.threads - c2.threads == 1024);
-    REQUIRE(c3.switches == c2.switches);
+    const char* fibers = std::getenv("INITLAB_EMU_FIBERS");
+    if (std::string(emu::context_switch()) == "asm" || (fibers && fibers[0] == '1'))
+        REQUIRE(c3.switches - c2.switches == 1024);
+    else
+        REQUIRE(c3.switches == c2.switches);
 }
 
 TEST_CASE("emulator: both context switches (asm, ucontext) give the same results", "[cuda][emulator]") {
@@ -564,6 +571,18 @@ namespace {
 __global__ void write_last_kernel(float* x, int64_t n) {
     GRID_STRIDE_LOOP(i, n) x[i] = 1.f;
 }
+// Reports which bytes around the end of a shared array and of the dynamic shared memory ASan
+// guards (33 floats each).
+__global__ void shared_bounds_kernel(int* out) {
+    SHARED_ARRAY(float, s, 33);
+    DYNAMIC_SHARED(float, d);
+    if (threadIdx.x == 0) {
+        out[0] = __asan_address_is_poisoned(s + 32);
+        out[1] = __asan_address_is_poisoned(s + 33);
+        out[2] = __asan_address_is_poisoned(d + 32);
+        out[3] = __asan_address_is_poisoned(d + 33);
+    }
+}
 // The planted bug: one past the end (i <= n).
 __global__ void write_one_past_end_kernel(float* x, int64_t n) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i <= n; i += (int64_t)blockDim.x * gridDim.x)
@@ -579,6 +598,10 @@ TEST_CASE("emulator: ASan knows where device buffers and shared arrays end", "[c
         KERNEL_LAUNCH(write_last_kernel, blocks_for(n), 256, 0, x.p, n);  // in bounds: no report
         for (float v : x.host()) REQUIRE(v == 1.f);
     }
+    // Shared memory: a buffer of exactly the size declared (one past the end is a report too).
+    DeviceBuffer<int> flags(4);
+    KERNEL_LAUNCH(shared_bounds_kernel, 1, 32, 33 * sizeof(float), flags.p);
+    REQUIRE(flags.host() == std::vector<int>{0, 1, 0, 1});
     // Kernels with barriers (fibers on their own stacks) and shared memory run clean under ASan.
     DeviceBuffer<float> out(2 * 1024);
     KERNEL_LAUNCH(one_barrier_kernel, 2, 1024, 0, out.p);

@@ -13,9 +13,12 @@
 //     count as there, as on a GPU), all at the same __syncthreads() (two different ones are an
 //     error: a barrier in a branch only some threads take);
 //   - anything else is a deadlock (a barrier some threads never reach) and an error.
-// Fibers cost a context switch per thread and barrier, so a kernel whose first launch reached no
-// barrier at all runs its later launches as plain calls (still in random order); if such a launch
-// then reaches a barrier after all, that is reported, and INITLAB_EMU_FIBERS=1 forces fibers.
+// A thread gets a fiber stack when it first runs and gives it to the next thread when it ends, so
+// a kernel without barriers runs on one warm stack. With the asm context switch every launch runs
+// this way (about 20 ns per thread more than a plain call). With the ucontext switch (a system
+// call per switch), a kernel whose first launch reached no barrier at all runs its later launches
+// as plain calls (still in random order); if such a launch then reaches a barrier after all, that
+// is reported, and INITLAB_EMU_FIBERS=1 forces fibers.
 //
 // Device memory is host memory from posix_memalign with exactly the size asked (so AddressSanitizer
 // sees a kernel's out-of-bounds access), filled with the poison pattern, and recorded, so copies
@@ -87,6 +90,7 @@ struct Fiber {
     ucontext_t ctx;      // the ucontext switch's saved context
     void* sp = nullptr;  // the asm switch's saved stack pointer
     char* stack = nullptr;
+    int stack_index = -1;  // -1: not started yet
     State state = State::Ready;
     int lane = 0, warp = 0;
     // The warp op this thread waits at.
@@ -130,8 +134,11 @@ thread_local ThreadState* g_self = nullptr;
 thread_local Launch* g_launch = nullptr;
 thread_local BlockRun* g_block = nullptr;
 
-// Stacks are kept for the next launch; each has a guard page below it so an overflow faults.
+// Fiber stacks, mapped once and kept for later launches; each has a guard page below it so an
+// overflow faults. A stack serves one thread from its first switch to its end and then the next
+// thread to start, so a block whose threads never wait runs on one warm stack.
 std::vector<char*> g_stacks;
+std::vector<char> g_stack_dirty;  // holds frames abandoned mid-kernel by a block that failed
 
 char* stack_for(size_t i) {
     while (g_stacks.size() <= i) {
@@ -140,6 +147,7 @@ char* stack_for(size_t i) {
         if (p == MAP_FAILED) fail("cannot map a fiber stack");
         mprotect(p, kPageBytes, PROT_NONE);
         g_stacks.push_back(static_cast<char*>(p) + kPageBytes);
+        g_stack_dirty.push_back(0);
     }
     return g_stacks[i];
 }
@@ -304,22 +312,21 @@ void fiber_entry() {
     std::abort();
 }
 
-// Fiber stacks [0, g_dirty_stacks) may hold frames abandoned mid-kernel by a block that failed.
-size_t g_dirty_stacks = 0;
-
-// A fresh context for f, starting at fiber_entry on its own stack.
-void prepare_fiber(Fiber& f, size_t index) {
-    f.stack = stack_for(index);
+// A fresh context for f, starting at fiber_entry on stack `index`.
+void prepare_fiber(Fiber& f, int index) {
+    f.stack = stack_for((size_t)index);
+    f.stack_index = index;
 #if EMU_ASAN
     // Shadow poison left by earlier fibers on this stack (redzones of frames that never returned:
     // the last frames of a finished fiber, or every frame of one abandoned after an error) would
     // give false reports in the new fiber's frames. (ASan's swapcontext interceptor does this for
     // the ucontext path, for the whole stack at every switch.)
     if (!g_use_ucontext) {
-        size_t clean = index < g_dirty_stacks ? kStackBytes : (16 << 10);
+        size_t clean = g_stack_dirty[index] ? kStackBytes : (16 << 10);
         __asan_unpoison_memory_region(f.stack + kStackBytes - clean, clean);
     }
 #endif
+    g_stack_dirty[index] = 0;
 #if EMU_ASM_SWITCH
     if (!g_use_ucontext) {
         f.sp = asm_context(f.stack, kStackBytes, fiber_entry);
@@ -450,6 +457,7 @@ void run_block(Launch& L, uint3 block_idx, std::vector<Fiber>& fs, std::vector<i
         f.state = State::Ready;
         f.lane = (int)(t % 32);
         f.warp = (int)(t / 32);
+        f.stack_index = -1;
     }
     std::shuffle(order.begin(), order.end(), g_order_rng);
     g_counters.threads += n;
@@ -463,26 +471,47 @@ void run_block(Launch& L, uint3 block_idx, std::vector<Fiber>& fs, std::vector<i
         return;
     }
 
-    for (unsigned t = 0; t < n; t++) prepare_fiber(fs[t], t);
-    size_t dirty_before = g_dirty_stacks;
-    g_dirty_stacks = std::max<size_t>(g_dirty_stacks, n);  // until every fiber has ended
+    // A thread gets a stack when it first runs; an ended thread's stack goes to the next one.
+    std::vector<int> free_stacks;
+    int next_stack = 0;
+    // On an error the block stops: the stacks of threads that had not ended hold abandoned frames.
+    auto abandon = [&] {
+        for (Fiber& f : fs)
+            if (f.stack_index >= 0 && f.state != State::Done) g_stack_dirty[f.stack_index] = 1;
+        g_block = nullptr;
+    };
     for (;;) {
-        for (int t : order)
-            if (fs[t].state == State::Ready) {
-                switch_to_fiber(b, fs[t]);
-                if (b.error) break;
+        for (int t : order) {
+            Fiber& f = fs[t];
+            if (f.state != State::Ready) continue;
+            if (f.stack_index < 0) {
+                int s = next_stack;
+                if (!free_stacks.empty()) { s = free_stacks.back(); free_stacks.pop_back(); }
+                else next_stack++;
+                prepare_fiber(f, s);
             }
+            switch_to_fiber(b, f);
+            if (b.error) break;
+            if (f.state == State::Done) free_stacks.push_back(f.stack_index);
+        }
         if (b.error) break;
         bool all_done = true;
         for (Fiber& f : fs)
             if (f.state != State::Done) { all_done = false; break; }
         if (all_done) break;
-        if (!release_waiting(fs, L)) fail(deadlock_report(fs, L));
+        try {
+            if (!release_waiting(fs, L)) fail(deadlock_report(fs, L));
+        } catch (...) {
+            abandon();
+            throw;
+        }
         std::shuffle(order.begin(), order.end(), g_order_rng);
     }
+    if (b.error) {
+        abandon();
+        std::rethrow_exception(b.error);
+    }
     g_block = nullptr;
-    if (b.error) std::rethrow_exception(b.error);
-    g_dirty_stacks = dirty_before > n ? dirty_before : 0;
 }
 
 Fiber& current_fiber(const char* what) {
@@ -614,7 +643,7 @@ void launch(const char* name, const void* kernel, dim3 grid, dim3 block, size_t 
 
     auto known = g_kernel_syncs.find(kernel);
     Launch L{name, kernel, grid, block, dynamic_smem, limit, &body,
-             g_force_fibers || known == g_kernel_syncs.end() || known->second, false};
+             g_force_fibers || !g_use_ucontext || known == g_kernel_syncs.end() || known->second, false};
     g_counters.launches++;
     std::vector<Fiber> fibers(threads);
     std::vector<int> order(threads);
