@@ -394,6 +394,19 @@ TEST_CASE("emulator: host code touching device memory is an error", "[cuda][emul
     REQUIRE(emu::is_device_pointer(t.raw_f32()));
 }
 
+TEST_CASE("emulator: a host pointer as a kernel argument is an error", "[cuda][emulator]") {
+    // (The check the launch helper makes before an emulated launch: engine/cuda/kernel.h.)
+    DeviceBuffer<float> dev(8);
+    std::vector<float> host(8);
+    const float* nothing = nullptr;
+    emu::check_kernel_args("copy_f32_kernel", (const float*)dev.p, dev.p + 3, (int64_t)8);
+    emu::check_kernel_args("copy_f32_kernel", nothing, dev.p + 8, 0);  // null, one past the end
+    REQUIRE_THROWS_WITH(emu::check_kernel_args("copy_f32_kernel", (const float*)host.data(), dev.p, (int64_t)8),
+                        Contains("copy_f32_kernel") && Contains("argument 0") && Contains("not device memory"));
+    REQUIRE_THROWS_WITH(emu::check_kernel_args("copy_f32_kernel", (const float*)dev.p, dev.p + 9, (int64_t)8),
+                        Contains("argument 1"));
+}
+
 TEST_CASE("emulator: cudaMemcpy in the wrong direction is an error", "[cuda][emulator]") {
     std::vector<float> host_a(16, 1.f), host_b(16, 2.f);
     DeviceBuffer<float> dev(16), dev2(16);

@@ -33,7 +33,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <iterator>
 #include <map>
+#include <mutex>
 #include <random>
 #include <unordered_map>
 #include <vector>
@@ -77,6 +79,7 @@ constexpr size_t kOptinSharedLimit = 227 << 10;   // H100's maximum with the opt
 constexpr size_t kStackBytes = EMU_ASAN ? (512 << 10) : (128 << 10);
 constexpr size_t kPageBytes = 4096;
 
+std::mutex g_launch_mu;
 std::unordered_map<const void*, size_t> g_shared_optin;   // kernel -> opted-in dynamic bytes
 std::unordered_map<const void*, bool> g_kernel_syncs;     // kernel -> reached a barrier in its first launch
 
@@ -373,7 +376,7 @@ bool release_waiting(std::vector<Fiber>& fs, const Launch& L) {
                 fail(std::string("kernel ") + L.name + ": " + waiting->warp_kind + " at " + where(*waiting) +
                      " names lane " + std::to_string(l) + " in its mask, but that thread has exited");
             if (o.state != State::AtWarpOp) { all_there = false; continue; }
-            if (o.warp_mask != mask || o.warp_kind != waiting->warp_kind)
+            if (o.warp_mask != mask || std::strcmp(o.warp_kind, waiting->warp_kind) != 0)
                 fail(std::string("kernel ") + L.name + ": lanes of one warp wait at different warp ops (" +
                      waiting->warp_kind + " at " + where(*waiting) + ", " + o.warp_kind + " at " + where(o) + ")");
         }
@@ -557,13 +560,13 @@ uint64_t warp_exchange(const char* kind, unsigned mask, uint64_t value, int src_
     return f.warp_result;
 }
 
-unsigned warp_ballot(unsigned mask, bool pred) {
-    Fiber& f = current_fiber("__ballot_sync");
+unsigned warp_ballot(const char* kind, unsigned mask, bool pred) {
+    Fiber& f = current_fiber(kind);
     if (!(mask >> f.lane & 1u))
-        fail(std::string("kernel ") + g_launch->name + ": __ballot_sync at " + where(f) +
+        fail(std::string("kernel ") + g_launch->name + ": " + kind + " at " + where(f) +
              " with a mask that leaves out the calling lane");
     f.state = State::AtWarpOp;
-    f.warp_kind = "__ballot_sync";
+    f.warp_kind = kind;
     f.warp_mask = mask;
     f.warp_value = pred;
     f.warp_is_ballot = true;
@@ -622,6 +625,8 @@ const char* set_ucontext(bool on) {
 void launch(const char* name, const void* kernel, dim3 grid, dim3 block, size_t dynamic_smem,
             const std::function<void()>& body) {
     if (g_launch) fail(std::string("kernel ") + name + " launched from inside kernel " + g_launch->name);
+    // One launch at a time (the stacks, the order generator and the caches are shared).
+    std::lock_guard<std::mutex> lock(g_launch_mu);
     uint64_t threads = (uint64_t)block.x * block.y * block.z;
     std::string k = std::string("kernel ") + name + ": ";
     if (threads == 0 || grid.x == 0 || grid.y == 0 || grid.z == 0)
@@ -679,11 +684,13 @@ void launch(const char* name, const void* kernel, dim3 grid, dim3 block, size_t 
 // Device memory bookkeeping.
 
 namespace {
+// Allocations may come from loader threads while the main thread launches and copies.
+std::mutex g_allocs_mu;
 std::map<uintptr_t, size_t> g_allocs;  // start -> bytes
 size_t g_live_bytes = 0;
 thread_local cudaError_t g_last_error = cudaSuccess;
 
-// The allocation containing [p, p + bytes), or end().
+// The allocation containing [p, p + bytes), or end() (g_allocs_mu held).
 std::map<uintptr_t, size_t>::iterator find_alloc(const void* p, size_t bytes) {
     uintptr_t a = reinterpret_cast<uintptr_t>(p);
     auto it = g_allocs.upper_bound(a);
@@ -691,6 +698,12 @@ std::map<uintptr_t, size_t>::iterator find_alloc(const void* p, size_t bytes) {
     --it;
     if (a >= it->first && a + bytes <= it->first + std::max<size_t>(it->second, 1)) return it;
     return g_allocs.end();
+}
+
+// [p, p + bytes) lies inside one live device allocation.
+bool inside_device(const void* p, size_t bytes) {
+    std::lock_guard<std::mutex> lock(g_allocs_mu);
+    return find_alloc(p, bytes) != g_allocs.end();
 }
 
 std::string hex(const void* p) {
@@ -701,7 +714,7 @@ std::string hex(const void* p) {
 
 void check_copy(const char* call, void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
     if (bytes == 0) return;
-    bool dst_dev = find_alloc(dst, bytes) != g_allocs.end(), src_dev = find_alloc(src, bytes) != g_allocs.end();
+    bool dst_dev = inside_device(dst, bytes), src_dev = inside_device(src, bytes);
     bool want_dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
     bool want_src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
     const char* names[] = {"HostToHost", "HostToDevice", "DeviceToHost", "DeviceToDevice", "Default"};
@@ -712,14 +725,31 @@ void check_copy(const char* call, void* dst, const void* src, size_t bytes, cuda
         return;
     }
     if (want_dst_dev && !dst_dev) fail(c + "destination " + hex(dst) + " is not (all) inside device memory");
-    if (!want_dst_dev && find_alloc(dst, 1) != g_allocs.end()) fail(c + "destination " + hex(dst) + " is device memory");
+    if (!want_dst_dev && inside_device(dst, 1)) fail(c + "destination " + hex(dst) + " is device memory");
     if (want_src_dev && !src_dev) fail(c + "source " + hex(src) + " is not (all) inside device memory");
-    if (!want_src_dev && find_alloc(src, 1) != g_allocs.end()) fail(c + "source " + hex(src) + " is device memory");
+    if (!want_src_dev && inside_device(src, 1)) fail(c + "source " + hex(src) + " is device memory");
 }
 }  // namespace
 
-bool is_device_pointer(const void* p) { return find_alloc(p, 1) != g_allocs.end(); }
-size_t live_device_bytes() { return g_live_bytes; }
+bool is_device_pointer(const void* p) { return inside_device(p, 1); }
+size_t live_device_bytes() {
+    std::lock_guard<std::mutex> lock(g_allocs_mu);
+    return g_live_bytes;
+}
+
+void check_kernel_pointer(const char* kernel, int index, const void* p) {
+    if (!p) return;
+    {
+        std::lock_guard<std::mutex> lock(g_allocs_mu);
+        if (find_alloc(p, 1) != g_allocs.end()) return;
+        // One past the end of an allocation (an empty view at its end) is a pointer, not an access.
+        uintptr_t a = reinterpret_cast<uintptr_t>(p);
+        auto it = g_allocs.lower_bound(a);
+        if (it != g_allocs.begin() && std::prev(it)->first + std::prev(it)->second == a) return;
+    }
+    fail("kernel " + std::string(kernel) + ": argument " + std::to_string(index) + " is the pointer " + hex(p) +
+         ", not device memory (a kernel reading host memory faults with an illegal address on a GPU)");
+}
 
 }  // namespace emu
 
@@ -785,7 +815,8 @@ cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
 
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
     *total_bytes = size_t(16) << 30;
-    *free_bytes = *total_bytes > emu::g_live_bytes ? *total_bytes - emu::g_live_bytes : 0;
+    size_t live = emu::live_device_bytes();
+    *free_bytes = *total_bytes > live ? *total_bytes - live : 0;
     return cudaSuccess;
 }
 
@@ -801,6 +832,7 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
     if (bytes == 0) return cudaSuccess;
     if (posix_memalign(p, 256, bytes) != 0) { *p = nullptr; return emu::g_last_error = cudaErrorMemoryAllocation; }
     emu::fill_poison(*p, bytes);
+    std::lock_guard<std::mutex> lock(emu::g_allocs_mu);
     g_allocs[reinterpret_cast<uintptr_t>(*p)] = bytes;
     emu::g_live_bytes += bytes;
     return cudaSuccess;
@@ -808,10 +840,13 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
 
 cudaError_t cudaFree(void* p) {
     if (!p) return cudaSuccess;
-    auto it = g_allocs.find(reinterpret_cast<uintptr_t>(p));
-    if (it == g_allocs.end()) emu::fail("cudaFree(" + emu::hex(p) + "): not the start of a live device allocation");
-    emu::g_live_bytes -= it->second;
-    g_allocs.erase(it);
+    {
+        std::lock_guard<std::mutex> lock(emu::g_allocs_mu);
+        auto it = g_allocs.find(reinterpret_cast<uintptr_t>(p));
+        if (it == g_allocs.end()) emu::fail("cudaFree(" + emu::hex(p) + "): not the start of a live device allocation");
+        emu::g_live_bytes -= it->second;
+        g_allocs.erase(it);
+    }
     std::free(p);
     return cudaSuccess;
 }
@@ -836,7 +871,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
     return cudaSuccess;
 }
 cudaError_t cudaMemset(void* p, int value, size_t bytes) {
-    if (bytes && emu::find_alloc(p, bytes) == g_allocs.end())
+    if (bytes && !emu::inside_device(p, bytes))
         emu::fail("cudaMemset(" + emu::hex(p) + ", " + std::to_string(bytes) + " bytes): not (all) inside device memory");
     if (bytes) std::memset(p, value, bytes);
     return cudaSuccess;

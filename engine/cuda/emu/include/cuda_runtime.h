@@ -21,6 +21,7 @@
 #include <source_location>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #define __global__
 #define __device__
@@ -66,7 +67,7 @@ void syncthreads(const char* file, unsigned line);
 // One warp-wide exchange: every lane in `mask` deposits `value` and reads the value deposited by
 // lane `src_lane` (its own if that lane is outside the width segment); kind names the op for errors.
 uint64_t warp_exchange(const char* kind, unsigned mask, uint64_t value, int src_lane);
-unsigned warp_ballot(unsigned mask, bool pred);
+unsigned warp_ballot(const char* kind, unsigned mask, bool pred);
 
 constexpr uint32_t kPoison = 0x7FBADBADu;  // a NaN as float32, 2142952365 as int32
 void fill_poison(void* p, size_t bytes);
@@ -141,10 +142,10 @@ inline T __shfl_sync(unsigned mask, T v, int srcLane, int width = warpSize) {
     int lane = __lane_id_emu(), base = lane / width * width, src = base + ((srcLane % width) + width) % width;
     return __emu_from_bits<T>(emu::warp_exchange("__shfl_sync", mask, __emu_to_bits(v), src));
 }
-inline unsigned __ballot_sync(unsigned mask, int pred) { return emu::warp_ballot(mask, pred != 0); }
-inline int __all_sync(unsigned mask, int pred) { return (emu::warp_ballot(mask, pred != 0) & mask) == mask; }
-inline int __any_sync(unsigned mask, int pred) { return emu::warp_ballot(mask, pred != 0) != 0; }
-inline void __syncwarp(unsigned mask = 0xffffffffu) { (void)emu::warp_ballot(mask, true); }
+inline unsigned __ballot_sync(unsigned mask, int pred) { return emu::warp_ballot("__ballot_sync", mask, pred != 0); }
+inline int __all_sync(unsigned mask, int pred) { return (emu::warp_ballot("__all_sync", mask, pred != 0) & mask) == mask; }
+inline int __any_sync(unsigned mask, int pred) { return emu::warp_ballot("__any_sync", mask, pred != 0) != 0; }
+inline void __syncwarp(unsigned mask = 0xffffffffu) { (void)emu::warp_ballot("__syncwarp", mask, true); }
 
 // Blocks of one launch run one after another on one host thread and the threads of a block are
 // fibers of that thread, so a plain read-modify-write is atomic here; the functions keep CUDA's
@@ -278,4 +279,21 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
 namespace emu {
 bool is_device_pointer(const void* p);
 size_t live_device_bytes();
+
+// A kernel's pointer arguments must be device memory (or null, or one past the end of an
+// allocation): a kernel dereferencing a host pointer faults on a GPU (illegal address) but would
+// quietly work here. check_kernel_args(name, args...) checks every object-pointer argument and
+// throws emu::Error naming the kernel and the argument; the launch helper calls it.
+void check_kernel_pointer(const char* kernel, int index, const void* p);
+template <typename... A>
+void check_kernel_args(const char* kernel, const A&... args) {
+    int index = 0;
+    (
+        [&] {
+            if constexpr (std::is_pointer_v<A> && std::is_object_v<std::remove_pointer_t<A>>)
+                check_kernel_pointer(kernel, index, (const void*)args);
+            index++;
+        }(),
+        ...);
+}
 }  // namespace emu
