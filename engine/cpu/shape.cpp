@@ -72,4 +72,25 @@ void gather_backward(const float* g, int64_t outer, int64_t n, int64_t inner, co
             }
 }
 
+void masked_fill(const float* x, const Shape& xs, const float* mask, const Shape& ms, float value, float* out) {
+    // Mask strides per dim of x (0 where the mask repeats), dims aligned from the right.
+    int nd = xs.ndim;
+    int64_t mstride[kMaxDims] = {};
+    int64_t s = 1;
+    for (int i = ms.ndim - 1, d = nd - 1; i >= 0; i--, d--) {
+        if (ms[i] != 1) mstride[d] = s;
+        s *= ms[i];
+    }
+    int64_t n = xs.numel();
+    #pragma omp parallel for if (n > (1 << 15))
+    for (int64_t i = 0; i < n; i++) {
+        int64_t rem = i, off = 0;
+        for (int d = nd - 1; d >= 0 && rem > 0; d--) {
+            off += (rem % xs[d]) * mstride[d];
+            rem /= xs[d];
+        }
+        out[i] = mask[off] != 0.f ? value : x[i];
+    }
+}
+
 }  // namespace engine::cpu

@@ -19,5 +19,9 @@ void index_add(const float* g, int64_t outer, int64_t n, int64_t inner, const in
 // torch.gather along the middle dim: out[o, j, i] = x[o, index[o, j, i], i], index [outer, m, inner].
 void gather(const float* x, int64_t outer, int64_t n, int64_t inner, const int32_t* index, int64_t m, float* out);
 void gather_backward(const float* g, int64_t outer, int64_t n, int64_t inner, const int32_t* index, int64_t m, float* dx);
+// out = mask != 0 ? value : x, elementwise over x [xs]; mask [ms] broadcasts to xs (dims aligned
+// from the right, size-1 or missing dims repeat). The backward of masked_fill is the same call on
+// the gradient with value 0.
+void masked_fill(const float* x, const Shape& xs, const float* mask, const Shape& ms, float value, float* out);
 
 }  // namespace engine::cpu

@@ -1,11 +1,17 @@
-// engine/ops/matmul.cpp: matmul and linear, forward and backward side by side.
+// engine/ops/matmul.cpp: matmul and linear, forward and backward side by side. The GEMMs run on
+// the operands' device (ON_DEVICE: OpenBLAS on the CPU, cuBLAS on the GPU, engine/cuda/matmul.cu);
+// every tensor made here is on that device.
 #include "engine/ops/matmul.h"
 
 #include "engine/autograd.h"
 #include "engine/cpu/matmul.h"
 #include "engine/cpu/reduce.h"
 #include "engine/ops/common.h"
+#include "engine/ops/dispatch.h"
 #include "engine/ops/reduce.h"
+#ifdef ENGINE_CUDA
+#include "engine/cuda/matmul.h"
+#endif
 
 namespace engine {
 
@@ -40,12 +46,13 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
     }
     out_dims.push_back(M);
     out_dims.push_back(N);
-    Tensor out = Tensor::empty(Shape(out_dims));
+    Tensor out = a.new_empty(Shape(out_dims));
+    Device dev = a.device();
     if (a_batched && !b_batched && !ta)  // rows of all batch entries form one tall GEMM
-        cpu::gemm(false, tb, batch * M, N, K, 1.f, a.data_f32(), b.data_f32(), 0.f, out.data_f32());
+        ON_DEVICE(dev, gemm)(false, tb, batch * M, N, K, 1.f, a.raw_f32(), b.raw_f32(), 0.f, out.raw_f32());
     else
-        cpu::gemm_batched(ta, tb, batch, M, N, K, a.data_f32(), a_batched ? M * K : 0, b.data_f32(),
-                          b_batched ? K * N : 0, out.data_f32(), M * N);
+        ON_DEVICE(dev, gemm_batched)(ta, tb, batch, M, N, K, a.raw_f32(), a_batched ? M * K : 0, b.raw_f32(),
+                                     b_batched ? K * N : 0, out.raw_f32(), M * N);
 
     return attach(out, "matmul", {a, b}, [a, b, ta, tb](const Tensor& g) {
         Tensor da, db;
@@ -58,10 +65,13 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
 }
 
 // y = x·Wᵀ + b over rows R = numel(x)/in:  dx = dy·W,  dW = dyᵀ·x,  db = Σ_rows dy.
+// On the GPU the bias rows and db are GEMMs too, with a column of ones (1_R): y = 1_R·bᵀ first
+// (a rank-1 product, K = 1), then += x·Wᵀ (beta = 1); db = 1_Rᵀ·dy.
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
     expect_f32("linear", x, "x");
     expect_f32("linear", w, "weight");
     expect_same_device("linear", x, w);
+    if (b.defined()) expect_same_device("linear", x, b);
     check(w.ndim() == 2, "linear: weight must be [out, in], got {}", w.shape().str());
     int64_t in = w.size(1), out_f = w.size(0);
     check(x.ndim() >= 1 && x.size(-1) == in, "linear: input {} does not end in in_features={} (weight {})",
@@ -74,28 +84,40 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
     int64_t rows = x.numel() / in;
     Shape os = x.shape();
     os[os.ndim - 1] = out_f;
-    Tensor y = Tensor::empty(os);
-    float* py = y.data_f32();
+    Tensor y = x.new_empty(os);
+    Device dev = x.device();
+    float* py = y.raw_f32();
     if (b.defined()) {
-        const float* pb = b.data_f32();
-        for (int64_t r = 0; r < rows; r++)
-            for (int64_t j = 0; j < out_f; j++) py[r * out_f + j] = pb[j];
+        if (dev == Device::CPU) {
+            const float* pb = b.data_f32();
+            for (int64_t r = 0; r < rows; r++)
+                for (int64_t j = 0; j < out_f; j++) py[r * out_f + j] = pb[j];
+        } else {
+            Tensor ones = x.new_full({rows}, 1.f);
+            ON_DEVICE(dev, gemm)(false, false, rows, out_f, 1, 1.f, ones.raw_f32(), b.raw_f32(), 0.f, py);
+        }
     }
-    cpu::gemm(false, true, rows, out_f, in, 1.f, x.data_f32(), w.data_f32(), b.defined() ? 1.f : 0.f, py);
+    ON_DEVICE(dev, gemm)(false, true, rows, out_f, in, 1.f, x.raw_f32(), w.raw_f32(), b.defined() ? 1.f : 0.f, py);
 
     return attach(y, "linear", {x, w, b}, [x, w, b, rows, in, out_f](const Tensor& g) {
         Tensor dx, dw, db;
+        Device dev = g.device();
         if (x.requires_grad()) {
-            dx = Tensor::empty(x.shape());
-            cpu::gemm(false, false, rows, in, out_f, 1.f, g.data_f32(), w.data_f32(), 0.f, dx.data_f32());
+            dx = g.new_empty(x.shape());
+            ON_DEVICE(dev, gemm)(false, false, rows, in, out_f, 1.f, g.raw_f32(), w.raw_f32(), 0.f, dx.raw_f32());
         }
         if (w.requires_grad()) {
-            dw = Tensor::empty(w.shape());
-            cpu::gemm(true, false, out_f, in, rows, 1.f, g.data_f32(), x.data_f32(), 0.f, dw.data_f32());
+            dw = g.new_empty(w.shape());
+            ON_DEVICE(dev, gemm)(true, false, out_f, in, rows, 1.f, g.raw_f32(), x.raw_f32(), 0.f, dw.raw_f32());
         }
         if (b.defined() && b.requires_grad()) {
-            db = Tensor::empty(b.shape());
-            cpu::sum_dim(g.data_f32(), db.data_f32(), 1, rows, out_f);
+            db = g.new_empty(b.shape());
+            if (dev == Device::CPU) {
+                cpu::sum_dim(g.data_f32(), db.data_f32(), 1, rows, out_f);
+            } else {
+                Tensor ones = g.new_full({rows}, 1.f);
+                ON_DEVICE(dev, gemm)(false, false, 1, out_f, rows, 1.f, ones.raw_f32(), g.raw_f32(), 0.f, db.raw_f32());
+            }
         }
         return std::vector<Tensor>{dx, dw, db};
     });

@@ -1,4 +1,13 @@
-// engine/ops/shape.cpp: data-movement ops, forward and backward side by side.
+// engine/ops/shape.cpp: data-movement ops, forward and backward side by side. Each runs on its
+// input's device (ON_DEVICE picks engine/cpu/shape.cpp or engine/cuda/shape.cu) and makes its
+// outputs and gradients there; inputs on different devices are an error naming the op.
+//
+// Index checks: on the CPU the indices are read directly. On the GPU a kernel first tells whether
+// any index is out of range (cuda::any_out_of_range: one pass and a 4-byte copy back, so the host
+// waits for the stream there); only when one is, the indices are copied to the host to name the
+// first bad one with the same message as on the CPU.
+//
+// causal_mask(T) keeps its signature and makes a CPU tensor (callers move it with .to(device)).
 #include "engine/ops/shape.h"
 
 #include <cstring>
@@ -6,7 +15,11 @@
 #include "engine/autograd.h"
 #include "engine/cpu/shape.h"
 #include "engine/ops/common.h"
+#include "engine/ops/dispatch.h"
 #include "engine/ops/elementwise.h"
+#ifdef ENGINE_CUDA
+#include "engine/cuda/shape.h"
+#endif
 
 namespace engine {
 
@@ -28,8 +41,8 @@ Tensor permute(const Tensor& x, std::vector<int> dims) {
     }
     Shape os = xs;
     for (int i = 0; i < xs.ndim; i++) os[i] = xs[dims[i]];
-    Tensor out = Tensor::empty(os);
-    cpu::permute(x.data_f32(), xs, dims.data(), out.data_f32());
+    Tensor out = x.new_empty(os);
+    ON_DEVICE(x.device(), permute)(x.raw_f32(), xs, dims.data(), out.raw_f32());
     std::vector<int> inverse(dims.size());
     for (int i = 0; i < (int)dims.size(); i++) inverse[dims[i]] = i;
     return attach(out, "permute", {x}, [inverse](const Tensor& g) { return std::vector<Tensor>{permute(g, inverse)}; });
@@ -53,11 +66,11 @@ Tensor slice(const Tensor& x, int dim, int64_t start, int64_t end) {
     split_at(xs, d, outer, n, inner);
     Shape os = xs;
     os[d] = end - start;
-    Tensor out = Tensor::empty(os);
-    cpu::copy_middle(x.data_f32(), outer, n, inner, start, end - start, out.data_f32());
+    Tensor out = x.new_empty(os);
+    ON_DEVICE(x.device(), copy_middle)(x.raw_f32(), outer, n, inner, start, end - start, out.raw_f32());
     return attach(out, "slice", {x}, [xs, outer, n, inner, start, end](const Tensor& g) {
-        Tensor dx = Tensor::zeros(xs);
-        cpu::place_middle(g.data_f32(), outer, n, inner, start, end - start, dx.data_f32());
+        Tensor dx = g.new_zeros(xs);
+        ON_DEVICE(g.device(), place_middle)(g.raw_f32(), outer, n, inner, start, end - start, dx.raw_f32());
         return std::vector<Tensor>{dx};
     });
 }
@@ -84,7 +97,10 @@ std::vector<Tensor> chunk(const Tensor& x, int chunks, int dim) {
 
 Tensor concat(const std::vector<Tensor>& xs, int dim) {
     check(!xs.empty(), "concat: no tensors given");
-    for (const Tensor& t : xs) expect_f32("concat", t);
+    for (const Tensor& t : xs) {
+        expect_f32("concat", t);
+        expect_same_device("concat", xs[0], t);
+    }
     const Shape& s0 = xs[0].shape();
     int d = normalize_dim(dim, s0.ndim, "concat");
     Shape os = s0;
@@ -96,12 +112,12 @@ Tensor concat(const std::vector<Tensor>& xs, int dim) {
         check(ok, "concat: shape {} does not match {} outside dim {}", s.str(), s0.str(), dim);
         os[d] += s[d];
     }
-    Tensor out = Tensor::empty(os);
+    Tensor out = xs[0].new_empty(os);
     int64_t outer, n, inner, at = 0;
     split_at(os, d, outer, n, inner);
     std::vector<int64_t> sizes;
     for (const Tensor& t : xs) {
-        cpu::place_middle(t.data_f32(), outer, n, inner, at, t.size(d), out.data_f32());
+        ON_DEVICE(out.device(), place_middle)(t.raw_f32(), outer, n, inner, at, t.size(d), out.raw_f32());
         at += t.size(d);
         sizes.push_back(t.size(d));
     }
@@ -113,22 +129,36 @@ static void check_indices(const char* op, const int32_t* idx, int64_t m, int64_t
         check(idx[i] >= 0 && idx[i] < n, "{}: index {} out of range [0, {}) for input {}", op, idx[i], n, xs.str());
 }
 
+// The indices of `index` (any device) in [0, n), else the CPU's error naming the first bad one.
+static void check_indices(const char* op, const Tensor& index, int64_t n, const Shape& xs) {
+#ifdef ENGINE_CUDA
+    if (index.is_cuda()) {
+        if (!cuda::any_out_of_range(index.raw_i32(), index.numel(), n)) return;
+        Tensor host = index.to(Device::CPU);  // the error path only
+        check_indices(op, host.data_i32(), host.numel(), n, xs);
+        return;
+    }
+#endif
+    check_indices(op, index.data_i32(), index.numel(), n, xs);
+}
+
 Tensor index_select(const Tensor& x, int dim, const Tensor& index) {
     expect_f32("index_select", x);
     expect_i32("index_select", index);
+    expect_same_device("index_select", x, index);
     check(index.ndim() == 1, "index_select: index must be 1-d, got {}", index.shape().str());
     const Shape& xs = x.shape();
     int d = normalize_dim(dim, xs.ndim, "index_select");
     int64_t outer, n, inner, m = index.numel();
     split_at(xs, d, outer, n, inner);
-    check_indices("index_select", index.data_i32(), m, n, xs);
+    check_indices("index_select", index, n, xs);
     Shape os = xs;
     os[d] = m;
-    Tensor out = Tensor::empty(os);
-    cpu::index_select(x.data_f32(), outer, n, inner, index.data_i32(), m, out.data_f32());
+    Tensor out = x.new_empty(os);
+    ON_DEVICE(x.device(), index_select)(x.raw_f32(), outer, n, inner, index.raw_i32(), m, out.raw_f32());
     return attach(out, "index_select", {x}, [xs, index, outer, n, inner, m](const Tensor& g) {
-        Tensor dx = Tensor::zeros(xs);
-        cpu::index_add(g.data_f32(), outer, n, inner, index.data_i32(), m, dx.data_f32());
+        Tensor dx = g.new_zeros(xs);
+        ON_DEVICE(g.device(), index_add)(g.raw_f32(), outer, n, inner, index.raw_i32(), m, dx.raw_f32());
         return std::vector<Tensor>{dx};
     });
 }
@@ -136,6 +166,7 @@ Tensor index_select(const Tensor& x, int dim, const Tensor& index) {
 Tensor gather(const Tensor& x, int dim, const Tensor& index) {
     expect_f32("gather", x);
     expect_i32("gather", index);
+    expect_same_device("gather", x, index);
     const Shape &xs = x.shape(), &is = index.shape();
     int d = normalize_dim(dim, xs.ndim, "gather");
     bool ok = is.ndim == xs.ndim;
@@ -143,12 +174,12 @@ Tensor gather(const Tensor& x, int dim, const Tensor& index) {
     check(ok, "gather: index {} must match input {} outside dim {}", is.str(), xs.str(), dim);
     int64_t outer, n, inner, m = is[d];
     split_at(xs, d, outer, n, inner);
-    check_indices("gather", index.data_i32(), index.numel(), n, xs);
-    Tensor out = Tensor::empty(is);
-    cpu::gather(x.data_f32(), outer, n, inner, index.data_i32(), m, out.data_f32());
+    check_indices("gather", index, n, xs);
+    Tensor out = x.new_empty(is);
+    ON_DEVICE(x.device(), gather)(x.raw_f32(), outer, n, inner, index.raw_i32(), m, out.raw_f32());
     return attach(out, "gather", {x}, [xs, index, outer, n, inner, m](const Tensor& g) {
-        Tensor dx = Tensor::zeros(xs);
-        cpu::gather_backward(g.data_f32(), outer, n, inner, index.data_i32(), m, dx.data_f32());
+        Tensor dx = g.new_zeros(xs);
+        ON_DEVICE(g.device(), gather_backward)(g.raw_f32(), outer, n, inner, index.raw_i32(), m, dx.raw_f32());
         return std::vector<Tensor>{dx};
     });
 }
@@ -156,39 +187,38 @@ Tensor gather(const Tensor& x, int dim, const Tensor& index) {
 Tensor embedding(const Tensor& weight, const Tensor& ids) {
     expect_f32("embedding", weight, "weight");
     expect_i32("embedding", ids, "ids");
+    expect_same_device("embedding", weight, ids);
     check(weight.ndim() == 2, "embedding: weight must be [V, D], got {}", weight.shape().str());
     check(ids.ndim() < kMaxDims, "embedding: ids {} have too many dims", ids.shape().str());
     int64_t V = weight.size(0), D = weight.size(1), m = ids.numel();
-    check_indices("embedding", ids.data_i32(), m, V, weight.shape());
+    check_indices("embedding", ids, V, weight.shape());
     std::vector<int64_t> od = ids.shape().vec();
     od.push_back(D);
-    Tensor out = Tensor::empty(Shape(od));
-    cpu::index_select(weight.data_f32(), 1, V, D, ids.data_i32(), m, out.data_f32());
+    Tensor out = weight.new_empty(Shape(od));
+    ON_DEVICE(weight.device(), index_select)(weight.raw_f32(), 1, V, D, ids.raw_i32(), m, out.raw_f32());
     Shape ws = weight.shape();
     return attach(out, "embedding", {weight}, [ws, ids, V, D, m](const Tensor& g) {
-        Tensor dw = Tensor::zeros(ws);
-        cpu::index_add(g.data_f32(), 1, V, D, ids.data_i32(), m, dw.data_f32());
+        Tensor dw = g.new_zeros(ws);
+        ON_DEVICE(g.device(), index_add)(g.raw_f32(), 1, V, D, ids.raw_i32(), m, dw.raw_f32());
         return std::vector<Tensor>{dw};
     });
 }
 
+// out = mask ? value : x;  dx = mask ? 0 : g (the same kernel on the gradient, with value 0).
 Tensor masked_fill(const Tensor& x, const Tensor& mask, float value) {
     expect_f32("masked_fill", x);
     expect_f32("masked_fill", mask, "mask");
+    expect_same_device("masked_fill", x, mask);
     Shape bs = broadcast_shapes(x.shape(), mask.shape(), "masked_fill");
     check(bs == x.shape(), "masked_fill: mask {} does not broadcast to input {}", mask.shape().str(), x.shape().str());
-    Tensor keep;  // 1 where x passes through, 0 where filled; shape of x
-    {
-        NoGrad ng;
-        keep = add(Tensor::zeros(x.shape()), mask.detach());
-        float* k = keep.data_f32();
-        for (int64_t i = 0; i < keep.numel(); i++) k[i] = k[i] != 0.f ? 0.f : 1.f;
-    }
-    Tensor out = Tensor::empty(x.shape());
-    const float *px = x.data_f32(), *pk = keep.data_f32();
-    float* po = out.data_f32();
-    for (int64_t i = 0; i < x.numel(); i++) po[i] = pk[i] != 0.f ? px[i] : value;
-    return attach(out, "masked_fill", {x}, [keep](const Tensor& g) { return std::vector<Tensor>{mul(g, keep)}; });
+    Tensor out = x.new_empty(x.shape());
+    ON_DEVICE(x.device(), masked_fill)(x.raw_f32(), x.shape(), mask.raw_f32(), mask.shape(), value, out.raw_f32());
+    Tensor m = mask.detach();
+    return attach(out, "masked_fill", {x}, [m](const Tensor& g) {
+        Tensor dx = g.new_empty(g.shape());
+        ON_DEVICE(g.device(), masked_fill)(g.raw_f32(), g.shape(), m.raw_f32(), m.shape(), 0.f, dx.raw_f32());
+        return std::vector<Tensor>{dx};
+    });
 }
 
 Tensor causal_mask(int64_t T) {

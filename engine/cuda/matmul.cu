@@ -1,0 +1,114 @@
+// engine/cuda/matmul.cu: GEMMs through cuBLAS with the CPU's row-major interface (engine/cuda/matmul.h).
+//
+// Layout: cuBLAS is column-major, and a row-major [R, C] matrix is, read column-major, its
+// transpose [C, R] with leading dimension C. So the row-major C[M,N] = op(A)·op(B) is computed as
+// the column-major Cᵀ[N,M] = op(B)ᵀ·op(A)ᵀ: cuBLAS gets B as its first operand and A as its second,
+// m = N, n = M, k = K, each with its own transpose flag unchanged, and the leading dimensions are
+// the stored row lengths (B: N, or K when transposed; A: K, or M when transposed; C: N).
+//
+// One cuBLAS handle for the process, created on first use, bound to the backend's stream (so
+// GEMMs are ordered with the kernels), never destroyed (its destruction at exit could run after the
+// CUDA runtime has torn down). Its math mode follows engine::cuda::tf32(): TF32 tensor-op math or
+// full fp32, re-applied whenever the flag changed since the last GEMM.
+#include <cublas_v2.h>
+
+#include <climits>
+#include <mutex>
+#include "engine/cuda/kernel.h"
+#include "engine/cuda/matmul.h"
+
+namespace engine::cuda {
+
+namespace {
+
+std::string shapes(const char* fn, bool ta, bool tb, int64_t batch, int64_t M, int64_t N, int64_t K) {
+    std::string s = std::string(fn) + " (M=" + std::to_string(M) + ", N=" + std::to_string(N) + ", K=" + std::to_string(K);
+    if (batch >= 0) s += ", batch=" + std::to_string(batch);
+    s += std::string(", trans_a=") + (ta ? "true" : "false") + ", trans_b=" + (tb ? "true" : "false") + ")";
+    return s;
+}
+
+void check_cublas(cublasStatus_t st, const char* call, const std::string& where) {
+    if (st != CUBLAS_STATUS_SUCCESS)
+        fail(where + ": " + call + " failed: " + cublasGetStatusName(st) + ": " + cublasGetStatusString(st));
+}
+
+// cuBLAS takes int sizes and leading dimensions: refuse what does not fit rather than wrap.
+void check_int(int64_t v, const char* what, const std::string& where) {
+    if (v > INT_MAX)
+        fail(where + ": " + what + " = " + std::to_string(v) + " exceeds cuBLAS's int limit " + std::to_string(INT_MAX) +
+             " (split the product)");
+}
+
+std::mutex g_mu;  // one handle: GEMMs from several host threads take turns
+cublasHandle_t g_handle = nullptr;
+int g_applied_tf32 = -1;  // math mode last set on the handle (-1: none yet)
+
+// The handle, created on first use, with the math mode of the current tf32() flag. Call with g_mu held.
+cublasHandle_t handle(const std::string& where) {
+    if (!g_handle) {
+        cublasHandle_t h = nullptr;
+        check_cublas(cublasCreate(&h), "cublasCreate", where);
+        check_cublas(cublasSetStream(h, stream()), "cublasSetStream", where);
+        g_handle = h;
+    }
+    int want = tf32() ? 1 : 0;
+    if (want != g_applied_tf32) {
+        check_cublas(cublasSetMathMode(g_handle, want ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
+                     "cublasSetMathMode", where);
+        g_applied_tf32 = want;
+    }
+    return g_handle;
+}
+
+int ld(int64_t v) { return (int)(v > 1 ? v : 1); }  // cuBLAS wants leading dimensions >= 1 even for empty operands
+
+}  // namespace
+
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, const float* B, float beta,
+          float* C) {
+    std::string where;  // built lazily: only on the error paths
+    auto at = [&]() -> const std::string& {
+        if (where.empty()) where = shapes("gemm", ta, tb, -1, M, N, K);
+        return where;
+    };
+    if (M > INT_MAX || N > INT_MAX || K > INT_MAX) {
+        check_int(M, "M", at());
+        check_int(N, "N", at());
+        check_int(K, "K", at());
+    }
+    if (M == 0 || N == 0) return;
+    std::lock_guard<std::mutex> lock(g_mu);
+    cublasHandle_t h = handle(at());
+    // Negative sizes reach cuBLAS, which refuses them with CUBLAS_STATUS_INVALID_VALUE.
+    cublasStatus_t st = cublasSgemm(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N, (int)M,
+                                    (int)K, &alpha, B, ld(tb ? K : N), A, ld(ta ? M : K), &beta, C, ld(N));
+    if (st != CUBLAS_STATUS_SUCCESS) check_cublas(st, "cublasSgemm", at());
+}
+
+void gemm_batched(bool ta, bool tb, int64_t batch, int64_t M, int64_t N, int64_t K, const float* A, int64_t stride_a,
+                  const float* B, int64_t stride_b, float* C, int64_t stride_c) {
+    std::string where;
+    auto at = [&]() -> const std::string& {
+        if (where.empty()) where = shapes("gemm_batched", ta, tb, batch, M, N, K);
+        return where;
+    };
+    if (M > INT_MAX || N > INT_MAX || K > INT_MAX || batch > INT_MAX) {
+        check_int(M, "M", at());
+        check_int(N, "N", at());
+        check_int(K, "K", at());
+        check_int(batch, "batch", at());
+    }
+    if (M == 0 || N == 0 || batch == 0) return;
+    const float alpha = 1.f, beta = 0.f;
+    std::lock_guard<std::mutex> lock(g_mu);
+    cublasHandle_t h = handle(at());
+    // Strides are long long in cuBLAS: a stride of 0 reuses that operand for every batch entry.
+    cublasStatus_t st = cublasSgemmStridedBatched(
+        h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N, (int)M, (int)K, &alpha, B,
+        ld(tb ? K : N), (long long)stride_b, A, ld(ta ? M : K), (long long)stride_a, &beta, C, ld(N),
+        (long long)stride_c, (int)batch);
+    if (st != CUBLAS_STATUS_SUCCESS) check_cublas(st, "cublasSgemmStridedBatched", at());
+}
+
+}  // namespace engine::cuda

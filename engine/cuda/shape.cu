@@ -1,0 +1,327 @@
+// engine/cuda/shape.cu: data movement kernels (engine/cuda/shape.h). All indices are 64-bit;
+// every kernel walks its elements with a grid-stride loop over the OUTPUT (or, for the
+// scatter-adds, over the gradient), so consecutive threads write consecutive addresses.
+#include "engine/cuda/kernel.h"
+#include "engine/cuda/shape.h"
+
+// Fully unrolled loops over the (at most kMaxDims) dims index the kernels' parameter arrays with
+// constants, so nvcc keeps them in registers instead of copying them to local memory.
+#ifdef __CUDACC__
+#define UNROLL_DIMS _Pragma("unroll")
+#else
+#define UNROLL_DIMS
+#endif
+
+namespace engine::cuda {
+
+// ---------------------------------------------------------------------------------------------
+// permute
+//
+// The host first simplifies the permutation: size-1 dims are dropped and dims that stay adjacent
+// and in order merge ([B,T,H,D] -> [B,H,T,D] is a 4-d permute with the last dim kept; a 2-d
+// transpose stays 2-d). Then:
+//   - identity: one device-to-device copy;
+//   - last dim kept: each output row is a contiguous input row, so a plain elementwise kernel
+//     reads and writes coalesced;
+//   - last dim moved: a tiled transpose through shared memory, 32x32 tiles of the two dims that
+//     are contiguous in the input (dim a) and in the output (dim b), reading along a and writing
+//     along b, both coalesced; the remaining dims index the tiles.
+
+struct PermuteGeneric {
+    int nd;
+    int64_t size[kMaxDims];       // output dims
+    int64_t in_stride[kMaxDims];  // input stride of each output dim
+};
+
+__global__ void permute_generic_kernel(const float* x, float* out, PermuteGeneric p, int64_t n) {
+    GRID_STRIDE_LOOP(i, n) {
+        int64_t rem = i, off = 0;
+        UNROLL_DIMS
+        for (int d = kMaxDims - 1; d >= 0; d--) {
+            if (d >= p.nd) continue;
+            off += (rem % p.size[d]) * p.in_stride[d];
+            rem /= p.size[d];
+        }
+        out[i] = x[off];
+    }
+}
+
+constexpr int kTile = 32, kTileRows = 8;  // 32x8 threads move a 32x32 tile
+
+struct PermuteTiled {
+    int64_t na, nb;          // dim a: contiguous in the input; dim b: contiguous in the output
+    int64_t in_stride_b;     // input stride of dim b
+    int64_t out_stride_a;    // output stride of dim a
+    int rest_nd;             // the other dims (outermost first)
+    int64_t rest_size[kMaxDims], rest_in[kMaxDims], rest_out[kMaxDims];
+    int64_t tiles_a, tiles_b, tiles;  // tiles = (product of rest sizes) * tiles_a * tiles_b
+};
+
+__global__ void permute_tiled_kernel(const float* x, float* out, PermuteTiled p) {
+    SHARED_ARRAY(float, tile, kTile * (kTile + 1));  // +1 column: no bank conflicts on the column reads
+    // Every thread of a block runs the same iterations (t depends on the block only), so the
+    // barriers below are reached by all of them.
+    for (int64_t t = blockIdx.x; t < p.tiles; t += gridDim.x) {
+        int64_t ta = t % p.tiles_a, rem = t / p.tiles_a;
+        int64_t tb = rem % p.tiles_b;
+        rem /= p.tiles_b;
+        int64_t base_in = 0, base_out = 0;
+        UNROLL_DIMS
+        for (int d = kMaxDims - 1; d >= 0; d--) {
+            if (d >= p.rest_nd) continue;
+            int64_t k = rem % p.rest_size[d];
+            rem /= p.rest_size[d];
+            base_in += k * p.rest_in[d];
+            base_out += k * p.rest_out[d];
+        }
+        int64_t a0 = ta * kTile, b0 = tb * kTile;
+        for (int j = threadIdx.y; j < kTile; j += kTileRows) {  // read rows of b, along a
+            int64_t a = a0 + threadIdx.x, b = b0 + j;
+            if (a < p.na && b < p.nb) tile[j * (kTile + 1) + threadIdx.x] = x[base_in + b * p.in_stride_b + a];
+        }
+        __syncthreads();
+        for (int j = threadIdx.y; j < kTile; j += kTileRows) {  // write rows of a, along b
+            int64_t a = a0 + j, b = b0 + threadIdx.x;
+            if (a < p.na && b < p.nb) out[base_out + a * p.out_stride_a + b] = tile[threadIdx.x * (kTile + 1) + j];
+        }
+        __syncthreads();  // the tile is reused by the next iteration
+    }
+}
+
+void permute(const float* x, const Shape& xs, const int* perm, float* out) {
+    int64_t n = xs.numel();
+    if (n == 0) return;
+    // Drop size-1 dims: keep[] maps old input dims to new ones.
+    int nd = 0, newdim[kMaxDims];
+    int64_t isz[kMaxDims];
+    for (int d = 0; d < xs.ndim; d++) {
+        newdim[d] = xs[d] == 1 ? -1 : nd;
+        if (xs[d] != 1) isz[nd++] = xs[d];
+    }
+    int pr[kMaxDims], np = 0;
+    for (int i = 0; i < xs.ndim; i++)
+        if (newdim[perm[i]] >= 0) pr[np++] = newdim[perm[i]];
+    // Merge runs of output dims that are consecutive input dims: group g covers input dims
+    // [first[g], first[g] + len[g]).
+    int first[kMaxDims], len[kMaxDims], ng = 0;
+    for (int i = 0; i < np; i++) {
+        if (ng > 0 && pr[i] == first[ng - 1] + len[ng - 1]) len[ng - 1]++;
+        else { first[ng] = pr[i]; len[ng] = 1; ng++; }
+    }
+    // The merged input dims in input order, their sizes and strides; gp[i] = input dim of output dim i.
+    int gp[kMaxDims];
+    int64_t gsize[kMaxDims], gstride[kMaxDims];
+    for (int i = 0; i < ng; i++) {
+        int rank = 0;
+        for (int j = 0; j < ng; j++) rank += first[j] < first[i];
+        gp[i] = rank;
+        int64_t s = 1;
+        for (int k = 0; k < len[i]; k++) s *= isz[first[i] + k];
+        gsize[rank] = s;
+    }
+    bool identity = true;
+    for (int i = 0; i < ng; i++) identity = identity && gp[i] == i;
+    if (identity) {
+        copy_on_device(out, x, (size_t)n * sizeof(float));
+        return;
+    }
+    int64_t s = 1;
+    for (int d = ng - 1; d >= 0; d--) { gstride[d] = s; s *= gsize[d]; }
+    int64_t osize[kMaxDims], ostride[kMaxDims];
+    for (int i = 0; i < ng; i++) osize[i] = gsize[gp[i]];
+    s = 1;
+    for (int i = ng - 1; i >= 0; i--) { ostride[i] = s; s *= osize[i]; }
+
+    if (gp[ng - 1] == ng - 1) {  // last dim kept: rows move whole
+        PermuteGeneric p{};
+        p.nd = ng;
+        for (int i = 0; i < ng; i++) { p.size[i] = osize[i]; p.in_stride[i] = gstride[gp[i]]; }
+        KERNEL_LAUNCH(permute_generic_kernel, blocks_for(n), kBlockSize, 0, x, out, p, n);
+        return;
+    }
+    PermuteTiled p{};
+    int q = 0;  // output position of input dim ng-1 (dim a)
+    while (gp[q] != ng - 1) q++;
+    p.na = gsize[ng - 1];
+    p.nb = osize[ng - 1];
+    p.in_stride_b = gstride[gp[ng - 1]];
+    p.out_stride_a = ostride[q];
+    int64_t rest = 1;
+    for (int i = 0; i < ng - 1; i++) {
+        if (i == q) continue;
+        p.rest_size[p.rest_nd] = osize[i];
+        p.rest_in[p.rest_nd] = gstride[gp[i]];
+        p.rest_out[p.rest_nd] = ostride[i];
+        p.rest_nd++;
+        rest *= osize[i];
+    }
+    p.tiles_a = (p.na + kTile - 1) / kTile;
+    p.tiles_b = (p.nb + kTile - 1) / kTile;
+    p.tiles = rest * p.tiles_a * p.tiles_b;
+    unsigned grid = (unsigned)(p.tiles < 65536 * 8 ? p.tiles : 65536 * 8);
+    KERNEL_LAUNCH(permute_tiled_kernel, grid, dim3(kTile, kTileRows), 0, x, out, p);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Slices along the middle dim of [outer, n, inner]: element r of an [outer, m, inner] slice.
+
+__global__ void copy_middle_kernel(const float* x, int64_t n, int64_t inner, int64_t start, int64_t m, float* out,
+                                   int64_t total) {
+    int64_t row = m * inner;  // one outer index of the slice
+    GRID_STRIDE_LOOP(i, total) {
+        int64_t o = i / row, r = i - o * row;
+        out[i] = x[(o * n + start) * inner + r];
+    }
+}
+
+__global__ void place_middle_kernel(const float* src, int64_t n, int64_t inner, int64_t start, int64_t m, float* out,
+                                    int64_t total) {
+    int64_t row = m * inner;
+    GRID_STRIDE_LOOP(i, total) {
+        int64_t o = i / row, r = i - o * row;
+        out[(o * n + start) * inner + r] = src[i];
+    }
+}
+
+void copy_middle(const float* x, int64_t outer, int64_t n, int64_t inner, int64_t start, int64_t m, float* out) {
+    int64_t total = outer * m * inner;
+    if (total == 0) return;
+    if (outer == 1 || m == n) {  // one contiguous block
+        copy_on_device(out, x + (outer == 1 ? start * inner : 0), (size_t)total * sizeof(float));
+        return;
+    }
+    KERNEL_LAUNCH(copy_middle_kernel, blocks_for(total), kBlockSize, 0, x, n, inner, start, m, out, total);
+}
+
+void place_middle(const float* src, int64_t outer, int64_t n, int64_t inner, int64_t start, int64_t m, float* out) {
+    int64_t total = outer * m * inner;
+    if (total == 0) return;
+    if (outer == 1 || m == n) {
+        copy_on_device(out + (outer == 1 ? start * inner : 0), src, (size_t)total * sizeof(float));
+        return;
+    }
+    KERNEL_LAUNCH(place_middle_kernel, blocks_for(total), kBlockSize, 0, src, n, inner, start, m, out, total);
+}
+
+// ---------------------------------------------------------------------------------------------
+// index_select / index_add over [outer, n, inner] with index [m]; gather over index [outer, m, inner].
+
+__global__ void index_select_kernel(const float* x, int64_t n, int64_t inner, const int32_t* index, int64_t m,
+                                    float* out, int64_t total) {
+    GRID_STRIDE_LOOP(k, total) {
+        int64_t j = k % inner, t = k / inner;
+        int64_t i = t % m, o = t / m;
+        out[k] = x[(o * n + index[i]) * inner + j];
+    }
+}
+
+__global__ void index_add_kernel(const float* g, int64_t n, int64_t inner, const int32_t* index, int64_t m, float* dx,
+                                 int64_t total) {
+    GRID_STRIDE_LOOP(k, total) {
+        int64_t j = k % inner, t = k / inner;
+        int64_t i = t % m, o = t / m;
+        atomicAdd(dx + (o * n + index[i]) * inner + j, g[k]);  // repeated indices meet here
+    }
+}
+
+__global__ void gather_kernel(const float* x, int64_t n, int64_t inner, const int32_t* index, int64_t m, float* out,
+                              int64_t total) {
+    GRID_STRIDE_LOOP(k, total) {
+        int64_t i = k % inner, o = k / (m * inner);
+        out[k] = x[(o * n + index[k]) * inner + i];
+    }
+}
+
+__global__ void gather_backward_kernel(const float* g, int64_t n, int64_t inner, const int32_t* index, int64_t m,
+                                       float* dx, int64_t total) {
+    GRID_STRIDE_LOOP(k, total) {
+        int64_t i = k % inner, o = k / (m * inner);
+        atomicAdd(dx + (o * n + index[k]) * inner + i, g[k]);
+    }
+}
+
+void index_select(const float* x, int64_t outer, int64_t n, int64_t inner, const int32_t* index, int64_t m, float* out) {
+    int64_t total = outer * m * inner;
+    if (total == 0) return;
+    KERNEL_LAUNCH(index_select_kernel, blocks_for(total), kBlockSize, 0, x, n, inner, index, m, out, total);
+}
+
+void index_add(const float* g, int64_t outer, int64_t n, int64_t inner, const int32_t* index, int64_t m, float* dx) {
+    int64_t total = outer * m * inner;
+    if (total == 0) return;
+    KERNEL_LAUNCH(index_add_kernel, blocks_for(total), kBlockSize, 0, g, n, inner, index, m, dx, total);
+}
+
+void gather(const float* x, int64_t outer, int64_t n, int64_t inner, const int32_t* index, int64_t m, float* out) {
+    int64_t total = outer * m * inner;
+    if (total == 0) return;
+    KERNEL_LAUNCH(gather_kernel, blocks_for(total), kBlockSize, 0, x, n, inner, index, m, out, total);
+}
+
+void gather_backward(const float* g, int64_t outer, int64_t n, int64_t inner, const int32_t* index, int64_t m,
+                     float* dx) {
+    int64_t total = outer * m * inner;
+    if (total == 0) return;
+    KERNEL_LAUNCH(gather_backward_kernel, blocks_for(total), kBlockSize, 0, g, n, inner, index, m, dx, total);
+}
+
+// ---------------------------------------------------------------------------------------------
+// masked_fill with a broadcasting mask, and the index range check.
+
+struct MaskIndex {
+    int nd;
+    int64_t size[kMaxDims];     // dims of x
+    int64_t mstride[kMaxDims];  // mask stride per dim of x (0 where the mask repeats)
+};
+
+__global__ void masked_fill_kernel(const float* x, const float* mask, MaskIndex p, float value, float* out, int64_t n) {
+    GRID_STRIDE_LOOP(i, n) {
+        int64_t rem = i, off = 0;
+        UNROLL_DIMS
+        for (int d = kMaxDims - 1; d >= 0; d--) {
+            if (d >= p.nd) continue;
+            off += (rem % p.size[d]) * p.mstride[d];
+            rem /= p.size[d];
+        }
+        out[i] = mask[off] != 0.f ? value : x[i];
+    }
+}
+
+void masked_fill(const float* x, const Shape& xs, const float* mask, const Shape& ms, float value, float* out) {
+    int64_t n = xs.numel();
+    if (n == 0) return;
+    MaskIndex p{};
+    p.nd = xs.ndim;
+    for (int d = 0; d < xs.ndim; d++) p.size[d] = xs[d];
+    int64_t s = 1;
+    for (int i = ms.ndim - 1, d = xs.ndim - 1; i >= 0 && d >= 0; i--, d--) {
+        p.mstride[d] = ms[i] == 1 ? 0 : s;
+        s *= ms[i];
+    }
+    KERNEL_LAUNCH(masked_fill_kernel, blocks_for(n), kBlockSize, 0, x, mask, p, value, out, n);
+}
+
+__global__ void out_of_range_kernel(const int32_t* index, int64_t m, int64_t n, int* flag) {
+    GRID_STRIDE_LOOP(i, m) {
+        int64_t v = index[i];
+        if (v < 0 || v >= n) *flag = 1;  // every writer stores the same value: no atomic needed
+    }
+}
+
+bool any_out_of_range(const int32_t* index, int64_t m, int64_t n) {
+    if (m == 0) return false;
+    int* flag = static_cast<int*>(alloc(sizeof(int)));
+    int found = 0;
+    try {
+        memset_zero(flag, sizeof(int));
+        KERNEL_LAUNCH(out_of_range_kernel, blocks_for(m), kBlockSize, 0, index, m, n, flag);
+        copy_to_host(&found, flag, sizeof(int));
+    } catch (...) {
+        free(flag);
+        throw;
+    }
+    free(flag);
+    return found != 0;
+}
+
+}  // namespace engine::cuda
