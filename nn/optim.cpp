@@ -1,10 +1,16 @@
-// nn/optim.cpp: optimizer updates (fused loops over each parameter tensor), clipping, schedules.
+// nn/optim.cpp: optimizer updates (one fused kernel per parameter tensor, engine/cpu/optim.h or
+// engine/cuda/optim.h by the parameter's device), clipping, schedules.
 #include "nn/optim.h"
 
 #include <cmath>
 #include <set>
+#include "engine/cpu/optim.h"
 #include "engine/error.h"
+#include "engine/ops/dispatch.h"
 #include "nn/layers.h"
+#ifdef ENGINE_CUDA
+#include "engine/cuda/optim.h"
+#endif
 
 namespace nn {
 
@@ -32,14 +38,27 @@ void Optimizer::zero_grad() {
         for (auto& p : g.params) p.tensor->zero_grad();
 }
 
-// One zero state tensor per parameter, per group.
+// One zero state tensor per parameter, per group, on the parameter's device (build the optimizer
+// after moving the model).
 static std::vector<std::vector<Tensor>> zeros_like_params(const std::vector<ParamGroup>& groups) {
     std::vector<std::vector<Tensor>> out;
     for (auto& g : groups) {
         out.emplace_back();
-        for (auto& p : g.params) out.back().push_back(Tensor::zeros(p.tensor->shape()));
+        for (auto& p : g.params) out.back().push_back(p.tensor->new_zeros(p.tensor->shape()));
     }
     return out;
+}
+
+// The parameter's gradient, checked to be where the parameter and its state are.
+static Tensor grad_on_device(const char* opt, const NamedTensor& p, const Tensor* state = nullptr) {
+    Tensor grad = p.tensor->grad();
+    if (!grad.defined()) return grad;
+    check(grad.device() == p.tensor->device(), "{}: {} is on {} but its gradient is on {}", opt, p.name,
+          device_name(p.tensor->device()), device_name(grad.device()));
+    if (state && state->device() != p.tensor->device())
+        fail("{}: {} is on {} but its state is on {} (build the optimizer after moving the model)", opt, p.name,
+             device_name(p.tensor->device()), device_name(state->device()));
+    return grad;
 }
 
 static std::map<std::string, Tensor*> named_state(const std::vector<ParamGroup>& groups,
@@ -63,20 +82,11 @@ void SGD::step() {
         float lr_g = lr * g.lr_scale, wd = g.weight_decay;
         for (size_t i = 0; i < g.params.size(); i++) {
             Tensor& p = *g.params[i].tensor;
-            Tensor grad = p.grad();
+            const Tensor* buf = momentum > 0.f ? &buf_[gi][i] : nullptr;
+            Tensor grad = grad_on_device("SGD", g.params[i], buf);
             if (!grad.defined()) continue;
-            float *w = p.data_f32(), *dw = grad.data_f32(), *b = momentum > 0.f ? buf_[gi][i].data_f32() : nullptr;
-            int64_t n = p.numel();
-            bool first = steps == 1;
-            #pragma omp parallel for if (n > 65536)
-            for (int64_t j = 0; j < n; j++) {
-                float d = dw[j] + wd * w[j];
-                if (b) {
-                    b[j] = first ? d : momentum * b[j] + d;  // PyTorch starts the buffer at the first gradient
-                    d = nesterov ? d + momentum * b[j] : b[j];
-                }
-                w[j] -= lr_g * d;
-            }
+            ON_DEVICE(p.device(), sgd_step)(p.raw_f32(), grad.raw_f32(), buf ? buf->raw_f32() : nullptr, p.numel(), lr_g,
+                                            wd, momentum, nesterov, steps == 1);
         }
     }
 }
@@ -97,21 +107,10 @@ void Adam::step() {
         float lr_g = lr * g.lr_scale, wd = g.weight_decay;
         for (size_t i = 0; i < g.params.size(); i++) {
             Tensor& p = *g.params[i].tensor;
-            Tensor grad = p.grad();
+            Tensor grad = grad_on_device("Adam", g.params[i], &m_[gi][i]);
             if (!grad.defined()) continue;
-            float *w = p.data_f32(), *dw = grad.data_f32(), *m = m_[gi][i].data_f32(), *v = v_[gi][i].data_f32();
-            int64_t n = p.numel();
-            float step_size = lr_g / bc1, b1 = beta1, b2 = beta2, e = eps, sqrt_bc2 = std::sqrt(bc2);
-            bool dec = decoupled;
-            #pragma omp parallel for if (n > 65536)
-            for (int64_t j = 0; j < n; j++) {
-                float d = dw[j];
-                if (dec) w[j] -= lr_g * wd * w[j];
-                else d += wd * w[j];
-                m[j] = b1 * m[j] + (1.f - b1) * d;
-                v[j] = b2 * v[j] + (1.f - b2) * d * d;
-                w[j] -= step_size * m[j] / (std::sqrt(v[j]) / sqrt_bc2 + e);
-            }
+            ON_DEVICE(p.device(), adam_step)(p.raw_f32(), grad.raw_f32(), m_[gi][i].raw_f32(), v_[gi][i].raw_f32(),
+                                             p.numel(), lr_g, wd, beta1, beta2, eps, bc1, bc2, decoupled);
         }
     }
 }
@@ -120,15 +119,30 @@ std::map<std::string, Tensor*> Adam::state() {
     return named_state(groups_, v_, "exp_avg_sq", named_state(groups_, m_, "exp_avg"));
 }
 
+// Σ‖g‖² over the gradients on one device: each tensor's sum of squares goes into its own double
+// slot of a small buffer on that device (kernels only, no waiting), then the buffer is read back
+// once (the only point where the host waits for the device) and added up in order on the host.
+static double sum_squares_on(Device dev, const std::vector<Tensor>& grads) {
+    if (grads.empty()) return 0.0;
+    int64_t k = (int64_t)grads.size();
+    // k doubles in a float32 tensor of 2k elements (storage is at least 8-byte aligned).
+    Tensor slots = Tensor::empty({2 * k}, DType::F32, dev);
+    double* out = reinterpret_cast<double*>(slots.raw_f32());
+    for (int64_t i = 0; i < k; i++) ON_DEVICE(dev, sum_squares)(grads[i].raw_f32(), grads[i].numel(), out + i);
+    Tensor host = slots.to(Device::CPU);
+    const double* sq = reinterpret_cast<const double*>(host.data_f32());
+    double total = 0.0;
+    for (int64_t i = 0; i < k; i++) total += sq[i];
+    return total;
+}
+
 float grad_norm(const std::vector<Tensor>& params) {
-    double sq = 0;
+    std::vector<Tensor> on_cpu, on_cuda;
     for (const Tensor& p : params) {
         Tensor g = p.grad();
-        if (!g.defined()) continue;
-        const float* d = g.data_f32();
-        for (int64_t j = 0; j < g.numel(); j++) sq += (double)d[j] * d[j];
+        if (g.defined()) (g.is_cuda() ? on_cuda : on_cpu).push_back(g);
     }
-    return (float)std::sqrt(sq);
+    return (float)std::sqrt(sum_squares_on(Device::CPU, on_cpu) + sum_squares_on(Device::CUDA, on_cuda));
 }
 
 float clip_grad_norm(const std::vector<Tensor>& params, float max_norm) {
@@ -138,8 +152,7 @@ float clip_grad_norm(const std::vector<Tensor>& params, float max_norm) {
         for (const Tensor& p : params) {
             Tensor g = p.grad();
             if (!g.defined()) continue;
-            float* d = g.data_f32();
-            for (int64_t j = 0; j < g.numel(); j++) d[j] *= s;
+            ON_DEVICE(g.device(), scale_inplace)(g.raw_f32(), g.numel(), s);
         }
     }
     return norm;

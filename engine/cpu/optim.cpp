@@ -1,0 +1,47 @@
+// engine/cpu/optim.cpp: optimizer updates and the gradient norm's pieces (engine/cpu/optim.h),
+// one fused loop per parameter tensor.
+#include "engine/cpu/optim.h"
+
+#include <cmath>
+
+namespace engine::cpu {
+
+void sgd_step(float* w, const float* g, float* buf, int64_t n, float lr, float wd, float momentum, bool nesterov,
+              bool first) {
+    #pragma omp parallel for if (n > 65536)
+    for (int64_t j = 0; j < n; j++) {
+        float d = g[j] + wd * w[j];
+        if (buf) {
+            buf[j] = first ? d : momentum * buf[j] + d;  // PyTorch starts the buffer at the first gradient
+            d = nesterov ? d + momentum * buf[j] : buf[j];
+        }
+        w[j] -= lr * d;
+    }
+}
+
+void adam_step(float* w, const float* g, float* m, float* v, int64_t n, float lr, float wd, float b1, float b2,
+               float eps, float bc1, float bc2, bool decoupled) {
+    float step_size = lr / bc1, sqrt_bc2 = std::sqrt(bc2);
+    #pragma omp parallel for if (n > 65536)
+    for (int64_t j = 0; j < n; j++) {
+        float d = g[j];
+        if (decoupled) w[j] -= lr * wd * w[j];
+        else d += wd * w[j];
+        m[j] = b1 * m[j] + (1.f - b1) * d;
+        v[j] = b2 * v[j] + (1.f - b2) * d * d;
+        w[j] -= step_size * m[j] / (std::sqrt(v[j]) / sqrt_bc2 + eps);
+    }
+}
+
+void sum_squares(const float* x, int64_t n, double* out) {
+    double sq = 0;
+    for (int64_t j = 0; j < n; j++) sq += (double)x[j] * x[j];
+    *out = sq;
+}
+
+void scale_inplace(float* x, int64_t n, float s) {
+    #pragma omp parallel for if (n > 65536)
+    for (int64_t j = 0; j < n; j++) x[j] *= s;
+}
+
+}  // namespace engine::cpu

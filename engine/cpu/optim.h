@@ -1,0 +1,27 @@
+// engine/cpu/optim.h: the optimizers' update loops and the gradient norm's pieces, one call per
+// parameter tensor. engine/cuda/optim.h declares the same functions for device memory; nn/optim.cpp
+// picks one with ON_DEVICE (engine/ops/dispatch.h).
+#pragma once
+#include <cstdint>
+
+namespace engine::cpu {
+
+// SGD, PyTorch's form: d = g + wd·w; with momentum buf = μ·buf + d (buf = d on the first step),
+// d = nesterov ? d + μ·buf : buf; then w -= lr·d. `buf` is null without momentum.
+void sgd_step(float* w, const float* g, float* buf, int64_t n, float lr, float weight_decay, float momentum,
+              bool nesterov, bool first_step);
+
+// Adam / AdamW (decoupled: w -= lr·wd·w before the update; else wd·w is added to the gradient),
+// as torch.optim.Adam/AdamW: m = β1·m + (1−β1)·d, v = β2·v + (1−β2)·d², then
+// w -= (lr / bc1) · m / (√v / √bc2 + eps), with bias corrections bc1 = 1 − β1^t, bc2 = 1 − β2^t.
+void adam_step(float* w, const float* g, float* m, float* v, int64_t n, float lr, float weight_decay, float beta1,
+               float beta2, float eps, float bias_correction1, float bias_correction2, bool decoupled);
+
+// Σ x[i]² over [0, n), accumulated in double, written to *out (memory of this backend). The order
+// of the additions depends on n only, so the result is deterministic.
+void sum_squares(const float* x, int64_t n, double* out);
+
+// x[i] *= s (gradient clipping).
+void scale_inplace(float* x, int64_t n, float s);
+
+}  // namespace engine::cpu

@@ -1,0 +1,125 @@
+// engine/cuda/optim.cu: optimizer updates and the gradient norm's reductions (engine/cuda/optim.h).
+// The updates are elementwise over one parameter tensor (grid-stride, coalesced); the state
+// tensors are read and written in the same pass, so each step is one read of w, g, m, v and one
+// write of w, m, v: memory bound, as on the CPU.
+#include "engine/cuda/kernel.h"
+#include "engine/cuda/optim.h"
+
+namespace engine::cuda {
+
+__global__ void sgd_step_kernel(float* w, const float* g, float* buf, int64_t n, float lr, float wd, float momentum,
+                                bool nesterov, bool first) {
+    GRID_STRIDE_LOOP(j, n) {
+        float wj = w[j];
+        float d = g[j] + wd * wj;
+        if (buf) {
+            float b = first ? d : momentum * buf[j] + d;  // PyTorch starts the buffer at the first gradient
+            buf[j] = b;
+            d = nesterov ? d + momentum * b : b;
+        }
+        w[j] = wj - lr * d;
+    }
+}
+
+void sgd_step(float* w, const float* g, float* buf, int64_t n, float lr, float wd, float momentum, bool nesterov,
+              bool first) {
+    if (n == 0) return;
+    KERNEL_LAUNCH(sgd_step_kernel, blocks_for(n), kBlockSize, 0, w, g, buf, n, lr, wd, momentum, nesterov, first);
+}
+
+__global__ void adam_step_kernel(float* w, const float* g, float* m, float* v, int64_t n, float lr, float wd, float b1,
+                                 float b2, float eps, float step_size, float sqrt_bc2, bool decoupled) {
+    GRID_STRIDE_LOOP(j, n) {
+        float d = g[j], wj = w[j];
+        if (decoupled) wj -= lr * wd * wj;
+        else d += wd * wj;
+        float mj = b1 * m[j] + (1.f - b1) * d;
+        float vj = b2 * v[j] + (1.f - b2) * d * d;
+        m[j] = mj;
+        v[j] = vj;
+        w[j] = wj - step_size * mj / (sqrtf(vj) / sqrt_bc2 + eps);
+    }
+}
+
+void adam_step(float* w, const float* g, float* m, float* v, int64_t n, float lr, float wd, float b1, float b2,
+               float eps, float bc1, float bc2, bool decoupled) {
+    if (n == 0) return;
+    // The scalars every element shares, computed once on the host as the CPU loop does.
+    float step_size = lr / bc1, sqrt_bc2 = sqrtf(bc2);
+    KERNEL_LAUNCH(adam_step_kernel, blocks_for(n), kBlockSize, 0, w, g, m, v, n, lr, wd, b1, b2, eps, step_size,
+                  sqrt_bc2, decoupled);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sum of squares: double accumulators (as the CPU), a warp-shuffle tree inside each warp, then the
+// warps' sums through shared memory. Fixed trees: the same n gives the same bits on every run.
+
+constexpr int kReduceThreads = 256;     // a multiple of 32: every warp is full for the shuffles
+constexpr int kMaxPartialBlocks = 512;  // first-pass blocks at most (enough to fill an H100 twice)
+
+__device__ __forceinline__ double warp_sum(double v) {
+    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_down_sync(0xffffffffu, v, offset);
+    return v;
+}
+
+// The block's sum, valid in thread 0. `warp_sums` is 32 doubles of shared memory.
+__device__ __forceinline__ double block_sum(double v, double* warp_sums) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    v = warp_sum(v);
+    if (lane == 0) warp_sums[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        int warps = (int)(blockDim.x >> 5);
+        v = lane < warps ? warp_sums[lane] : 0.0;
+        v = warp_sum(v);
+    }
+    return v;
+}
+
+__global__ void sum_squares_partial_kernel(const float* x, int64_t n, double* partial) {
+    SHARED_ARRAY(double, warp_sums, 32);
+    double acc = 0.0;
+    GRID_STRIDE_LOOP(i, n) {
+        double xi = (double)x[i];
+        acc += xi * xi;
+    }
+    acc = block_sum(acc, warp_sums);
+    if (threadIdx.x == 0) partial[blockIdx.x] = acc;
+}
+
+__global__ void sum_partials_kernel(const double* partial, int count, double* out) {
+    SHARED_ARRAY(double, warp_sums, 32);
+    double acc = 0.0;
+    for (int i = threadIdx.x; i < count; i += blockDim.x) acc += partial[i];
+    acc = block_sum(acc, warp_sums);
+    if (threadIdx.x == 0) *out = acc;
+}
+
+void sum_squares(const float* x, int64_t n, double* out) {
+    if (n == 0) {
+        memset_zero(out, sizeof(double));  // a double 0.0 is all zero bits
+        return;
+    }
+    unsigned blocks = blocks_for(n, kReduceThreads);
+    if (blocks > (unsigned)kMaxPartialBlocks) blocks = kMaxPartialBlocks;
+    if (blocks == 1) {  // a small tensor: one block writes the sum directly
+        KERNEL_LAUNCH(sum_squares_partial_kernel, 1, kReduceThreads, 0, x, n, out);
+        return;
+    }
+    // Scratch from the stream-ordered pool: freed in stream order after the second pass.
+    double* partial = static_cast<double*>(alloc(blocks * sizeof(double)));
+    KERNEL_LAUNCH(sum_squares_partial_kernel, blocks, kReduceThreads, 0, x, n, partial);
+    KERNEL_LAUNCH(sum_partials_kernel, 1, kReduceThreads, 0, partial, (int)blocks, out);
+    free(partial);
+}
+
+__global__ void scale_kernel(float* x, int64_t n, float s) {
+    GRID_STRIDE_LOOP(i, n) x[i] *= s;
+}
+
+void scale_inplace(float* x, int64_t n, float s) {
+    if (n == 0) return;
+    KERNEL_LAUNCH(scale_kernel, blocks_for(n), kBlockSize, 0, x, n, s);
+}
+
+}  // namespace engine::cuda

@@ -1,0 +1,19 @@
+// engine/cuda/optim.h: the optimizers' update kernels and the gradient norm's pieces on the device,
+// with the signatures of engine/cpu/optim.h (see there for the formulas); every pointer is device
+// memory. Plain C++: included by nn/optim.cpp, implemented in engine/cuda/optim.cu.
+#pragma once
+#include <cstdint>
+
+namespace engine::cuda {
+
+void sgd_step(float* w, const float* g, float* buf, int64_t n, float lr, float weight_decay, float momentum,
+              bool nesterov, bool first_step);
+void adam_step(float* w, const float* g, float* m, float* v, int64_t n, float lr, float weight_decay, float beta1,
+               float beta2, float eps, float bias_correction1, float bias_correction2, bool decoupled);
+// Two passes, both deterministic (the grid depends on n only, the reduction tree is fixed): per-block
+// partial sums in double, then one block adds the partials into *out (a device double). Nothing
+// waits for the device: the caller reads the slots back once for all tensors.
+void sum_squares(const float* x, int64_t n, double* out);
+void scale_inplace(float* x, int64_t n, float s);
+
+}  // namespace engine::cuda
