@@ -3,7 +3,12 @@
 
 #include <unordered_set>
 #include "engine/error.h"
+#include "engine/cpu/elementwise.h"
 #include "engine/ops.h"
+#include "engine/ops/dispatch.h"
+#ifdef ENGINE_CUDA
+#include "engine/cuda/elementwise.h"
+#endif
 
 namespace engine {
 
@@ -39,10 +44,13 @@ Tensor attach(Tensor out, const char* name, std::vector<Tensor> inputs,
     return out;
 }
 
-// Add g into t's .grad (allocating it on first use).
+// Add g into t's .grad (allocating it on first use), on t's device.
 static void accumulate(TensorImpl* t, const Tensor& g, const char* op) {
     check(g.shape() == t->shape, "backward of {}: gradient shape {} does not match input shape {}",
           op, g.shape().str(), t->shape.str());
+    Device dev = t->storage->device;
+    check(g.device() == dev, "backward of {}: gradient {} is on {} but its input is on {}", op, g.shape().str(),
+          device_name(g.device()), device_name(dev));
     if (!t->grad) {
         // Take g over when nothing else can see it (the usual case: a fresh tensor the backward
         // just computed); otherwise copy, since g may be the upstream gradient itself or be
@@ -51,10 +59,7 @@ static void accumulate(TensorImpl* t, const Tensor& g, const char* op) {
         t->grad = sole_owner ? g.impl_ptr() : g.clone().impl_ptr();
         return;
     }
-    float* dst = Tensor(t->grad).data_f32();
-    const float* src = g.data_f32();
-    int64_t n = g.numel();
-    for (int64_t i = 0; i < n; i++) dst[i] += src[i];
+    ON_DEVICE(dev, add_inplace)(Tensor(t->grad).raw_f32(), g.raw_f32(), g.numel());
 }
 
 void run_backward(const Tensor& root, const Tensor& grad_output) {

@@ -94,4 +94,9 @@ void pow_backward(const float* x, float p, const float* dy, float* dx, int64_t n
     for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * p * std::pow(x[i], p - 1.f);
 }
 
+void add_inplace(float* dst, const float* src, int64_t n) {
+    #pragma omp parallel for simd if (n > kParallelMin)
+    for (int64_t i = 0; i < n; i++) dst[i] += src[i];
+}
+
 }  // namespace engine::cpu

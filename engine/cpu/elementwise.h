@@ -21,4 +21,7 @@ template <typename F> void unary_backward(const float* x, const float* y, const 
 void pow_forward(const float* x, float p, float* y, int64_t n);
 void pow_backward(const float* x, float p, const float* dy, float* dx, int64_t n);
 
+// dst[i] += src[i] (gradient accumulation).
+void add_inplace(float* dst, const float* src, int64_t n);
+
 }  // namespace engine::cpu

@@ -1,12 +1,18 @@
 // engine/ops/elementwise.cpp: pointwise ops, forward and backward side by side.
-// The scalar math of each unary op is in engine/ops/pointwise.h; the loops in engine/cpu/.
+// The scalar math of each unary op is in engine/ops/pointwise.h; the loops in engine/cpu/ and the
+// kernels in engine/cuda/elementwise.cu (ON_DEVICE picks the input's device). Outputs and
+// gradients are made on the input's device; binary ops refuse inputs on different devices.
 #include "engine/ops/elementwise.h"
 
 #include "engine/autograd.h"
 #include "engine/cpu/elementwise.h"
 #include "engine/ops/common.h"
+#include "engine/ops/dispatch.h"
 #include "engine/ops/pointwise.h"
 #include "engine/ops/reduce.h"
+#ifdef ENGINE_CUDA
+#include "engine/cuda/elementwise.h"
+#endif
 
 namespace engine {
 
@@ -37,9 +43,9 @@ static Tensor binary(cpu::BinaryOp op, const char* name, const Tensor& a, const 
     expect_f32(name, b, "b");
     expect_same_device(name, a, b);
     Shape os = broadcast_shapes(a.shape(), b.shape(), name);
-    Tensor out = Tensor::empty(os);
-    cpu::binary(op, a.data_f32(), left_pad(a.shape(), os.ndim), b.data_f32(), left_pad(b.shape(), os.ndim),
-                out.data_f32(), os);
+    Tensor out = a.new_empty(os);
+    ON_DEVICE(a.device(), binary)(op, a.raw_f32(), left_pad(a.shape(), os.ndim), b.raw_f32(),
+                                  left_pad(b.shape(), os.ndim), out.raw_f32(), os);
     return out;
 }
 
@@ -74,8 +80,8 @@ Tensor div(const Tensor& a, const Tensor& b) {
 
 static Tensor scalar_op(cpu::BinaryOp op, const char* name, const Tensor& a, float s) {
     expect_f32(name, a);
-    Tensor out = Tensor::empty(a.shape());
-    cpu::binary_scalar(op, a.data_f32(), s, out.data_f32(), a.numel());
+    Tensor out = a.new_empty(a.shape());
+    ON_DEVICE(a.device(), binary_scalar)(op, a.raw_f32(), s, out.raw_f32(), a.numel());
     return out;
 }
 
@@ -99,12 +105,13 @@ Tensor rdiv(float s, const Tensor& a) { return mul(pow(a, -1.f), s); }
 template <typename F>
 static Tensor unary(const char* name, const Tensor& x) {
     expect_f32(name, x);
-    Tensor y = Tensor::empty(x.shape());
-    cpu::unary_forward<F>(x.data_f32(), y.data_f32(), x.numel());
+    Tensor y = x.new_empty(x.shape());
+    ON_DEVICE(x.device(), unary_forward<F>)(x.raw_f32(), y.raw_f32(), x.numel());
     Tensor y_saved = y.detach();  // not y itself: the node must not own its output
-    return attach(y, name, {x}, [x, y_saved](const Tensor& g) {
-        Tensor dx = Tensor::empty(x.shape());
-        cpu::unary_backward<F>(x.data_f32(), y_saved.data_f32(), g.data_f32(), dx.data_f32(), x.numel());
+    return attach(y, name, {x}, [name, x, y_saved](const Tensor& g) {
+        expect_same_device(name, x, g);
+        Tensor dx = x.new_empty(x.shape());
+        ON_DEVICE(x.device(), unary_backward<F>)(x.raw_f32(), y_saved.raw_f32(), g.raw_f32(), dx.raw_f32(), x.numel());
         return std::vector<Tensor>{dx};
     });
 }
@@ -125,11 +132,12 @@ Tensor silu(const Tensor& x) { return unary<pointwise::Silu>("silu", x); }
 
 Tensor pow(const Tensor& x, float p) {
     expect_f32("pow", x);
-    Tensor y = Tensor::empty(x.shape());
-    cpu::pow_forward(x.data_f32(), p, y.data_f32(), x.numel());
+    Tensor y = x.new_empty(x.shape());
+    ON_DEVICE(x.device(), pow_forward)(x.raw_f32(), p, y.raw_f32(), x.numel());
     return attach(y, "pow", {x}, [x, p](const Tensor& g) {
-        Tensor dx = Tensor::empty(x.shape());
-        cpu::pow_backward(x.data_f32(), p, g.data_f32(), dx.data_f32(), x.numel());
+        expect_same_device("pow", x, g);
+        Tensor dx = x.new_empty(x.shape());
+        ON_DEVICE(x.device(), pow_backward)(x.raw_f32(), p, g.raw_f32(), dx.raw_f32(), x.numel());
         return std::vector<Tensor>{dx};
     });
 }

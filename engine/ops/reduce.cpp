@@ -1,11 +1,17 @@
 // engine/ops/reduce.cpp: sum, mean, max over dims; sum_to. Forward and backward side by side.
+// Each runs on its input's device (ON_DEVICE picks engine/cpu/reduce.cpp or engine/cuda/reduce.cu)
+// and makes its outputs and gradients there.
 #include "engine/ops/reduce.h"
 
 #include <algorithm>
 #include "engine/autograd.h"
 #include "engine/cpu/reduce.h"
 #include "engine/ops/common.h"
+#include "engine/ops/dispatch.h"
 #include "engine/ops/elementwise.h"
+#ifdef ENGINE_CUDA
+#include "engine/cuda/reduce.h"
+#endif
 
 namespace engine {
 
@@ -36,7 +42,7 @@ static Shape reduced_shape(const Shape& s, const std::vector<int>& dims, bool ke
 }
 
 // Broadcast g (with keepdim shape) back to `shape`.
-static Tensor expand_to(const Tensor& g, const Shape& shape) { return add(Tensor::zeros(shape), g); }
+static Tensor expand_to(const Tensor& g, const Shape& shape) { return add(g.new_zeros(shape), g); }
 
 Tensor sum(const Tensor& x, std::vector<int> dims, bool keepdim) {
     expect_f32("sum", x);
@@ -47,8 +53,8 @@ Tensor sum(const Tensor& x, std::vector<int> dims, bool keepdim) {
         split_at(cur.shape(), dims[k], outer, n, inner);
         Shape s = cur.shape();
         s[dims[k]] = 1;
-        Tensor next = Tensor::empty(s);
-        cpu::sum_dim(cur.data_f32(), next.data_f32(), outer, n, inner);
+        Tensor next = cur.new_empty(s);
+        ON_DEVICE(cur.device(), sum_dim)(cur.raw_f32(), next.raw_f32(), outer, n, inner);
         cur = next;
     }
     Shape keep_shape = cur.shape(), xs = x.shape();
@@ -73,12 +79,13 @@ static Tensor max_one_dim(const Tensor& x, int d) {
     check(n > 0, "max: reducing {} over an empty dim {}", x.shape().str(), d);
     Shape s = x.shape();
     s[d] = 1;
-    Tensor out = Tensor::empty(s), argmax = Tensor::empty(s, DType::I32);
-    cpu::max_dim(x.data_f32(), out.data_f32(), argmax.data_i32(), outer, n, inner);
+    Tensor out = x.new_empty(s), argmax = x.new_empty(s, DType::I32);
+    ON_DEVICE(x.device(), max_dim)(x.raw_f32(), out.raw_f32(), argmax.raw_i32(), outer, n, inner);
     Shape xs = x.shape();
     return attach(out, "max", {x}, [xs, argmax, outer, n, inner](const Tensor& g) {
-        Tensor dx = Tensor::empty(xs);
-        cpu::max_dim_backward(g.data_f32(), argmax.data_i32(), dx.data_f32(), outer, n, inner);
+        expect_same_device("max", argmax, g);
+        Tensor dx = argmax.new_empty(xs);
+        ON_DEVICE(argmax.device(), max_dim_backward)(g.raw_f32(), argmax.raw_i32(), dx.raw_f32(), outer, n, inner);
         return std::vector<Tensor>{dx};
     });
 }

@@ -1,0 +1,214 @@
+// engine/cuda/elementwise.cu: pointwise kernels (engine/cuda/elementwise.h). Every kernel walks
+// its OUTPUT with a 64-bit grid-stride loop, so consecutive threads write consecutive addresses;
+// the math of each unary op is the functor of engine/ops/pointwise.h, shared with the CPU loops.
+#include "engine/cuda/elementwise.h"
+#include "engine/cuda/kernel.h"
+#include "engine/ops/pointwise.h"
+
+// Fully unrolled loops over the (at most kMaxDims) dims index the kernel's parameter arrays with
+// constants, so nvcc keeps them in registers instead of copying them to local memory.
+#ifdef __CUDACC__
+#define UNROLL_DIMS _Pragma("unroll")
+#else
+#define UNROLL_DIMS
+#endif
+
+namespace engine::cuda {
+
+struct AddOp { __device__ float operator()(float x, float y) const { return x + y; } };
+struct SubOp { __device__ float operator()(float x, float y) const { return x - y; } };
+struct MulOp { __device__ float operator()(float x, float y) const { return x * y; } };
+struct DivOp { __device__ float operator()(float x, float y) const { return x / y; } };
+
+// ---------------------------------------------------------------------------------------------
+// Binary ops with numpy broadcasting.
+//
+// The host first simplifies the shapes: output dims of size 1 are dropped, and neighbouring dims
+// merge when each input is broadcast along both or along neither (then one stride covers both).
+// What is left picks the kernel:
+//   - no broadcasting: one flat loop;
+//   - one input is a single value (b of shape [1], a bias of one element): the value is read
+//     once per thread, no index math;
+//   - otherwise: each output index is split into the (at most kMaxDims) merged dims to find the
+//     inputs' offsets (stride 0 along a broadcast dim). [rows, n] + [n] is then 2 merged dims.
+
+struct Broadcast {
+    int nd;
+    int64_t size[kMaxDims];  // merged output dims
+    int64_t sa[kMaxDims];    // a's stride along each, 0 where a is broadcast
+    int64_t sb[kMaxDims];
+};
+
+template <typename Op>
+__global__ void binary_same_kernel(const float* a, const float* b, float* out, int64_t n) {
+    Op op;
+    GRID_STRIDE_LOOP(i, n) out[i] = op(a[i], b[i]);
+}
+
+// b_one: b is the single value b[0]; otherwise a is (a[0]).
+template <typename Op>
+__global__ void binary_one_kernel(const float* a, const float* b, float* out, int64_t n, bool b_one) {
+    Op op;
+    if (b_one) {
+        float s = b[0];
+        GRID_STRIDE_LOOP(i, n) out[i] = op(a[i], s);
+    } else {
+        float s = a[0];
+        GRID_STRIDE_LOOP(i, n) out[i] = op(s, b[i]);
+    }
+}
+
+template <typename Op>
+__global__ void binary_broadcast_kernel(const float* a, const float* b, float* out, Broadcast p, int64_t n) {
+    Op op;
+    GRID_STRIDE_LOOP(i, n) {
+        int64_t rem = i, oa = 0, ob = 0;
+        UNROLL_DIMS
+        for (int d = kMaxDims - 1; d >= 0; d--) {
+            if (d >= p.nd) continue;
+            int64_t k = rem % p.size[d];
+            rem /= p.size[d];
+            oa += k * p.sa[d];
+            ob += k * p.sb[d];
+        }
+        out[i] = op(a[oa], b[ob]);
+    }
+}
+
+// Float scalar s from the host (binary_scalar).
+template <typename Op>
+__global__ void binary_scalar_kernel(const float* a, float s, float* out, int64_t n) {
+    Op op;
+    GRID_STRIDE_LOOP(i, n) out[i] = op(a[i], s);
+}
+
+template <typename Op>
+static void binary_with(const float* a, const Shape& as, const float* b, const Shape& bs, float* out,
+                        const Shape& os) {
+    int64_t n = os.numel();
+    if (n == 0) return;
+    // Simplify: drop size-1 output dims, merge neighbours with the same broadcast pattern.
+    Broadcast p{};
+    bool prev_a = false, prev_b = false;  // broadcast pattern of the last kept dim
+    int64_t ra = 1, rb = 1;               // running strides, innermost first
+    int64_t size[kMaxDims], sa[kMaxDims], sb[kMaxDims];
+    int nd = 0;
+    for (int d = os.ndim - 1; d >= 0; d--) {
+        if (os[d] == 1) continue;
+        bool ba = as[d] == 1, bb = bs[d] == 1;
+        if (nd > 0 && ba == prev_a && bb == prev_b) {
+            size[nd - 1] *= os[d];  // strides of the merged dim stay those of its inner part
+        } else {
+            size[nd] = os[d];
+            sa[nd] = ba ? 0 : ra;
+            sb[nd] = bb ? 0 : rb;
+            nd++;
+        }
+        if (!ba) ra *= as[d];
+        if (!bb) rb *= bs[d];
+        prev_a = ba;
+        prev_b = bb;
+    }
+    unsigned blocks = blocks_for(n);
+    bool a_full = ra == n, b_full = rb == n;  // numel of a / b equals the output's
+    if (a_full && b_full) {
+        KERNEL_LAUNCH(binary_same_kernel<Op>, blocks, kBlockSize, 0, a, b, out, n);
+        return;
+    }
+    if (a_full && rb == 1) { KERNEL_LAUNCH(binary_one_kernel<Op>, blocks, kBlockSize, 0, a, b, out, n, true); return; }
+    if (b_full && ra == 1) { KERNEL_LAUNCH(binary_one_kernel<Op>, blocks, kBlockSize, 0, a, b, out, n, false); return; }
+    // The merged dims were collected innermost first; the kernel wants them outermost first.
+    p.nd = nd;
+    for (int i = 0; i < nd; i++) {
+        p.size[i] = size[nd - 1 - i];
+        p.sa[i] = sa[nd - 1 - i];
+        p.sb[i] = sb[nd - 1 - i];
+    }
+    KERNEL_LAUNCH(binary_broadcast_kernel<Op>, blocks, kBlockSize, 0, a, b, out, p, n);
+}
+
+void binary(BinaryOp op, const float* a, const Shape& as, const float* b, const Shape& bs, float* out,
+            const Shape& os) {
+    switch (op) {
+        case BinaryOp::Add: return binary_with<AddOp>(a, as, b, bs, out, os);
+        case BinaryOp::Sub: return binary_with<SubOp>(a, as, b, bs, out, os);
+        case BinaryOp::Mul: return binary_with<MulOp>(a, as, b, bs, out, os);
+        case BinaryOp::Div: return binary_with<DivOp>(a, as, b, bs, out, os);
+    }
+}
+
+void binary_scalar(BinaryOp op, const float* a, float s, float* out, int64_t n) {
+    if (n == 0) return;
+    unsigned blocks = blocks_for(n);
+    switch (op) {
+        case BinaryOp::Add: KERNEL_LAUNCH(binary_scalar_kernel<AddOp>, blocks, kBlockSize, 0, a, s, out, n); return;
+        case BinaryOp::Sub: KERNEL_LAUNCH(binary_scalar_kernel<SubOp>, blocks, kBlockSize, 0, a, s, out, n); return;
+        case BinaryOp::Mul: KERNEL_LAUNCH(binary_scalar_kernel<MulOp>, blocks, kBlockSize, 0, a, s, out, n); return;
+        case BinaryOp::Div: KERNEL_LAUNCH(binary_scalar_kernel<DivOp>, blocks, kBlockSize, 0, a, s, out, n); return;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Unary ops: y = F::f(x), dx = dy·F::df(x, y).
+
+template <typename F>
+__global__ void unary_forward_kernel(const float* x, float* y, int64_t n) {
+    GRID_STRIDE_LOOP(i, n) y[i] = F::f(x[i]);
+}
+
+template <typename F>
+__global__ void unary_backward_kernel(const float* x, const float* y, const float* dy, float* dx, int64_t n) {
+    GRID_STRIDE_LOOP(i, n) dx[i] = dy[i] * F::df(x[i], y[i]);
+}
+
+template <typename F>
+void unary_forward(const float* x, float* y, int64_t n) {
+    if (n == 0) return;
+    KERNEL_LAUNCH(unary_forward_kernel<F>, blocks_for(n), kBlockSize, 0, x, y, n);
+}
+
+template <typename F>
+void unary_backward(const float* x, const float* y, const float* dy, float* dx, int64_t n) {
+    if (n == 0) return;
+    KERNEL_LAUNCH(unary_backward_kernel<F>, blocks_for(n), kBlockSize, 0, x, y, dy, dx, n);
+}
+
+#define INSTANTIATE(F)                                                      \
+    template void unary_forward<pointwise::F>(const float*, float*, int64_t); \
+    template void unary_backward<pointwise::F>(const float*, const float*, const float*, float*, int64_t);
+INSTANTIATE(Neg) INSTANTIATE(Exp) INSTANTIATE(Log) INSTANTIATE(Sqrt) INSTANTIATE(Rsqrt) INSTANTIATE(Abs)
+INSTANTIATE(Tanh) INSTANTIATE(Sigmoid) INSTANTIATE(Relu) INSTANTIATE(Relu2) INSTANTIATE(Gelu)
+INSTANTIATE(GeluTanh) INSTANTIATE(Silu)
+#undef INSTANTIATE
+
+// ---------------------------------------------------------------------------------------------
+// pow with a float exponent, and gradient accumulation.
+
+__global__ void pow_forward_kernel(const float* x, float p, float* y, int64_t n) {
+    GRID_STRIDE_LOOP(i, n) y[i] = powf(x[i], p);
+}
+
+__global__ void pow_backward_kernel(const float* x, float p, const float* dy, float* dx, int64_t n) {
+    GRID_STRIDE_LOOP(i, n) dx[i] = dy[i] * p * powf(x[i], p - 1.f);
+}
+
+void pow_forward(const float* x, float p, float* y, int64_t n) {
+    if (n == 0) return;
+    KERNEL_LAUNCH(pow_forward_kernel, blocks_for(n), kBlockSize, 0, x, p, y, n);
+}
+
+void pow_backward(const float* x, float p, const float* dy, float* dx, int64_t n) {
+    if (n == 0) return;
+    KERNEL_LAUNCH(pow_backward_kernel, blocks_for(n), kBlockSize, 0, x, p, dy, dx, n);
+}
+
+__global__ void add_inplace_kernel(float* dst, const float* src, int64_t n) {
+    GRID_STRIDE_LOOP(i, n) dst[i] += src[i];
+}
+
+void add_inplace(float* dst, const float* src, int64_t n) {
+    if (n == 0) return;
+    KERNEL_LAUNCH(add_inplace_kernel, blocks_for(n), kBlockSize, 0, dst, src, n);
+}
+
+}  // namespace engine::cuda

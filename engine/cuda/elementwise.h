@@ -1,0 +1,27 @@
+// engine/cuda/elementwise.h: the pointwise kernels on the GPU (engine/cuda/elementwise.cu), with the
+// signatures of engine/cpu/elementwise.h (see there for what each computes) so ON_DEVICE can pick
+// either. Pointers are device memory; Shapes are host values.
+#pragma once
+#include <cstdint>
+#include "engine/cpu/elementwise.h"  // BinaryOp (one enum for both backends)
+#include "engine/tensor.h"
+
+namespace engine::cuda {
+
+using cpu::BinaryOp;
+
+void binary(BinaryOp op, const float* a, const Shape& a_shape, const float* b, const Shape& b_shape,
+            float* out, const Shape& out_shape);
+void binary_scalar(BinaryOp op, const float* a, float s, float* out, int64_t n);
+
+// Instantiated for every functor of engine/ops/pointwise.h.
+template <typename F> void unary_forward(const float* x, float* y, int64_t n);
+template <typename F> void unary_backward(const float* x, const float* y, const float* dy, float* dx, int64_t n);
+
+void pow_forward(const float* x, float p, float* y, int64_t n);
+void pow_backward(const float* x, float p, const float* dy, float* dx, int64_t n);
+
+// dst[i] += src[i] (gradient accumulation).
+void add_inplace(float* dst, const float* src, int64_t n);
+
+}  // namespace engine::cuda
