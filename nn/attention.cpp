@@ -44,7 +44,7 @@ Tensor MultiHeadAttention::attention_map(const Tensor& x) const {
         kh = rope(kh, rope_base);
     }
     Tensor s = mul(matmul(qh, kh, false, true), 1.f / std::sqrt((float)head_dim));
-    if (causal) s = masked_fill(s, causal_mask(x.size(1)), -INFINITY);
+    if (causal) s = masked_fill(s, causal_mask(x.size(1)).to(s.device()), -INFINITY);
     return softmax(s);
 }
 

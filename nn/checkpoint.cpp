@@ -4,6 +4,9 @@
 #include <cstring>
 #include "engine/error.h"
 #include "engine/safetensors.h"
+#ifdef ENGINE_CUDA
+#include "engine/cuda/runtime.h"
+#endif
 
 namespace nn {
 
@@ -18,7 +21,8 @@ static std::map<std::string, Tensor*> model_tensors(const Module& model) {
 
 static void save_named(const std::string& path, const std::map<std::string, Tensor*>& tensors, const Metadata& meta) {
     std::vector<std::pair<std::string, Tensor>> list;
-    for (auto& [name, t] : tensors) list.push_back({name, t->detach()});
+    // Files hold host data: CUDA tensors are copied to the host first.
+    for (auto& [name, t] : tensors) list.push_back({name, t->detach().to(Device::CPU)});
     save_safetensors(path, list, meta);
 }
 
@@ -42,10 +46,21 @@ static void load_named(const std::string& path, const std::map<std::string, Tens
         if (problems.size() > 12) list += fmt::format("\n  ... and {} more", problems.size() - 12);
         fail("load_checkpoint: {} does not match the model ({} differences):{}", path, problems.size(), list);
     }
+    // Copied into the existing tensors (on whatever device the model is), so parameters keep their
+    // identity, requires_grad and device.
     for (auto& [name, t] : into) {
         const Tensor& src = file.at(name);
-        if (t->dtype() == DType::F32) std::memcpy(t->data_f32(), src.data_f32(), t->numel() * sizeof(float));
-        else std::memcpy(t->data_i32(), src.data_i32(), t->numel() * sizeof(int32_t));
+        bool f32 = t->dtype() == DType::F32;
+        size_t bytes = t->numel() * (f32 ? sizeof(float) : sizeof(int32_t));
+        const void* from = f32 ? (const void*)src.data_f32() : (const void*)src.data_i32();
+        void* to = f32 ? (void*)t->raw_f32() : (void*)t->raw_i32();
+#ifdef ENGINE_CUDA
+        if (t->is_cuda()) {
+            engine::cuda::copy_to_device(to, from, bytes);
+            continue;
+        }
+#endif
+        std::memcpy(to, from, bytes);
     }
 }
 

@@ -34,7 +34,10 @@ Tensor GAU::forward(const Tensor& x) const {
         k = rope(k);
     }
     Tensor scores = matmul(q, k, false, true);  // [B, n, n]
-    if (causal) scores = masked_fill(scores, causal_mask(n), 0.f);
+    if (causal) {
+        if (!mask_.defined() || mask_.size(0) != n || mask_.device() != x.device()) mask_ = causal_mask(n).to(x.device());
+        scores = masked_fill(scores, mask_, 0.f);
+    }
     Tensor a = mul(relu2(scores), 1.f / (float)(n * s));
     return out->forward(mul(u, matmul(a, v)));
 }

@@ -22,6 +22,11 @@ public:
     Tensor gamma_q, beta_q, gamma_k, beta_k;
     int64_t dim, e, s;
     bool causal, use_rope;
+
+private:
+    // The causal mask of the last sequence length, on the input's device (made on the CPU and
+    // copied once, not every step).
+    mutable Tensor mask_;
 };
 
 struct GAUConfig {

@@ -76,8 +76,11 @@ Embedding::Embedding(int64_t n, int64_t d, float wd) : num(n), dim(d), word_drop
 
 Tensor Embedding::forward(const Tensor& ids) const {
     if (!training_ || word_dropout == 0.f) return embedding(weight, ids);
+    // The rows kept, drawn on the host from the global generator (the same draws on every device),
+    // then copied to the table's device: num floats per step.
     Tensor keep = Tensor::empty({num, 1});
     global_generator().bernoulli(keep.data_f32(), num, 1.f - word_dropout);
+    keep = keep.to(weight.device());
     return embedding(mul(weight, mul(keep, 1.f / (1.f - word_dropout))), ids);
 }
 

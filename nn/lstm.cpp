@@ -24,7 +24,7 @@ LSTMLayer::LSTMLayer(int64_t in_, int64_t h) : in(in_), hidden(h) {
 Tensor LSTMLayer::forward(const Tensor& x, LSTMState& state) const {
     check(x.ndim() == 3 && x.size(2) == in, "LSTMLayer: input {} is not [B, T, {}]", x.shape().str(), in);
     int64_t B = x.size(0), T = x.size(1);
-    if (!state.h.defined()) state = {Tensor::zeros({B, hidden}), Tensor::zeros({B, hidden})};
+    if (!state.h.defined()) state = {x.new_zeros({B, hidden}), x.new_zeros({B, hidden})};
     check(state.h.shape() == Shape({B, hidden}) && state.c.shape() == Shape({B, hidden}),
           "LSTMLayer: state {} does not match batch {} and hidden {}", state.h.shape().str(), B, hidden);
     // All input projections at once, time-major so each step is a view.

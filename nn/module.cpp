@@ -80,6 +80,19 @@ void Module::train(bool on) {
     for (auto& [name, m] : children_) m->train(on);
 }
 
+Module& Module::to(engine::Device device) {
+    for (auto& p : named_parameters()) {
+        if (p.tensor->device() == device) continue;
+        bool grad = p.tensor->requires_grad();
+        Tensor moved = p.tensor->detach().to(device);
+        moved.requires_grad_(grad);
+        *p.tensor = moved;
+    }
+    for (auto& b : named_buffers())
+        if (b.tensor->defined() && b.tensor->device() != device) *b.tensor = b.tensor->detach().to(device);
+    return *this;
+}
+
 void Module::zero_grad() {
     for (auto& p : named_parameters()) p.tensor->zero_grad();
 }

@@ -53,6 +53,15 @@ public:
     bool is_training() const { return training_; }
     void zero_grad();
 
+    // Moves every parameter and buffer to `device`, in place: each member tensor is replaced (through
+    // NamedTensor::tensor) by its copy on the device, so the module's fields, named_parameters() and
+    // anything holding a NamedTensor see the moved tensors; parameters keep requires_grad (and lose
+    // any gradient). Returns this module. Models are built and initialized on the CPU (the
+    // initializers stay on the CPU and copy their result to the device): build, init::apply, then
+    // .to(Device::CUDA), then make the optimizer (its state is made on the parameters' device).
+    // Handles taken before the move (model.parameters()) still point at the CPU tensors: take them after.
+    Module& to(engine::Device device);
+
     // Called with this module and its output at the end of forward(), when set. Data-dependent
     // initializers (init/) use it to observe each layer's output on an init batch. Set by Linear,
     // Conv2d, DepthwiseConv2d, LayerNorm and MultiHeadAttention (its output after proj; the input

@@ -121,7 +121,7 @@ Tensor ViT::embed(const Tensor& images) const {
     int64_t B = images.size(0);
     Tensor x = patch_embed->forward(images);  // [B, d, g, g]
     x = transpose(x.flatten(2), 1, 2);                                       // [B, g·g, d]
-    if (cls_token.defined()) x = concat({add(Tensor::zeros({B, 1, cfg.dim}), cls_token), x}, 1);
+    if (cls_token.defined()) x = concat({add(x.new_zeros({B, 1, cfg.dim}), cls_token), x}, 1);
     Tensor pe = cfg.pe_scale == 1.f ? pos_embed : mul(pos_embed, cfg.pe_scale);
     return add(x, pe);
 }
