@@ -2,6 +2,10 @@
 //
 //   ./apps/bench vit --dim 192 --depth 6 --heads 3 --patch 4 --batch 64 --steps 5 --device cpu
 //   ./apps/bench lm|gau|lstm --dim 256 --depth 4 --seq 128 --batch 16
+//   ./apps/bench vit --device cuda --precision tf32
+//
+// On a GPU the model is built on the CPU and moved, the inputs are made on the CPU and copied once,
+// and each timed step ends with a device synchronize (the kernels are asynchronous).
 //
 // Prints one JSON line: the config, ms_per_step (median over --steps timed steps after --warmup
 // untimed ones), items_per_s (images or tokens), and peak_rss_mb. tools/bench_torch.py builds
@@ -20,13 +24,16 @@
 #include "nn/lstm.h"
 #include "nn/optim.h"
 #include "nn/transformer.h"
+#ifdef ENGINE_CUDA
+#include "engine/cuda/runtime.h"
+#endif
 
 using namespace engine;
 using namespace nn;
 
 int main(int argc, char** argv) {
     CLI::App app{"Time training steps (forward + backward + AdamW) of a model; prints one JSON line."};
-    std::string model = "vit", device = "cpu";
+    std::string model = "vit", device = "cpu", precision = "fp32";
     int64_t dim = 192, depth = 6, heads = 3, patch = 4, image = 32, batch = 64, seq = 128, vocab = 10000;
     int steps = 5, warmup = 2, threads = 0;
     uint64_t seed = 0;
@@ -43,10 +50,21 @@ int main(int argc, char** argv) {
     app.add_option("--steps", steps, "timed steps")->capture_default_str()->check(CLI::PositiveNumber);
     app.add_option("--warmup", warmup, "untimed steps first")->capture_default_str();
     app.add_option("--threads", threads, "OpenMP threads (0: all cores)")->capture_default_str();
-    app.add_option("--device", device, "cpu (cuda arrives with the CUDA backend)")->capture_default_str()
-        ->check(CLI::IsMember({"cpu"}));
+    apps::add_device_flags(app, device, &precision);
     app.add_option("--seed", seed, "random seed")->capture_default_str();
     CLI11_PARSE(app, argc, argv);
+    apps::DeviceChoice dc = apps::resolve_device(device, precision);
+    if (!dc.error.empty()) {
+        std::fprintf(stderr, "bench: %s\n", dc.error.c_str());
+        return 2;
+    }
+    apps::apply_precision(dc, precision);
+    Device dev = dc.device;
+    auto sync = [dev] {
+#ifdef ENGINE_CUDA
+        if (dev == Device::CUDA) engine::cuda::synchronize();
+#endif
+    };
     if (threads > 0) omp_set_num_threads(threads);
     manual_seed(seed);
 
@@ -62,13 +80,14 @@ int main(int argc, char** argv) {
         c.patch = patch;
         c.image_size = image;
         auto vit = std::make_shared<ViT>(c);
-        Tensor x = Tensor::normal({batch, 3, image, image});
-        Tensor y = Tensor::randint({batch}, 0, (int32_t)c.num_classes);
+        Tensor x = Tensor::normal({batch, 3, image, image}).to(dev);
+        Tensor y = Tensor::randint({batch}, 0, (int32_t)c.num_classes).to(dev);
         loss_fn = [vit, x, y] { return cross_entropy(vit->forward(x), y); };
         net = vit;
         items = batch;
     } else {
-        Tensor x = Tensor::randint({batch, seq}, 0, (int32_t)vocab), y = Tensor::randint({batch, seq}, 0, (int32_t)vocab);
+        Tensor x = Tensor::randint({batch, seq}, 0, (int32_t)vocab).to(dev),
+               y = Tensor::randint({batch, seq}, 0, (int32_t)vocab).to(dev);
         items = batch * seq;
         if (model == "lm") {
             LMConfig c;
@@ -99,6 +118,7 @@ int main(int argc, char** argv) {
             net = lm;
         }
     }
+    net->to(dev);
     Adam opt(param_groups(*net, 0.05f), 1e-4f);
     std::vector<double> ms;
     for (int s = 0; s < warmup + steps; s++) {
@@ -107,6 +127,7 @@ int main(int argc, char** argv) {
         Tensor loss = loss_fn();
         loss.backward();
         opt.step();
+        sync();
         double dt = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         if (s >= warmup) ms.push_back(dt);
     }
@@ -114,7 +135,8 @@ int main(int argc, char** argv) {
     double median = ms[ms.size() / 2];
     nlohmann::ordered_json out = {{"model", model},      {"dim", dim},       {"depth", depth},
                                   {"batch", batch},      {"params", net->num_parameters()},
-                                  {"threads", omp_get_max_threads()},
+                                  {"threads", omp_get_max_threads()}, {"device", dc.description},
+                                  {"precision", precision},
                                   {"ms_per_step", median}, {"items_per_s", items / (median / 1000.0)},
                                   {"peak_rss_mb", apps::peak_rss_mb()}};
     if (model == "vit") {

@@ -29,6 +29,7 @@
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include "apps/common/run.h"
 #include "data/cifar.h"
 #include "data/image.h"
 #include "data/image_codec.h"
@@ -52,6 +53,8 @@ struct Args {
     float pe_scale = 1.f, layerscale = 0.f;
     bool post_ln = false, json_out = false;
     uint64_t seed = 0;
+    std::string device = "cpu";
+    Device dev = Device::CPU;  // resolved from --device
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -204,8 +207,9 @@ static std::vector<LayerStats> inspect(Subject& s) {
         NoGrad ng;
         for (size_t l = 0; l < s.blocks.size(); l++) {
             auto& a = *s.blocks[l]->attn;
-            out[l].qk = matmul(a.q->weight, a.k->weight, true, false);    // q.weightᵀ·k.weight
-            out[l].vo = matmul(a.v->weight, a.proj->weight, true, true);  // v.weightᵀ·proj.weightᵀ
+            // The products on the model's device, the statistics and pictures on the host.
+            out[l].qk = matmul(a.q->weight, a.k->weight, true, false).to(Device::CPU);    // q.weightᵀ·k.weight
+            out[l].vo = matmul(a.v->weight, a.proj->weight, true, true).to(Device::CPU);  // v.weightᵀ·proj.weightᵀ
             matrix_stats(out[l].qk, out[l].qk_diag, out[l].qk_off);
             matrix_stats(out[l].vo, out[l].vo_diag, out[l].vo_off);
         }
@@ -230,14 +234,14 @@ static std::vector<LayerStats> inspect(Subject& s) {
             NoGrad ng;
             Tensor maps = b.attn->attention_map(b.pre_norm ? b.norm1->forward(x) : x);  // [B, H, T, T]
             int64_t T = maps.size(2);
-            out[l].attn = mean(maps.reshape({-1, T, T}), {0});
+            out[l].attn = mean(maps.reshape({-1, T, T}), {0}).to(Device::CPU);
             const float* p = out[l].attn.data_f32();
             double self = 0;
             for (int64_t i = 0; i < T; i++) self += p[i * T + i];
             out[l].attn_self = self / T;
         }
         x = b.forward(x);
-        Tensor probe = Tensor::zeros(x.shape());
+        Tensor probe = x.new_zeros(x.shape());
         probe.requires_grad_(true);
         x = add(x, probe);
         probes.push_back(probe);
@@ -255,9 +259,9 @@ static std::vector<LayerStats> inspect(Subject& s) {
     }
     cross_entropy(logits, s.targets).backward();
     for (size_t l = 0; l < s.blocks.size(); l++) {
-        out[l].act_std = std_of(acts[l]);
+        out[l].act_std = std_of(acts[l].to(Device::CPU));
         Tensor g = probes[l].grad();
-        out[l].grad_std = g.defined() ? std_of(g) : 0.0;
+        out[l].grad_std = g.defined() ? std_of(g.to(Device::CPU)) : 0.0;
     }
     return out;
 }
@@ -388,6 +392,10 @@ static int run(const Args& a) {
         }
         report.say("weights replaced by the checkpoint " + a.checkpoint);
     }
+    // The initializers (and the checkpoint) ran on the CPU; the inspection runs on --device.
+    s.module->to(a.dev);
+    s.inputs = s.inputs.to(a.dev);
+    s.targets = s.targets.to(a.dev);
     FILE* text = a.json_out ? stderr : stdout;
     std::fprintf(text, "inspect_init: %s, init %s, seed %llu, batch %lld %s\n", s.description.c_str(),
                  a.init.c_str(), (unsigned long long)a.seed, (long long)s.inputs.size(0),
@@ -498,6 +506,7 @@ int main(int argc, char** argv) {
     app.add_option("--goal-std", a.opt.goal_std, "relu-quantile: post-activation std")->capture_default_str();
     app.add_option("--tfixup-layers", a.opt.tfixup_layers, "t-fixup: N in 0.67·N^(-1/4) (0: the model's depth)")
         ->capture_default_str();
+    apps::add_device_flags(app, a.device, nullptr);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
@@ -516,6 +525,9 @@ int main(int argc, char** argv) {
             return refuse(fmt::format("--pos {} does not apply to {}", a.pos, a.model));
     }
     if (vit && 32 % a.patch != 0) return refuse(fmt::format("--patch {} does not divide 32", a.patch));
+    apps::DeviceChoice dc = apps::resolve_device(a.device);
+    if (!dc.error.empty()) return refuse(dc.error);
+    a.dev = dc.device;
     std::string bad = unknown_scheme(a.init);
     if (!bad.empty()) {
         std::string valid;

@@ -9,6 +9,11 @@
 // last --scored count). Reports perplexity (word level) or bits per character (char level: mean
 // cross-entropy in nats / ln 2) on valid every epoch and on test at the end.
 //
+// Device: --device cuda (or auto, with a GPU): the model is built and initialized on the CPU
+// (data-dependent schemes see their init batch there), then moved; each batch is copied to the
+// device; the loss is read back where a metrics line is written, at the end of an epoch and at a
+// stop (and the gradient norm every step when clipping). Checkpoints hold host copies.
+//
 // Stopping (Ctrl-C, SIGTERM) finishes the step, writes last.* and exits 130 / 143; --resume
 // continues at the next batch of the same epoch, bit for bit as if never stopped. The batches of
 // an epoch come in a fixed order, so the position is the batch index; the checkpoint also holds
@@ -58,7 +63,7 @@ struct Args {
     int64_t train_tokens = 0;  // train on the first N tokens of the training split; 0: all
     int threads = 0, log_every = 50;
     uint64_t seed = 0;
-    std::string out, device = "auto";
+    std::string out, device = "auto", precision = "fp32";
     bool resume = false, nan_check = true;
 };
 
@@ -74,7 +79,7 @@ struct LM {
     std::function<void(const std::map<std::string, Tensor>&)> restore = [](const std::map<std::string, Tensor>&) {};
 };
 
-static LM build_model(const Args& a, int64_t vocab) {
+static LM build_model(const Args& a, int64_t vocab, Device dev) {
     LM lm;
     if (a.model == "lstm") {
         nn::LSTMConfig c = a.preset == "small" ? nn::LSTMConfig::small()
@@ -94,15 +99,15 @@ static LM build_model(const Args& a, int64_t vocab) {
             NamedTensors out;
             for (size_t i = 0; i < state->size(); i++) {
                 if (!(*state)[i].h.defined()) continue;
-                out.push_back({fmt::format("h.{}", i), (*state)[i].h.detach()});
-                out.push_back({fmt::format("c.{}", i), (*state)[i].c.detach()});
+                out.push_back({fmt::format("h.{}", i), (*state)[i].h.detach().to(Device::CPU)});
+                out.push_back({fmt::format("c.{}", i), (*state)[i].c.detach().to(Device::CPU)});
             }
             return out;
         };
-        lm.restore = [state](const std::map<std::string, Tensor>& saved) {
+        lm.restore = [state, dev](const std::map<std::string, Tensor>& saved) {
             state->clear();
             for (size_t i = 0; saved.count(fmt::format("h.{}", i)); i++)
-                state->push_back({saved.at(fmt::format("h.{}", i)), saved.at(fmt::format("c.{}", i))});
+                state->push_back({saved.at(fmt::format("h.{}", i)).to(dev), saved.at(fmt::format("c.{}", i)).to(dev)});
         };
         lm.module = m;
     } else if (a.model == "gau") {
@@ -163,7 +168,7 @@ static Batches make_batches(const Args& a, const std::vector<int32_t>& stream, i
 }
 
 // Mean negative log-likelihood (nats per scored token) over a whole split.
-static double evaluate(LM& lm, const Args& a, const std::vector<int32_t>& stream) {
+static double evaluate(LM& lm, const Args& a, const std::vector<int32_t>& stream, Device dev) {
     NoGrad ng;
     lm.module->eval();
     lm.reset_state();
@@ -171,8 +176,8 @@ static double evaluate(LM& lm, const Args& a, const std::vector<int32_t>& stream
     double nll = 0, count = 0;
     for (int64_t i = 0; i < batches.size(); i++) {
         data::TokenBatch b = batches.get(i);
-        Tensor logits = lm.forward(b.inputs, a.protocol == "bptt");
-        nll += cross_entropy(logits, scored_targets(b)).item() * (double)b.scored;
+        Tensor logits = lm.forward(b.inputs.to(dev), a.protocol == "bptt");
+        nll += cross_entropy(logits, scored_targets(b).to(dev)).item() * (double)b.scored;
         count += (double)b.scored;
     }
     lm.module->train();
@@ -180,7 +185,7 @@ static double evaluate(LM& lm, const Args& a, const std::vector<int32_t>& stream
     return nll / std::max(1.0, count);
 }
 
-static int run(Args& a, const apps::json& config) {
+static int run(Args& a, const apps::json& config, Device dev) {
     if (a.threads > 0) omp_set_num_threads(a.threads);
     manual_seed(a.seed);
     std::string dir = a.data_dir.empty() ? data::default_data_dir(a.dataset) : a.data_dir;
@@ -198,7 +203,7 @@ static int run(Args& a, const apps::json& config) {
     // A slice keeps the vocabulary of the whole training split, so valid and test read the same.
     size_t all_train = corpus.train.size();
     if (a.train_tokens > 0 && (size_t)a.train_tokens < all_train) corpus.train.resize(a.train_tokens);
-    LM lm = build_model(a, corpus.vocab.size());
+    LM lm = build_model(a, corpus.vocab.size(), dev);
     std::printf("train_lm: %s, %lld parameters; %s: %zu / %zu / %zu tokens, vocabulary %d%s\n", a.model.c_str(),
                 (long long)lm.module->num_parameters(), a.dataset.c_str(), corpus.train.size(), corpus.valid.size(),
                 corpus.test.size(), corpus.vocab.size(),
@@ -210,6 +215,10 @@ static int run(Args& a, const apps::json& config) {
     init::InitData init_data{[&] { NoGrad ng; lm.forward(first.inputs, false); }, first.inputs.size(0), first.targets};
     init::Report report = init::apply(*lm.module, a.init, a.init_opt, &init_data);
     for (auto& line : report.lines) std::printf("init: %s\n", line.c_str());
+    // The initializers ran on the CPU; the model moves now, before the optimizer makes its state.
+    lm.module->to(dev);
+    lm.reset_state();  // the init batch's LSTM state was on the CPU
+    std::printf("device: %s\n", config.value("device", "cpu").c_str());
 
     auto groups = nn::param_groups(*lm.module, a.weight_decay);
     std::unique_ptr<nn::Optimizer> opt;
@@ -284,42 +293,56 @@ static int run(Args& a, const apps::json& config) {
         if (a.schedule == "step") opt->lr = step_decay.lr(epoch);
         if (skip_batches == 0) lm.reset_state();  // else: resumed mid-epoch, with the restored state
         apps::Progress bar(fmt::format("epoch {}/{}", epoch + 1, a.epochs), steps_per_epoch, "tok");
-        double nll_sum = resumed_nll_sum, tokens = resumed_tokens;
+        apps::LossMeter meter(dev == Device::CUDA, resumed_nll_sum, resumed_tokens);
+        double ntok = resumed_tokens;  // tokens trained on this epoch (the meter may not have read them all yet)
         for (int64_t i = skip_batches; i < steps_per_epoch; i++) {
             data::TokenBatch b = train.get(i);
             auto t0 = std::chrono::steady_clock::now();
             if (a.schedule == "cosine") opt->lr = cosine.lr(global_step);
             opt->zero_grad();
-            Tensor loss = cross_entropy(lm.forward(b.inputs, bptt), scored_targets(b));
-            float lv = loss.item();
-            if (a.nan_check && !std::isfinite(lv)) {
-                apps::report_nan_loss("train_lm", lv, epoch + 1, global_step, out);
-                return 1;
+            Tensor loss = cross_entropy(lm.forward(b.inputs.to(dev), bptt), scored_targets(b).to(dev));
+            bool log_now = (global_step + 1) % a.log_every == 0;
+            meter.add(loss, (double)b.scored);
+            float lv = 0.f;
+            if (!meter.deferred() || log_now) {
+                lv = meter.read();
+                if (a.nan_check && (!std::isfinite(lv) || !std::isfinite(meter.sum()))) {
+                    apps::report_nan_loss("train_lm", lv, epoch + 1, global_step, out);
+                    return 1;
+                }
             }
             loss.backward();
-            float gnorm = a.clip_grad > 0 ? nn::clip_grad_norm(params, a.clip_grad) : nn::grad_norm(params);
+            float gnorm = a.clip_grad > 0 ? nn::clip_grad_norm(params, a.clip_grad)
+                        : log_now         ? nn::grad_norm(params)
+                                          : 0.f;
             opt->step();
             global_step++;
             double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-            nll_sum += lv * (double)b.scored;
-            tokens += (double)b.scored;
-            bar.update(i + 1, (int64_t)tokens, fmt::format("{} {:.3f}", metric_name, metric(nll_sum / tokens)));
-            if (global_step % a.log_every == 0)
+            ntok += (double)b.scored;
+            bar.update(i + 1, (int64_t)ntok, fmt::format("{} {:.3f}", metric_name, metric(meter.mean())));
+            if (log_now)
                 out.append_metrics({{"kind", "train"}, {"step", global_step}, {"epoch", epoch + (i + 1.0) / steps_per_epoch},
                                     {"lr", opt->lr}, {"loss", lv}, {"grad_norm", gnorm}, {"ms_per_step", ms}, {"peak_rss_mb", apps::peak_rss_mb()},
                                     {"items_per_s", b.scored / (ms / 1000.0)}});
             if (apps::stop_requested()) {
                 bar.finish();
-                checkpoint("last", epoch, i + 1, nll_sum, tokens);
+                meter.read();
+                checkpoint("last", epoch, i + 1, meter.sum(), meter.weight());
                 std::fprintf(stderr, "train_lm: stopped at epoch %d, batch %lld; checkpoint %s (continue with --resume)\n",
                              epoch + 1, (long long)(i + 1), out.enabled() ? out.path("last").c_str() : "(none: no --out)");
                 return apps::stop_exit_code();
             }
         }
         bar.finish();
+        meter.read();
+        if (a.nan_check && !std::isfinite(meter.sum())) {
+            apps::report_nan_loss("train_lm", (float)meter.sum(), epoch + 1, global_step, out);
+            return 1;
+        }
+        double nll_sum = meter.sum(), tokens = meter.weight();
         skip_batches = 0;
         resumed_nll_sum = resumed_tokens = 0;
-        double valid = evaluate(lm, a, corpus.valid);
+        double valid = evaluate(lm, a, corpus.valid, dev);
         if (a.schedule == "plateau") opt->lr = plateau.update((float)valid);
         std::printf("epoch %d: train %s %.4f, valid %s %.4f, lr %.3g\n", epoch + 1, metric_name,
                     metric(nll_sum / std::max(1.0, tokens)), metric_name, metric(valid), opt->lr);
@@ -332,7 +355,7 @@ static int run(Args& a, const apps::json& config) {
         }
         checkpoint("last", epoch + 1, 0, 0, 0);
     }
-    double test = evaluate(lm, a, corpus.test);
+    double test = evaluate(lm, a, corpus.test, dev);
     std::printf("test %s %.4f (valid best %.4f)\n", metric_name, metric(test), metric(best_valid));
     out.write_json("result.json", {{"test_" + std::string(metric_name), metric(test)}, {"test_loss", test},
                                    {"best_valid_" + std::string(metric_name), metric(best_valid)},
@@ -391,8 +414,7 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     app.add_option("--weight-decay", a.weight_decay, "weight decay (AdamW: decoupled)")->capture_default_str();
     app.add_option("--clip-grad", a.clip_grad, "global gradient-norm clip (0: off)")->capture_default_str();
-    app.add_option("--device", a.device, "auto | cpu | cuda")->capture_default_str()
-        ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+    apps::add_device_flags(app, a.device, &a.precision);
     app.add_option("--threads", a.threads, "CPU threads (0: all cores)")->capture_default_str();
     app.add_option("--seed", a.seed, "random seed")->capture_default_str();
     app.add_option("--out", a.out, "run directory: config.json, metrics.jsonl, vocab.txt, checkpoints, result.json");
@@ -417,10 +439,14 @@ int main(int argc, char** argv) {
     if (a.resume && a.out.empty()) return refuse("--resume needs --out (the run directory to continue)");
     if (a.protocol == "window" && a.scored > a.seq_len) return refuse("--scored must not exceed --seq-len");
     if (!a.preset.empty() && a.model != "lstm") return refuse("--preset applies to --model lstm only");
-    if (a.device == "cuda") return refuse("--device cuda: the CUDA backend (issue 3) does not run models yet");
-    apps::json config = apps::run_config(app, "train_lm", a.threads > 0 ? a.threads : omp_get_max_threads());
+    apps::DeviceChoice dc = apps::resolve_device(a.device, a.precision);
+    if (!dc.error.empty()) return refuse(dc.error);
+    if (!dc.note.empty()) std::printf("train_lm: %s\n", dc.note.c_str());
+    apps::json config =
+        apps::run_config(app, "train_lm", a.threads > 0 ? a.threads : omp_get_max_threads(), dc.description);
     try {
-        return run(a, config);
+        apps::apply_precision(dc, a.precision);
+        return run(a, config, dc.device);
     } catch (const Error& e) {
         std::fprintf(stderr, "train_lm: %s\n", e.what());
         return 1;

@@ -10,6 +10,11 @@
 // 200 epochs, batch 512, label smoothing 0.1. On a CPU that is days: for a quick look use
 // --epochs, --train-subset, --depth and --patch 4.
 //
+// Device: --device cuda (or auto, with a GPU): the model is built and initialized on the CPU
+// (data-dependent schemes see their init batch there), then moved; each batch is copied to the
+// device; the loss is read back where a metrics line is written (and the gradient norm, which
+// clipping needs, every step).
+//
 // Data: --data-dir, else $INITLAB_DATA/<folder> (cifar-10-batches-bin, cifar-100-binary, or the
 // cifar10-jpeg image folders), else data_local/<folder>.
 #include <CLI/CLI.hpp>
@@ -188,7 +193,8 @@ static std::shared_ptr<nn::Module> build_model(const Args& a, int64_t image_size
 
 // Top-1 accuracy and mean loss on a whole split, in eval mode, without gradients.
 static std::pair<double, double> evaluate(nn::Module& model, const std::function<Tensor(const Tensor&)>& forward,
-                                          const data::ImageSet& set, const data::Normalize& norm, int batch) {
+                                          const data::ImageSet& set, const data::Normalize& norm, int batch,
+                                          Device dev) {
     NoGrad ng;
     model.eval();
     int64_t correct = 0;
@@ -196,9 +202,10 @@ static std::pair<double, double> evaluate(nn::Module& model, const std::function
     for (int64_t start = 0; start < set.n; start += batch) {
         std::vector<int64_t> idx;
         for (int64_t i = start; i < std::min<int64_t>(set.n, start + batch); i++) idx.push_back(i);
-        Tensor logits = forward(data::images_tensor(set, idx, norm));
+        Tensor logits = forward(data::images_tensor(set, idx, norm).to(dev));
         Tensor labels = data::labels_tensor(set, idx);
-        loss_sum += cross_entropy(logits, labels).item() * (double)idx.size();
+        loss_sum += cross_entropy(logits, labels.to(dev)).item() * (double)idx.size();
+        logits = logits.to(Device::CPU);  // the arg-max on the host
         int64_t C = logits.size(1);
         const float* p = logits.data_f32();
         for (size_t b = 0; b < idx.size(); b++) {
@@ -212,7 +219,7 @@ static std::pair<double, double> evaluate(nn::Module& model, const std::function
 
 // ---------------------------------------------------------------------------------------------
 
-static int run(const Args& a, const apps::json& config) {
+static int run(const Args& a, const apps::json& config, Device dev) {
     if (a.threads > 0) omp_set_num_threads(a.threads);
     manual_seed(a.seed);
     Data d = load_data(a);
@@ -235,6 +242,9 @@ static int run(const Args& a, const apps::json& config) {
     // data-dependent scheme measured its layers with its own filters: say so when combining them).
     if (auto* cm = dynamic_cast<nn::ConvMixer*>(model.get())) init::set_spatial_filters(*cm, a.spatial, &report);
     for (auto& line : report.lines) std::printf("init: %s\n", line.c_str());
+    // The initializers ran on the CPU; the model moves now, before the optimizer makes its state.
+    model->to(dev);
+    std::printf("device: %s\n", config.value("device", "cpu").c_str());
 
     auto groups = nn::param_groups(*model, a.weight_decay);
     std::unique_ptr<nn::Optimizer> opt;
@@ -290,32 +300,38 @@ static int run(const Args& a, const apps::json& config) {
     for (int epoch = start_epoch; epoch < a.epochs; epoch++) {
         loader.start_epoch(epoch);
         apps::Progress bar(fmt::format("epoch {}/{}", epoch + 1, a.epochs), steps_per_epoch, "img");
-        double loss_sum = 0;
+        apps::LossMeter meter(dev == Device::CUDA);
         int64_t seen = 0;
         auto t_epoch = std::chrono::steady_clock::now();
         data::ImageBatch batch;
         for (int64_t b = 0; loader.next(batch); b++) {
             if (b < skip_batches) continue;  // resuming mid-epoch: the same order, batches already trained on
-            const Tensor &x = batch.images, &y = batch.labels;
+            Tensor x = batch.images.to(dev), y = batch.labels.to(dev);
             int64_t n = x.size(0);
             auto t0 = std::chrono::steady_clock::now();
             opt->lr = sched.lr(global_step);
             opt->zero_grad();
             Tensor loss = cross_entropy(forward(x), y, -100, a.label_smoothing);
-            float lv = global_step == a.fail_at_step ? NAN : loss.item();
-            if (a.nan_check && !std::isfinite(lv)) {
-                apps::report_nan_loss("train_vit", lv, epoch + 1, global_step, out);
-                return 1;
+            bool log_now = (global_step + 1) % a.log_every == 0;
+            meter.add(loss, (double)n);
+            float lv = 0.f;
+            if (!meter.deferred() || log_now || global_step == a.fail_at_step) {
+                lv = global_step == a.fail_at_step ? NAN : meter.read();
+                if (a.nan_check && (!std::isfinite(lv) || !std::isfinite(meter.sum()))) {
+                    apps::report_nan_loss("train_vit", lv, epoch + 1, global_step, out);
+                    return 1;
+                }
             }
             loss.backward();
-            float gnorm = a.clip_grad > 0 ? nn::clip_grad_norm(params, a.clip_grad) : nn::grad_norm(params);
+            float gnorm = a.clip_grad > 0 ? nn::clip_grad_norm(params, a.clip_grad)
+                        : log_now         ? nn::grad_norm(params)
+                                          : 0.f;
             opt->step();
             global_step++;
             double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-            loss_sum += lv * (double)n;
             seen += n;
-            bar.update(b + 1 - skip_batches, seen, fmt::format("loss {:.4f}", loss_sum / seen));
-            if (global_step % a.log_every == 0)
+            bar.update(b + 1 - skip_batches, seen, fmt::format("loss {:.4f}", meter.mean()));
+            if (log_now)
                 out.append_metrics({{"kind", "train"}, {"step", global_step}, {"epoch", epoch + (b + 1.0) / steps_per_epoch},
                                     {"lr", opt->lr}, {"loss", lv}, {"grad_norm", gnorm},
                                     {"ms_per_step", ms}, {"peak_rss_mb", apps::peak_rss_mb()}, {"items_per_s", n / (ms / 1000.0)}});
@@ -328,11 +344,17 @@ static int run(const Args& a, const apps::json& config) {
             }
         }
         bar.finish();
+        meter.read();
+        if (a.nan_check && !std::isfinite(meter.sum())) {
+            apps::report_nan_loss("train_vit", (float)meter.sum(), epoch + 1, global_step, out);
+            return 1;
+        }
+        double loss_sum = meter.sum();
         skip_batches = 0;
         double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_epoch).count();
         bool last_epoch = epoch + 1 == a.epochs;
         if ((epoch + 1) % a.eval_every == 0 || last_epoch) {
-            auto [acc, test_loss] = evaluate(*model, forward, d.test, d.norm, 500);
+            auto [acc, test_loss] = evaluate(*model, forward, d.test, d.norm, 500, dev);
             final_acc = acc;
             final_loss = test_loss;
             std::printf("epoch %d: train loss %.4f, test loss %.4f, test acc %.2f%% (%.1f s)\n", epoch + 1,
@@ -399,10 +421,7 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     app.add_option("--train-subset", a.train_subset, "train on a seeded subset of N images, every class kept (0: all)")
         ->capture_default_str();
-    app.add_option("--device", a.device, "auto | cpu | cuda")->capture_default_str()
-        ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-    app.add_option("--precision", a.precision, "fp32 | tf32 | bf16 (GPU only; the CPU computes in fp32)")
-        ->capture_default_str()->check(CLI::IsMember({"fp32", "tf32", "bf16"}));
+    apps::add_device_flags(app, a.device, &a.precision);
     app.add_option("--threads", a.threads, "CPU threads (0: all cores)")->capture_default_str();
     app.add_option("--seed", a.seed, "random seed (init, data order, augmentation, dropout)")->capture_default_str();
     app.add_option("--out", a.out, "run directory: config.json, metrics.jsonl, checkpoints, result.json");
@@ -436,15 +455,18 @@ int main(int argc, char** argv) {
         return refuse(std::string("--init: ") + e.what());
     }
     if (a.resume && a.out.empty()) return refuse("--resume needs --out (the run directory to continue)");
-    if (a.device == "cuda" && !built_with_cuda()) return refuse("--device cuda: this build has no CUDA backend");
-    if (a.device == "cuda") return refuse("--device cuda: the CUDA backend (issue 3) does not run models yet");
+    apps::DeviceChoice dc = apps::resolve_device(a.device, a.precision);
+    if (!dc.error.empty()) return refuse(dc.error);
+    if (!dc.note.empty()) std::printf("train_vit: %s\n", dc.note.c_str());
     if (a.warmup_epochs >= a.epochs && a.warmup_epochs > 0) {
         a.warmup_epochs = a.epochs / 10;
         std::printf("train_vit: --warmup-epochs is not below --epochs; using %d warmup epochs\n", a.warmup_epochs);
     }
-    apps::json config = apps::run_config(app, "train_vit", a.threads > 0 ? a.threads : omp_get_max_threads());
+    apps::json config =
+        apps::run_config(app, "train_vit", a.threads > 0 ? a.threads : omp_get_max_threads(), dc.description);
     try {
-        return run(a, config);
+        apps::apply_precision(dc, a.precision);
+        return run(a, config, dc.device);
     } catch (const Error& e) {
         std::fprintf(stderr, "train_vit: %s\n", e.what());
         return 1;

@@ -9,8 +9,14 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include "engine/device.h"
+#include "engine/autograd.h"
 #include "engine/error.h"
+#include "engine/ops.h"
 #include "init/init.h"
+#ifdef ENGINE_CUDA
+#include "engine/cuda/runtime.h"
+#endif
 
 namespace apps {
 
@@ -64,8 +70,8 @@ double peak_rss_mb() {
     return u.ru_maxrss / 1024.0;  // KiB on Linux
 }
 
-json run_config(const CLI::App& app, const std::string& app_name, int threads) {
-    json config = {{"app", app_name}, {"git_commit", git_commit()}, {"device", "cpu"}, {"threads", threads},
+json run_config(const CLI::App& app, const std::string& app_name, int threads, const std::string& device) {
+    json config = {{"app", app_name}, {"git_commit", git_commit()}, {"device", device}, {"threads", threads},
                    {"started", now_iso8601()}};
     for (const CLI::Option* o : app.get_options()) {
         if (o->get_name() == "--help") continue;
@@ -73,6 +79,72 @@ json run_config(const CLI::App& app, const std::string& app_name, int threads) {
         config[o->get_name()] = r.empty() ? o->get_default_str() : r.back();
     }
     return config;
+}
+
+void add_device_flags(CLI::App& app, std::string& device, std::string* precision) {
+    app.add_option("--device", device,
+                   "cpu | cuda | auto (cuda when a GPU is there, else cpu). The model is built and initialized on "
+                   "the CPU, then moved")
+        ->capture_default_str()->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+    if (precision)
+        app.add_option("--precision", *precision,
+                       "fp32 | tf32 (TF32 tensor-core GEMMs on the GPU) | bf16 (not yet: issue 12); the CPU computes in fp32")
+            ->capture_default_str()->check(CLI::IsMember({"fp32", "tf32", "bf16"}));
+}
+
+DeviceChoice resolve_device(const std::string& device, const std::string& precision) {
+    DeviceChoice c;
+    bool have_cuda = engine::cuda_device_count() > 0;
+    if (device == "cuda" && !engine::built_with_cuda()) {
+        c.error = "--device cuda: this build has no CUDA backend (build with nvcc found, or make emu for the emulator)";
+        return c;
+    }
+    if (device == "cuda" && !have_cuda) {
+        c.error = "--device cuda: no CUDA device found (--device cpu or auto runs on the CPU)";
+        return c;
+    }
+    if (device == "cuda" || (device == "auto" && have_cuda)) c.device = engine::Device::CUDA;
+    if (precision == "bf16") {
+        c.error = "--precision bf16: not yet (issue 12); use fp32 or tf32";
+        return c;
+    }
+    if (precision == "tf32" && c.device != engine::Device::CUDA)
+        c.note = "--precision tf32 has no effect on the CPU (it computes in fp32)";
+#ifdef ENGINE_CUDA
+    if (c.device == engine::Device::CUDA) c.description = engine::cuda::device_description();
+#endif
+    return c;
+}
+
+void apply_precision(const DeviceChoice& choice, const std::string& precision) {
+#ifdef ENGINE_CUDA
+    if (choice.device == engine::Device::CUDA) engine::cuda::set_tf32(precision == "tf32");
+#endif
+}
+
+void LossMeter::add(const engine::Tensor& loss, double weight) {
+    if (!deferred_) {
+        last_ = loss.item();
+        sum_ += (double)last_ * weight;
+        weight_ += weight;
+        return;
+    }
+    engine::NoGrad ng;
+    latest_ = loss.detach();
+    engine::Tensor w = engine::mul(latest_, (float)weight);
+    pending_ = pending_.defined() ? engine::add(pending_, w) : w;
+    pending_weight_ += weight;
+}
+
+float LossMeter::read() {
+    if (pending_.defined()) {
+        last_ = latest_.item();
+        sum_ += (double)pending_.item();
+        weight_ += pending_weight_;
+        pending_ = latest_ = engine::Tensor();
+        pending_weight_ = 0;
+    }
+    return last_;
 }
 
 void add_init_flags(CLI::App& app, std::string& scheme, init::Options& o) {

@@ -12,6 +12,7 @@
 #include <string>
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
+#include "engine/tensor.h"
 #include "init/init.h"
 
 namespace apps {
@@ -37,9 +38,48 @@ std::string git_commit();
 std::string now_iso8601();
 double peak_rss_mb();  // the process's peak resident memory
 
-// config.json's contents: the app, git commit, device, threads, start time, and every flag's
-// value (given or default).
-json run_config(const CLI::App& app, const std::string& app_name, int threads);
+// config.json's contents: the app, git commit, device (its description: "cpu", or
+// "cuda: NVIDIA H100 ... (sm_90, 132 SMs)"), threads, start time, and every flag's value (given or default).
+json run_config(const CLI::App& app, const std::string& app_name, int threads, const std::string& device = "cpu");
+
+// --device cpu|cuda|auto and (when `precision` is given) --precision fp32|tf32|bf16.
+void add_device_flags(CLI::App& app, std::string& device, std::string* precision);
+// The device the flags pick. "auto" is cuda when one is there (engine::cuda_device_count() > 0;
+// the emulated build counts its emulator), else cpu. On a CUDA device --precision tf32 turns on
+// TF32 GEMMs (engine::cuda::set_tf32); bf16 is refused (not yet: issue 12); tf32 on the CPU is
+// refused too (the CPU computes in fp32). `error` is empty when the choice is usable; else the
+// app prints it and exits 2.
+struct DeviceChoice {
+    engine::Device device = engine::Device::CPU;
+    std::string description = "cpu";  // for logs and config.json
+    std::string error;
+    std::string note;  // printed when not empty (e.g. tf32 asked for on the CPU: no effect)
+};
+DeviceChoice resolve_device(const std::string& device, const std::string& precision = "fp32");
+// Applies the choice's precision (call after resolve_device succeeded).
+void apply_precision(const DeviceChoice& choice, const std::string& precision);
+
+// The running sum of a training loss (weighted by items or tokens). On the CPU each step's loss is
+// read at once (it costs nothing); on a GPU it stays on the device and is added up there, and the
+// host reads it (and waits for the device) only in read(): where a metrics line is written, at
+// the end of an epoch, or at a stop. A NaN since the last read shows in sum().
+class LossMeter {
+public:
+    explicit LossMeter(bool on_device, double sum = 0, double weight = 0)
+        : deferred_(on_device), sum_(sum), weight_(weight) {}
+    void add(const engine::Tensor& loss, double weight);  // loss: a one-element tensor
+    float read();                                         // reads what was added; the latest loss
+    bool deferred() const { return deferred_; }
+    double sum() const { return sum_; }        // Σ loss·weight over what was read
+    double weight() const { return weight_; }  // Σ weight over what was read
+    double mean() const { return weight_ > 0 ? sum_ / weight_ : 0.0; }
+
+private:
+    bool deferred_;
+    engine::Tensor pending_, latest_;
+    double pending_weight_ = 0, sum_, weight_;
+    float last_ = 0.f;
+};
 // --init (its help lists every registered scheme) and every option of the schemes
 // (--mimetic-alpha1, --impulse-iters, --act-prob, ...), with the specs' defaults.
 void add_init_flags(CLI::App& app, std::string& scheme, init::Options& opt);
