@@ -1,0 +1,171 @@
+// tests/cuda/test_cuda_apps.cpp: train_vit and train_lm end to end with --device cuda on tiny data,
+// against the same runs on the CPU: the same training losses step by step, and the same test
+// figures. Under the emulated build the CUDA apps are build/<root>/emu/apps/*; under the nvcc
+// build they are the apps/ next to tests/ (found from this binary's own path either way). The CPU
+// reference is the CPU build's apps/ (run from the repository root); without one, the same binary
+// with --device cpu (the same CPU code paths), with a notice.
+//
+// Tolerances: per-step losses and test losses atol 1e-4, rtol 1e-3 (a few steps of AdamW on
+// float32 kernels that add in other orders); accuracy within one test image.
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include "engine/rng.h"
+#include "tests/test_data_helpers.h"
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+// The apps built with this test binary: <dir of this binary>/../apps/.
+std::string device_app(const std::string& name) {
+    fs::path self = fs::read_symlink("/proc/self/exe");
+    fs::path p = self.parent_path().parent_path() / "apps" / name;
+    if (!fs::exists(p)) FAIL(p.string() << " not found: build the apps with this test binary (make emu, or make)");
+    return p.string();
+}
+
+// The CPU build's app (repository root), or "" when it is not there.
+std::string cpu_app(const std::string& name) {
+    std::string p = "apps/" + name;
+    if (fs::exists(p)) return p;
+    WARN("no CPU build's " << p << " (run from the repository root after make): the CPU reference is "
+                           << device_app(name) << " --device cpu");
+    return "";
+}
+
+int run(const std::string& cmd, const std::string& log) {
+    int rc = std::system((cmd + " > " + log + " 2>&1").c_str());
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+std::string slurp(const std::string& path) {
+    std::ifstream f(path);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+std::vector<json> metrics(const std::string& run_dir, const std::string& kind) {
+    std::vector<json> out;
+    std::ifstream m(run_dir + "/metrics.jsonl");
+    for (std::string l; std::getline(m, l);) {
+        auto j = json::parse(l);
+        if (j["kind"] == kind) out.push_back(j);
+    }
+    return out;
+}
+
+void check_close(const std::string& what, double cpu, double cuda, double atol = 1e-4, double rtol = 1e-3) {
+    INFO(what << ": cpu " << cpu << ", cuda " << cuda);
+    CHECK(std::fabs(cpu - cuda) <= atol + rtol * std::fabs(cpu));
+}
+
+// A tiny CIFAR-10 binary release (as tests/test_apps.cpp writes it): a class colour plus noise.
+void write_tiny_cifar10(const std::string& dir, int per_class_train, int per_class_test) {
+    engine::Generator g(3);
+    auto batch = [&](int per_class) {
+        std::vector<uint8_t> bytes;
+        for (int i = 0; i < per_class; i++)
+            for (int c = 0; c < 10; c++) {
+                bytes.push_back((uint8_t)c);
+                std::vector<int32_t> noise(3072);
+                g.randint(noise.data(), 3072, 0, 64);
+                for (int ch = 0; ch < 3; ch++)
+                    for (int p = 0; p < 1024; p++)
+                        bytes.push_back((uint8_t)(((c * 37 + ch * 91) % 192) + noise[ch * 1024 + p]));
+            }
+        return bytes;
+    };
+    for (int k = 1; k <= 5; k++) test::write_file(dir + "/data_batch_" + std::to_string(k) + ".bin", batch(per_class_train));
+    test::write_file(dir + "/test_batch.bin", batch(per_class_test));
+}
+
+// Runs `args` on the device and on the CPU into tmp/cuda and tmp/cpu; both must succeed.
+void run_both(const test::TempDir& tmp, const std::string& app, const std::string& args,
+              const std::string& cuda_extra = "") {
+    std::string dev = device_app(app), cpu = cpu_app(app);
+    int rc = run(dev + " " + args + " --device cuda " + cuda_extra + " --out " + (tmp / "cuda"), tmp / "log_cuda");
+    INFO("cuda run:\n" << slurp(tmp / "log_cuda"));
+    REQUIRE(rc == 0);
+    rc = run((cpu.empty() ? dev : cpu) + " " + args + " --device cpu --out " + (tmp / "cpu"), tmp / "log_cpu");
+    INFO("cpu run:\n" << slurp(tmp / "log_cpu"));
+    REQUIRE(rc == 0);
+    auto config = json::parse(slurp(tmp / "cuda/config.json"));
+    CHECK(config["device"].get<std::string>().rfind("cuda: ", 0) == 0);  // "cuda: emulated" or the GPU's name
+    CHECK(json::parse(slurp(tmp / "cpu/config.json"))["device"] == "cpu");
+}
+
+}  // namespace
+
+TEST_CASE("cuda apps: train_vit --device cuda matches the CPU run", "[cuda]") {
+    test::TempDir tmp;
+    write_tiny_cifar10(tmp / "cifar", 1, 2);  // 50 training images, 20 test images
+    std::string args = "--dataset cifar10 --data-dir " + (tmp / "cifar") +
+                       " --dim 16 --depth 1 --heads 2 --patch 8 --batch-size 25 --epochs 2 --lr 1e-2 "
+                       "--warmup-epochs 0 --randaug 0 --threads 1 --log-every 1 --init timm --seed 3";
+    run_both(tmp, "train_vit", args);
+    auto tc = metrics(tmp / "cpu", "train"), tg = metrics(tmp / "cuda", "train");
+    REQUIRE(tc.size() == 4);
+    REQUIRE(tg.size() == tc.size());
+    for (size_t i = 0; i < tc.size(); i++) {
+        check_close("step " + std::to_string(i + 1) + " loss", tc[i]["loss"], tg[i]["loss"]);
+        check_close("step " + std::to_string(i + 1) + " grad norm", tc[i]["grad_norm"], tg[i]["grad_norm"]);
+    }
+    auto rc = json::parse(slurp(tmp / "cpu/result.json")), rg = json::parse(slurp(tmp / "cuda/result.json"));
+    check_close("test loss", rc["test_loss"], rg["test_loss"]);
+    CHECK(std::fabs(rc["test_acc"].get<double>() - rg["test_acc"].get<double>()) <= 1.0 / 20 + 1e-9);
+    CHECK(fs::exists(tmp / "cuda/last.safetensors"));
+    CHECK(fs::exists(tmp / "cuda/last.optim.safetensors"));
+}
+
+TEST_CASE("cuda apps: train_lm --device cuda matches the CPU run (transformer, GAU, LSTM)", "[cuda]") {
+    std::string line = "the cat sat on the mat and the dog sat on the log\n";
+    for (std::string model : {"transformer", "gau", "lstm"}) {
+        INFO("model " << model);
+        test::TempDir tmp;
+        std::string text;
+        for (int i = 0; i < 6; i++) text += line;
+        for (const char* split : {"train", "valid", "test"})
+            test::write_file(tmp / ("text/" + std::string(split) + ".txt"), text);
+        std::string args = "--dataset text --data-dir " + (tmp / "text") + " --model " + model +
+                           " --dim 16 --depth 1 --heads 2 --s 8 --seq-len 8 --batch-size 2 --epochs 1 --max-steps 4"
+                           " --lr 1e-2 --dropout 0 --threads 1 --log-every 1 --seed 1";
+        // The device run logs every third step only: the loss is then read back at those steps and
+        // at the end of the epoch, which must give the same epoch figures.
+        run_both(tmp, "train_lm", args, "--log-every 3");
+        auto tc = metrics(tmp / "cpu", "train"), tg = metrics(tmp / "cuda", "train");
+        REQUIRE(tc.size() == 4);
+        REQUIRE(tg.size() == 1);
+        CHECK(tg[0]["step"] == 3);
+        check_close("step 3 loss", tc[2]["loss"], tg[0]["loss"]);
+        auto ec = metrics(tmp / "cpu", "eval"), eg = metrics(tmp / "cuda", "eval");
+        REQUIRE(ec.size() == 1);
+        REQUIRE(eg.size() == 1);
+        check_close("train ppl", ec[0]["train_ppl"], eg[0]["train_ppl"]);
+        check_close("valid loss", ec[0]["valid_loss"], eg[0]["valid_loss"]);
+        auto rc = json::parse(slurp(tmp / "cpu/result.json")), rg = json::parse(slurp(tmp / "cuda/result.json"));
+        check_close("test loss", rc["test_loss"], rg["test_loss"]);
+    }
+}
+
+TEST_CASE("cuda apps: --precision bf16 is refused, tf32 runs", "[cuda]") {
+    test::TempDir tmp;
+    int rc = run(device_app("train_vit") + " --device cuda --precision bf16", tmp / "log");
+    CHECK(rc == 2);
+    CHECK(slurp(tmp / "log").find("not yet (issue 12)") != std::string::npos);
+    rc = run(device_app("train_lm") + " --device cuda --precision bf16", tmp / "log");
+    CHECK(rc == 2);
+    CHECK(slurp(tmp / "log").find("not yet (issue 12)") != std::string::npos);
+    rc = run(device_app("bench") + " lm --device cuda --precision tf32 --dim 16 --depth 1 --heads 2 --seq 8 --batch 2 "
+                                   "--vocab 11 --steps 1 --warmup 0",
+             tmp / "log");
+    INFO(slurp(tmp / "log"));
+    CHECK(rc == 0);
+    CHECK(slurp(tmp / "log").find("\"device\":\"cuda: ") != std::string::npos);
+}

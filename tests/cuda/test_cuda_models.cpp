@@ -1,0 +1,276 @@
+// tests/cuda/test_cuda_models.cpp: every model family at a tiny size, on the CPU and on a CUDA copy
+// of the same model (built twice from the same seed; the copy moved with Module::to): one training
+// step gives the same loss and parameter gradients, and three AdamW steps (with gradient clipping)
+// the same parameters. Also Module::to itself and checkpoints across devices.
+//
+// Tolerances: loss atol 1e-5, rtol 1e-4; gradients and parameters atol 1e-4, rtol 1e-3 (a model
+// chains dozens of float32 ops whose kernels add in other orders than the CPU's).
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <unistd.h>
+#include "engine/ops.h"
+#include "engine/rng.h"
+#include "nn/checkpoint.h"
+#include "nn/convmixer.h"
+#include "nn/gau.h"
+#include "nn/lstm.h"
+#include "nn/optim.h"
+#include "nn/transformer.h"
+#include "tests/cuda/parity.h"
+
+using engine::Device;
+using engine::Tensor;
+
+namespace {
+
+const test::Tol kLossTol{1e-5f, 1e-4f}, kTol{1e-4f, 1e-3f};
+
+// One model family: how to build it (from the global generator), its inputs, and its loss.
+struct Family {
+    std::string name;
+    std::function<std::shared_ptr<nn::Module>()> build;
+    std::function<Tensor(nn::Module&, const Tensor& x, const Tensor& y)> loss;
+    Tensor x, y;  // CPU inputs and targets
+};
+
+std::vector<Family> families() {
+    std::vector<Family> out;
+    engine::Generator g(5);
+    auto ids = [&](engine::Shape s, int32_t vocab) {
+        Tensor t = Tensor::empty(s, engine::DType::I32);
+        g.randint(t.data_i32(), t.numel(), 0, vocab);
+        return t;
+    };
+    {
+        Family f{"ViT"};
+        f.build = [] {
+            nn::ViTConfig c;
+            c.image_size = 8;
+            c.patch = 4;
+            c.dim = 16;
+            c.depth = 2;
+            c.heads = 2;
+            c.pool = "cls";
+            return std::make_shared<nn::ViT>(c);
+        };
+        f.loss = [](nn::Module& m, const Tensor& x, const Tensor& y) {
+            return engine::cross_entropy(static_cast<nn::ViT&>(m).forward(x), y, -100, 0.1f);
+        };
+        f.x = test::randn({3, 3, 8, 8}, false, 21);
+        f.y = ids({3}, 10);
+        out.push_back(f);
+    }
+    {
+        Family f{"ViT avg pool, learned positions"};
+        f.build = [] {
+            nn::ViTConfig c;
+            c.image_size = 8;
+            c.patch = 2;
+            c.dim = 16;
+            c.depth = 1;
+            c.heads = 4;
+            c.pool = "avg";
+            c.pos = "learned";
+            c.layerscale = 0.1f;
+            return std::make_shared<nn::ViT>(c);
+        };
+        f.loss = [](nn::Module& m, const Tensor& x, const Tensor& y) {
+            return engine::cross_entropy(static_cast<nn::ViT&>(m).forward(x), y);
+        };
+        f.x = test::randn({2, 3, 8, 8}, false, 22);
+        f.y = ids({2}, 10);
+        out.push_back(f);
+    }
+    for (std::string pos : {"sinusoidal", "rope"}) {
+        Family f{"TransformerLM " + pos};
+        f.build = [pos] {
+            nn::LMConfig c;
+            c.vocab = 11;
+            c.dim = 16;
+            c.depth = 2;
+            c.heads = 2;
+            c.max_len = 16;
+            c.pos = pos;
+            return std::make_shared<nn::TransformerLM>(c);
+        };
+        f.loss = [](nn::Module& m, const Tensor& x, const Tensor& y) {
+            return engine::cross_entropy(static_cast<nn::TransformerLM&>(m).forward(x), y);
+        };
+        f.x = ids({2, 7}, 11);
+        f.y = ids({2, 7}, 11);
+        out.push_back(f);
+    }
+    {
+        Family f{"GAU LM"};
+        f.build = [] {
+            nn::GAUConfig c;
+            c.vocab = 11;
+            c.dim = 16;
+            c.depth = 2;
+            c.expansion = 32;
+            c.s = 8;
+            return std::make_shared<nn::GAULM>(c);
+        };
+        f.loss = [](nn::Module& m, const Tensor& x, const Tensor& y) {
+            return engine::cross_entropy(static_cast<nn::GAULM&>(m).forward(x), y);
+        };
+        f.x = ids({2, 7}, 11);
+        f.y = ids({2, 7}, 11);
+        out.push_back(f);
+    }
+    {
+        Family f{"LSTM LM"};
+        f.build = [] { return std::make_shared<nn::LSTMLM>(nn::LSTMConfig{11, 16, 2, 0.f, false}); };
+        f.loss = [](nn::Module& m, const Tensor& x, const Tensor& y) {
+            std::vector<nn::LSTMState> state;  // fresh zeros on the input's device
+            return engine::cross_entropy(static_cast<nn::LSTMLM&>(m).forward(x, state), y);
+        };
+        f.x = ids({3, 5}, 11);
+        f.y = ids({3, 5}, 11);
+        out.push_back(f);
+    }
+    {
+        Family f{"ConvMixer"};
+        f.build = [] {
+            nn::ConvMixerConfig c;
+            c.dim = 8;
+            c.depth = 2;
+            c.kernel = 3;
+            c.patch = 2;
+            return std::make_shared<nn::ConvMixer>(c);
+        };
+        f.loss = [](nn::Module& m, const Tensor& x, const Tensor& y) {
+            return engine::cross_entropy(static_cast<nn::ConvMixer&>(m).forward(x), y);
+        };
+        f.x = test::randn({2, 3, 8, 8}, false, 23);
+        f.y = ids({2}, 10);
+        out.push_back(f);
+    }
+    return out;
+}
+
+// The same model twice: on the CPU, and built from the same seed then moved to the device.
+std::pair<std::shared_ptr<nn::Module>, std::shared_ptr<nn::Module>> twins(const Family& f) {
+    engine::manual_seed(42);
+    auto cpu = f.build();
+    engine::manual_seed(42);
+    auto gpu = f.build();
+    gpu->to(Device::CUDA);
+    return {cpu, gpu};
+}
+
+void compare_tensors(const std::string& what, const std::vector<nn::NamedTensor>& a,
+                     const std::vector<nn::NamedTensor>& b, test::Tol tol) {
+    REQUIRE(a.size() == b.size());
+    for (size_t i = 0; i < a.size(); i++) {
+        REQUIRE(a[i].name == b[i].name);
+        REQUIRE(b[i].tensor->is_cuda());
+        test::require_close(what + " " + a[i].name, *a[i].tensor, *b[i].tensor, tol);
+    }
+}
+
+}  // namespace
+
+TEST_CASE("cuda: Module::to moves parameters and buffers in place", "[cuda]") {
+    engine::manual_seed(1);
+    nn::ConvMixerConfig c;
+    c.dim = 4;
+    c.depth = 1;
+    c.freeze_spatial = true;
+    nn::ConvMixer m(c);
+    Tensor* stem_w = &m.stem->weight;
+    std::vector<float> before = m.stem->weight.to_vector();
+    REQUIRE(&m.to(Device::CUDA) == &m);
+    REQUIRE(m.stem->weight.is_cuda());  // the member itself was replaced
+    REQUIRE(&m.stem->weight == stem_w);
+    REQUIRE(m.stem->weight.to_vector() == before);
+    for (auto& p : m.named_parameters()) {
+        INFO(p.name);
+        REQUIRE(p.tensor->is_cuda());
+        bool frozen = p.name.find("spatial") != std::string::npos;
+        REQUIRE(p.tensor->requires_grad() == !frozen);
+    }
+    for (auto& b : m.named_buffers()) REQUIRE(b.tensor->is_cuda());
+    m.to(Device::CPU);
+    REQUIRE(!m.stem->weight.is_cuda());
+    REQUIRE(m.stem->weight.requires_grad());
+    REQUIRE(m.stem->weight.to_vector() == before);
+}
+
+TEST_CASE("cuda: each model family trains alike on the CPU and the device", "[cuda]") {
+    for (const Family& f : families()) {
+        INFO("model " << f.name);
+        auto [cpu, gpu] = twins(f);
+        compare_tensors(f.name + " init", cpu->named_parameters(), gpu->named_parameters(), {0.f, 0.f});
+        Tensor xg = f.x.to(Device::CUDA), yg = f.y.to(Device::CUDA);
+
+        // One step: loss and every parameter gradient.
+        Tensor lc = f.loss(*cpu, f.x, f.y), lg = f.loss(*gpu, xg, yg);
+        REQUIRE(lg.is_cuda());
+        test::require_close(f.name + " loss", lc, lg, kLossTol);
+        lc.backward();
+        lg.backward();
+        auto pc = cpu->named_parameters(), pg = gpu->named_parameters();
+        for (size_t i = 0; i < pc.size(); i++) {
+            INFO("gradient of " << pc[i].name);
+            REQUIRE(pc[i].tensor->grad().defined() == pg[i].tensor->grad().defined());
+            if (!pc[i].tensor->grad().defined()) continue;
+            REQUIRE(pg[i].tensor->grad().is_cuda());
+            test::require_close(f.name + " grad " + pc[i].name, pc[i].tensor->grad(), pg[i].tensor->grad(), kTol);
+        }
+
+        // Three AdamW steps with clipping (the first reuses the gradients above).
+        nn::Adam oc(nn::param_groups(*cpu, 0.05f), 1e-2f), og(nn::param_groups(*gpu, 0.05f), 1e-2f);
+        auto params_c = cpu->parameters(), params_g = gpu->parameters();
+        for (int s = 0; s < 3; s++) {
+            if (s > 0) {
+                oc.zero_grad();
+                og.zero_grad();
+                f.loss(*cpu, f.x, f.y).backward();
+                f.loss(*gpu, xg, yg).backward();
+            }
+            float nc = nn::clip_grad_norm(params_c, 1.f), ng = nn::clip_grad_norm(params_g, 1.f);
+            REQUIRE(ng == Approx(nc).epsilon(1e-3));
+            oc.step();
+            og.step();
+        }
+        compare_tensors(f.name + " after 3 AdamW steps", cpu->named_parameters(), gpu->named_parameters(), kTol);
+        compare_tensors(f.name + " buffers after 3 steps", cpu->named_buffers(), gpu->named_buffers(), kTol);
+    }
+}
+
+TEST_CASE("cuda: checkpoints of a model on the device load on either device", "[cuda]") {
+    auto fams = families();
+    const Family& f = fams[0];  // ViT
+    auto [cpu, gpu] = twins(f);
+    nn::Adam og(nn::param_groups(*gpu, 0.05f), 1e-2f);
+    f.loss(*gpu, f.x.to(Device::CUDA), f.y.to(Device::CUDA)).backward();
+    og.step();  // parameters and state differ from the CPU model's now
+
+    std::string prefix = (std::filesystem::temp_directory_path() / ("initlab-cuda-ckpt-" + std::to_string(getpid()))).string();
+    nn::save_checkpoint(prefix, *gpu, &og, {{"note", "test"}});
+
+    nn::Adam oc(nn::param_groups(*cpu, 0.05f), 1e-2f);
+    nn::load_checkpoint(prefix, *cpu, &oc);  // device -> file -> CPU
+    compare_tensors("loaded on the CPU", cpu->named_parameters(), gpu->named_parameters(), {0.f, 0.f});
+    REQUIRE(oc.steps == 1);
+
+    engine::manual_seed(7);
+    auto other = f.build();
+    other->to(Device::CUDA);
+    nn::Adam oo(nn::param_groups(*other, 0.05f), 1e-2f);
+    nn::load_checkpoint(prefix, *other, &oo);  // file -> device, into the existing tensors
+    for (auto& p : other->named_parameters()) {
+        REQUIRE(p.tensor->is_cuda());
+        REQUIRE(p.tensor->requires_grad());
+    }
+    compare_tensors("loaded on the device", other->named_parameters(), gpu->named_parameters(), {0.f, 0.f});
+    auto so = oo.state(), sg = og.state();
+    for (auto& [name, t] : sg) {
+        REQUIRE(so[name]->is_cuda());
+        test::require_close("state " + name, *t, *so[name], {0.f, 0.f});
+    }
+    std::filesystem::remove(prefix + ".safetensors");
+    std::filesystem::remove(prefix + ".optim.safetensors");
+}
