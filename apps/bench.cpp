@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <omp.h>
 #include "apps/common/run.h"
+#include "engine/error.h"
 #include "engine/ops.h"
 #include "engine/rng.h"
 #include "nn/gau.h"
@@ -58,94 +59,99 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "bench: %s\n", dc.error.c_str());
         return 2;
     }
-    apps::apply_precision(dc, precision);
-    Device dev = dc.device;
-    auto sync = [dev] {
+    try {
+        apps::apply_precision(dc, precision);
+        Device dev = dc.device;
+        auto sync = [dev] {
 #ifdef ENGINE_CUDA
-        if (dev == Device::CUDA) engine::cuda::synchronize();
+            if (dev == Device::CUDA) engine::cuda::synchronize();
 #endif
-    };
-    if (threads > 0) omp_set_num_threads(threads);
-    manual_seed(seed);
+        };
+        if (threads > 0) omp_set_num_threads(threads);
+        manual_seed(seed);
 
-    std::shared_ptr<Module> net;
-    std::function<Tensor()> loss_fn;
-    int64_t items = 0;
-    std::vector<LSTMState> lstm_state;
-    if (model == "vit") {
-        ViTConfig c;
-        c.dim = dim;
-        c.depth = depth;
-        c.heads = heads;
-        c.patch = patch;
-        c.image_size = image;
-        auto vit = std::make_shared<ViT>(c);
-        Tensor x = Tensor::normal({batch, 3, image, image}).to(dev);
-        Tensor y = Tensor::randint({batch}, 0, (int32_t)c.num_classes).to(dev);
-        loss_fn = [vit, x, y] { return cross_entropy(vit->forward(x), y); };
-        net = vit;
-        items = batch;
-    } else {
-        Tensor x = Tensor::randint({batch, seq}, 0, (int32_t)vocab).to(dev),
-               y = Tensor::randint({batch, seq}, 0, (int32_t)vocab).to(dev);
-        items = batch * seq;
-        if (model == "lm") {
-            LMConfig c;
-            c.vocab = vocab;
+        std::shared_ptr<Module> net;
+        std::function<Tensor()> loss_fn;
+        int64_t items = 0;
+        std::vector<LSTMState> lstm_state;
+        if (model == "vit") {
+            ViTConfig c;
             c.dim = dim;
             c.depth = depth;
             c.heads = heads;
-            c.max_len = seq;
-            auto lm = std::make_shared<TransformerLM>(c);
-            loss_fn = [lm, x, y] { return cross_entropy(lm->forward(x), y); };
-            net = lm;
-        } else if (model == "gau") {
-            GAUConfig c;
-            c.vocab = vocab;
-            c.dim = dim;
-            c.depth = depth;
-            c.expansion = 2 * dim;
-            auto lm = std::make_shared<GAULM>(c);
-            loss_fn = [lm, x, y] { return cross_entropy(lm->forward(x), y); };
-            net = lm;
+            c.patch = patch;
+            c.image_size = image;
+            auto vit = std::make_shared<ViT>(c);
+            Tensor x = Tensor::normal({batch, 3, image, image}).to(dev);
+            Tensor y = Tensor::randint({batch}, 0, (int32_t)c.num_classes).to(dev);
+            loss_fn = [vit, x, y] { return cross_entropy(vit->forward(x), y); };
+            net = vit;
+            items = batch;
         } else {
-            LSTMConfig c{vocab, dim, depth, 0.f, false};
-            auto lm = std::make_shared<LSTMLM>(c);
-            loss_fn = [lm, x, y, &lstm_state] {
-                LSTMLM::detach(lstm_state);
-                return cross_entropy(lm->forward(x, lstm_state), y);
-            };
-            net = lm;
+            Tensor x = Tensor::randint({batch, seq}, 0, (int32_t)vocab).to(dev),
+                   y = Tensor::randint({batch, seq}, 0, (int32_t)vocab).to(dev);
+            items = batch * seq;
+            if (model == "lm") {
+                LMConfig c;
+                c.vocab = vocab;
+                c.dim = dim;
+                c.depth = depth;
+                c.heads = heads;
+                c.max_len = seq;
+                auto lm = std::make_shared<TransformerLM>(c);
+                loss_fn = [lm, x, y] { return cross_entropy(lm->forward(x), y); };
+                net = lm;
+            } else if (model == "gau") {
+                GAUConfig c;
+                c.vocab = vocab;
+                c.dim = dim;
+                c.depth = depth;
+                c.expansion = 2 * dim;
+                auto lm = std::make_shared<GAULM>(c);
+                loss_fn = [lm, x, y] { return cross_entropy(lm->forward(x), y); };
+                net = lm;
+            } else {
+                LSTMConfig c{vocab, dim, depth, 0.f, false};
+                auto lm = std::make_shared<LSTMLM>(c);
+                loss_fn = [lm, x, y, &lstm_state] {
+                    LSTMLM::detach(lstm_state);
+                    return cross_entropy(lm->forward(x, lstm_state), y);
+                };
+                net = lm;
+            }
         }
+        net->to(dev);
+        Adam opt(param_groups(*net, 0.05f), 1e-4f);
+        std::vector<double> ms;
+        for (int s = 0; s < warmup + steps; s++) {
+            auto t0 = std::chrono::steady_clock::now();
+            opt.zero_grad();
+            Tensor loss = loss_fn();
+            loss.backward();
+            opt.step();
+            sync();
+            double dt = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+            if (s >= warmup) ms.push_back(dt);
+        }
+        std::sort(ms.begin(), ms.end());
+        double median = ms[ms.size() / 2];
+        nlohmann::ordered_json out = {{"model", model},      {"dim", dim},       {"depth", depth},
+                                      {"batch", batch},      {"params", net->num_parameters()},
+                                      {"threads", omp_get_max_threads()}, {"device", dc.description},
+                                      {"precision", precision},
+                                      {"ms_per_step", median}, {"items_per_s", items / (median / 1000.0)},
+                                      {"peak_rss_mb", apps::peak_rss_mb()}};
+        if (model == "vit") {
+            out["heads"] = heads;
+            out["patch"] = patch;
+        } else {
+            out["seq"] = seq;
+            out["vocab"] = vocab;
+        }
+        std::printf("%s\n", out.dump().c_str());
+        return 0;
+    } catch (const Error& e) {
+        std::fprintf(stderr, "bench: %s\n", e.what());
+        return 1;
     }
-    net->to(dev);
-    Adam opt(param_groups(*net, 0.05f), 1e-4f);
-    std::vector<double> ms;
-    for (int s = 0; s < warmup + steps; s++) {
-        auto t0 = std::chrono::steady_clock::now();
-        opt.zero_grad();
-        Tensor loss = loss_fn();
-        loss.backward();
-        opt.step();
-        sync();
-        double dt = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-        if (s >= warmup) ms.push_back(dt);
-    }
-    std::sort(ms.begin(), ms.end());
-    double median = ms[ms.size() / 2];
-    nlohmann::ordered_json out = {{"model", model},      {"dim", dim},       {"depth", depth},
-                                  {"batch", batch},      {"params", net->num_parameters()},
-                                  {"threads", omp_get_max_threads()}, {"device", dc.description},
-                                  {"precision", precision},
-                                  {"ms_per_step", median}, {"items_per_s", items / (median / 1000.0)},
-                                  {"peak_rss_mb", apps::peak_rss_mb()}};
-    if (model == "vit") {
-        out["heads"] = heads;
-        out["patch"] = patch;
-    } else {
-        out["seq"] = seq;
-        out["vocab"] = vocab;
-    }
-    std::printf("%s\n", out.dump().c_str());
-    return 0;
 }
