@@ -1,19 +1,27 @@
 // engine/ops/conv.cpp: conv2d, depthwise_conv2d and batch_norm, forward and backward side by side.
-// Shape checks and autograd here; the loops are in engine/cpu/conv.cpp.
+// Shape checks and autograd here; the kernels run on the inputs' device (ON_DEVICE:
+// engine/cpu/conv.cpp or engine/cuda/conv.cu), and every tensor made here is on that device
+// (the running statistics of batch_norm live on x's device too).
 #include "engine/ops/conv.h"
 
 #include "engine/autograd.h"
 #include "engine/cpu/conv.h"
 #include "engine/ops/common.h"
+#include "engine/ops/dispatch.h"
+#ifdef ENGINE_CUDA
+#include "engine/cuda/conv.h"
+#endif
 
 namespace engine {
 
-// Gradient buffer for an input that needs one, else an undefined Tensor (and a null pointer).
+// Gradient buffer (on the input's device) for an input that needs one, else an undefined Tensor
+// (and a null pointer).
 static Tensor grad_buffer(const Tensor& input) {
-    return input.defined() && input.requires_grad() ? Tensor::empty(input.shape()) : Tensor();
+    return input.defined() && input.requires_grad() ? input.new_empty(input.shape()) : Tensor();
 }
 
-static float* data_or_null(const Tensor& t) { return t.defined() ? t.data_f32() : nullptr; }
+// The data on the tensor's own device, for the kernel ON_DEVICE picks; null when undefined.
+static float* raw_or_null(const Tensor& t) { return t.defined() ? t.raw_f32() : nullptr; }
 
 // A per-channel parameter (bias, weight, running statistic) must be a float [C] on x's device.
 static void expect_channel_vector(const char* op, const Tensor& t, const char* what, int64_t C, const Tensor& x,
@@ -53,13 +61,14 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int stride, int
           "conv2d: input {}, weight {}, stride {}, padding {}: empty output ({}x{})", x.shape().str(),
           w.shape().str(), stride, padding, g.OH, g.OW);
 
-    Tensor y = Tensor::empty({g.N, g.Cout, g.OH, g.OW});
-    cpu::conv2d_forward(x.data_f32(), w.data_f32(), data_or_null(b), y.data_f32(), g);
+    const Device dev = x.device();
+    Tensor y = x.new_empty({g.N, g.Cout, g.OH, g.OW});
+    ON_DEVICE(dev, conv2d_forward)(x.raw_f32(), w.raw_f32(), raw_or_null(b), y.raw_f32(), g);
 
-    return attach(y, "conv2d", {x, w, b}, [x, w, b, g](const Tensor& dy) {
+    return attach(y, "conv2d", {x, w, b}, [x, w, b, g, dev](const Tensor& dy) {
         Tensor dx = grad_buffer(x), dw = grad_buffer(w), db = grad_buffer(b);
-        cpu::conv2d_backward(x.data_f32(), w.data_f32(), dy.data_f32(), data_or_null(dx), data_or_null(dw),
-                             data_or_null(db), g);
+        ON_DEVICE(dev, conv2d_backward)(x.raw_f32(), w.raw_f32(), dy.raw_f32(), raw_or_null(dx), raw_or_null(dw),
+                                        raw_or_null(db), g);
         return std::vector<Tensor>{dx, dw, db};
     });
 }
@@ -84,13 +93,14 @@ Tensor depthwise_conv2d(const Tensor& x, const Tensor& w, const Tensor& b) {
           w.shape().str(), k, x.shape().str());
     if (b.defined()) expect_channel_vector(op, b, "bias", C, x, "input");
 
-    Tensor y = Tensor::empty(x.shape());
-    cpu::depthwise_conv2d_forward(x.data_f32(), w.data_f32(), data_or_null(b), y.data_f32(), N, C, H, W, k);
+    const Device dev = x.device();
+    Tensor y = x.new_empty(x.shape());
+    ON_DEVICE(dev, depthwise_conv2d_forward)(x.raw_f32(), w.raw_f32(), raw_or_null(b), y.raw_f32(), N, C, H, W, k);
 
-    return attach(y, "depthwise_conv2d", {x, w, b}, [x, w, b, N, C, H, W, k](const Tensor& dy) {
+    return attach(y, "depthwise_conv2d", {x, w, b}, [x, w, b, N, C, H, W, k, dev](const Tensor& dy) {
         Tensor dx = grad_buffer(x), dw = grad_buffer(w), db = grad_buffer(b);
-        cpu::depthwise_conv2d_backward(x.data_f32(), w.data_f32(), dy.data_f32(), data_or_null(dx),
-                                       data_or_null(dw), data_or_null(db), N, C, H, W, k);
+        ON_DEVICE(dev, depthwise_conv2d_backward)(x.raw_f32(), w.raw_f32(), dy.raw_f32(), raw_or_null(dx),
+                                                  raw_or_null(dw), raw_or_null(db), N, C, H, W, k);
         return std::vector<Tensor>{dx, dw, db};
     });
 }
@@ -127,28 +137,30 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Ten
           x.shape().str());
     check(eps >= 0.f, "batch_norm: input {}: eps {} must be >= 0", x.shape().str(), eps);
 
-    Tensor mean = Tensor::empty({C}), rstd = Tensor::empty({C});
+    const Device dev = x.device();
+    Tensor mean = x.new_empty({C}), rstd = x.new_empty({C});
     if (training) {
-        Tensor var = Tensor::empty({C});
-        cpu::batch_norm_stats(x.data_f32(), mean.data_f32(), var.data_f32(), N, C, S);
-        cpu::batch_norm_rstd(var.data_f32(), eps, rstd.data_f32(), C);
+        Tensor var = x.new_empty({C});
+        ON_DEVICE(dev, batch_norm_stats)(x.raw_f32(), mean.raw_f32(), var.raw_f32(), N, C, S);
+        ON_DEVICE(dev, batch_norm_rstd)(var.raw_f32(), eps, rstd.raw_f32(), C);
         if (track)  // in place, outside autograd: the running statistics are buffers, not inputs
-            cpu::batch_norm_update_running(running_mean.data_f32(), running_var.data_f32(), mean.data_f32(),
-                                           var.data_f32(), C, N * S, momentum);
+            ON_DEVICE(dev, batch_norm_update_running)(running_mean.raw_f32(), running_var.raw_f32(), mean.raw_f32(),
+                                                      var.raw_f32(), C, N * S, momentum);
     } else {
         mean = running_mean.detach().clone();
-        cpu::batch_norm_rstd(running_var.data_f32(), eps, rstd.data_f32(), C);
+        ON_DEVICE(dev, batch_norm_rstd)(running_var.raw_f32(), eps, rstd.raw_f32(), C);
     }
 
-    Tensor y = Tensor::empty(x.shape());
-    cpu::batch_norm_forward(x.data_f32(), mean.data_f32(), rstd.data_f32(), data_or_null(weight), data_or_null(bias),
-                            y.data_f32(), N, C, S);
+    Tensor y = x.new_empty(x.shape());
+    ON_DEVICE(dev, batch_norm_forward)(x.raw_f32(), mean.raw_f32(), rstd.raw_f32(), raw_or_null(weight),
+                                       raw_or_null(bias), y.raw_f32(), N, C, S);
 
     return attach(y, "batch_norm", {x, weight, bias},
-                  [x, weight, bias, mean, rstd, training, N, C, S](const Tensor& dy) {
+                  [x, weight, bias, mean, rstd, training, N, C, S, dev](const Tensor& dy) {
         Tensor dx = grad_buffer(x), dw = grad_buffer(weight), db = grad_buffer(bias);
-        cpu::batch_norm_backward(x.data_f32(), dy.data_f32(), mean.data_f32(), rstd.data_f32(), data_or_null(weight),
-                                 data_or_null(dx), data_or_null(dw), data_or_null(db), N, C, S, training);
+        ON_DEVICE(dev, batch_norm_backward)(x.raw_f32(), dy.raw_f32(), mean.raw_f32(), rstd.raw_f32(),
+                                            raw_or_null(weight), raw_or_null(dx), raw_or_null(dw), raw_or_null(db), N,
+                                            C, S, training);
         return std::vector<Tensor>{dx, dw, db};
     });
 }

@@ -1,0 +1,14 @@
+// engine/cuda/rnn.h: the LSTM cell's pointwise kernels on the GPU (engine/cuda/rnn.cu), with the
+// signatures of engine/cpu/rnn.h so ON_DEVICE can pick either. Pointers are device memory.
+#pragma once
+#include <cstdint>
+
+namespace engine::cuda {
+
+// gates [B, 4H] (i, f, g, o), c_prev [B, H] -> hc [2, B, H] (h then c).
+void lstm_cell_forward(const float* gates, const float* c_prev, float* hc, int64_t B, int64_t H);
+// dhc [2, B, H] (dh, dc) -> dgates [B, 4H], dc_prev [B, H] (either may be null: not wanted).
+void lstm_cell_backward(const float* gates, const float* c_prev, const float* hc, const float* dhc, float* dgates,
+                        float* dc_prev, int64_t B, int64_t H);
+
+}  // namespace engine::cuda
