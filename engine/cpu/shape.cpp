@@ -28,16 +28,19 @@ void permute(const float* x, const Shape& xs, const int* perm, float* out) {
 }
 
 void copy_middle(const float* x, int64_t outer, int64_t n, int64_t inner, int64_t start, int64_t m, float* out) {
+    if (outer * m * inner == 0) return;  // an empty slice may have no storage (memcpy of null is UB)
     for (int64_t o = 0; o < outer; o++)
         std::memcpy(out + o * m * inner, x + (o * n + start) * inner, m * inner * sizeof(float));
 }
 
 void place_middle(const float* src, int64_t outer, int64_t n, int64_t inner, int64_t start, int64_t m, float* out) {
+    if (outer * m * inner == 0) return;
     for (int64_t o = 0; o < outer; o++)
         std::memcpy(out + (o * n + start) * inner, src + o * m * inner, m * inner * sizeof(float));
 }
 
 void index_select(const float* x, int64_t outer, int64_t n, int64_t inner, const int32_t* index, int64_t m, float* out) {
+    if (outer * m * inner == 0) return;
     #pragma omp parallel for if (outer * m * inner > (1 << 15))
     for (int64_t o = 0; o < outer; o++)
         for (int64_t i = 0; i < m; i++)

@@ -1,6 +1,12 @@
 // engine/cuda/matmul.h: GEMM on the GPU through cuBLAS, with the CPU's row-major interface
 // (engine/cpu/matmul.h): a row-major C = op(A)·op(B) is the column-major Cᵀ = op(B)ᵀ·op(A)ᵀ, so
 // each call passes B as cuBLAS's first operand and A as its second, with the same transpose flags.
+//
+// Implemented in engine/cuda/matmul.cu: one cuBLAS handle (created on first use, on the backend's
+// stream), TF32 tensor-op math while engine::cuda::tf32() is set (re-applied when it changes).
+// Errors throw engine::Error naming the function, M, N, K (batch) and the transposes: a cuBLAS
+// status other than success (with cublasGetStatusName/String), or a size beyond INT_MAX (cuBLAS
+// takes int sizes), refused before any call. M = 0 or N = 0 (or batch = 0) does nothing.
 #pragma once
 #include <cstdint>
 
