@@ -153,6 +153,8 @@ TEST_CASE("cuda batch_norm: training, with and without running statistics", "[cu
     }
     check_batch_norm({2, 3, 4, 4}, true, true, true, 100.f);  // |mean| >> std: the two-pass variance
     check_batch_norm({2, 1, 17, 17}, true, true, true);       // S > one block: the 2-D grid forward
+    check_batch_norm({2, 3, 1025}, true, true, true);         // S = 1025: several blocks along a row
+    check_batch_norm({3, 1025}, true, true, true);            // C = 1025: a block per channel
 }
 
 TEST_CASE("cuda batch_norm: eval with running statistics", "[cuda]") {

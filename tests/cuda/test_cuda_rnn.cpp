@@ -17,7 +17,7 @@ const test::Tol kTol{1e-5f, 1e-5f};
 }
 
 TEST_CASE("cuda lstm_cell: forward and backward", "[cuda]") {
-    for (auto [B, H] : {std::pair<int64_t, int64_t>{1, 33}, {7, 33}, {7, 1}, {1, 1}, {3, 5}}) {
+    for (auto [B, H] : {std::pair<int64_t, int64_t>{1, 33}, {7, 33}, {7, 1}, {1, 1}, {3, 5}, {2, 1025}}) {
         INFO("B " << B << " H " << H);
         // Gates scaled up a little so the sigmoids and tanhs reach their flat parts too.
         Tensor gates = engine::mul(randn({B, 4 * H}, false, 3), 2.f).detach().requires_grad_(true);
