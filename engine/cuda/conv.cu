@@ -11,7 +11,7 @@
 //   col2im is a gather: each input pixel sums the (at most kh·kw) column entries that read it, in
 //   the CPU's tap order, so there are no atomics and no zeroing pass.
 // - depthwise: direct kernels, one thread per output pixel (the filter taps and the neighbouring
-//   input rows come from the cache); dw and db by one block per (channel, tap).
+//   input rows come from the cache); dw and db by one block per (channel, group of 8 taps).
 // - batch norm: one block per channel for the statistics and the backward (a fixed-order block
 //   reduction in double, then the same block writes dx), pointwise kernels for the rest.
 //
@@ -20,6 +20,13 @@
 #include "engine/cuda/conv.h"
 #include "engine/cuda/kernel.h"
 #include "engine/cuda/matmul.h"
+
+// Fully unrolled loops over small fixed-size arrays keep them in registers under nvcc.
+#ifdef __CUDACC__
+#define UNROLL _Pragma("unroll")
+#else
+#define UNROLL
+#endif
 
 namespace engine::cuda {
 
@@ -56,31 +63,36 @@ __device__ __forceinline__ double warp_sum(double v) {
     return v;
 }
 
-// Sums a and b over the block (blockDim.x a multiple of 32, at most 1024) and hands both totals to
-// every thread. part holds 2·32 doubles; the last barrier lets the caller reuse it.
-__device__ void block_sum2(double& a, double& b, double* part) {
+// Sums each of v[0..NV) over the block (blockDim.x a multiple of 32, at most 1024) and hands the
+// totals to every thread. part holds NV·32 doubles; the last barrier lets the caller reuse it.
+template <int NV>
+__device__ void block_sum(double (&v)[NV], double* part) {
     int lane = threadIdx.x & (kWarp - 1), warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
-    a = warp_sum(a);
-    b = warp_sum(b);
-    if (lane == 0) {
-        part[warp] = a;
-        part[kWarp + warp] = b;
+    UNROLL
+    for (int j = 0; j < NV; j++) {
+        v[j] = warp_sum(v[j]);
+        if (lane == 0) part[j * kWarp + warp] = v[j];
     }
     __syncthreads();
     if (warp == 0) {
-        a = lane < warps ? part[lane] : 0.0;
-        b = lane < warps ? part[kWarp + lane] : 0.0;
-        a = warp_sum(a);
-        b = warp_sum(b);
-        if (lane == 0) {  // only lane 0 read slots 0 and 32: no other lane races these writes
-            part[0] = a;
-            part[kWarp] = b;
+        UNROLL
+        for (int j = 0; j < NV; j++) {
+            double s = lane < warps ? part[j * kWarp + lane] : 0.0;
+            s = warp_sum(s);
+            if (lane == 0) part[j * kWarp] = s;  // only lane 0 read slot j·32: no other lane races it
         }
     }
     __syncthreads();
-    a = part[0];
-    b = part[kWarp];
+    UNROLL
+    for (int j = 0; j < NV; j++) v[j] = part[j * kWarp];
     __syncthreads();
+}
+
+__device__ __forceinline__ void block_sum2(double& a, double& b, double* part) {
+    double v[2] = {a, b};
+    block_sum<2>(v, part);
+    a = v[0];
+    b = v[1];
 }
 
 // Calls f(index) for every element of channel c of x viewed as [N, C, S], the block's threads
@@ -341,29 +353,44 @@ __global__ void depthwise_dx_kernel(const float* w, const float* dy, float* dx, 
     }
 }
 
-// One block per unit u = c·per + t: t < taps (when dw is wanted) sums dy·x shifted by tap t,
-// dw[c, t] = Σ_(n,h,j) dy[n, c, h, j]·x[n, c, h + a − p, j + b − p]; otherwise db[c] = Σ dy.
+// dw[c, t] = Σ_(n,h,j) dy[n, c, h, j]·x[n, c, h + a − p, j + b − p] for tap t = (a, b), and
+// db[c] = Σ dy. One block per unit u = c·per + q: q < groups (when dw is wanted) takes the taps
+// [q·kTapGroup, (q + 1)·kTapGroup) together, so each dy value is read once per group of taps
+// (the shifted x values of neighbouring taps come from the cache); the last unit is db.
+constexpr int kTapGroup = 8;
+
 __global__ void depthwise_dw_db_kernel(const float* x, const float* dy, float* dw, float* db, int64_t N, int64_t C,
-                                       int64_t H, int64_t W, int64_t k, int64_t per) {
-    SHARED_ARRAY(double, part, 2 * kWarp);
+                                       int64_t H, int64_t W, int64_t k, int64_t groups, int64_t per) {
+    SHARED_ARRAY(double, part, kTapGroup * kWarp);
     const int64_t p = k / 2, taps = k * k, HW = H * W;
     for (int64_t u = blockIdx.x; u < C * per; u += gridDim.x) {
-        const int64_t c = u / per, t = u % per;
-        const bool bias = !dw || t == taps;
-        const int64_t da = t / k - p, db_ = t % k - p;  // the tap's offset (unused for the bias)
-        double s = 0.0, unused = 0.0;
-        if (bias) {
-            for_channel(N, C, HW, c, [&](int64_t i) { s += (double)dy[i]; });
+        const int64_t c = u / per, q = u % per;
+        double acc[kTapGroup];
+        UNROLL
+        for (int j = 0; j < kTapGroup; j++) acc[j] = 0.0;
+        if (q == groups) {  // db
+            for_channel(N, C, HW, c, [&](int64_t i) { acc[0] += (double)dy[i]; });
         } else {
+            const int64_t t0 = q * kTapGroup;
             for_channel(N, C, HW, c, [&](int64_t i) {
-                int64_t pix = i % HW, ih = pix / W + da, iw = pix % W + db_;
-                if (ih >= 0 && ih < H && iw >= 0 && iw < W) s += (double)(dy[i] * x[i + da * W + db_]);
+                const int64_t pix = i % HW, h = pix / W, j0 = pix % W;
+                const float g = dy[i];
+                UNROLL
+                for (int j = 0; j < kTapGroup; j++) {
+                    const int64_t t = t0 + j, ih = h + t / k - p, iw = j0 + t % k - p;
+                    if (t < taps && ih >= 0 && ih < H && iw >= 0 && iw < W)
+                        acc[j] += (double)(g * x[i + (ih - h) * W + (iw - j0)]);
+                }
             });
         }
-        block_sum2(s, unused, part);
+        block_sum<kTapGroup>(acc, part);
         if (threadIdx.x == 0) {
-            if (bias) db[c] = (float)s;
-            else dw[c * taps + t] = (float)s;
+            if (q == groups) {
+                db[c] = (float)acc[0];
+            } else {
+                for (int j = 0; j < kTapGroup && q * kTapGroup + j < taps; j++)
+                    dw[c * taps + q * kTapGroup + j] = (float)acc[j];
+            }
         }
     }
 }
@@ -379,10 +406,10 @@ void depthwise_conv2d_backward(const float* x, const float* w, const float* dy, 
                                int64_t N, int64_t C, int64_t H, int64_t W, int64_t k) {
     const int64_t n = N * C * H * W;
     if (dx && n > 0) KERNEL_LAUNCH(depthwise_dx_kernel, blocks_for(n), kBlockSize, 0, w, dy, dx, N, C, H, W, k);
-    const int64_t per = (dw ? k * k : 0) + (db ? 1 : 0);
+    const int64_t groups = dw ? (k * k + kTapGroup - 1) / kTapGroup : 0, per = groups + (db ? 1 : 0);
     if (per == 0 || C == 0) return;
     KERNEL_LAUNCH(depthwise_dw_db_kernel, blocks_for(C * per, 1), kReduceThreads, 0, x, dy, dw, db, N, C, H, W, k,
-                  per);
+                  groups, per);
 }
 
 // ---------------------------------------------------------------------------------------------

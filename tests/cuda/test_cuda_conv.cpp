@@ -1,7 +1,7 @@
 // tests/cuda/test_cuda_conv.cpp: conv2d, depthwise_conv2d and batch_norm on the device against the
 // CPU (check_parity), forward and backward: strides, padding, bias or none, ViT patch embedding
 // (kernel = stride = patch), 1x1 (the pointwise shortcut) and 1x1 strided, non-square kernels,
-// channel counts 1, 3, 7, a 33x33 image, the chunked im2col path; depthwise k 1, 3, 5; batch norm
+// channel counts 1, 3, 7, a 33x33 image, the chunked im2col path; depthwise k 1, 3, 5, 9; batch norm
 // in training (with and without running statistics, which must move as on the CPU) and eval, on
 // [N, C, H, W], [N, C] and [N, C, L]; bitwise repeatability; mixed devices refused.
 //
@@ -94,10 +94,11 @@ TEST_CASE("cuda conv2d: images in several scratch chunks", "[cuda]") {
     check_conv({"one image per chunk, patch 2", 3, 3, 4, 4, 7, 2, 2, 2, 0, true});
 }
 
-TEST_CASE("cuda depthwise_conv2d: k 1, 3, 5 with and without bias", "[cuda]") {
+TEST_CASE("cuda depthwise_conv2d: k 1, 3, 5, 9 with and without bias", "[cuda]") {
     struct Case { int64_t N, C, H, W, k; bool bias; };
     for (Case c : {Case{2, 3, 7, 7, 3, true}, Case{2, 3, 7, 7, 3, false}, Case{1, 7, 6, 9, 5, true},
-                   Case{2, 1, 5, 5, 5, false}, Case{1, 3, 3, 4, 5, true}, Case{2, 3, 4, 4, 1, true}}) {
+                   Case{2, 1, 5, 5, 5, false}, Case{1, 3, 3, 4, 5, true}, Case{2, 3, 4, 4, 1, true},
+                   Case{2, 2, 5, 6, 9, true}}) {
         INFO("N " << c.N << " C " << c.C << " H " << c.H << " W " << c.W << " k " << c.k << " bias " << c.bias);
         Tensor x = randn({c.N, c.C, c.H, c.W}, true, 1), w = randn({c.C, 1, c.k, c.k}, true, 2);
         Tensor b = c.bias ? randn({c.C}, true, 3) : Tensor();
