@@ -4,7 +4,11 @@
 // the same parameters. Also Module::to itself and checkpoints across devices.
 //
 // Tolerances: loss atol 1e-5, rtol 1e-4; gradients and parameters atol 1e-4, rtol 1e-3 (a model
-// chains dozens of float32 ops whose kernels add in other orders than the CPU's).
+// chains dozens of float32 ops whose kernels add in other orders than the CPU's). One exception:
+// the attention key bias. Softmax ignores a constant added to a row of logits, so that bias's
+// true gradient is 0 and what the backward computes is rounding noise (~1e-9), different on each
+// device; Adam divides it by its own magnitude and moves the bias by up to lr per step either
+// way. After 3 steps at lr 1e-2 it is compared with atol 3·lr.
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -161,12 +165,14 @@ std::pair<std::shared_ptr<nn::Module>, std::shared_ptr<nn::Module>> twins(const 
 }
 
 void compare_tensors(const std::string& what, const std::vector<nn::NamedTensor>& a,
-                     const std::vector<nn::NamedTensor>& b, test::Tol tol) {
+                     const std::vector<nn::NamedTensor>& b, test::Tol tol, float key_bias_atol = -1.f) {
     REQUIRE(a.size() == b.size());
     for (size_t i = 0; i < a.size(); i++) {
         REQUIRE(a[i].name == b[i].name);
         REQUIRE(b[i].tensor->is_cuda());
-        test::require_close(what + " " + a[i].name, *a[i].tensor, *b[i].tensor, tol);
+        bool key_bias = a[i].name.find("attn.k.bias") != std::string::npos;
+        test::Tol t = key_bias && key_bias_atol >= 0.f ? test::Tol{key_bias_atol, 0.f} : tol;
+        test::require_close(what + " " + a[i].name, *a[i].tensor, *b[i].tensor, t);
     }
 }
 
@@ -235,7 +241,8 @@ TEST_CASE("cuda: each model family trains alike on the CPU and the device", "[cu
             oc.step();
             og.step();
         }
-        compare_tensors(f.name + " after 3 AdamW steps", cpu->named_parameters(), gpu->named_parameters(), kTol);
+        compare_tensors(f.name + " after 3 AdamW steps", cpu->named_parameters(), gpu->named_parameters(), kTol,
+                        3 * 1e-2f);
         compare_tensors(f.name + " buffers after 3 steps", cpu->named_buffers(), gpu->named_buffers(), kTol);
     }
 }
