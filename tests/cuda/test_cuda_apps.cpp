@@ -24,10 +24,15 @@ using json = nlohmann::json;
 
 namespace {
 
-// The apps built with this test binary: <dir of this binary>/../apps/.
+// The apps built with this test binary: <dir of this binary>/../apps/ (build/<root>/emu/apps/ for
+// build/<root>/emu/tests/run_tests; apps/ for the nvcc build's tests/run_tests). An nvcc build
+// elsewhere (BUILD_ROOT=...) keeps its test binary in its build folder and its apps in apps/.
 std::string device_app(const std::string& name) {
     fs::path self = fs::read_symlink("/proc/self/exe");
     fs::path p = self.parent_path().parent_path() / "apps" / name;
+#ifndef ENGINE_CUDA_EMU
+    if (!fs::exists(p)) p = fs::path("apps") / name;
+#endif
     if (!fs::exists(p)) FAIL(p.string() << " not found: build the apps with this test binary (make emu, or make)");
     return p.string();
 }
