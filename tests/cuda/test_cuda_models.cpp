@@ -47,7 +47,8 @@ std::vector<Family> families() {
         return t;
     };
     {
-        Family f{"ViT"};
+        Family f;
+        f.name = "ViT";
         f.build = [] {
             nn::ViTConfig c;
             c.image_size = 8;
@@ -66,7 +67,8 @@ std::vector<Family> families() {
         out.push_back(f);
     }
     {
-        Family f{"ViT avg pool, learned positions"};
+        Family f;
+        f.name = "ViT avg pool, learned positions";
         f.build = [] {
             nn::ViTConfig c;
             c.image_size = 8;
@@ -87,7 +89,8 @@ std::vector<Family> families() {
         out.push_back(f);
     }
     for (std::string pos : {"sinusoidal", "rope"}) {
-        Family f{"TransformerLM " + pos};
+        Family f;
+        f.name = "TransformerLM " + pos;
         f.build = [pos] {
             nn::LMConfig c;
             c.vocab = 11;
@@ -106,7 +109,8 @@ std::vector<Family> families() {
         out.push_back(f);
     }
     {
-        Family f{"GAU LM"};
+        Family f;
+        f.name = "GAU LM";
         f.build = [] {
             nn::GAUConfig c;
             c.vocab = 11;
@@ -124,7 +128,8 @@ std::vector<Family> families() {
         out.push_back(f);
     }
     {
-        Family f{"LSTM LM"};
+        Family f;
+        f.name = "LSTM LM";
         f.build = [] { return std::make_shared<nn::LSTMLM>(nn::LSTMConfig{11, 16, 2, 0.f, false}); };
         f.loss = [](nn::Module& m, const Tensor& x, const Tensor& y) {
             std::vector<nn::LSTMState> state;  // fresh zeros on the input's device
@@ -135,7 +140,8 @@ std::vector<Family> families() {
         out.push_back(f);
     }
     {
-        Family f{"ConvMixer"};
+        Family f;
+        f.name = "ConvMixer";
         f.build = [] {
             nn::ConvMixerConfig c;
             c.dim = 8;
