@@ -1,12 +1,18 @@
 // engine/ops/nn.cpp: the fused neural-network ops, forward and backward side by side. Each op
-// checks its arguments, runs one forward kernel (engine/cpu/nn.cpp) and attaches a backward that
-// runs one backward kernel, from what the forward saved.
+// checks its arguments, runs one forward kernel and attaches a backward that runs one backward
+// kernel, from what the forward saved. The kernels run on the inputs' device (ON_DEVICE:
+// engine/cpu/nn.cpp or engine/cuda/nn.cu); every tensor made here is on that device, and inputs on
+// different devices are an error naming the op and the devices.
 #include "engine/ops/nn.h"
 
 #include <cmath>
 #include "engine/autograd.h"
 #include "engine/cpu/nn.h"
 #include "engine/ops/common.h"
+#include "engine/ops/dispatch.h"
+#ifdef ENGINE_CUDA
+#include "engine/cuda/nn.h"
+#endif
 
 namespace engine {
 
@@ -21,6 +27,23 @@ static Rows last_dim_rows(const char* op, const Tensor& x) {
     return {n > 0 ? x.numel() / n : 0, n};
 }
 
+// Fills t with the next t.numel() values of a uniform [0, 1) draw from the global generator, on t's
+// device. On the CPU that is global_generator().uniform; on CUDA the op reserves the same Philox
+// blocks (advance((n + 3) / 4)) and a kernel computes them from (seed, first block): the same bits
+// as on the CPU, and the generator's offset ends where the CPU's would.
+static void draw_uniform(const Tensor& t) {
+    int64_t n = t.numel();
+#ifdef ENGINE_CUDA
+    if (t.is_cuda()) {
+        Generator& gen = global_generator();
+        uint64_t base = gen.advance((uint64_t)(n + 3) / 4);
+        cuda::uniform_fill(t.raw_f32(), n, gen.seed(), base);
+        return;
+    }
+#endif
+    global_generator().uniform(t.data_f32(), n, 0.f, 1.f);
+}
+
 static void expect_probability(const char* op, float p, const char* what) {
     check(p >= 0.f && p <= 1.f, "{}: {} must be in [0, 1], got {}", op, what, p);  // also rejects NaN
 }
@@ -31,12 +54,13 @@ static void expect_probability(const char* op, float p, const char* what) {
 Tensor softmax(const Tensor& x) {
     expect_f32("softmax", x);
     Rows r = last_dim_rows("softmax", x);
-    Tensor y = Tensor::empty(x.shape());
-    cpu::softmax_forward(x.data_f32(), y.data_f32(), r.rows, r.n);
+    const Device dev = x.device();
+    Tensor y = x.new_empty(x.shape());
+    ON_DEVICE(dev, softmax_forward)(x.raw_f32(), y.raw_f32(), r.rows, r.n);
     Tensor y_saved = y.detach();
-    return attach(y, "softmax", {x}, [y_saved, r](const Tensor& g) {
-        Tensor dx = Tensor::empty(y_saved.shape());
-        cpu::softmax_backward(y_saved.data_f32(), g.data_f32(), dx.data_f32(), r.rows, r.n);
+    return attach(y, "softmax", {x}, [y_saved, r, dev](const Tensor& g) {
+        Tensor dx = y_saved.new_empty(y_saved.shape());
+        ON_DEVICE(dev, softmax_backward)(y_saved.raw_f32(), g.raw_f32(), dx.raw_f32(), r.rows, r.n);
         return std::vector<Tensor>{dx};
     });
 }
@@ -44,12 +68,13 @@ Tensor softmax(const Tensor& x) {
 Tensor log_softmax(const Tensor& x) {
     expect_f32("log_softmax", x);
     Rows r = last_dim_rows("log_softmax", x);
-    Tensor y = Tensor::empty(x.shape());
-    cpu::log_softmax_forward(x.data_f32(), y.data_f32(), r.rows, r.n);
+    const Device dev = x.device();
+    Tensor y = x.new_empty(x.shape());
+    ON_DEVICE(dev, log_softmax_forward)(x.raw_f32(), y.raw_f32(), r.rows, r.n);
     Tensor y_saved = y.detach();
-    return attach(y, "log_softmax", {x}, [y_saved, r](const Tensor& g) {
-        Tensor dx = Tensor::empty(y_saved.shape());
-        cpu::log_softmax_backward(y_saved.data_f32(), g.data_f32(), dx.data_f32(), r.rows, r.n);
+    return attach(y, "log_softmax", {x}, [y_saved, r, dev](const Tensor& g) {
+        Tensor dx = y_saved.new_empty(y_saved.shape());
+        ON_DEVICE(dev, log_softmax_backward)(y_saved.raw_f32(), g.raw_f32(), dx.raw_f32(), r.rows, r.n);
         return std::vector<Tensor>{dx};
     });
 }
@@ -71,21 +96,24 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, flo
     expect_norm_param(weight, "weight", x);
     expect_norm_param(bias, "bias", x);
     check(eps >= 0.f, "layer_norm: eps must be >= 0, got {}", eps);
-    Tensor y = Tensor::empty(x.shape());
-    Tensor mean = Tensor::empty({r.rows}), rstd = Tensor::empty({r.rows});
-    const float* pw = weight.defined() ? weight.data_f32() : nullptr;
-    const float* pb = bias.defined() ? bias.data_f32() : nullptr;
-    cpu::layer_norm_forward(x.data_f32(), pw, pb, y.data_f32(), mean.data_f32(), rstd.data_f32(), r.rows, r.n, eps);
+    const Device dev = x.device();
+    Tensor y = x.new_empty(x.shape());
+    Tensor mean = x.new_empty({r.rows}), rstd = x.new_empty({r.rows});
+    const float* pw = weight.defined() ? weight.raw_f32() : nullptr;
+    const float* pb = bias.defined() ? bias.raw_f32() : nullptr;
+    ON_DEVICE(dev, layer_norm_forward)(x.raw_f32(), pw, pb, y.raw_f32(), mean.raw_f32(), rstd.raw_f32(), r.rows, r.n,
+                                       eps);
 
-    return attach(y, "layer_norm", {x, weight, bias}, [x, weight, bias, mean, rstd, r](const Tensor& g) {
+    return attach(y, "layer_norm", {x, weight, bias}, [x, weight, bias, mean, rstd, r, dev](const Tensor& g) {
         Tensor dx, dw, db;
-        if (x.requires_grad()) dx = Tensor::empty(x.shape());
-        if (weight.defined() && weight.requires_grad()) dw = Tensor::empty(weight.shape());
-        if (bias.defined() && bias.requires_grad()) db = Tensor::empty(bias.shape());
-        cpu::layer_norm_backward(x.data_f32(), weight.defined() ? weight.data_f32() : nullptr, mean.data_f32(),
-                                 rstd.data_f32(), g.data_f32(), dx.defined() ? dx.data_f32() : nullptr,
-                                 dw.defined() ? dw.data_f32() : nullptr, db.defined() ? db.data_f32() : nullptr,
-                                 r.rows, r.n);
+        if (x.requires_grad()) dx = x.new_empty(x.shape());
+        if (weight.defined() && weight.requires_grad()) dw = x.new_empty(weight.shape());
+        if (bias.defined() && bias.requires_grad()) db = x.new_empty(bias.shape());
+        ON_DEVICE(dev, layer_norm_backward)(x.raw_f32(), weight.defined() ? weight.raw_f32() : nullptr,
+                                            mean.raw_f32(), rstd.raw_f32(), g.raw_f32(),
+                                            dx.defined() ? dx.raw_f32() : nullptr,
+                                            dw.defined() ? dw.raw_f32() : nullptr,
+                                            db.defined() ? db.raw_f32() : nullptr, r.rows, r.n);
         return std::vector<Tensor>{dx, dw, db};
     });
 }
@@ -99,13 +127,14 @@ Tensor dropout(const Tensor& x, float p, bool training) {
     expect_probability("dropout", p, "p");
     if (!training || p == 0.f) return x;
     int64_t n = x.numel();
-    Tensor mask = Tensor::empty(x.shape());
-    global_generator().uniform(mask.data_f32(), n, 0.f, 1.f);
-    Tensor y = Tensor::empty(x.shape());
-    cpu::dropout_forward(x.data_f32(), mask.data_f32(), y.data_f32(), n, p);
-    return attach(y, "dropout", {x}, [mask, n](const Tensor& g) {
-        Tensor dx = Tensor::empty(mask.shape());
-        cpu::dropout_backward(mask.data_f32(), g.data_f32(), dx.data_f32(), n);
+    const Device dev = x.device();
+    Tensor mask = x.new_empty(x.shape());
+    draw_uniform(mask);
+    Tensor y = x.new_empty(x.shape());
+    ON_DEVICE(dev, dropout_forward)(x.raw_f32(), mask.raw_f32(), y.raw_f32(), n, p);
+    return attach(y, "dropout", {x}, [mask, n, dev](const Tensor& g) {
+        Tensor dx = mask.new_empty(mask.shape());
+        ON_DEVICE(dev, dropout_backward)(mask.raw_f32(), g.raw_f32(), dx.raw_f32(), n);
         return std::vector<Tensor>{dx};
     });
 }
@@ -115,9 +144,12 @@ Tensor dropout(const Tensor& x, float p, bool training) {
 // log-sum-exp; the backward recomputes the probabilities from the logits (llm.c's fused
 // classifier), so no [rows, C] probability tensor is kept alive between forward and backward.
 
-// Checks every target is ignore_index or a class in [0, C); returns how many are not ignored.
+// Checks every target is ignore_index or a class in [0, C); returns how many are not ignored. The
+// check and the count are needed on the host (an error to throw, a count for the kernels), so CUDA
+// targets (int32, one per row: small next to the logits) are copied to the host for them.
 static int64_t count_targets(const Tensor& targets, int64_t C, int32_t ignore_index) {
-    const int32_t* t = targets.data_i32();
+    Tensor host = targets.is_cuda() ? targets.detach().to(Device::CPU) : targets;
+    const int32_t* t = host.data_i32();
     int64_t count = 0;
     for (int64_t r = 0; r < targets.numel(); r++) {
         if (t[r] == ignore_index) continue;
@@ -143,16 +175,17 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int ignore_ind
     int64_t C = logits.size(-1), rows = targets.numel();
     int64_t count = count_targets(targets, C, ignore_index);
 
-    Tensor loss = Tensor::empty(Shape{});
-    Tensor lse = Tensor::empty({rows});
-    cpu::cross_entropy_forward(logits.data_f32(), targets.data_i32(), loss.data_f32(), lse.data_f32(), rows, C,
-                               count, ignore_index, label_smoothing);
+    const Device dev = logits.device();
+    Tensor loss = logits.new_empty(Shape{});
+    Tensor lse = logits.new_empty({rows});
+    ON_DEVICE(dev, cross_entropy_forward)(logits.raw_f32(), targets.raw_i32(), loss.raw_f32(), lse.raw_f32(), rows,
+                                          C, count, ignore_index, label_smoothing);
 
     return attach(loss, "cross_entropy", {logits, targets},
-                  [logits, targets, lse, rows, C, count, ignore_index, label_smoothing](const Tensor& g) {
-        Tensor dlogits = Tensor::empty(logits.shape());
-        cpu::cross_entropy_backward(logits.data_f32(), targets.data_i32(), lse.data_f32(), g.data_f32(),
-                                    dlogits.data_f32(), rows, C, count, ignore_index, label_smoothing);
+                  [logits, targets, lse, rows, C, count, ignore_index, label_smoothing, dev](const Tensor& g) {
+        Tensor dlogits = logits.new_empty(logits.shape());
+        ON_DEVICE(dev, cross_entropy_backward)(logits.raw_f32(), targets.raw_i32(), lse.raw_f32(), g.raw_f32(),
+                                               dlogits.raw_f32(), rows, C, count, ignore_index, label_smoothing);
         return std::vector<Tensor>{dlogits, Tensor()};
     });
 }
@@ -167,15 +200,16 @@ Tensor mse_loss(const Tensor& pred, const Tensor& target) {
     check(pred.shape() == target.shape(), "mse_loss: pred {} and target {} must have the same shape",
           pred.shape().str(), target.shape().str());
     int64_t n = pred.numel();
-    Tensor loss = Tensor::empty(Shape{});
-    cpu::mse_forward(pred.data_f32(), target.data_f32(), loss.data_f32(), n);
-    return attach(loss, "mse_loss", {pred, target}, [pred, target, n](const Tensor& g) {
+    const Device dev = pred.device();
+    Tensor loss = pred.new_empty(Shape{});
+    ON_DEVICE(dev, mse_forward)(pred.raw_f32(), target.raw_f32(), loss.raw_f32(), n);
+    return attach(loss, "mse_loss", {pred, target}, [pred, target, n, dev](const Tensor& g) {
         Tensor dpred, dtarget;
-        if (pred.requires_grad()) dpred = Tensor::empty(pred.shape());
-        if (target.requires_grad()) dtarget = Tensor::empty(target.shape());
-        cpu::mse_backward(pred.data_f32(), target.data_f32(), g.data_f32(),
-                          dpred.defined() ? dpred.data_f32() : nullptr,
-                          dtarget.defined() ? dtarget.data_f32() : nullptr, n);
+        if (pred.requires_grad()) dpred = pred.new_empty(pred.shape());
+        if (target.requires_grad()) dtarget = pred.new_empty(target.shape());
+        ON_DEVICE(dev, mse_backward)(pred.raw_f32(), target.raw_f32(), g.raw_f32(),
+                                     dpred.defined() ? dpred.raw_f32() : nullptr,
+                                     dtarget.defined() ? dtarget.raw_f32() : nullptr, n);
         return std::vector<Tensor>{dpred, dtarget};
     });
 }
@@ -203,27 +237,29 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
     int64_t B = qs[0], H = qs[1], T = qs[2], S = ks[2], D = qs[3], BH = B * H;
     if (scale <= 0.f) scale = 1.f / std::sqrt((float)D);
 
+    const Device dev = q.device();
     Tensor mask;
     if (training && dropout_p > 0.f) {
-        mask = Tensor::empty({B, H, T, S});
-        global_generator().uniform(mask.data_f32(), mask.numel(), 0.f, 1.f);
-        cpu::dropout_forward(nullptr, mask.data_f32(), nullptr, mask.numel(), dropout_p);
+        mask = q.new_empty({B, H, T, S});
+        draw_uniform(mask);
+        ON_DEVICE(dev, dropout_forward)(nullptr, mask.raw_f32(), nullptr, mask.numel(), dropout_p);
     }
-    Tensor p = Tensor::empty({B, H, T, S});
-    Tensor out = Tensor::empty(qs);
-    const float* pm = mask.defined() ? mask.data_f32() : nullptr;
-    cpu::attention_forward(q.data_f32(), k.data_f32(), v.data_f32(), pm, p.data_f32(), out.data_f32(), BH, T, S, D,
-                           causal, scale);
+    Tensor p = q.new_empty({B, H, T, S});
+    Tensor out = q.new_empty(qs);
+    const float* pm = mask.defined() ? mask.raw_f32() : nullptr;
+    ON_DEVICE(dev, attention_forward)(q.raw_f32(), k.raw_f32(), v.raw_f32(), pm, p.raw_f32(), out.raw_f32(), BH, T,
+                                      S, D, causal, scale);
 
-    return attach(out, "attention", {q, k, v}, [q, k, v, p, mask, BH, T, S, D, scale](const Tensor& g) {
+    return attach(out, "attention", {q, k, v}, [q, k, v, p, mask, BH, T, S, D, scale, dev](const Tensor& g) {
         Tensor dq, dk, dv;
-        if (q.requires_grad()) dq = Tensor::empty(q.shape());
-        if (k.requires_grad()) dk = Tensor::empty(k.shape());
-        if (v.requires_grad()) dv = Tensor::empty(v.shape());
-        cpu::attention_backward(q.data_f32(), k.data_f32(), v.data_f32(), mask.defined() ? mask.data_f32() : nullptr,
-                                p.data_f32(), g.data_f32(), dq.defined() ? dq.data_f32() : nullptr,
-                                dk.defined() ? dk.data_f32() : nullptr, dv.defined() ? dv.data_f32() : nullptr, BH,
-                                T, S, D, scale);
+        if (q.requires_grad()) dq = q.new_empty(q.shape());
+        if (k.requires_grad()) dk = q.new_empty(k.shape());
+        if (v.requires_grad()) dv = q.new_empty(v.shape());
+        ON_DEVICE(dev, attention_backward)(q.raw_f32(), k.raw_f32(), v.raw_f32(),
+                                           mask.defined() ? mask.raw_f32() : nullptr, p.raw_f32(), g.raw_f32(),
+                                           dq.defined() ? dq.raw_f32() : nullptr,
+                                           dk.defined() ? dk.raw_f32() : nullptr,
+                                           dv.defined() ? dv.raw_f32() : nullptr, BH, T, S, D, scale);
         return std::vector<Tensor>{dq, dk, dv};
     });
 }
@@ -239,11 +275,12 @@ Tensor rope(const Tensor& x, float base, int64_t start_pos) {
     check(base > 0.f, "rope: base must be > 0, got {}", base);
     check(start_pos >= 0, "rope: start_pos must be >= 0, got {}", start_pos);
     int64_t outer = T * D > 0 ? x.numel() / (T * D) : 0;
-    Tensor y = Tensor::empty(x.shape());
-    cpu::rope_forward(x.data_f32(), y.data_f32(), outer, T, D, base, start_pos);
-    return attach(y, "rope", {x}, [outer, T, D, base, start_pos](const Tensor& g) {
-        Tensor dx = Tensor::empty(g.shape());
-        cpu::rope_backward(g.data_f32(), dx.data_f32(), outer, T, D, base, start_pos);
+    const Device dev = x.device();
+    Tensor y = x.new_empty(x.shape());
+    ON_DEVICE(dev, rope_forward)(x.raw_f32(), y.raw_f32(), outer, T, D, base, start_pos);
+    return attach(y, "rope", {x}, [outer, T, D, base, start_pos, dev](const Tensor& g) {
+        Tensor dx = g.new_empty(g.shape());
+        ON_DEVICE(dev, rope_backward)(g.raw_f32(), dx.raw_f32(), outer, T, D, base, start_pos);
         return std::vector<Tensor>{dx};
     });
 }

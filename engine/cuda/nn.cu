@@ -1,0 +1,666 @@
+// engine/cuda/nn.cu: the fused neural-network kernels (engine/cuda/nn.h), the GPU twins of
+// engine/cpu/nn.cpp.
+//
+// Row ops (softmax, log_softmax, layer_norm, cross_entropy, attention's masked softmax and its
+// backward) give each row to one warp when it has at most kWarpRowMax elements, else to one
+// 256-thread block: the threads stride the row (coalesced), and row reductions are warp shuffles
+// (xor butterflies: every lane ends with the same bits) combined, for a block, through shared
+// memory. Each thread then writes the elements it read, so no barrier is needed between passes.
+// Math as the CPU's: the row max is subtracted before expf, accurate expf/logf (not the
+// intrinsics).
+//
+// Sums that leave a row are deterministic, never float atomics: layer_norm's dweight/dbias are
+// summed per chunk of rows into a [chunks, 2, n] scratch, then over the chunks in order; the
+// losses are per-row (or per-chunk) doubles summed by one block with a fixed tree. Trees depend on
+// the shape only, so the same input gives the same bits on every run.
+//
+// Attention: the scores and the two products are batched cuBLAS GEMMs (engine/cuda/matmul.h); one
+// fused kernel scales, masks (causal) and normalizes the scores and applies the dropout mask, and
+// another is the softmax backward. gemm_batched has no alpha, so `scale` is applied in those
+// kernels (to the scores; to dS before dq and dk).
+//
+// Dropout's uniforms come from uniform_fill, Philox4x32-10 (engine/cuda/philox.h) on the counter
+// blocks the op reserved from the global generator: bitwise the CPU's mask.
+#include "engine/cuda/kernel.h"
+#include "engine/cuda/matmul.h"
+#include "engine/cuda/nn.h"
+#include "engine/cuda/philox.h"
+
+namespace engine::cuda {
+namespace {
+
+constexpr unsigned kFullMask = 0xffffffffu;
+constexpr int kWarp = 32;
+constexpr int kRowThreads = 256;      // block size of every row kernel (a multiple of 32)
+constexpr int64_t kWarpRowMax = 1024;  // rows up to this long get one warp, longer ones a block
+
+// Device scratch freed on scope exit (stream-ordered, so after the kernels queued before it).
+template <typename T>
+struct Scratch {
+    T* p = nullptr;
+    explicit Scratch(int64_t count) {
+        if (count > 0) p = static_cast<T*>(alloc(sizeof(T) * (size_t)count));
+    }
+    ~Scratch() {
+        if (p) free(p);
+    }
+    Scratch(const Scratch&) = delete;
+    Scratch& operator=(const Scratch&) = delete;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Reductions within a row group (a warp, or the whole block). Every thread gets the result.
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int off = kWarp / 2; off > 0; off >>= 1) v += __shfl_xor_sync(kFullMask, v, off);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+    for (int off = kWarp / 2; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, off));
+    return v;
+}
+__device__ __forceinline__ double warp_sum_double(double v) {
+    for (int off = kWarp / 2; off > 0; off >>= 1) v += __shfl_xor_sync(kFullMask, v, off);
+    return v;
+}
+
+// The rows a thread works on and its place in its row group.
+struct RowGroup {
+    int64_t first, stride;  // rows first, first + stride, ...
+    int tid, width;         // index in the group, group size
+};
+
+template <bool kBlock>
+__device__ __forceinline__ RowGroup row_group() {
+    if (kBlock) return {(int64_t)blockIdx.x, (int64_t)gridDim.x, (int)threadIdx.x, (int)blockDim.x};
+    int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / kWarp;
+    return {warp, (int64_t)gridDim.x * blockDim.x / kWarp, (int)(threadIdx.x & (kWarp - 1)), kWarp};
+}
+
+// Sum (kMax: max) over the row group. Block mode: the warps' results meet in `scratch`
+// (kRowThreads / 32 floats of shared memory); the first barrier keeps a previous call's readers
+// from seeing the new values. All threads of a block share a row, so all reach the barriers.
+template <bool kBlock, bool kMax>
+__device__ __forceinline__ float group_reduce(float v, float* scratch) {
+    v = kMax ? warp_max(v) : warp_sum(v);
+    if (kBlock) {
+        int lane = threadIdx.x & (kWarp - 1), warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
+        __syncthreads();
+        if (lane == 0) scratch[warp] = v;
+        __syncthreads();
+        v = lane < warps ? scratch[lane] : (kMax ? -INFINITY : 0.f);
+        v = kMax ? warp_max(v) : warp_sum(v);
+    }
+    return v;
+}
+template <bool kBlock>
+__device__ __forceinline__ float group_sum(float v, float* scratch) {
+    return group_reduce<kBlock, false>(v, scratch);
+}
+template <bool kBlock>
+__device__ __forceinline__ float group_max(float v, float* scratch) {
+    return group_reduce<kBlock, true>(v, scratch);
+}
+
+// Sum of one value per thread over a kRowThreads block, in double; every thread gets it.
+__device__ __forceinline__ double block_sum_double(double v, double* scratch) {
+    v = warp_sum_double(v);
+    int lane = threadIdx.x & (kWarp - 1), warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
+    __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    v = lane < warps ? scratch[lane] : 0.0;
+    return warp_sum_double(v);
+}
+
+// Launches kernel<false> (a warp per row) or kernel<true> (a block per row) over `rows` rows of n.
+#define ROWS_LAUNCH(kernel, rows, n, ...)                                                              \
+    do {                                                                                               \
+        if ((n) <= kWarpRowMax)                                                                        \
+            KERNEL_LAUNCH(kernel<false>, blocks_for((rows) * kWarp, kRowThreads), kRowThreads, 0, __VA_ARGS__); \
+        else                                                                                           \
+            KERNEL_LAUNCH(kernel<true>, blocks_for((rows), 1), kRowThreads, 0, __VA_ARGS__);           \
+    } while (0)
+
+// ---------------------------------------------------------------------------------------------
+// softmax / log_softmax
+
+template <bool kBlock>
+__global__ void softmax_forward_kernel(const float* x, float* y, int64_t rows, int64_t n) {
+    SHARED_ARRAY(float, scratch, kRowThreads / kWarp);
+    RowGroup g = row_group<kBlock>();
+    for (int64_t r = g.first; r < rows; r += g.stride) {
+        const float* xr = x + r * n;
+        float* yr = y + r * n;
+        float m = -INFINITY;
+        for (int64_t j = g.tid; j < n; j += g.width) m = fmaxf(m, xr[j]);
+        m = group_max<kBlock>(m, scratch);
+        float s = 0.f;
+        for (int64_t j = g.tid; j < n; j += g.width) {
+            float e = expf(xr[j] - m);
+            yr[j] = e;
+            s += e;
+        }
+        float inv = 1.f / group_sum<kBlock>(s, scratch);
+        for (int64_t j = g.tid; j < n; j += g.width) yr[j] *= inv;
+    }
+}
+
+// dx = y·(dy − Σ dy·y)
+template <bool kBlock>
+__global__ void softmax_backward_kernel(const float* y, const float* dy, float* dx, int64_t rows, int64_t n) {
+    SHARED_ARRAY(float, scratch, kRowThreads / kWarp);
+    RowGroup g = row_group<kBlock>();
+    for (int64_t r = g.first; r < rows; r += g.stride) {
+        const float *yr = y + r * n, *gr = dy + r * n;
+        float* dr = dx + r * n;
+        float dot = 0.f;
+        for (int64_t j = g.tid; j < n; j += g.width) dot += gr[j] * yr[j];
+        dot = group_sum<kBlock>(dot, scratch);
+        for (int64_t j = g.tid; j < n; j += g.width) dr[j] = yr[j] * (gr[j] - dot);
+    }
+}
+
+template <bool kBlock>
+__global__ void log_softmax_forward_kernel(const float* x, float* y, int64_t rows, int64_t n) {
+    SHARED_ARRAY(float, scratch, kRowThreads / kWarp);
+    RowGroup g = row_group<kBlock>();
+    for (int64_t r = g.first; r < rows; r += g.stride) {
+        const float* xr = x + r * n;
+        float* yr = y + r * n;
+        float m = -INFINITY;
+        for (int64_t j = g.tid; j < n; j += g.width) m = fmaxf(m, xr[j]);
+        m = group_max<kBlock>(m, scratch);
+        float s = 0.f;
+        for (int64_t j = g.tid; j < n; j += g.width) s += expf(xr[j] - m);
+        float lse = m + logf(group_sum<kBlock>(s, scratch));
+        for (int64_t j = g.tid; j < n; j += g.width) yr[j] = xr[j] - lse;
+    }
+}
+
+// dx = dy − exp(y)·Σ dy
+template <bool kBlock>
+__global__ void log_softmax_backward_kernel(const float* y, const float* dy, float* dx, int64_t rows, int64_t n) {
+    SHARED_ARRAY(float, scratch, kRowThreads / kWarp);
+    RowGroup g = row_group<kBlock>();
+    for (int64_t r = g.first; r < rows; r += g.stride) {
+        const float *yr = y + r * n, *gr = dy + r * n;
+        float* dr = dx + r * n;
+        float gsum = 0.f;
+        for (int64_t j = g.tid; j < n; j += g.width) gsum += gr[j];
+        gsum = group_sum<kBlock>(gsum, scratch);
+        for (int64_t j = g.tid; j < n; j += g.width) dr[j] = gr[j] - expf(yr[j]) * gsum;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// layer_norm
+
+// Two passes over the row (mean, then squared deviations) as the CPU: no E[x²] − E[x]² cancellation.
+template <bool kBlock>
+__global__ void layer_norm_forward_kernel(const float* x, const float* weight, const float* bias, float* y,
+                                          float* mean, float* rstd, int64_t rows, int64_t n, float eps) {
+    SHARED_ARRAY(float, scratch, kRowThreads / kWarp);
+    RowGroup g = row_group<kBlock>();
+    for (int64_t r = g.first; r < rows; r += g.stride) {
+        const float* xr = x + r * n;
+        float* yr = y + r * n;
+        float s = 0.f;
+        for (int64_t j = g.tid; j < n; j += g.width) s += xr[j];
+        float mu = group_sum<kBlock>(s, scratch) / (float)n;
+        float var = 0.f;
+        for (int64_t j = g.tid; j < n; j += g.width) var += (xr[j] - mu) * (xr[j] - mu);
+        float rs = 1.f / sqrtf(group_sum<kBlock>(var, scratch) / (float)n + eps);
+        for (int64_t j = g.tid; j < n; j += g.width) {
+            float v = (xr[j] - mu) * rs;
+            if (weight) v *= weight[j];
+            if (bias) v += bias[j];
+            yr[j] = v;
+        }
+        if (g.tid == 0) {
+            mean[r] = mu;
+            rstd[r] = rs;
+        }
+    }
+}
+
+// dx = rstd·(dx̂ − mean(dx̂) − x̂·mean(dx̂·x̂)), with dx̂ = dy·weight.
+template <bool kBlock>
+__global__ void layer_norm_backward_dx_kernel(const float* x, const float* weight, const float* mean,
+                                              const float* rstd, const float* dy, float* dx, int64_t rows,
+                                              int64_t n) {
+    SHARED_ARRAY(float, scratch, kRowThreads / kWarp);
+    RowGroup g = row_group<kBlock>();
+    for (int64_t r = g.first; r < rows; r += g.stride) {
+        const float *xr = x + r * n, *gr = dy + r * n;
+        float* dr = dx + r * n;
+        float mu = mean[r], rs = rstd[r];
+        float a = 0.f, b = 0.f;  // Σ dx̂, Σ dx̂·x̂
+        for (int64_t j = g.tid; j < n; j += g.width) {
+            float xhat = (xr[j] - mu) * rs;
+            float dxhat = weight ? gr[j] * weight[j] : gr[j];
+            a += dxhat;
+            b += dxhat * xhat;
+        }
+        float mean_dxhat = group_sum<kBlock>(a, scratch) / (float)n;
+        float mean_dxhat_xhat = group_sum<kBlock>(b, scratch) / (float)n;
+        for (int64_t j = g.tid; j < n; j += g.width) {
+            float xhat = (xr[j] - mu) * rs;
+            float dxhat = weight ? gr[j] * weight[j] : gr[j];
+            dr[j] = rs * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat);
+        }
+    }
+}
+
+// dweight/dbias, pass 1: block (32, 8) per (chunk of rows, tile of 32 columns). The 32 threads of a
+// warp read 32 consecutive columns of a row (coalesced), the 8 warps take every 8th row of the
+// chunk; the 8 partial sums per column meet in shared memory, in order. partial is [chunks, 2, n]:
+// Σ dy·x̂, then Σ dy.
+constexpr int kLnTile = 32, kLnRowsPerBlock = 8;
+__global__ void layer_norm_params_partial_kernel(const float* x, const float* mean, const float* rstd,
+                                                 const float* dy, float* partial, int64_t rows, int64_t n,
+                                                 int64_t chunk_rows, int64_t chunks) {
+    SHARED_ARRAY(float, part_w, kLnTile * kLnRowsPerBlock);
+    SHARED_ARRAY(float, part_b, kLnTile * kLnRowsPerBlock);
+    int64_t tiles = (n + kLnTile - 1) / kLnTile;
+    for (int64_t u = blockIdx.x; u < tiles * chunks; u += gridDim.x) {  // u depends on the block only
+        int64_t tile = u % tiles, c = u / tiles;
+        int64_t j = tile * kLnTile + threadIdx.x;
+        int64_t begin = c * chunk_rows, end = begin + chunk_rows < rows ? begin + chunk_rows : rows;
+        float sw = 0.f, sb = 0.f;
+        if (j < n)
+            for (int64_t r = begin + threadIdx.y; r < end; r += kLnRowsPerBlock) {
+                float gv = dy[r * n + j];
+                sw += gv * ((x[r * n + j] - mean[r]) * rstd[r]);
+                sb += gv;
+            }
+        part_w[threadIdx.y * kLnTile + threadIdx.x] = sw;
+        part_b[threadIdx.y * kLnTile + threadIdx.x] = sb;
+        __syncthreads();
+        if (threadIdx.y == 0 && j < n) {
+            for (int k = 1; k < kLnRowsPerBlock; k++) {
+                sw += part_w[k * kLnTile + threadIdx.x];
+                sb += part_b[k * kLnTile + threadIdx.x];
+            }
+            partial[c * 2 * n + j] = sw;
+            partial[c * 2 * n + n + j] = sb;
+        }
+        __syncthreads();  // the shared arrays are reused by the next unit
+    }
+}
+
+// Pass 2: one thread per column sums the chunks in order (reads coalesced across columns).
+__global__ void layer_norm_params_final_kernel(const float* partial, float* dweight, float* dbias, int64_t n,
+                                               int64_t chunks) {
+    GRID_STRIDE_LOOP(j, n) {
+        float sw = 0.f, sb = 0.f;
+        for (int64_t c = 0; c < chunks; c++) {
+            sw += partial[c * 2 * n + j];
+            sb += partial[c * 2 * n + n + j];
+        }
+        if (dweight) dweight[j] = sw;
+        if (dbias) dbias[j] = sb;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// dropout
+
+// Thread b computes Philox block base + b and writes its 4 values (rng.cpp's uniform layout).
+__global__ void uniform_fill_kernel(float* out, int64_t n, uint64_t seed, uint64_t base) {
+    GRID_STRIDE_LOOP(b, (n + 3) / 4) {
+        uint32_t w[4];
+        philox4x32_10(seed, base + (uint64_t)b, w);
+        for (int j = 0; j < 4 && b * 4 + j < n; j++) out[b * 4 + j] = philox_unit(w[j]);
+    }
+}
+
+// mask: uniforms in, scaled keep mask out; y = x·mask (y null: mask only).
+__global__ void dropout_forward_kernel(const float* x, float* mask, float* y, int64_t n, float p, float scale) {
+    GRID_STRIDE_LOOP(i, n) {
+        float m = mask[i] >= p ? scale : 0.f;
+        mask[i] = m;
+        if (y) y[i] = x[i] * m;
+    }
+}
+
+__global__ void mul_kernel(const float* a, const float* b, float* out, int64_t n) {
+    GRID_STRIDE_LOOP(i, n) out[i] = a[i] * b[i];
+}
+
+// ---------------------------------------------------------------------------------------------
+// Losses. The mean is a double sum of per-row (cross_entropy) or per-chunk (mse) doubles by one
+// block, strided then a fixed tree: deterministic, and as the CPU's double total.
+
+__global__ void mean_kernel(const double* part, int64_t parts, float* out, double divisor) {
+    SHARED_ARRAY(double, scratch, kRowThreads / kWarp);
+    double s = 0.0;
+    for (int64_t i = threadIdx.x; i < parts; i += blockDim.x) s += part[i];
+    s = block_sum_double(s, scratch);
+    if (threadIdx.x == 0) out[0] = divisor > 0 ? (float)(s / divisor) : 0.f;
+}
+
+// −log p_c = lse − x_c, so a row needs its lse, its target logit and (smoothing) its mean logit.
+template <bool kBlock>
+__global__ void cross_entropy_forward_kernel(const float* logits, const int32_t* targets, double* row_loss,
+                                             float* lse, int64_t rows, int64_t C, int32_t ignore_index,
+                                             float smoothing) {
+    SHARED_ARRAY(float, scratch, kRowThreads / kWarp);
+    RowGroup g = row_group<kBlock>();
+    for (int64_t r = g.first; r < rows; r += g.stride) {
+        const float* xr = logits + r * C;
+        float m = -INFINITY;
+        for (int64_t c = g.tid; c < C; c += g.width) m = fmaxf(m, xr[c]);
+        m = group_max<kBlock>(m, scratch);
+        float s = 0.f, xs = 0.f;
+        for (int64_t c = g.tid; c < C; c += g.width) {
+            s += expf(xr[c] - m);
+            xs += xr[c];
+        }
+        s = group_sum<kBlock>(s, scratch);
+        xs = group_sum<kBlock>(xs, scratch);
+        if (g.tid == 0) {
+            float l = m + logf(s);
+            lse[r] = l;
+            int32_t t = targets[r];
+            row_loss[r] = t == ignore_index ? 0.0
+                                            : (double)((1.f - smoothing) * (l - xr[t]) +
+                                                       smoothing * (l - xs / (float)C));
+        }
+    }
+}
+
+// One thread per logit: (softmax − target distribution)·dloss/count, 0 on ignored rows.
+__global__ void cross_entropy_backward_kernel(const float* logits, const int32_t* targets, const float* lse,
+                                              const float* dloss, float* dlogits, int64_t rows, int64_t C,
+                                              int64_t count, int32_t ignore_index, float smoothing) {
+    float g = count > 0 ? dloss[0] / (float)count : 0.f;
+    float uniform = smoothing / (float)C;
+    GRID_STRIDE_LOOP(i, rows * C) {
+        int64_t r = i / C, c = i % C;
+        int32_t t = targets[r];
+        float d = 0.f;
+        if (t != ignore_index) {
+            d = (expf(logits[i] - lse[r]) - uniform) * g;
+            if (c == t) d -= (1.f - smoothing) * g;
+        }
+        dlogits[i] = d;
+    }
+}
+
+// mse pass 1: block b sums (pred − target)² over elements [b·kMseChunk, (b+1)·kMseChunk) in double.
+constexpr int64_t kMseChunk = 8192;
+__global__ void mse_partial_kernel(const float* pred, const float* target, double* partial, int64_t n,
+                                   int64_t chunks) {
+    SHARED_ARRAY(double, scratch, kRowThreads / kWarp);
+    for (int64_t b = blockIdx.x; b < chunks; b += gridDim.x) {  // b depends on the block only
+        int64_t end = (b + 1) * kMseChunk < n ? (b + 1) * kMseChunk : n;
+        double s = 0.0;
+        for (int64_t i = b * kMseChunk + threadIdx.x; i < end; i += blockDim.x) {
+            double d = (double)pred[i] - (double)target[i];
+            s += d * d;
+        }
+        s = block_sum_double(s, scratch);
+        if (threadIdx.x == 0) partial[b] = s;
+    }
+}
+
+__global__ void mse_backward_kernel(const float* pred, const float* target, const float* dloss, float* dpred,
+                                    float* dtarget, int64_t n) {
+    float scale = 2.f * dloss[0] / (float)n;
+    GRID_STRIDE_LOOP(i, n) {
+        float d = (pred[i] - target[i]) * scale;
+        if (dpred) dpred[i] = d;
+        if (dtarget) dtarget[i] = -d;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// attention
+
+// Row r = (head, query i) of p holds the raw scores q·kᵀ. Scaled, softmax over the visible keys
+// [0, visible), exactly 0 beyond (a query that sees no key: all 0); with dropout, also
+// dropped = P ⊙ mask, the operand of the value product.
+template <bool kBlock>
+__global__ void attention_softmax_kernel(float* p, const float* mask, float* dropped, int64_t rows, int64_t T,
+                                         int64_t S, bool causal, float scale) {
+    SHARED_ARRAY(float, scratch, kRowThreads / kWarp);
+    RowGroup g = row_group<kBlock>();
+    for (int64_t r = g.first; r < rows; r += g.stride) {
+        float* pr = p + r * S;
+        int64_t visible = S;
+        if (causal) {
+            int64_t i = r % T;
+            visible = i + S - T + 1;
+            visible = visible < 0 ? 0 : (visible > S ? S : visible);
+        }
+        float m = -INFINITY;
+        for (int64_t j = g.tid; j < visible; j += g.width) m = fmaxf(m, pr[j] * scale);
+        m = group_max<kBlock>(m, scratch);
+        float s = 0.f;
+        for (int64_t j = g.tid; j < visible; j += g.width) {
+            float e = expf(pr[j] * scale - m);
+            pr[j] = e;
+            s += e;
+        }
+        s = group_sum<kBlock>(s, scratch);
+        float inv = visible > 0 ? 1.f / s : 0.f;
+        for (int64_t j = g.tid; j < S; j += g.width) {
+            float v = j < visible ? pr[j] * inv : 0.f;
+            pr[j] = v;
+            if (mask) dropped[r * S + j] = v * mask[r * S + j];
+        }
+    }
+}
+
+// ds holds dP = dout·vᵀ on entry: dP ⊙= mask, then dS = P ⊙ (dP − Σ dP·P), times scale (the alpha
+// of the dq and dk GEMMs on the CPU).
+template <bool kBlock>
+__global__ void attention_softmax_backward_kernel(const float* p, const float* mask, float* ds, int64_t rows,
+                                                  int64_t S, float scale) {
+    SHARED_ARRAY(float, scratch, kRowThreads / kWarp);
+    RowGroup g = row_group<kBlock>();
+    for (int64_t r = g.first; r < rows; r += g.stride) {
+        const float* pr = p + r * S;
+        float* dr = ds + r * S;
+        float dot = 0.f;
+        for (int64_t j = g.tid; j < S; j += g.width) {
+            float d = mask ? dr[j] * mask[r * S + j] : dr[j];
+            dr[j] = d;
+            dot += d * pr[j];
+        }
+        dot = group_sum<kBlock>(dot, scratch);
+        for (int64_t j = g.tid; j < S; j += g.width) dr[j] = pr[j] * (dr[j] - dot) * scale;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// rope. A [T, D/2] table of cos and sign·sin computed in double as the CPU's (positions can be
+// large), then one thread per (row, pair): consecutive threads take consecutive pairs (coalesced).
+
+__global__ void rope_table_kernel(float* cos_t, float* sin_t, int64_t T, int64_t D, double base, int64_t start_pos,
+                                  float sign) {
+    int64_t half = D / 2;
+    GRID_STRIDE_LOOP(k, T * half) {
+        int64_t t = k / half, i = k % half;
+        double angle = (double)(start_pos + t) * pow(base, -2.0 * (double)i / (double)D);
+        cos_t[k] = (float)cos(angle);
+        sin_t[k] = sign * (float)sin(angle);
+    }
+}
+
+__global__ void rope_apply_kernel(const float* x, float* y, const float* cos_t, const float* sin_t, int64_t outer,
+                                  int64_t T, int64_t D) {
+    int64_t half = D / 2;
+    GRID_STRIDE_LOOP(k, outer * T * half) {
+        int64_t row = k / half, i = k % half;
+        int64_t ti = (row % T) * half + i;
+        float c = cos_t[ti], s = sin_t[ti];
+        const float* xr = x + row * D;
+        float* yr = y + row * D;
+        float a = xr[i], b = xr[i + half];
+        yr[i] = a * c - b * s;
+        yr[i + half] = b * c + a * s;
+    }
+}
+
+void rope_apply(const float* x, float* y, int64_t outer, int64_t T, int64_t D, float base, int64_t start_pos,
+                float sign) {
+    int64_t half = D / 2;
+    if (outer * T * half == 0) return;
+    Scratch<float> table(2 * T * half);
+    float *cos_t = table.p, *sin_t = table.p + T * half;
+    KERNEL_LAUNCH(rope_table_kernel, blocks_for(T * half), kBlockSize, 0, cos_t, sin_t, T, D, (double)base,
+                  start_pos, sign);
+    KERNEL_LAUNCH(rope_apply_kernel, blocks_for(outer * T * half), kBlockSize, 0, x, y, cos_t, sin_t, outer, T, D);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Host entry points.
+
+void softmax_forward(const float* x, float* y, int64_t rows, int64_t n) {
+    if (rows * n == 0) return;
+    ROWS_LAUNCH(softmax_forward_kernel, rows, n, x, y, rows, n);
+}
+
+void softmax_backward(const float* y, const float* dy, float* dx, int64_t rows, int64_t n) {
+    if (rows * n == 0) return;
+    ROWS_LAUNCH(softmax_backward_kernel, rows, n, y, dy, dx, rows, n);
+}
+
+void log_softmax_forward(const float* x, float* y, int64_t rows, int64_t n) {
+    if (rows * n == 0) return;
+    ROWS_LAUNCH(log_softmax_forward_kernel, rows, n, x, y, rows, n);
+}
+
+void log_softmax_backward(const float* y, const float* dy, float* dx, int64_t rows, int64_t n) {
+    if (rows * n == 0) return;
+    ROWS_LAUNCH(log_softmax_backward_kernel, rows, n, y, dy, dx, rows, n);
+}
+
+void layer_norm_forward(const float* x, const float* weight, const float* bias, float* y, float* mean,
+                        float* rstd, int64_t rows, int64_t n, float eps) {
+    if (rows == 0) return;
+    if (n == 0) {  // as the CPU: mean 0/0 and rstd of it, NaN (y is empty)
+        fill_f32(mean, NAN, rows);
+        fill_f32(rstd, NAN, rows);
+        return;
+    }
+    ROWS_LAUNCH(layer_norm_forward_kernel, rows, n, x, weight, bias, y, mean, rstd, rows, n, eps);
+}
+
+void layer_norm_backward(const float* x, const float* weight, const float* mean, const float* rstd,
+                         const float* dy, float* dx, float* dweight, float* dbias, int64_t rows, int64_t n) {
+    if (n == 0) return;
+    if (dx && rows > 0) ROWS_LAUNCH(layer_norm_backward_dx_kernel, rows, n, x, weight, mean, rstd, dy, dx, rows, n);
+    if (!dweight && !dbias) return;
+    if (rows == 0) {  // empty sums
+        if (dweight) memset_zero(dweight, sizeof(float) * n);
+        if (dbias) memset_zero(dbias, sizeof(float) * n);
+        return;
+    }
+    // At least 64 rows per chunk and at most 1024 chunks: a chunk count fixed by `rows` alone.
+    int64_t chunk_rows = (rows + 1023) / 1024;
+    if (chunk_rows < 64) chunk_rows = 64;
+    int64_t chunks = (rows + chunk_rows - 1) / chunk_rows;
+    int64_t tiles = (n + kLnTile - 1) / kLnTile;
+    Scratch<float> partial(chunks * 2 * n);
+    KERNEL_LAUNCH(layer_norm_params_partial_kernel, blocks_for(tiles * chunks, 1), dim3(kLnTile, kLnRowsPerBlock), 0,
+                  x, mean, rstd, dy, partial.p, rows, n, chunk_rows, chunks);
+    KERNEL_LAUNCH(layer_norm_params_final_kernel, blocks_for(n), kBlockSize, 0, partial.p, dweight, dbias, n, chunks);
+}
+
+void uniform_fill(float* out, int64_t n, uint64_t seed, uint64_t base) {
+    if (n <= 0) return;
+    KERNEL_LAUNCH(uniform_fill_kernel, blocks_for((n + 3) / 4), kBlockSize, 0, out, n, seed, base);
+}
+
+void dropout_forward(const float* x, float* mask, float* y, int64_t n, float p) {
+    if (n == 0) return;
+    // p == 1 keeps nothing (u < 1 always); scale 0 there avoids 0·inf = NaN. Host-computed as the CPU.
+    float scale = p < 1.f ? 1.f / (1.f - p) : 0.f;
+    KERNEL_LAUNCH(dropout_forward_kernel, blocks_for(n), kBlockSize, 0, x, mask, y, n, p, scale);
+}
+
+void dropout_backward(const float* mask, const float* dy, float* dx, int64_t n) {
+    if (n == 0) return;
+    KERNEL_LAUNCH(mul_kernel, blocks_for(n), kBlockSize, 0, dy, mask, dx, n);
+}
+
+void cross_entropy_forward(const float* logits, const int32_t* targets, float* loss, float* lse, int64_t rows,
+                           int64_t C, int64_t count, int32_t ignore_index, float smoothing) {
+    Scratch<double> row_loss(rows);
+    if (rows > 0)
+        ROWS_LAUNCH(cross_entropy_forward_kernel, rows, C, logits, targets, row_loss.p, lse, rows, C, ignore_index,
+                    smoothing);
+    KERNEL_LAUNCH(mean_kernel, 1, kRowThreads, 0, (const double*)row_loss.p, rows, loss, (double)count);
+}
+
+void cross_entropy_backward(const float* logits, const int32_t* targets, const float* lse, const float* dloss,
+                            float* dlogits, int64_t rows, int64_t C, int64_t count, int32_t ignore_index,
+                            float smoothing) {
+    if (rows * C == 0) return;
+    KERNEL_LAUNCH(cross_entropy_backward_kernel, blocks_for(rows * C), kBlockSize, 0, logits, targets, lse, dloss,
+                  dlogits, rows, C, count, ignore_index, smoothing);
+}
+
+void mse_forward(const float* pred, const float* target, float* loss, int64_t n) {
+    int64_t chunks = (n + kMseChunk - 1) / kMseChunk;
+    Scratch<double> partial(chunks);
+    if (chunks > 0)
+        KERNEL_LAUNCH(mse_partial_kernel, blocks_for(chunks, 1), kRowThreads, 0, pred, target, partial.p, n, chunks);
+    KERNEL_LAUNCH(mean_kernel, 1, kRowThreads, 0, (const double*)partial.p, chunks, loss, (double)n);
+}
+
+void mse_backward(const float* pred, const float* target, const float* dloss, float* dpred, float* dtarget,
+                  int64_t n) {
+    if (n == 0 || (!dpred && !dtarget)) return;
+    KERNEL_LAUNCH(mse_backward_kernel, blocks_for(n), kBlockSize, 0, pred, target, dloss, dpred, dtarget, n);
+}
+
+void attention_forward(const float* q, const float* k, const float* v, const float* mask, float* p, float* out,
+                       int64_t BH, int64_t T, int64_t S, int64_t D, bool causal, float scale) {
+    if (BH * T == 0 || D == 0) return;
+    if (S == 0) {  // no keys: an empty product
+        memset_zero(out, sizeof(float) * BH * T * D);
+        return;
+    }
+    gemm_batched(false, true, BH, T, S, D, q, T * D, k, S * D, p, T * S);  // raw scores q·kᵀ
+    Scratch<float> dropped(mask ? BH * T * S : 0);
+    ROWS_LAUNCH(attention_softmax_kernel, BH * T, S, p, mask, dropped.p, BH * T, T, S, causal, scale);
+    gemm_batched(false, false, BH, T, D, S, mask ? dropped.p : p, T * S, v, S * D, out, T * D);
+}
+
+void attention_backward(const float* q, const float* k, const float* v, const float* mask, const float* p,
+                        const float* dout, float* dq, float* dk, float* dv, int64_t BH, int64_t T, int64_t S,
+                        int64_t D, float scale) {
+    if (BH == 0 || S == 0 || D == 0) return;
+    if (T == 0) {  // no queries: dk and dv are empty sums
+        if (dk) memset_zero(dk, sizeof(float) * BH * S * D);
+        if (dv) memset_zero(dv, sizeof(float) * BH * S * D);
+        return;
+    }
+    if (dv) {  // dv = (P ⊙ mask)ᵀ·dout
+        Scratch<float> dropped(mask ? BH * T * S : 0);
+        if (mask) KERNEL_LAUNCH(mul_kernel, blocks_for(BH * T * S), kBlockSize, 0, p, mask, dropped.p, BH * T * S);
+        gemm_batched(true, false, BH, S, D, T, mask ? dropped.p : p, T * S, dout, T * D, dv, S * D);
+    }
+    if (!dq && !dk) return;
+    Scratch<float> ds(BH * T * S);
+    gemm_batched(false, true, BH, T, S, D, dout, T * D, v, S * D, ds.p, T * S);  // dP = dout·vᵀ
+    ROWS_LAUNCH(attention_softmax_backward_kernel, BH * T, S, p, mask, ds.p, BH * T, S, scale);
+    if (dq) gemm_batched(false, false, BH, T, D, S, ds.p, T * S, k, S * D, dq, T * D);  // dq = dS·k
+    if (dk) gemm_batched(true, false, BH, S, D, T, ds.p, T * S, q, T * D, dk, S * D);   // dk = dSᵀ·q
+}
+
+void rope_forward(const float* x, float* y, int64_t outer, int64_t T, int64_t D, float base, int64_t start_pos) {
+    rope_apply(x, y, outer, T, D, base, start_pos, 1.f);
+}
+
+void rope_backward(const float* dy, float* dx, int64_t outer, int64_t T, int64_t D, float base, int64_t start_pos) {
+    rope_apply(dy, dx, outer, T, D, base, start_pos, -1.f);
+}
+
+}  // namespace engine::cuda

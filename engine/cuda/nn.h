@@ -1,0 +1,76 @@
+// engine/cuda/nn.h: the fused neural-network ops on the GPU (engine/cuda/nn.cu), with the
+// signatures of engine/cpu/nn.h so ON_DEVICE can pick either (see that header for what each
+// computes). Every pointer is device memory and nothing is read back to the host: dloss[0] is read
+// by the kernels themselves.
+//
+// Every reduction is deterministic (a fixed tree per shape, no float atomics): the same input gives
+// the same bits on every run. Numerically as the CPU: the row max is subtracted before exp, sums
+// of the losses run in double.
+#pragma once
+#include <cstdint>
+
+namespace engine::cuda {
+
+// y = softmax(x) per row; dx = y·(dy − Σ dy·y).
+void softmax_forward(const float* x, float* y, int64_t rows, int64_t n);
+void softmax_backward(const float* y, const float* dy, float* dx, int64_t rows, int64_t n);
+
+// y = x − logsumexp(x) per row; dx = dy − exp(y)·Σ dy.
+void log_softmax_forward(const float* x, float* y, int64_t rows, int64_t n);
+void log_softmax_backward(const float* y, const float* dy, float* dx, int64_t rows, int64_t n);
+
+// y = (x − mean)·rstd·weight + bias per row, rstd = 1/√(var + eps) (biased variance). weight and
+// bias may be null (then 1 and 0). mean and rstd [rows] are written for the backward.
+void layer_norm_forward(const float* x, const float* weight, const float* bias, float* y, float* mean,
+                        float* rstd, int64_t rows, int64_t n, float eps);
+// dx, and dweight/dbias [n] (each written, not accumulated; null when not wanted) in one pass.
+void layer_norm_backward(const float* x, const float* weight, const float* mean, const float* rstd,
+                         const float* dy, float* dx, float* dweight, float* dbias, int64_t rows, int64_t n);
+
+// On entry mask holds n uniforms in [0, 1); on exit the scaled keep mask: 1/(1−p) where u >= p,
+// else 0 (all 0 when p == 1). y = x·mask (y may be null: attention only needs the mask).
+void dropout_forward(const float* x, float* mask, float* y, int64_t n, float p);
+void dropout_backward(const float* mask, const float* dy, float* dx, int64_t n);
+
+// Mean cross-entropy of logits [rows, C] against targets [rows] (already validated: each is
+// ignore_index or in [0, C)), with label smoothing eps. count = rows whose target is not
+// ignore_index. Writes loss[0] (0 when count == 0) and lse [rows], the per-row log-sum-exp.
+void cross_entropy_forward(const float* logits, const int32_t* targets, float* loss, float* lse, int64_t rows,
+                           int64_t C, int64_t count, int32_t ignore_index, float smoothing);
+// dlogits = (softmax − target distribution)·dloss[0]/count; 0 on ignored rows. The softmax is
+// recomputed from logits and lse, never stored.
+void cross_entropy_backward(const float* logits, const int32_t* targets, const float* lse, const float* dloss,
+                            float* dlogits, int64_t rows, int64_t C, int64_t count, int32_t ignore_index,
+                            float smoothing);
+
+// loss[0] = mean((pred − target)²) over n elements; dpred = 2(pred − target)·dloss[0]/n and
+// dtarget = −dpred (either may be null).
+void mse_forward(const float* pred, const float* target, float* loss, int64_t n);
+void mse_backward(const float* pred, const float* target, const float* dloss, float* dpred, float* dtarget,
+                  int64_t n);
+
+// Attention over BH = B·H independent heads: q [BH, T, D], k and v [BH, S, D].
+// P = softmax(q·kᵀ·scale, causal: query i sees keys j <= i + S − T), written to p [BH, T, S]
+// (masked entries exactly 0; a query that sees no key gets an all-zero row).
+// out = (P ⊙ mask)·v, with mask [BH, T, S] the scaled dropout mask, or null for no dropout.
+void attention_forward(const float* q, const float* k, const float* v, const float* mask, float* p, float* out,
+                       int64_t BH, int64_t T, int64_t S, int64_t D, bool causal, float scale);
+// From the saved P and mask: dv = (P⊙mask)ᵀ·dout, dP = (dout·vᵀ)⊙mask, dS = P⊙(dP − rowsum(dP⊙P)),
+// dq = dS·k·scale, dk = dSᵀ·q·scale. dq, dk, dv may each be null (not wanted).
+void attention_backward(const float* q, const float* k, const float* v, const float* mask, const float* p,
+                        const float* dout, float* dq, float* dk, float* dv, int64_t BH, int64_t T, int64_t S,
+                        int64_t D, float scale);
+
+// Rotary embedding of x viewed as [outer, T, D]: pair (i, i + D/2) of position t is rotated by
+// angle (start_pos + t)·base^(−2i/D). The backward rotates dy by the negative angle.
+void rope_forward(const float* x, float* y, int64_t outer, int64_t T, int64_t D, float base, int64_t start_pos);
+void rope_backward(const float* dy, float* dx, int64_t outer, int64_t T, int64_t D, float base, int64_t start_pos);
+
+// CUDA only (no CPU twin): out[i] = value i of a uniform [0, 1) draw whose first Philox block is
+// `base`, for i in [0, n): word i % 4 of philox(seed, base + i/4), as (w >> 8)·2^-24. With
+// base = global_generator().advance((n + 3) / 4) and seed = global_generator().seed() this is
+// bitwise what global_generator().uniform(out, n, 0, 1) writes on the CPU, and the generator's
+// offset advances the same (dropout and attention draw their masks this way on the device).
+void uniform_fill(float* out, int64_t n, uint64_t seed, uint64_t base);
+
+}  // namespace engine::cuda

@@ -1,0 +1,352 @@
+// tests/cuda/test_cuda_nn.cpp: the fused neural-network ops on the device against the CPU
+// (check_parity), forward and backward: softmax/log_softmax (warp- and block-per-row lengths),
+// layer_norm (with and without weight/bias, n = 1, several dweight chunks), dropout (the device
+// draws the CPU's mask bit for bit from the same seed, and the generator's offset moves the same),
+// cross_entropy (smoothing, ignore_index, all rows ignored, C = 1025, int32 targets on the device,
+// their range check), mse, attention (causal or not, T != S, D 8 and 64, dropout, queries that see
+// no key), rope (start_pos); mixed devices refused; reductions bitwise repeatable.
+//
+// Tolerances (the differences are summation orders, float trees on the device against the CPU's
+// serial loops, and on a GPU expf/logf within 2 ulp and cuBLAS's GEMM order):
+//   softmax, log_softmax, rope, mse, dropout-free pointwise forward: atol 1e-6..1e-5, rtol 1e-5;
+//   backwards of the row ops: atol 1e-5, rtol 1e-4;
+//   layer_norm: forward atol 1e-5 rtol 1e-4, backward atol 1e-4 rtol 1e-3 (rstd amplifies the
+//     summation-order differences of the row means; dweight sums over rows);
+//   cross_entropy: loss atol 1e-5 rtol 1e-5, dlogits atol 1e-6 rtol 1e-4;
+//   attention: forward atol 1e-5 rtol 1e-4, backward atol 1e-4 rtol 1e-3 (three GEMMs deep);
+//   dropout: exact (atol 0, rtol 0): the mask is the same bits and y = x·mask is one multiply.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include "engine/cuda/nn.h"
+#include "engine/cuda/philox.h"
+#include "engine/cuda/runtime.h"
+#include "tests/cuda/parity.h"
+
+using engine::Device;
+using engine::DType;
+using engine::Shape;
+using engine::Tensor;
+using test::check_parity;
+using test::randn;
+
+namespace {
+
+const test::Tol kExact{0.f, 0.f};
+const test::Tol kSoftmaxFwd{1e-6f, 1e-5f}, kLogSoftmaxFwd{1e-5f, 1e-5f}, kRowBwd{1e-5f, 1e-4f};
+const test::Tol kLnFwd{1e-5f, 1e-4f}, kLnBwd{1e-4f, 1e-3f};
+const test::Tol kCeFwd{1e-5f, 1e-5f}, kCeBwd{1e-6f, 1e-4f};
+const test::Tol kMse{1e-6f, 1e-5f};
+const test::Tol kAttnFwd{1e-5f, 1e-4f}, kAttnBwd{1e-4f, 1e-3f};
+const test::Tol kRope{1e-6f, 1e-5f};
+
+// randn times `scale`, as a leaf (logits with a wider range than N(0, 1)).
+Tensor scaled_randn(const Shape& s, float scale, uint64_t seed = 7, bool grad = true) {
+    Tensor t = engine::mul(randn(s, false, seed), scale).detach();
+    if (grad) t.requires_grad_(true);
+    return t;
+}
+
+Tensor ints(const std::vector<int32_t>& v, const Shape& s) { return Tensor::from_vector(v, s); }
+
+// Targets [rows] in [0, C), with every `ignore_every`-th row (if > 0) set to ignore_index.
+Tensor targets_for(int64_t rows, int64_t C, int ignore_every, int32_t ignore_index = -100) {
+    std::vector<int32_t> t(rows);
+    for (int64_t r = 0; r < rows; r++) {
+        t[r] = (int32_t)((r * 7 + 3) % C);
+        if (ignore_every > 0 && r % ignore_every == 1) t[r] = ignore_index;
+    }
+    return ints(t, {rows});
+}
+
+struct Tf32Off {  // the GEMMs in full fp32 for the parity tests
+    bool saved = engine::cuda::tf32();
+    Tf32Off() { engine::cuda::set_tf32(false); }
+    ~Tf32Off() { engine::cuda::set_tf32(saved); }
+};
+
+std::vector<uint32_t> bits_of(const Tensor& t) {
+    std::vector<float> v = t.to_vector();
+    std::vector<uint32_t> b(v.size());
+    std::memcpy(b.data(), v.data(), v.size() * sizeof(float));
+    return b;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// softmax / log_softmax
+
+TEST_CASE("cuda softmax and log_softmax: rows of 1, 7, 33, 1025 (warp and block per row)", "[cuda]") {
+    for (Shape s : {Shape{5, 1}, Shape{3, 7}, Shape{4, 33}, Shape{3, 1025}, Shape{2, 3, 33}, Shape{1, 2049}}) {
+        INFO("shape " << s.str());
+        check_parity("softmax", [](auto& in) { return engine::softmax(in[0]); }, {scaled_randn(s, 4.f)}, kSoftmaxFwd,
+                     kRowBwd);
+        check_parity("log_softmax", [](auto& in) { return engine::log_softmax(in[0]); }, {scaled_randn(s, 4.f)},
+                     kLogSoftmaxFwd, kRowBwd);
+    }
+}
+
+TEST_CASE("cuda softmax: large logits do not overflow (row max subtracted)", "[cuda]") {
+    Tensor x = engine::add(scaled_randn({3, 40}, 1.f, 3, false), 1000.f).detach().requires_grad_(true);
+    check_parity("softmax large", [](auto& in) { return engine::softmax(in[0]); }, {x}, kSoftmaxFwd, kRowBwd);
+    Tensor y = engine::add(scaled_randn({3, 40}, 1.f, 4, false), -1000.f).detach().requires_grad_(true);
+    check_parity("log_softmax large", [](auto& in) { return engine::log_softmax(in[0]); }, {y}, {1e-4f, 1e-6f},
+                 kRowBwd);
+}
+
+// ---------------------------------------------------------------------------------------------
+// layer_norm
+
+TEST_CASE("cuda layer_norm: with and without weight/bias, n = 1, 7, 33, 1025", "[cuda]") {
+    for (Shape s : {Shape{5, 1}, Shape{4, 7}, Shape{3, 33}, Shape{3, 1025}, Shape{2, 3, 33}, Shape{130, 7}}) {
+        int64_t n = s[s.ndim - 1];
+        for (int variant = 0; variant < 4; variant++) {
+            bool with_w = variant & 1, with_b = variant & 2;
+            INFO("shape " << s.str() << " weight " << with_w << " bias " << with_b);
+            Tensor x = scaled_randn(s, 2.f, 5);
+            Tensor w = with_w ? test::rand_uniform({n}, 0.5f, 1.5f) : Tensor();
+            Tensor b = with_b ? randn({n}, true, 9) : Tensor();
+            check_parity("layer_norm", [](auto& in) { return engine::layer_norm(in[0], in[1], in[2]); }, {x, w, b},
+                         kLnFwd, kLnBwd);
+        }
+    }
+}
+
+TEST_CASE("cuda layer_norm: gradient for the parameters only, and for x only", "[cuda]") {
+    Tensor x = scaled_randn({200, 33}, 1.f, 6, false);  // 200 rows: 4 chunks of the dweight sum
+    Tensor w = test::rand_uniform({33}, 0.5f, 1.5f), b = randn({33}, true, 9);
+    check_parity("layer_norm params only", [](auto& in) { return engine::layer_norm(in[0], in[1], in[2]); },
+                 {x, w, b}, kLnFwd, kLnBwd);
+    Tensor x2 = scaled_randn({6, 33}, 1.f, 6);
+    Tensor w2 = test::rand_uniform({33}, 0.5f, 1.5f, false);
+    check_parity("layer_norm x only", [](auto& in) { return engine::layer_norm(in[0], in[1], Tensor()); }, {x2, w2},
+                 kLnFwd, kLnBwd);
+}
+
+TEST_CASE("cuda layer_norm: backward bitwise repeatable", "[cuda]") {
+    Tensor x = test::to_cuda(scaled_randn({150, 40}, 1.f, 8));
+    Tensor w = test::to_cuda(test::rand_uniform({40}, 0.5f, 1.5f));
+    std::vector<uint32_t> first_dw, first_dx;
+    for (int run = 0; run < 2; run++) {
+        x.zero_grad();
+        w.zero_grad();
+        engine::sum(engine::mul(engine::layer_norm(x, w, Tensor()), engine::layer_norm(x, w, Tensor()))).backward();
+        if (run == 0) {
+            first_dw = bits_of(w.grad());
+            first_dx = bits_of(x.grad());
+        } else {
+            REQUIRE(bits_of(w.grad()) == first_dw);
+            REQUIRE(bits_of(x.grad()) == first_dx);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// dropout and the Philox stream
+
+TEST_CASE("cuda philox: the header's Philox4x32-10 is engine/rng.cpp's", "[cuda]") {
+    for (uint64_t seed : {uint64_t(0), uint64_t(1), uint64_t(123456789), uint64_t(0xDEADBEEFCAFEF00Dull)})
+        for (uint64_t counter : {uint64_t(0), uint64_t(1), uint64_t(77), uint64_t(1) << 32, uint64_t(0xFFFFFFFFFFull)}) {
+            uint32_t want[4], got[4];
+            engine::Philox4x32::block(seed, counter, want);
+            engine::cuda::philox4x32_10(seed, counter, got);
+            for (int j = 0; j < 4; j++) REQUIRE(got[j] == want[j]);
+        }
+}
+
+TEST_CASE("cuda uniform_fill: the bits of Generator::uniform at any offset and seed", "[cuda]") {
+    for (uint64_t seed : {uint64_t(3), uint64_t(0x123456789ABCull)})
+        for (int64_t n : {1, 3, 4, 7, 33, 1025}) {
+            INFO("seed " << seed << " n " << n);
+            engine::Generator cpu_gen(seed), cuda_gen(seed);
+            cpu_gen.advance(5);
+            cuda_gen.advance(5);
+            Tensor want = Tensor::empty({n});
+            cpu_gen.uniform(want.data_f32(), n, 0.f, 1.f);
+            Tensor got = Tensor::empty({n}, DType::F32, Device::CUDA);
+            uint64_t base = cuda_gen.advance((uint64_t)(n + 3) / 4);
+            engine::cuda::uniform_fill(got.raw_f32(), n, cuda_gen.seed(), base);
+            REQUIRE(cuda_gen.offset() == cpu_gen.offset());
+            REQUIRE(bits_of(got) == bits_of(want));
+        }
+}
+
+TEST_CASE("cuda dropout: same seed -> the CPU's mask and output, and the same generator offset", "[cuda]") {
+    for (float p : {0.f, 0.3f, 1.f})
+        for (Shape s : {Shape{1}, Shape{7}, Shape{3, 33}, Shape{1025}}) {
+            INFO("p " << p << " shape " << s.str());
+            Tensor x = randn(s);
+            uint64_t offsets[2];
+            int side = 0;
+            // Two dropouts in a row: the second starts at a nonzero offset.
+            check_parity("dropout", [p, &offsets, &side](auto& in) {
+                engine::manual_seed(1234);
+                Tensor y = engine::dropout(engine::dropout(in[0], p, true), p, true);
+                offsets[side++] = engine::global_generator().offset();
+                return y;
+            }, {x}, kExact, kExact);
+            REQUIRE(side == 2);
+            REQUIRE(offsets[0] == offsets[1]);
+            REQUIRE(offsets[0] == (p == 0.f ? 0u : 2 * (uint64_t)((s.numel() + 3) / 4)));
+        }
+}
+
+TEST_CASE("cuda dropout: the kept fraction and scale, eval mode is the identity", "[cuda]") {
+    engine::manual_seed(77);
+    Tensor ones = Tensor::ones({4096}, DType::F32, Device::CUDA);
+    std::vector<float> y = engine::dropout(ones, 0.3f, true).to_vector();
+    int64_t kept = 0;
+    for (float v : y) {
+        REQUIRE((v == 0.f || v == 1.f / (1.f - 0.3f)));
+        kept += v != 0.f;
+    }
+    REQUIRE(std::abs((double)kept / 4096 - 0.7) < 0.03);
+    Tensor x = test::to_cuda(randn({3, 33}));
+    Tensor e = engine::dropout(x, 0.5f, false);
+    REQUIRE(e.same_storage(x));
+    check_parity("dropout eval", [](auto& in) { return engine::mul(engine::dropout(in[0], 0.5f, false), 1.f); },
+                 {randn({3, 33})}, kExact, kExact);
+}
+
+// ---------------------------------------------------------------------------------------------
+// cross_entropy
+
+TEST_CASE("cuda cross_entropy: smoothing 0 and 0.1, ignored rows, C = 1, 7, 33, 1025", "[cuda]") {
+    for (int64_t C : {1, 7, 33, 1025})
+        for (float smoothing : {0.f, 0.1f})
+            for (int ignore_every : {0, 3}) {
+                int64_t rows = 7;
+                INFO("C " << C << " smoothing " << smoothing << " ignore every " << ignore_every);
+                Tensor logits = scaled_randn({rows, C}, 3.f, 12);
+                Tensor targets = targets_for(rows, C, ignore_every);
+                check_parity("cross_entropy", [smoothing](auto& in) {
+                    return engine::cross_entropy(in[0], in[1], -100, smoothing);
+                }, {logits, targets}, kCeFwd, kCeBwd);
+            }
+}
+
+TEST_CASE("cuda cross_entropy: all rows ignored, [B, T, C] logits, a custom ignore_index", "[cuda]") {
+    Tensor logits = scaled_randn({4, 9}, 2.f, 13);
+    Tensor none = ints({-100, -100, -100, -100}, {4});
+    check_parity("cross_entropy all ignored", [](auto& in) { return engine::cross_entropy(in[0], in[1], -100, 0.1f); },
+                 {logits, none}, kExact, kExact);
+    Tensor cuda_loss = engine::cross_entropy(test::to_cuda(logits), none.to(Device::CUDA));
+    REQUIRE(cuda_loss.item() == 0.f);
+
+    Tensor l3 = scaled_randn({2, 3, 33}, 2.f, 14);
+    Tensor t3 = ints({0, 5, 32, 1, 7, 0}, {2, 3});
+    check_parity("cross_entropy 3-d", [](auto& in) { return engine::cross_entropy(in[0], in[1], 7, 0.1f); }, {l3, t3},
+                 kCeFwd, kCeBwd);
+}
+
+TEST_CASE("cuda cross_entropy: many rows (block-per-row sum of the loss), repeatable", "[cuda]") {
+    Tensor logits = scaled_randn({300, 5}, 2.f, 15);
+    Tensor targets = targets_for(300, 5, 4);
+    check_parity("cross_entropy 300 rows", [](auto& in) { return engine::cross_entropy(in[0], in[1]); },
+                 {logits, targets}, kCeFwd, kCeBwd);
+    Tensor lc = test::to_cuda(logits), tc = targets.to(Device::CUDA);
+    float a = engine::cross_entropy(lc, tc, -100, 0.1f).item(), b = engine::cross_entropy(lc, tc, -100, 0.1f).item();
+    REQUIRE(std::memcmp(&a, &b, sizeof a) == 0);
+}
+
+TEST_CASE("cuda cross_entropy: device targets out of range give the CPU's error", "[cuda]") {
+    using Catch::Contains;
+    Tensor logits = randn({3, 5}, false).to(Device::CUDA);
+    REQUIRE_THROWS_WITH(engine::cross_entropy(logits, ints({0, 5, 1}, {3}).to(Device::CUDA)),
+                        Contains("cross_entropy") && Contains("target 5 at position 1") && Contains("[0, 5)"));
+    REQUIRE_THROWS_WITH(engine::cross_entropy(logits, ints({0, -1, 1}, {3}).to(Device::CUDA)),
+                        Contains("target -1 at position 1"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// mse
+
+TEST_CASE("cuda mse_loss: forward and both gradients, several chunks", "[cuda]") {
+    for (Shape s : {Shape{1}, Shape{7, 33}, Shape{1025}, Shape{3, 9000}}) {
+        INFO("shape " << s.str());
+        check_parity("mse_loss", [](auto& in) { return engine::mse_loss(in[0], in[1]); }, {randn(s), randn(s, true, 21)},
+                     kMse, kMse);
+    }
+    check_parity("mse_loss pred only", [](auto& in) { return engine::mse_loss(in[0], in[1]); },
+                 {randn({7, 5}), randn({7, 5}, false, 21)}, kMse, kMse);
+}
+
+// ---------------------------------------------------------------------------------------------
+// attention
+
+TEST_CASE("cuda attention: causal and not, T != S, D 8 and 64", "[cuda]") {
+    Tf32Off fp32;
+    struct Case { int64_t B, H, T, S, D; };
+    for (Case c : {Case{1, 2, 5, 7, 8}, Case{2, 1, 7, 5, 8}, Case{1, 2, 6, 6, 64}, Case{1, 1, 1, 1, 8},
+                   Case{1, 1, 3, 1025, 8}})
+        for (bool causal : {false, true}) {
+            INFO("B " << c.B << " H " << c.H << " T " << c.T << " S " << c.S << " D " << c.D << " causal " << causal);
+            Tensor q = randn({c.B, c.H, c.T, c.D}, true, 31), k = randn({c.B, c.H, c.S, c.D}, true, 32),
+                   v = randn({c.B, c.H, c.S, c.D}, true, 33);
+            check_parity("attention", [causal](auto& in) { return engine::attention(in[0], in[1], in[2], causal); },
+                         {q, k, v}, kAttnFwd, kAttnBwd);
+        }
+}
+
+TEST_CASE("cuda attention: causal with queries that see no key gives all-zero rows", "[cuda]") {
+    Tf32Off fp32;
+    // T = 7, S = 4: query i sees keys j <= i - 3, so queries 0, 1, 2 see none.
+    Tensor q = randn({1, 2, 7, 8}, true, 41), k = randn({1, 2, 4, 8}, true, 42), v = randn({1, 2, 4, 8}, true, 43);
+    check_parity("attention no-key queries", [](auto& in) { return engine::attention(in[0], in[1], in[2], true); },
+                 {q, k, v}, kAttnFwd, kAttnBwd);
+    Tensor out = engine::attention(test::to_cuda(q), test::to_cuda(k), test::to_cuda(v), true);
+    for (int64_t h = 0; h < 2; h++)
+        for (int64_t i = 0; i < 3; i++)
+            for (int64_t d = 0; d < 8; d++) REQUIRE(out.at({0, h, i, d}) == 0.f);
+}
+
+TEST_CASE("cuda attention: dropout with the same seed on both sides", "[cuda]") {
+    Tf32Off fp32;
+    for (bool causal : {false, true}) {
+        INFO("causal " << causal);
+        Tensor q = randn({2, 2, 5, 8}, true, 51), k = randn({2, 2, 7, 8}, true, 52), v = randn({2, 2, 7, 8}, true, 53);
+        uint64_t offsets[2];
+        int side = 0;
+        check_parity("attention dropout", [causal, &offsets, &side](auto& in) {
+            engine::manual_seed(99);
+            Tensor out = engine::attention(in[0], in[1], in[2], causal, 0.25f, true);
+            offsets[side++] = engine::global_generator().offset();
+            return out;
+        }, {q, k, v}, kAttnFwd, kAttnBwd);
+        REQUIRE(offsets[0] == offsets[1]);
+        REQUIRE(offsets[0] == (uint64_t)(2 * 2 * 5 * 7 + 3) / 4);
+    }
+    // Not training: no mask drawn, the generator untouched.
+    engine::manual_seed(5);
+    Tensor q = test::to_cuda(randn({1, 1, 3, 8}));
+    engine::attention(q, q, q, false, 0.5f, false);
+    REQUIRE(engine::global_generator().offset() == 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// rope
+
+TEST_CASE("cuda rope: start_pos 0 and large, D 2 and 8", "[cuda]") {
+    for (int64_t start : {0, 7, 100000})
+        for (Shape s : {Shape{2, 3, 5, 8}, Shape{1, 2}, Shape{4, 33, 2}}) {
+            INFO("shape " << s.str() << " start_pos " << start);
+            check_parity("rope", [start](auto& in) { return engine::rope(in[0], 10000.f, start); }, {randn(s)}, kRope,
+                         kRope);
+        }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+TEST_CASE("cuda nn ops: mixed devices are refused", "[cuda]") {
+    using Catch::Contains;
+    Tensor a = randn({3, 8}, false), ac = a.to(Device::CUDA);
+    REQUIRE_THROWS_WITH(engine::mse_loss(ac, a), Contains("mse_loss") && Contains("cuda") && Contains("cpu"));
+    REQUIRE_THROWS_WITH(engine::layer_norm(ac, randn({8}, false), Tensor()), Contains("layer_norm") && Contains("cuda") && Contains("cpu"));
+    REQUIRE_THROWS_WITH(engine::layer_norm(a, Tensor(), randn({8}, false).to(Device::CUDA)),
+                        Contains("layer_norm") && Contains("cuda") && Contains("cpu"));
+    REQUIRE_THROWS_WITH(engine::cross_entropy(ac, ints({0, 1, 2}, {3})), Contains("cross_entropy") && Contains("cuda") && Contains("cpu"));
+    Tensor q = randn({1, 1, 3, 8}, false);
+    REQUIRE_THROWS_WITH(engine::attention(q.to(Device::CUDA), q, q, false), Contains("attention") && Contains("cuda") && Contains("cpu"));
+    REQUIRE_THROWS_WITH(engine::attention(q, q, q.to(Device::CUDA), false), Contains("attention") && Contains("cuda") && Contains("cpu"));
+}
