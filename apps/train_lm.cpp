@@ -59,6 +59,7 @@ struct Args {
     float lr = 1e-3f, min_lr = 1e-5f, weight_decay = 0.01f, clip_grad = 0.25f, lr_decay = 0.5f;
     int warmup_steps = 0, decay_start = 4, plateau_patience = 0;
     std::string opt = "adamw", schedule = "cosine";
+    std::string loss_scale = "mean";  // or "time-sum" (Zaremba et al.'s convention)
     int64_t max_steps = 0;  // stop an epoch early (quick runs); 0: whole epochs
     int64_t train_tokens = 0;  // train on the first N tokens of the training split; 0: all
     int threads = 0, log_every = 50;
@@ -311,7 +312,12 @@ static int run(Args& a, const apps::json& config, Device dev) {
                     return 1;
                 }
             }
-            loss.backward();
+            // time-sum: the loss summed over a row's scored positions and averaged over the rows,
+            // the scale Zaremba et al.'s lr 1 and clip 5 were chosen for (mean loss × scored per row).
+            if (a.loss_scale == "time-sum")
+                mul(loss, (float)((double)b.scored / (double)b.inputs.size(0))).backward();
+            else
+                loss.backward();
             float gnorm = a.clip_grad > 0 ? nn::clip_grad_norm(params, a.clip_grad)
                         : log_now         ? nn::grad_norm(params)
                                           : 0.f;
@@ -413,6 +419,13 @@ int main(int argc, char** argv) {
     app.add_option("--plateau-patience", a.plateau_patience, "plateau: evaluations without improvement")
         ->capture_default_str();
     app.add_option("--weight-decay", a.weight_decay, "weight decay (AdamW: decoupled)")->capture_default_str();
+    app.add_option("--loss-scale", a.loss_scale,
+                   "what the gradient is of: mean (the cross-entropy averaged over every scored token) | time-sum "
+                   "(summed over each row's scored positions, averaged over the rows: Zaremba et al.'s and the "
+                   "TensorFlow PTB tutorial's convention, for which their --lr 1 and --clip-grad 5 are set; the "
+                   "gradient is --seq-len times the mean's under bptt). Reported losses and perplexities are the "
+                   "mean either way")
+        ->capture_default_str()->check(CLI::IsMember({"mean", "time-sum"}));
     app.add_option("--clip-grad", a.clip_grad, "global gradient-norm clip (0: off)")->capture_default_str();
     apps::add_device_flags(app, a.device, &a.precision);
     app.add_option("--threads", a.threads, "CPU threads (0: all cores)")->capture_default_str();

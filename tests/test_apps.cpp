@@ -335,6 +335,39 @@ TEST_CASE("train_lm: --train-tokens trains on the first N tokens of the training
     CHECK(all["steps"].get<int64_t>() > 7);
 }
 
+TEST_CASE("train_lm: --loss-scale time-sum gives the gradient of the mean loss times the scored positions per row",
+          "[apps]") {
+    test::TempDir tmp;
+    write_tiny_text(tmp / "text", 300);
+    // The first batch scores all 8 positions of each row: bptt scores every position, and the
+    // window protocol scores the whole first window of a row (it has no context before it; later
+    // windows score their last 3).
+    struct Case {
+        std::string args;
+        double per_row;
+    };
+    for (const Case& c : {Case{"--model lstm --protocol bptt --seq-len 8", 8.0},
+                          Case{"--model transformer --heads 2 --protocol window --seq-len 8 --scored 3", 8.0}}) {
+        INFO(c.args);
+        std::string base = "--dataset text --data-dir " + (tmp / "text") + " " + c.args +
+                           " --dim 16 --depth 1 --batch-size 4 --epochs 1 --max-steps 1 --dropout 0 --opt sgd"
+                           " --lr 1 --clip-grad 0 --threads 1 --log-every 1 --seed 5";
+        for (const char* scale : {"mean", "time-sum"})
+            REQUIRE(run_app("train_lm", base + " --loss-scale " + scale + " --out " + (tmp / scale), tmp / "log") == 0);
+        auto first_step = [&](const char* scale) {
+            for (auto& j : metrics_lines(tmp / (std::string(scale) + "/metrics.jsonl")))
+                if (j["kind"] == "train") return j;
+            FAIL("no train line in " << scale << "/metrics.jsonl");
+            return nlohmann::json();
+        };
+        auto mean = first_step("mean"), sum = first_step("time-sum");
+        // The same batch, the same reported loss; the gradient (before any update) per_row times larger.
+        CHECK(sum["loss"].get<double>() == Approx(mean["loss"].get<double>()).epsilon(1e-6));
+        CHECK(sum["grad_norm"].get<double>() == Approx(c.per_row * mean["grad_norm"].get<double>()).epsilon(1e-5));
+        CHECK(mean["grad_norm"].get<double>() > 0);
+    }
+}
+
 TEST_CASE("train_lm: a small transformer gets below 3 bpc on PTB char valid", "[apps][ptb-char]") {
     std::string root = test::real_data_dir("PTB char training");
     if (root.empty()) return;
