@@ -11,6 +11,8 @@
 #                     the CPU emulator engine/cuda/emu/): build/emu/tests/run_tests "[cuda]",
 #                     build/emu/apps/train_vit --device cuda, ...
 #   make test-gpu     the [cuda] suite on a real GPU (nvcc build)
+#   make cuda-check   nvcc for sm_80/sm_90, warnings as errors, the ptxas table of every kernel;
+#                     fails on a register spill (mk/cuda_check.mk)
 
 CXX      ?= g++
 NVCC     ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
@@ -218,3 +220,7 @@ clean:
 .PHONY: fuzz
 fuzz:
 	$(MAKE) -C fuzz
+
+# make cuda-check: every kernel through nvcc (sm_80, sm_90) with warnings as errors and the ptxas
+# report as a table; needs nvcc only, no GPU.
+include mk/cuda_check.mk

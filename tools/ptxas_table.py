@@ -4,8 +4,8 @@
     tools/ptxas_table.py --out build/cuda-check/kernels.md build/cuda-check/*.log
 
 Each LOG is the output of one `nvcc -Xptxas -v -c engine/cuda/<file>.cu` (the log's name without
-.log names the source file). Writes a markdown table (file, kernel, arch, registers, stack frame,
-spill stores, spill loads, static shared memory, barriers) sorted by file, kernel and arch, prints
+.log names the source file). Writes a markdown table, one line per kernel (file, kernel, registers, stack frame, spill stores,
+spill loads, static shared memory, barriers; "a / b" where the archs differ), sorted by file and kernel, prints
 it, and exits with status 1 when any function spills registers to local memory (a kernel of the
 training step that spills is slow on every step), naming each one. Non-kernel device functions
 that ptxas compiled on their own (not inlined) get a row too, marked "(device function)".
@@ -94,18 +94,29 @@ def main():
     for r in rows:
         r["pretty"] = pretty.get(r["name"], r["name"]) + ("" if r["entry"] else " (device function)")
     rows.sort(key=lambda r: (r["file"], r["pretty"], r["arch"]))
+    archs = sorted({r["arch"] for r in rows})
 
-    lines = ["| file | kernel | arch | registers | stack frame (B) | spill stores (B) | spill loads (B) | "
-             "static shared (B) | barriers |",
-             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    # One line per kernel; a column with several archs shows "sm_80 value / sm_90 value" where
+    # they differ and one value where they agree.
+    by_kernel = {}
     for r in rows:
-        name = r["pretty"].replace("|", "\\|")
-        lines.append(f"| {r['file']} | `{name}` | {r['arch']} | {cell(r['registers'])} | {r['stack']} | "
-                     f"{r['spill_stores']} | {r['spill_loads']} | {r['smem']} | {cell(r['barriers'])} |")
+        by_kernel.setdefault((r["file"], r["pretty"]), {})[r["arch"]] = r
+
+    def per_arch(k, key):
+        vals = [cell(k[a][key]) if a in k else "–" for a in archs]
+        return vals[0] if len(set(vals)) == 1 else " / ".join(vals)
+
+    lines = [f"| file | kernel | registers ({' / '.join(archs)}) | stack frame (B) | spill stores (B) | "
+             "spill loads (B) | static shared (B) | barriers |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for (source, pretty), k in by_kernel.items():
+        name = pretty.replace("engine::cuda::", "").replace("|", "\\|")
+        lines.append(f"| {source} | `{name}` | " + " | ".join(
+            per_arch(k, key) for key in ("registers", "stack", "spill_stores", "spill_loads", "smem", "barriers")) + " |")
     spills = [r for r in rows if r["spill_stores"] or r["spill_loads"]]
     kernels = len({(r["file"], r["name"]) for r in rows if r["entry"]})
-    summary = (f"{kernels} kernels in {len(args.logs)} files, {len(rows)} rows (kernel x arch); "
-               f"{len(spills)} with register spills")
+    summary = (f"{kernels} kernels in {len(args.logs)} files for {', '.join(archs)}; "
+               f"{len(spills)} (kernel, arch) pairs with register spills")
     table = "# CUDA kernels: ptxas resource usage\n\n" + summary + ".\n\n" + "\n".join(lines) + "\n"
     if args.out:
         os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
