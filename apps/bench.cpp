@@ -10,6 +10,9 @@
 // Prints one JSON line: the config, ms_per_step (median over --steps timed steps after --warmup
 // untimed ones), items_per_s (images or tokens), and peak_rss_mb. tools/bench_torch.py builds
 // the same models in PyTorch and prints the same fields, for a same-machine comparison.
+//
+// --profile N: after the timed steps, N more steps under the op-level profiler (engine/profile.h):
+// its table on stderr and its JSON as the line's "profile" field (the timed steps run without it).
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -17,9 +20,11 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <omp.h>
+#include "apps/common/profile_report.h"
 #include "apps/common/run.h"
 #include "engine/error.h"
 #include "engine/ops.h"
+#include "engine/profile.h"
 #include "engine/rng.h"
 #include "nn/gau.h"
 #include "nn/lstm.h"
@@ -36,7 +41,7 @@ int main(int argc, char** argv) {
     CLI::App app{"Time training steps (forward + backward + AdamW) of a model; prints one JSON line."};
     std::string model = "vit", device = "cpu", precision = "fp32";
     int64_t dim = 192, depth = 6, heads = 3, patch = 4, image = 32, batch = 64, seq = 128, vocab = 10000;
-    int steps = 5, warmup = 2, threads = 0;
+    int steps = 5, warmup = 2, threads = 0, profile_steps = 0;
     uint64_t seed = 0;
     app.add_option("model", model, "vit | lm | gau | lstm")->check(CLI::IsMember({"vit", "lm", "gau", "lstm"}))
         ->capture_default_str();
@@ -51,6 +56,7 @@ int main(int argc, char** argv) {
     app.add_option("--steps", steps, "timed steps")->capture_default_str()->check(CLI::PositiveNumber);
     app.add_option("--warmup", warmup, "untimed steps first")->capture_default_str();
     app.add_option("--threads", threads, "OpenMP threads (0: all cores)")->capture_default_str();
+    apps::add_profile_flag(app, profile_steps);
     apps::add_device_flags(app, device, &precision);
     app.add_option("--seed", seed, "random seed")->capture_default_str();
     CLI11_PARSE(app, argc, argv);
@@ -122,16 +128,31 @@ int main(int argc, char** argv) {
         }
         net->to(dev);
         Adam opt(param_groups(*net, 0.05f), 1e-4f);
-        std::vector<double> ms;
-        for (int s = 0; s < warmup + steps; s++) {
-            auto t0 = std::chrono::steady_clock::now();
+        // One training step; the profiler's marks cost one branch each while it is off.
+        using profile::Phase;
+        auto train_step = [&] {
+            profile::step_begin();
             opt.zero_grad();
+            profile::boundary("zero_grad", Phase::Outside);
             Tensor loss = loss_fn();
             loss.backward();
             opt.step();
+            profile::boundary("optimizer step", Phase::Outside);
             sync();
+            profile::step_end();
+        };
+        std::vector<double> ms;
+        for (int s = 0; s < warmup + steps; s++) {
+            auto t0 = std::chrono::steady_clock::now();
+            train_step();
             double dt = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
             if (s >= warmup) ms.push_back(dt);
+        }
+        profile::Report prof;
+        if (profile_steps > 0) {
+            profile::start(dev);
+            for (int s = 0; s < profile_steps; s++) train_step();
+            prof = profile::stop();
         }
         std::sort(ms.begin(), ms.end());
         double median = ms[ms.size() / 2];
@@ -147,6 +168,10 @@ int main(int argc, char** argv) {
         } else {
             out["seq"] = seq;
             out["vocab"] = vocab;
+        }
+        if (profile_steps > 0) {
+            std::fprintf(stderr, "%s", apps::profile_table(prof, "bench " + model + " --profile").c_str());
+            out["profile"] = apps::profile_json(prof);
         }
         std::printf("%s\n", out.dump().c_str());
         return 0;

@@ -26,6 +26,7 @@
 #include <filesystem>
 #include <map>
 #include <omp.h>
+#include "apps/common/profile_report.h"
 #include "apps/common/run.h"
 #include "data/lm_batch.h"
 #include "data/paths.h"
@@ -33,6 +34,7 @@
 #include "engine/device.h"
 #include "engine/error.h"
 #include "engine/ops.h"
+#include "engine/profile.h"
 #include "engine/rng.h"
 #include "engine/safetensors.h"
 #include "init/init.h"
@@ -63,6 +65,7 @@ struct Args {
     int64_t max_steps = 0;  // stop an epoch early (quick runs); 0: whole epochs
     int64_t train_tokens = 0;  // train on the first N tokens of the training split; 0: all
     int threads = 0, log_every = 50;
+    int profile_steps = 0;  // --profile N
     uint64_t seed = 0;
     std::string out, device = "auto", precision = "fp32";
     bool resume = false, nan_check = true;
@@ -290,6 +293,7 @@ static int run(Args& a, const apps::json& config, Device dev) {
 
     apps::install_stop_handlers();
     auto params = lm.module->parameters();
+    apps::ProfileWindow prof(a.profile_steps, dev);
     for (int epoch = start_epoch; epoch < a.epochs; epoch++) {
         if (a.schedule == "step") opt->lr = step_decay.lr(epoch);
         if (skip_batches == 0) lm.reset_state();  // else: resumed mid-epoch, with the restored state
@@ -297,10 +301,12 @@ static int run(Args& a, const apps::json& config, Device dev) {
         apps::LossMeter meter(dev == Device::CUDA, resumed_nll_sum, resumed_tokens);
         double ntok = resumed_tokens;  // tokens trained on this epoch (the meter may not have read them all yet)
         for (int64_t i = skip_batches; i < steps_per_epoch; i++) {
+            prof.begin();
             data::TokenBatch b = train.get(i);
             auto t0 = std::chrono::steady_clock::now();
             if (a.schedule == "cosine") opt->lr = cosine.lr(global_step);
             opt->zero_grad();
+            profile::boundary("batch, zero_grad", profile::Phase::Outside);
             Tensor loss = cross_entropy(lm.forward(b.inputs.to(dev), bptt), scored_targets(b).to(dev));
             bool log_now = (global_step + 1) % a.log_every == 0;
             meter.add(loss, (double)b.scored);
@@ -312,6 +318,7 @@ static int run(Args& a, const apps::json& config, Device dev) {
                     return 1;
                 }
             }
+            profile::boundary("loss read-back", profile::Phase::Outside);
             // time-sum: the loss summed over a row's scored positions and averaged over the rows,
             // the scale Zaremba et al.'s lr 1 and clip 5 were chosen for (mean loss × scored per row).
             if (a.loss_scale == "time-sum")
@@ -321,7 +328,9 @@ static int run(Args& a, const apps::json& config, Device dev) {
             float gnorm = a.clip_grad > 0 ? nn::clip_grad_norm(params, a.clip_grad)
                         : log_now         ? nn::grad_norm(params)
                                           : 0.f;
+            profile::boundary("gradient norm, clipping", profile::Phase::Outside);
             opt->step();
+            profile::boundary("optimizer step", profile::Phase::Outside);
             global_step++;
             double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
             ntok += (double)b.scored;
@@ -330,6 +339,8 @@ static int run(Args& a, const apps::json& config, Device dev) {
                 out.append_metrics({{"kind", "train"}, {"step", global_step}, {"epoch", epoch + (i + 1.0) / steps_per_epoch},
                                     {"lr", opt->lr}, {"loss", lv}, {"grad_norm", gnorm}, {"ms_per_step", ms}, {"peak_rss_mb", apps::peak_rss_mb()},
                                     {"items_per_s", b.scored / (ms / 1000.0)}});
+            prof.end();
+            if (const profile::Report* r = prof.finished()) apps::report_profile(*r, "train_lm --profile", out);
             if (apps::stop_requested()) {
                 bar.finish();
                 meter.read();
@@ -429,6 +440,7 @@ int main(int argc, char** argv) {
     app.add_option("--clip-grad", a.clip_grad, "global gradient-norm clip (0: off)")->capture_default_str();
     apps::add_device_flags(app, a.device, &a.precision);
     app.add_option("--threads", a.threads, "CPU threads (0: all cores)")->capture_default_str();
+    apps::add_profile_flag(app, a.profile_steps);
     app.add_option("--seed", a.seed, "random seed")->capture_default_str();
     app.add_option("--out", a.out, "run directory: config.json, metrics.jsonl, vocab.txt, checkpoints, result.json");
     app.add_flag("--resume", a.resume, "continue the run in --out from its last checkpoint");

@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <omp.h>
+#include "apps/common/profile_report.h"
 #include "apps/common/run.h"
 #include "data/cifar.h"
 #include "data/image.h"
@@ -32,6 +33,7 @@
 #include "engine/device.h"
 #include "engine/error.h"
 #include "engine/ops.h"
+#include "engine/profile.h"
 #include "engine/rng.h"
 #include "init/init.h"
 #include "nn/checkpoint.h"
@@ -64,6 +66,7 @@ struct Args {
     int64_t train_subset = 0;
     std::string device = "auto", precision = "fp32";
     int threads = 0;
+    int profile_steps = 0;  // --profile N
     uint64_t seed = 0;
     std::string out;
     bool resume = false, nan_check = true;
@@ -296,6 +299,7 @@ static int run(const Args& a, const apps::json& config, Device dev) {
 
     apps::install_stop_handlers();
     auto params = model->parameters();
+    apps::ProfileWindow prof(a.profile_steps, dev);
     double final_acc = 0, final_loss = 0;
     for (int epoch = start_epoch; epoch < a.epochs; epoch++) {
         loader.start_epoch(epoch);
@@ -306,11 +310,14 @@ static int run(const Args& a, const apps::json& config, Device dev) {
         data::ImageBatch batch;
         for (int64_t b = 0; loader.next(batch); b++) {
             if (b < skip_batches) continue;  // resuming mid-epoch: the same order, batches already trained on
+            prof.begin();  // --profile: the loader's threads are outside the step; its copy to the device is in
             Tensor x = batch.images.to(dev), y = batch.labels.to(dev);
+            profile::boundary("batch to device", profile::Phase::Outside);
             int64_t n = x.size(0);
             auto t0 = std::chrono::steady_clock::now();
             opt->lr = sched.lr(global_step);
             opt->zero_grad();
+            profile::boundary("zero_grad", profile::Phase::Outside);
             Tensor loss = cross_entropy(forward(x), y, -100, a.label_smoothing);
             bool log_now = (global_step + 1) % a.log_every == 0;
             meter.add(loss, (double)n);
@@ -322,11 +329,14 @@ static int run(const Args& a, const apps::json& config, Device dev) {
                     return 1;
                 }
             }
+            profile::boundary("loss read-back", profile::Phase::Outside);
             loss.backward();
             float gnorm = a.clip_grad > 0 ? nn::clip_grad_norm(params, a.clip_grad)
                         : log_now         ? nn::grad_norm(params)
                                           : 0.f;
+            profile::boundary("gradient norm, clipping", profile::Phase::Outside);
             opt->step();
+            profile::boundary("optimizer step", profile::Phase::Outside);
             global_step++;
             double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
             seen += n;
@@ -335,6 +345,8 @@ static int run(const Args& a, const apps::json& config, Device dev) {
                 out.append_metrics({{"kind", "train"}, {"step", global_step}, {"epoch", epoch + (b + 1.0) / steps_per_epoch},
                                     {"lr", opt->lr}, {"loss", lv}, {"grad_norm", gnorm},
                                     {"ms_per_step", ms}, {"peak_rss_mb", apps::peak_rss_mb()}, {"items_per_s", n / (ms / 1000.0)}});
+            prof.end();
+            if (const profile::Report* r = prof.finished()) apps::report_profile(*r, "train_vit --profile", out);
             if (apps::stop_requested()) {
                 bar.finish();
                 checkpoint("last", epoch, b + 1);
@@ -423,6 +435,7 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     apps::add_device_flags(app, a.device, &a.precision);
     app.add_option("--threads", a.threads, "CPU threads (0: all cores)")->capture_default_str();
+    apps::add_profile_flag(app, a.profile_steps);
     app.add_option("--seed", a.seed, "random seed (init, data order, augmentation, dropout)")->capture_default_str();
     app.add_option("--out", a.out, "run directory: config.json, metrics.jsonl, checkpoints, result.json");
     app.add_flag("--resume", a.resume, "continue the run in --out from its last checkpoint");

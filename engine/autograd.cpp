@@ -6,6 +6,7 @@
 #include "engine/cpu/elementwise.h"
 #include "engine/ops.h"
 #include "engine/ops/dispatch.h"
+#include "engine/profile.h"
 #ifdef ENGINE_CUDA
 #include "engine/cuda/elementwise.h"
 #endif
@@ -32,8 +33,15 @@ bool any_requires_grad(const std::vector<Tensor>& inputs) {
     return false;
 }
 
+static double tensor_bytes(const Tensor& t) { return t.defined() ? 4.0 * (double)t.numel() : 0.0; }
+
 Tensor attach(Tensor out, const char* name, std::vector<Tensor> inputs,
               std::function<std::vector<Tensor>(const Tensor&)> backward) {
+    if (profile::active()) {  // the op's forward ends here (engine/profile.h)
+        double bytes = tensor_bytes(out);
+        for (const Tensor& t : inputs) bytes += tensor_bytes(t);
+        profile::boundary(name, profile::Phase::Forward, bytes);
+    }
     if (!any_requires_grad(inputs)) return out;
     auto node = std::make_shared<Node>();
     node->name = name;
@@ -90,17 +98,29 @@ void run_backward(const Tensor& root, const Tensor& grad_output) {
 
     NoGrad no_grad;
     accumulate(root.impl(), grad_output, "root");
+    const bool profiling = profile::active();  // boundaries: engine/profile.h
+    if (profiling) profile::boundary("autograd (order, release)", profile::Phase::Backward);
     for (auto it = order.rbegin(); it != order.rend(); ++it) {
         TensorImpl* t = *it;
         if (!t->grad_fn || !t->grad) continue;
         Node& node = *t->grad_fn;
-        std::vector<Tensor> grads = node.backward(Tensor(t->grad));
+        std::vector<Tensor> grads;
+        {
+            profile::InBackwardClosure in_closure;
+            grads = node.backward(Tensor(t->grad));
+        }
         check(grads.size() == node.inputs.size(), "backward of {}: returned {} gradients for {} inputs",
               node.name, grads.size(), node.inputs.size());
+        if (profiling) {
+            double bytes = tensor_bytes(Tensor(t->grad));
+            for (size_t i = 0; i < grads.size(); i++) bytes += tensor_bytes(node.inputs[i]) + tensor_bytes(grads[i]);
+            profile::boundary(node.name, profile::Phase::Backward, bytes);
+        }
         for (size_t i = 0; i < grads.size(); i++) {
             TensorImpl* in = node.inputs[i].impl();
             if (in && in->requires_grad && grads[i].defined()) accumulate(in, grads[i], node.name);
         }
+        if (profiling) profile::boundary("accumulate gradients", profile::Phase::Backward);
     }
     // Release the graph: intermediate grads and nodes go, leaves keep their .grad.
     for (TensorImpl* t : order) {
@@ -109,6 +129,7 @@ void run_backward(const Tensor& root, const Tensor& grad_output) {
             t->grad.reset();
         }
     }
+    if (profiling) profile::boundary("autograd (order, release)", profile::Phase::Backward);
 }
 
 }  // namespace engine

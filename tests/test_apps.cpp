@@ -368,6 +368,43 @@ TEST_CASE("train_lm: --loss-scale time-sum gives the gradient of the mean loss t
     }
 }
 
+TEST_CASE("--profile: bench prints the table and its JSON; train_lm writes profile.json", "[apps][profile]") {
+    test::TempDir tmp;
+    // The JSON line on stdout, the table on stderr, apart.
+    int rc = std::system((app_path("bench") + " lm --dim 16 --depth 1 --heads 2 --seq 8 --batch 2 --vocab 11 --steps 1 "
+                          "--warmup 0 --threads 1 --profile 2 2>" + (tmp / "table") + " >" + (tmp / "line")).c_str());
+    std::string table = slurp(tmp / "table");
+    INFO(table);
+    REQUIRE(rc == 0);
+    CHECK(table.find("bench lm --profile: 2 steps on cpu") != std::string::npos);
+    CHECK(table.find("GFLOP/s") != std::string::npos);
+    auto line = nlohmann::json::parse(slurp(tmp / "line"));
+    auto prof = line.at("profile");
+    CHECK(prof["steps"] == 2);
+    double step = prof["step_ms"], charged = prof["charged_ms"], sum = 0;
+    bool linear_forward = false;
+    for (auto& e : prof["entries"]) {
+        sum += e["ms_per_step"].get<double>();
+        if (e["name"] == "linear" && e["phase"] == "forward") {
+            linear_forward = true;
+            CHECK(e["gflop_per_step"].get<double>() > 0);
+        }
+    }
+    CHECK(linear_forward);
+    CHECK(sum == Approx(charged).epsilon(1e-9));
+    CHECK(std::fabs(charged - step) <= 0.1 * step);
+
+    test::TempDir text;
+    write_tiny_text(text / "text", 100);
+    REQUIRE(run_app("train_lm", "--dataset text --data-dir " + (text / "text") + " --dim 16 --depth 1 --heads 2 "
+                    "--seq-len 8 --batch-size 4 --epochs 1 --max-steps 4 --threads 1 --profile 2 --out " +
+                    (tmp / "run"), tmp / "log") == 0);
+    CHECK(slurp(tmp / "log").find("train_lm --profile: 2 steps on cpu") != std::string::npos);
+    auto pj = nlohmann::json::parse(slurp(tmp / "run/profile.json"));
+    CHECK(pj["steps"] == 2);
+    CHECK(!pj["entries"].empty());
+}
+
 TEST_CASE("train_lm: a small transformer gets below 3 bpc on PTB char valid", "[apps][ptb-char]") {
     std::string root = test::real_data_dir("PTB char training");
     if (root.empty()) return;

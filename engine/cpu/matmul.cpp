@@ -3,11 +3,14 @@
 
 #include <cblas.h>
 
+#include "engine/profile.h"
+
 namespace engine::cpu {
 
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, const float* B,
           float beta, float* C) {
     if (M == 0 || N == 0) return;
+    profile::note_flops(2.0 * (double)M * (double)N * (double)K);
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N,
                 (int)K, alpha, A, ta ? (int)M : (int)K, B, tb ? (int)K : (int)N, beta, C, (int)N);
 }

@@ -16,6 +16,7 @@
 #include <mutex>
 #include "engine/cuda/kernel.h"
 #include "engine/cuda/matmul.h"
+#include "engine/profile.h"
 
 namespace engine::cuda {
 
@@ -78,6 +79,7 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const 
         check_int(K, "K", at());
     }
     if (M == 0 || N == 0) return;
+    profile::note_flops(2.0 * (double)M * (double)N * (double)K);
     std::lock_guard<std::mutex> lock(g_mu);
     cublasHandle_t h = handle(at());
     // Negative sizes reach cuBLAS, which refuses them with CUBLAS_STATUS_INVALID_VALUE.
@@ -100,6 +102,7 @@ void gemm_batched(bool ta, bool tb, int64_t batch, int64_t M, int64_t N, int64_t
         check_int(batch, "batch", at());
     }
     if (M == 0 || N == 0 || batch == 0) return;
+    profile::note_flops(2.0 * (double)batch * (double)M * (double)N * (double)K);
     const float alpha = 1.f, beta = 0.f;
     std::lock_guard<std::mutex> lock(g_mu);
     cublasHandle_t h = handle(at());

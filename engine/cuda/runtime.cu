@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 #include "engine/cuda/kernel.h"
 
 namespace engine::cuda {
@@ -147,6 +148,31 @@ void free(void* p) {
 size_t memory_in_use() { return device().in_use; }
 size_t peak_memory() { return device().peak; }
 void reset_peak_memory() { DeviceState& d = device(); std::lock_guard<std::mutex> lock(d.mu); d.peak = d.in_use; }
+
+// ---------------------------------------------------------------------------------------------
+// Profiler marks: a growing pool of events, reused from index 0 after clear_marks().
+
+static std::vector<cudaEvent_t> g_marks;
+static size_t g_marks_used = 0;
+
+int record_mark() {
+    if (g_marks_used == g_marks.size()) {
+        cudaEvent_t e;
+        check_cuda(cudaEventCreate(&e), "profiler: cudaEventCreate");
+        g_marks.push_back(e);
+    }
+    check_cuda(cudaEventRecord(g_marks[g_marks_used], stream()), "profiler: cudaEventRecord");
+    return (int)g_marks_used++;
+}
+
+double mark_elapsed_ms(int a, int b) {
+    check_cuda(cudaEventSynchronize(g_marks.at(b)), "profiler: cudaEventSynchronize");
+    float ms = 0;
+    check_cuda(cudaEventElapsedTime(&ms, g_marks.at(a), g_marks.at(b)), "profiler: cudaEventElapsedTime");
+    return ms;
+}
+
+void clear_marks() { g_marks_used = 0; }
 
 static bool g_tf32 = false;
 void set_tf32(bool on) { g_tf32 = on; }

@@ -37,6 +37,13 @@ size_t memory_in_use();
 size_t peak_memory();
 void reset_peak_memory();
 
+// Timing marks for the profiler (engine/profile.cpp): record_mark() records an event on the stream
+// and returns its index; mark_elapsed_ms(a, b) waits for mark b and gives the device time from
+// mark a to mark b; clear_marks() lets the events be recorded again (they are kept, not freed).
+int record_mark();
+double mark_elapsed_ms(int a, int b);
+void clear_marks();
+
 // cuBLAS math mode: TF32 tensor-core math for fp32 GEMMs (--precision tf32) or full fp32.
 void set_tf32(bool on);
 bool tf32();
