@@ -3,6 +3,7 @@
 #   make              optimized build (-O3 -march=native, OpenMP); CUDA backend when nvcc is found
 #   make CUDA=0       CPU only
 #   make DEBUG=1      -g -O0
+#   make JOBS=1       a serial build (default: one job per core)
 #   make test         build and run the test suite (ends with "N passed, N failed")
 #   make sanitize     the same suite under AddressSanitizer + UBSan
 #   make deps         install the Debian packages the build needs (run as root)
@@ -13,6 +14,13 @@
 #   make test-gpu     the [cuda] suite on a real GPU (nvcc build)
 #   make cuda-check   nvcc for sm_80/sm_90, warnings as errors, the ptxas table of every kernel;
 #                     fails on a register spill (mk/cuda_check.mk)
+
+# Parallel by default (one job per core; make JOBS=1 for a serial build). The top-level make only:
+# a sub-make shares its jobserver.
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+ifeq ($(MAKELEVEL),0)
+  MAKEFLAGS += -j$(JOBS)
+endif
 
 CXX      ?= g++
 NVCC     ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
