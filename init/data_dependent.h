@@ -22,8 +22,9 @@
 //   The layers it adapts, in this project's models: mlp.fc1 of every transformer block (GELU,
 //   ReLU, ReLU² or SiLU as the model's MLP uses), GAU's hidden projection (SiLU), and ConvMixer's
 //   stem, depthwise (spatial) and pointwise convs (GELU). The other Linear/Conv layers keep the
-//   orthonormal weights. The paper's output-layer scheme (least squares to logits ±2) needs the
-//   labels of the init batch, which InitData does not carry; not implemented.
+//   orthonormal weights. The output layer ("head") is then fitted as the paper does: least squares
+//   to logits +opt.output_logit for each init sample's label and −opt.output_logit elsewhere
+//   (fit_output_layer; needs the init batch's labels, InitData::labels; --output-logit 0 skips it).
 //
 // attn-logits (Aguirre's proposal, seed 003): W_k orthonormal (the whole k.weight), q/k biases 0;
 //   per attention layer ℓ (of L) and head h, target logits L_ij ~ N(μ_ij, s²) over query i and key j
