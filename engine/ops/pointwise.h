@@ -1,8 +1,10 @@
 // engine/ops/pointwise.h: the math of every unary pointwise op, forward f(x) and derivative
 // df(x, y) = dy/dx (y = f(x) given, so ops like tanh and sigmoid reuse it), side by side.
-// Shared by the CPU loops (engine/cpu/elementwise.cpp) and the CUDA kernels (issue 3).
+// Shared by the CPU loops (engine/cpu/elementwise.cpp) and the CUDA kernels (engine/cuda/elementwise.cu).
 #pragma once
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 
 #ifdef __CUDACC__
 #define ENGINE_HD __host__ __device__ inline
@@ -36,10 +38,57 @@ struct Relu  { ENGINE_HD static float f(float x) { return x > 0.f ? x : 0.f; }
                ENGINE_HD static float df(float x, float) { return x > 0.f ? 1.f : 0.f; } };
 struct Relu2 { ENGINE_HD static float f(float x) { return x > 0.f ? x * x : 0.f; }
                ENGINE_HD static float df(float x, float) { return x > 0.f ? 2.f * x : 0.f; } };
+// exp and erf for the CPU loops, written so that the compiler vectorizes them (libm's expf and
+// erff are calls it cannot: the exact GELU ran at ~1 GB/s and took 18 % of a ViT-Tiny step;
+// docs/BENCHMARKS.md). Branch-free arithmetic only; engine/cpu/elementwise.cpp is compiled with
+// -fno-trapping-math so that the clamps become vector min/max. A GPU has fast erff and expf.
+//
+// exp: x = k·ln2 + r with k = round(x/ln2) (the 1.5·2^23 trick rounds to nearest), ln2 split in
+// two for an exact k·ln2 (Cody–Waite), e^r by its degree-7 Taylor polynomial (|r| ≤ ln2/2), 2^k
+// built in the exponent bits. Max relative error 8e-8 on [−87, 88]; clamped outside.
+ENGINE_HD float exp_vectorizable(float x) {
+    x = x < -87.f ? -87.f : x;  // not fmaxf/fminf: their NaN rules keep them library calls
+    x = x > 88.f ? 88.f : x;
+    float k = (x * 1.44269504088896341f + 12582912.f) - 12582912.f;
+    float r = fmaf(k, -0.693145751953125f, x);
+    r = fmaf(k, -1.428606765330187e-06f, r);
+    float p = 1.f / 5040.f;
+    p = fmaf(p, r, 1.f / 720.f);
+    p = fmaf(p, r, 1.f / 120.f);
+    p = fmaf(p, r, 1.f / 24.f);
+    p = fmaf(p, r, 1.f / 6.f);
+    p = fmaf(p, r, 0.5f);
+    p = fmaf(p, r, 1.f);
+    p = fmaf(p, r, 1.f);
+    int32_t bits = ((int32_t)k + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
+}
+// erf: Abramowitz & Stegun 7.1.26, erf(|x|) = 1 − t·(a1 + t(a2 + t(a3 + t(a4 + t·a5))))·e^(−x²),
+// t = 1/(1 + p|x|); max absolute error 5e-7 in float (at |x| ≈ 0.03, where GELU multiplies it by
+// x/2: GELU's own error stays below 3e-7 relative).
+ENGINE_HD float erf_vectorizable(float x) {
+    float ax = fabsf(x);
+    float t = 1.f / fmaf(0.3275911f, ax, 1.f);
+    float q = fmaf(t, 1.061405429f, -1.453152027f);
+    q = fmaf(q, t, 1.421413741f);
+    q = fmaf(q, t, -0.284496736f);
+    q = fmaf(q, t, 0.254829592f);
+    return copysignf(1.f - q * t * exp_vectorizable(-ax * ax), x);
+}
+#ifdef __CUDA_ARCH__
+ENGINE_HD float gelu_erf(float x) { return erff(x); }
+ENGINE_HD float gelu_exp(float x) { return expf(x); }
+#else
+ENGINE_HD float gelu_erf(float x) { return erf_vectorizable(x); }
+ENGINE_HD float gelu_exp(float x) { return exp_vectorizable(x); }
+#endif
+
 // GELU, exact: x·Φ(x); derivative Φ(x) + x·φ(x).
-struct Gelu  { ENGINE_HD static float f(float x) { return 0.5f * x * (1.f + erff(x * kInvSqrt2)); }
+struct Gelu  { ENGINE_HD static float f(float x) { return 0.5f * x * (1.f + gelu_erf(x * kInvSqrt2)); }
                ENGINE_HD static float df(float x, float) {
-                   return 0.5f * (1.f + erff(x * kInvSqrt2)) + x * kInvSqrt2Pi * expf(-0.5f * x * x); } };
+                   return 0.5f * (1.f + gelu_erf(x * kInvSqrt2)) + x * kInvSqrt2Pi * gelu_exp(-0.5f * x * x); } };
 // GELU, tanh approximation (GPT-2's): 0.5x(1 + tanh(u)), u = √(2/π)(x + 0.044715x³).
 struct GeluTanh {
     ENGINE_HD static float f(float x) {
