@@ -8,7 +8,8 @@
 // and each timed step ends with a device synchronize (the kernels are asynchronous).
 //
 // Prints one JSON line: the config, ms_per_step (median over --steps timed steps after --warmup
-// untimed ones), items_per_s (images or tokens), and peak_rss_mb. tools/bench_torch.py builds
+// untimed ones), items_per_s (images or tokens), peak_rss_mb (and peak_device_mb on a GPU: the
+// device memory pool's peak in use). tools/bench_torch.py builds
 // the same models in PyTorch and prints the same fields, for a same-machine comparison.
 //
 // --profile N: after the timed steps, N more steps under the op-level profiler (engine/profile.h):
@@ -162,6 +163,7 @@ int main(int argc, char** argv) {
                                       {"precision", precision},
                                       {"ms_per_step", median}, {"items_per_s", items / (median / 1000.0)},
                                       {"peak_rss_mb", apps::peak_rss_mb()}};
+        apps::add_peak_device_mb(out, dev);
         if (model == "vit") {
             out["heads"] = heads;
             out["patch"] = patch;

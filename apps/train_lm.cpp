@@ -335,10 +335,13 @@ static int run(Args& a, const apps::json& config, Device dev) {
             double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
             ntok += (double)b.scored;
             bar.update(i + 1, (int64_t)ntok, fmt::format("{} {:.3f}", metric_name, metric(meter.mean())));
-            if (log_now)
-                out.append_metrics({{"kind", "train"}, {"step", global_step}, {"epoch", epoch + (i + 1.0) / steps_per_epoch},
+            if (log_now) {
+                apps::json line = {{"kind", "train"}, {"step", global_step}, {"epoch", epoch + (i + 1.0) / steps_per_epoch},
                                     {"lr", opt->lr}, {"loss", lv}, {"grad_norm", gnorm}, {"ms_per_step", ms}, {"peak_rss_mb", apps::peak_rss_mb()},
-                                    {"items_per_s", b.scored / (ms / 1000.0)}});
+                                    {"items_per_s", b.scored / (ms / 1000.0)}};
+                apps::add_peak_device_mb(line, dev);
+                out.append_metrics(line);
+            }
             prof.end();
             if (const profile::Report* r = prof.finished()) apps::report_profile(*r, "train_lm --profile", out);
             if (apps::stop_requested()) {

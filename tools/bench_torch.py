@@ -7,6 +7,12 @@ steps (forward, backward, AdamW) the same way: median over --steps timed steps a
 Prints one JSON line with the same fields as apps/bench.
 
     /usr/bin/python3 tools/bench_torch.py vit --dim 192 --depth 6 --heads 3 --patch 4 --batch 64 --steps 5
+    python3 tools/bench_torch.py lm --device cuda --mode compile --precision tf32   # on a GPU machine
+
+--device cuda synchronizes at the end of each timed step (as apps/bench does) and reports the
+peak of torch.cuda.max_memory_allocated; --mode compile wraps the model in torch.compile (PyTorch
+2.x; its compilation happens in the warm-up steps); --precision tf32 allows TF32 matmuls, bf16
+runs the forward under autocast(bfloat16) with fp32 master weights.
 """
 import argparse
 import json
@@ -95,18 +101,34 @@ def main():
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--mode", choices=["eager", "compile"], default="eager")
+    ap.add_argument("--precision", choices=["fp32", "tf32", "bf16"], default="fp32")
     a = ap.parse_args()
+    dev = torch.device(a.device)
+    if a.device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = a.precision == "tf32"
+        torch.backends.cudnn.allow_tf32 = a.precision == "tf32"
     if a.threads > 0:
         torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     if a.model == "vit":
-        net = ViT(a.dim, a.depth, a.heads, a.patch, a.image_size)
-        x, y = torch.randn(a.batch, 3, a.image_size, a.image_size), torch.randint(0, 10, (a.batch,))
-        loss_fn, items = (lambda: F.cross_entropy(net(x), y)), a.batch
+        net = ViT(a.dim, a.depth, a.heads, a.patch, a.image_size).to(dev)
+        x = torch.randn(a.batch, 3, a.image_size, a.image_size, device=dev)
+        y = torch.randint(0, 10, (a.batch,), device=dev)
+        items = a.batch
     else:
-        net = LM(a.vocab, a.dim, a.depth, a.heads, a.seq)
-        x, y = torch.randint(0, a.vocab, (a.batch, a.seq)), torch.randint(0, a.vocab, (a.batch, a.seq))
-        loss_fn, items = (lambda: F.cross_entropy(net(x).flatten(0, 1), y.flatten())), a.batch * a.seq
+        net = LM(a.vocab, a.dim, a.depth, a.heads, a.seq).to(dev)
+        x = torch.randint(0, a.vocab, (a.batch, a.seq), device=dev)
+        y = torch.randint(0, a.vocab, (a.batch, a.seq), device=dev)
+        items = a.batch * a.seq
+    model = torch.compile(net) if a.mode == "compile" else net
+
+    def loss_fn():
+        with torch.autocast(a.device, dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+            out = model(x)
+        return F.cross_entropy(out.float().flatten(0, -2) if a.model == "lm" else out.float(), y.flatten())
+
     opt = torch.optim.AdamW(net.parameters(), lr=1e-4, weight_decay=0.05)
     times = []
     for s in range(a.warmup + a.steps):
@@ -115,6 +137,8 @@ def main():
         loss = loss_fn()
         loss.backward()
         opt.step()
+        if a.device == "cuda":
+            torch.cuda.synchronize()
         if s >= a.warmup:
             times.append((time.perf_counter() - t0) * 1000)
     times.sort()
@@ -123,7 +147,11 @@ def main():
            "params": sum(p.numel() for p in net.parameters()), "threads": torch.get_num_threads(),
            "ms_per_step": ms, "items_per_s": items / (ms / 1000),
            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-           "framework": f"torch {torch.__version__}"}
+           "framework": f"torch {torch.__version__}", "device": a.device, "mode": a.mode,
+           "precision": a.precision}
+    if a.device == "cuda":
+        out["device"] = "cuda: " + torch.cuda.get_device_name()
+        out["peak_device_mb"] = torch.cuda.max_memory_allocated() / 2**20
     print(json.dumps(out))
 
 

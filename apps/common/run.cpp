@@ -11,6 +11,9 @@
 #include <fstream>
 #include "engine/device.h"
 #include "engine/autograd.h"
+#ifdef ENGINE_CUDA
+#include "engine/cuda/runtime.h"
+#endif
 #include "engine/error.h"
 #include "engine/ops.h"
 #include "init/init.h"
@@ -68,6 +71,15 @@ double peak_rss_mb() {
     rusage u{};
     getrusage(RUSAGE_SELF, &u);
     return u.ru_maxrss / 1024.0;  // KiB on Linux
+}
+
+void add_peak_device_mb(json& line, engine::Device dev) {
+#ifdef ENGINE_CUDA
+    if (dev == engine::Device::CUDA) line["peak_device_mb"] = (double)engine::cuda::peak_memory() / (1 << 20);
+#else
+    (void)line;
+    (void)dev;
+#endif
 }
 
 json run_config(const CLI::App& app, const std::string& app_name, int threads, const std::string& device) {

@@ -37,6 +37,9 @@ private:
 std::string git_commit();
 std::string now_iso8601();
 double peak_rss_mb();  // the process's peak resident memory
+// The peak of device memory in use (engine::cuda::peak_memory) when `dev` is CUDA, else nothing:
+// `line` gets "peak_device_mb" only for a run on the device.
+void add_peak_device_mb(json& line, engine::Device dev);
 
 // config.json's contents: the app, git commit, device (its description: "cpu", or
 // "cuda: NVIDIA H100 ... (sm_90, 132 SMs)"), threads, start time, and every flag's value (given or default).

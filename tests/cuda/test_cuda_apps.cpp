@@ -175,3 +175,24 @@ TEST_CASE("cuda apps: --precision bf16 is refused, tf32 runs", "[cuda]") {
     CHECK(rc == 0);
     CHECK(slurp(tmp / "log").find("\"device\":\"cuda: ") != std::string::npos);
 }
+
+TEST_CASE("cuda apps: bench/gpu.sh --smoke runs end to end and writes its table", "[cuda]") {
+    // The GPU benchmark kit, on tiny models and without PyTorch: under the emulator here (CI), on
+    // the device in an nvcc build. Run from the repository root, with the apps already built.
+#ifdef ENGINE_CUDA_EMU
+    const std::string flags = "--smoke --emulated --no-build";
+#else
+    const std::string flags = "--smoke --no-build";
+#endif
+    test::TempDir tmp;
+    int rc = run("bash bench/gpu.sh " + flags + " --out " + (tmp / "table.md"), tmp / "log");
+    INFO(slurp(tmp / "log"));
+    REQUIRE(rc == 0);
+    std::string table = slurp(tmp / "table.md");
+    INFO(table);
+    CHECK(table.find("# GPU benchmark: cuda: ") == 0);
+    CHECK(table.find("[cuda] suite on this device: 1 passed, 0 failed.") != std::string::npos);
+    for (const char* model : {"| vit | fp32 |", "| vit | tf32 |", "| lm | fp32 |", "| gau | tf32 |", "| lstm | fp32 |"})
+        CHECK(table.find(model) != std::string::npos);
+    CHECK(table.find("--profile: 2 steps on cuda") != std::string::npos);
+}

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# bench/gpu.sh: the GPU benchmark kit. One command on a machine with an NVIDIA GPU and the CUDA
+# toolkit: builds (make), runs the [cuda] parity suite on the device, then times a training step
+# of every model family with apps/bench (fp32 and tf32; --profile for the op table), and with
+# tools/bench_torch.py in PyTorch eager and torch.compile where a CUDA PyTorch is importable (vit
+# and lm: the models it has twins of). Writes one markdown table (ms/step, items/s, peak device
+# memory, ratios to each PyTorch mode) with the device name and date.
+#
+#   bash bench/gpu.sh                       # the full kit, table in bench/results/gpu-<date>.md
+#   bash bench/gpu.sh --smoke               # tiny models, one [cuda] test, no PyTorch
+#   bash bench/gpu.sh --smoke --emulated    # the same on the CUDA emulator (make emu): CI's check
+#                                           # that the kit runs, with no GPU anywhere
+# Options: --out FILE (the table), --no-build, --no-tests. Budget: the full kit is sized to finish
+# within 10 minutes on an H100 (the [cuda] suite ~1 min, 8 of our runs and 8 PyTorch runs of a
+# few seconds each, torch.compile's compilation the longest part).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+smoke=0 emulated=0 build=1 tests=1 out=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --smoke) smoke=1 ;;
+        --emulated) emulated=1 ;;
+        --no-build) build=0 ;;
+        --no-tests) tests=0 ;;
+        --out) out="$2"; shift ;;
+        -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+        *) echo "bench/gpu.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+    esac
+    shift
+done
+date_tag=$(date -u +%Y-%m-%d)
+[ -n "$out" ] || out="bench/results/gpu-$date_tag$([ $smoke = 1 ] && echo -smoke).md"
+mkdir -p "$(dirname "$out")"
+logdir=$(mktemp -d)
+trap 'rm -rf "$logdir"' EXIT
+
+if [ $emulated = 1 ]; then
+    bin=build/emu/apps tests_bin=build/emu/tests/run_tests
+    [ $build = 1 ] && make emu
+else
+    bin=apps tests_bin=tests/run_tests
+    if [ $build = 1 ]; then make; fi
+fi
+[ -x "$bin/bench" ] || { echo "bench/gpu.sh: $bin/bench not found (build first, or drop --no-build)" >&2; exit 2; }
+
+# The [cuda] suite on the device (whole in the full kit, one case in a smoke run).
+suite="not run (--no-tests)"
+if [ $tests = 1 ]; then
+    filter='[cuda]'
+    [ $smoke = 1 ] && filter='cuda: the suite names the device it runs on'
+    if "$tests_bin" "$filter" > "$logdir/suite.log" 2>&1; then
+        suite=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$logdir/suite.log" | tail -n1)
+    else
+        cat "$logdir/suite.log" >&2
+        echo "bench/gpu.sh: the [cuda] suite failed on this device; no benchmark is worth reading" >&2
+        exit 1
+    fi
+fi
+
+# Model sizes: the defaults of apps/bench (ViT 192/6/3 p4, LM 256/4/4 seq 128 ...) at GPU batch
+# sizes, or tiny ones for a smoke run.
+if [ $smoke = 1 ]; then
+    sizes_vit="--dim 16 --depth 1 --heads 2 --patch 8 --batch 2"
+    sizes_lm="--dim 16 --depth 1 --heads 2 --seq 8 --batch 2 --vocab 11"
+    steps="--steps 1 --warmup 0"
+    precisions="fp32 tf32"
+    torch_ok=0
+else
+    sizes_vit="--dim 192 --depth 12 --heads 3 --patch 2 --batch 128"
+    sizes_lm="--dim 512 --depth 8 --heads 8 --seq 256 --batch 32 --vocab 10000"
+    steps="--steps 20 --warmup 5"
+    precisions="fp32 tf32"
+    torch_ok=0
+    if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+        torch_ok=1
+    fi
+fi
+sizes_for() { if [ "$1" = vit ]; then echo "$sizes_vit"; else echo "$sizes_lm"; fi; }  # gau, lstm ignore --heads
+# One field of a JSON line (numbers and strings), without jq.
+field() { python3 -c 'import json,sys; v=json.loads(sys.argv[1]).get(sys.argv[2]); print("" if v is None else (f"{v:.4g}" if isinstance(v,float) else v))' "$1" "$2"; }
+ratio() { python3 -c 'import sys; a,b=sys.argv[1],sys.argv[2]; print(f"{float(b)/float(a):.2f}" if a and b else "")' "$1" "$2"; }
+
+device=""
+rows=""
+for model in vit lm gau lstm; do
+    for prec in $precisions; do
+        args="$model $(sizes_for $model) $steps --device cuda --precision $prec --profile 2"
+        line=$("$bin/bench" $args 2> "$logdir/$model-$prec.profile" | tail -n1) || {
+            cat "$logdir/$model-$prec.profile" >&2; echo "bench/gpu.sh: apps/bench $args failed" >&2; exit 1; }
+        device=$(field "$line" device)
+        ms=$(field "$line" ms_per_step)
+        eager="" compiled=""
+        if [ $torch_ok = 1 ] && { [ $model = vit ] || [ $model = lm ]; }; then
+            targs="$model $(sizes_for $model) $steps --device cuda --precision $prec"
+            eager=$(field "$(python3 tools/bench_torch.py $targs --mode eager | tail -n1)" ms_per_step) || eager=""
+            compiled=$(field "$(python3 tools/bench_torch.py $targs --mode compile | tail -n1)" ms_per_step) || compiled=""
+        fi
+        rows+="| $model | $prec | $ms | $(field "$line" items_per_s) | $(field "$line" peak_device_mb) | $(field "$line" params) | ${eager:-–} | ${compiled:-–} | $(ratio "$ms" "$eager") | $(ratio "$ms" "$compiled") |"$'\n'
+    done
+done
+
+{
+    echo "# GPU benchmark: $device, $date_tag"
+    echo
+    echo "\`bash bench/gpu.sh$([ $smoke = 1 ] && echo ' --smoke')$([ $emulated = 1 ] && echo ' --emulated')\` at commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)."
+    echo "[cuda] suite on this device: $suite."
+    [ $torch_ok = 1 ] || echo "PyTorch with CUDA: not importable here (or a smoke run): no PyTorch columns."
+    echo
+    echo "| model | precision | ms/step | items/s | peak device MB | params | PyTorch eager ms | torch.compile ms | eager / ours | compile / ours |"
+    echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    printf "%s" "$rows"
+    echo
+    echo "Sizes: vit \`$sizes_vit\`, lm/gau/lstm \`$sizes_lm\`, $steps."
+    echo "A ratio above 1 means this engine is faster. Op profiles (apps/bench --profile 2, device time from events):"
+    for f in "$logdir"/*.profile; do
+        echo
+        echo '```'
+        grep -v '^{' "$f" | head -n 14
+        echo '```'
+    done
+} > "$out"
+echo "bench/gpu.sh: wrote $out"
