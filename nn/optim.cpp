@@ -1,5 +1,6 @@
-// nn/optim.cpp: optimizer updates (one fused kernel per parameter tensor, engine/cpu/optim.h or
-// engine/cuda/optim.h by the parameter's device), clipping, schedules.
+// nn/optim.cpp: optimizer updates (fused loops or kernels, engine/cpu/optim.h or engine/cuda/optim.h
+// by the parameter's device: SGD one call per tensor, Adam/AdamW and the gradient norm one call per
+// list of up to kMaxListTensors tensors), clipping, schedules.
 #include "nn/optim.h"
 
 #include <cmath>
@@ -99,40 +100,66 @@ Adam::Adam(std::vector<ParamGroup> groups, float lr, float beta1, float beta2, f
     v_ = zeros_like_params(groups_);
 }
 
+// The parameters go to the update in lists of up to kMaxListTensors (engine/multi_tensor.h), one
+// call (one kernel launch on CUDA) per list; a list holds tensors of one device only.
 void Adam::step() {
     steps++;
     float bc1 = 1.f - std::pow(beta1, (float)steps), bc2 = 1.f - std::pow(beta2, (float)steps);
+    AdamTensorList list;
+    Device list_device = Device::CPU;
+    auto flush = [&] {
+        if (list.count > 0)
+            ON_DEVICE(list_device, adam_step_multi)(list, beta1, beta2, eps, bc1, bc2, decoupled);
+        list.count = 0;
+    };
     for (size_t gi = 0; gi < groups_.size(); gi++) {
         const ParamGroup& g = groups_[gi];
-        float lr_g = lr * g.lr_scale, wd = g.weight_decay;
         for (size_t i = 0; i < g.params.size(); i++) {
             Tensor& p = *g.params[i].tensor;
             Tensor grad = grad_on_device("Adam", g.params[i], &m_[gi][i]);
             if (!grad.defined()) continue;
-            ON_DEVICE(p.device(), adam_step)(p.raw_f32(), grad.raw_f32(), m_[gi][i].raw_f32(), v_[gi][i].raw_f32(),
-                                             p.numel(), lr_g, wd, beta1, beta2, eps, bc1, bc2, decoupled);
+            if (list.count == kMaxListTensors || (list.count > 0 && p.device() != list_device)) flush();
+            list_device = p.device();
+            int t = list.count++;
+            list.w[t] = p.raw_f32();
+            list.g[t] = grad.raw_f32();
+            list.m[t] = m_[gi][i].raw_f32();
+            list.v[t] = v_[gi][i].raw_f32();
+            list.lr[t] = lr * g.lr_scale;
+            list.weight_decay[t] = g.weight_decay;
+            list.offset[t + 1] = list.offset[t] + p.numel();
         }
     }
+    flush();
 }
 
 std::map<std::string, Tensor*> Adam::state() {
     return named_state(groups_, v_, "exp_avg_sq", named_state(groups_, m_, "exp_avg"));
 }
 
-// Σ‖g‖² over the gradients on one device: each tensor's sum of squares goes into its own double
-// slot of a small buffer on that device (kernels only, no waiting), then the buffer is read back
-// once (the only point where the host waits for the device) and added up in order on the host.
+// Σ‖g‖² over the gradients on one device: the gradients in lists of up to kMaxListTensors, each
+// list's sum of squares into its own double slot of a small buffer on that device (one reduction
+// per list, no waiting), then the buffer is read back once (the only point where the host waits
+// for the device) and added up in order on the host.
 static double sum_squares_on(Device dev, const std::vector<Tensor>& grads) {
     if (grads.empty()) return 0.0;
-    int64_t k = (int64_t)grads.size();
-    // k doubles in a float32 tensor of 2k elements (storage is at least 8-byte aligned).
-    Tensor slots = Tensor::empty({2 * k}, DType::F32, dev);
+    int64_t lists = ((int64_t)grads.size() + kMaxListTensors - 1) / kMaxListTensors;
+    // `lists` doubles in a float32 tensor of twice as many elements (storage is 8-byte aligned).
+    Tensor slots = Tensor::empty({2 * lists}, DType::F32, dev);
     double* out = reinterpret_cast<double*>(slots.raw_f32());
-    for (int64_t i = 0; i < k; i++) ON_DEVICE(dev, sum_squares)(grads[i].raw_f32(), grads[i].numel(), out + i);
+    for (int64_t l = 0; l < lists; l++) {
+        ConstTensorList list;
+        for (size_t i = l * kMaxListTensors; i < grads.size() && list.count < kMaxListTensors; i++) {
+            int t = list.count++;
+            list.x[t] = grads[i].raw_f32();
+            list.offset[t + 1] = list.offset[t] + grads[i].numel();
+        }
+        ON_DEVICE(dev, sum_squares_multi)(list, out + l);
+    }
     Tensor host = slots.to(Device::CPU);
     const double* sq = reinterpret_cast<const double*>(host.data_f32());
     double total = 0.0;
-    for (int64_t i = 0; i < k; i++) total += sq[i];
+    for (int64_t l = 0; l < lists; l++) total += sq[l];
     return total;
 }
 

@@ -33,6 +33,22 @@ void adam_step(float* w, const float* g, float* m, float* v, int64_t n, float lr
     }
 }
 
+void adam_step_multi(const AdamTensorList& list, float b1, float b2, float eps, float bc1, float bc2, bool decoupled) {
+    for (int t = 0; t < list.count; t++)
+        adam_step(list.w[t], list.g[t], list.m[t], list.v[t], list.offset[t + 1] - list.offset[t], list.lr[t],
+                  list.weight_decay[t], b1, b2, eps, bc1, bc2, decoupled);
+}
+
+void sum_squares_multi(const ConstTensorList& list, double* out) {
+    double total = 0;
+    for (int t = 0; t < list.count; t++) {
+        double sq;
+        sum_squares(list.x[t], list.offset[t + 1] - list.offset[t], &sq);
+        total += sq;
+    }
+    *out = total;
+}
+
 void sum_squares(const float* x, int64_t n, double* out) {
     double sq = 0;
     for (int64_t j = 0; j < n; j++) sq += (double)x[j] * x[j];

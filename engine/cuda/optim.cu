@@ -51,6 +51,47 @@ void adam_step(float* w, const float* g, float* m, float* v, int64_t n, float lr
 }
 
 // ---------------------------------------------------------------------------------------------
+// Multi-tensor forms: one launch over a list of tensors (engine/multi_tensor.h) instead of one per
+// tensor; a ViT-Tiny step has ~150 parameter tensors, and each launch costs a few µs of host time.
+
+// The tensor of a list that holds element i of the list's concatenation: the last t with
+// offset[t] <= i (binary search over at most kMaxListTensors + 1 offsets).
+__device__ __forceinline__ int list_tensor(const int64_t* offset, int count, int64_t i) {
+    int lo = 0, hi = count - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (offset[mid] <= i) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+// The same arithmetic as adam_step_kernel, element by element, so a tensor gets the same bits
+// whichever of the two updates it.
+__global__ void adam_step_multi_kernel(AdamTensorList list, float b1, float b2, float eps, float bc1, float sqrt_bc2,
+                                       bool decoupled) {
+    GRID_STRIDE_LOOP(i, list.offset[list.count]) {
+        int t = list_tensor(list.offset, list.count, i);
+        int64_t j = i - list.offset[t];
+        float lr = list.lr[t], wd = list.weight_decay[t], step_size = lr / bc1;
+        float d = list.g[t][j], wj = list.w[t][j];
+        if (decoupled) wj -= lr * wd * wj;
+        else d += wd * wj;
+        float mj = b1 * list.m[t][j] + (1.f - b1) * d;
+        float vj = b2 * list.v[t][j] + (1.f - b2) * d * d;
+        list.m[t][j] = mj;
+        list.v[t][j] = vj;
+        list.w[t][j] = wj - step_size * mj / (sqrtf(vj) / sqrt_bc2 + eps);
+    }
+}
+
+void adam_step_multi(const AdamTensorList& list, float b1, float b2, float eps, float bc1, float bc2, bool decoupled) {
+    int64_t n = list.count > 0 ? list.offset[list.count] : 0;
+    if (n == 0) return;
+    KERNEL_LAUNCH(adam_step_multi_kernel, blocks_for(n), kBlockSize, 0, list, b1, b2, eps, bc1, sqrtf(bc2), decoupled);
+}
+
+// ---------------------------------------------------------------------------------------------
 // Sum of squares: double accumulators (as the CPU), a warp-shuffle tree inside each warp, then the
 // warps' sums through shared memory. Fixed trees: the same n gives the same bits on every run.
 
@@ -109,6 +150,38 @@ void sum_squares(const float* x, int64_t n, double* out) {
     // Scratch from the stream-ordered pool: freed in stream order after the second pass.
     double* partial = static_cast<double*>(alloc(blocks * sizeof(double)));
     KERNEL_LAUNCH(sum_squares_partial_kernel, blocks, kReduceThreads, 0, x, n, partial);
+    KERNEL_LAUNCH(sum_partials_kernel, 1, kReduceThreads, 0, partial, (int)blocks, out);
+    free(partial);
+}
+
+// The first pass over a whole list: each block sums the squares of its grid-stride share of the
+// list's concatenation (the grid depends on the total size only).
+__global__ void sum_squares_multi_partial_kernel(ConstTensorList list, double* partial) {
+    SHARED_ARRAY(double, warp_sums, 32);
+    double acc = 0.0;
+    GRID_STRIDE_LOOP(i, list.offset[list.count]) {
+        int t = list_tensor(list.offset, list.count, i);
+        double xi = (double)list.x[t][i - list.offset[t]];
+        acc += xi * xi;
+    }
+    acc = block_sum(acc, warp_sums);
+    if (threadIdx.x == 0) partial[blockIdx.x] = acc;
+}
+
+void sum_squares_multi(const ConstTensorList& list, double* out) {
+    int64_t n = list.count > 0 ? list.offset[list.count] : 0;
+    if (n == 0) {
+        memset_zero(out, sizeof(double));
+        return;
+    }
+    unsigned blocks = blocks_for(n, kReduceThreads);
+    if (blocks > (unsigned)kMaxPartialBlocks) blocks = kMaxPartialBlocks;
+    if (blocks == 1) {
+        KERNEL_LAUNCH(sum_squares_multi_partial_kernel, 1, kReduceThreads, 0, list, out);
+        return;
+    }
+    double* partial = static_cast<double*>(alloc(blocks * sizeof(double)));
+    KERNEL_LAUNCH(sum_squares_multi_partial_kernel, blocks, kReduceThreads, 0, list, partial);
     KERNEL_LAUNCH(sum_partials_kernel, 1, kReduceThreads, 0, partial, (int)blocks, out);
     free(partial);
 }

@@ -3,6 +3,7 @@
 // memory. Plain C++: included by nn/optim.cpp, implemented in engine/cuda/optim.cu.
 #pragma once
 #include <cstdint>
+#include "engine/multi_tensor.h"
 
 namespace engine::cuda {
 
@@ -10,10 +11,13 @@ void sgd_step(float* w, const float* g, float* buf, int64_t n, float lr, float w
               bool nesterov, bool first_step);
 void adam_step(float* w, const float* g, float* m, float* v, int64_t n, float lr, float weight_decay, float beta1,
                float beta2, float eps, float bias_correction1, float bias_correction2, bool decoupled);
+void adam_step_multi(const AdamTensorList& list, float beta1, float beta2, float eps, float bias_correction1,
+                     float bias_correction2, bool decoupled);
 // Two passes, both deterministic (the grid depends on n only, the reduction tree is fixed): per-block
 // partial sums in double, then one block adds the partials into *out (a device double). Nothing
 // waits for the device: the caller reads the slots back once for all tensors.
 void sum_squares(const float* x, int64_t n, double* out);
+void sum_squares_multi(const ConstTensorList& list, double* out);
 void scale_inplace(float* x, int64_t n, float s);
 
 }  // namespace engine::cuda

@@ -8,8 +8,12 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include "engine/multi_tensor.h"
 #include "nn/optim.h"
 #include "tests/cuda/parity.h"
+#ifdef ENGINE_CUDA_EMU
+#include <cuda_runtime.h>  // the emulator's launch counter
+#endif
 
 using engine::Device;
 using engine::Tensor;
@@ -22,7 +26,9 @@ struct Problem {
     std::vector<engine::Shape> shapes{{1}, {7, 33}, {1025}, {70, 300}};
     std::vector<Tensor> init;                 // CPU parameter values
     std::vector<std::vector<Tensor>> grads;   // [step][param]
-    Problem() {
+    Problem() { draw(); }
+    explicit Problem(std::vector<engine::Shape> s) : shapes(std::move(s)) { draw(); }
+    void draw() {
         for (size_t i = 0; i < shapes.size(); i++) init.push_back(test::randn(shapes[i], false, 100 + i));
         for (int s = 0; s < 3; s++) {
             grads.emplace_back();
@@ -53,9 +59,9 @@ struct Params {
     }
 };
 
-void run_both(const std::function<std::unique_ptr<nn::Optimizer>(Params&)>& make, const std::string& what) {
+void run_both(const std::function<std::unique_ptr<nn::Optimizer>(Params&)>& make, const std::string& what,
+              const Problem& prob = Problem()) {
     INFO(what);
-    Problem prob;
     Params cpu(prob, Device::CPU), gpu(prob, Device::CUDA);
     auto opt_cpu = make(cpu), opt_gpu = make(gpu);
     for (int s = 0; s < 3; s++) {
@@ -91,6 +97,28 @@ TEST_CASE("cuda: Adam and AdamW steps match the CPU", "[cuda]") {
              "adamw");
     run_both([](Params& p) { return std::make_unique<nn::Adam>(p.groups(0.05f), 1e-2f, 0.8f, 0.99f, 1e-3f, false); },
              "adam (L2)");
+}
+
+TEST_CASE("cuda: Adam over three lists of tensors gives the CPU result in one launch per list", "[cuda]") {
+    // 2·kMaxListTensors + 5 tensors of sizes 1 .. 300 (and one of 1025): three lists, three launches.
+    std::vector<engine::Shape> shapes;
+    for (int i = 0; i < 2 * engine::kMaxListTensors + 5; i++) shapes.push_back({1 + (i * 37) % 300});
+    shapes[10] = {1025};
+    Problem prob(shapes);
+    run_both([](Params& p) { return std::make_unique<nn::Adam>(p.groups(0.05f), 1e-2f, 0.9f, 0.999f, 1e-8f, true); },
+             "adamw, 77 tensors", prob);
+#ifdef ENGINE_CUDA_EMU
+    Params gpu(prob, Device::CUDA);
+    nn::Adam adam(gpu.groups(0.05f), 1e-2f);
+    gpu.set_grads(prob.grads[0], Device::CUDA);
+    uint64_t before = emu::counters().launches;
+    adam.step();
+    CHECK(emu::counters().launches - before == 3);
+    before = emu::counters().launches;
+    float norm = nn::grad_norm(gpu.t);
+    CHECK(norm > 0);
+    CHECK(emu::counters().launches - before <= 6);  // per list: partial sums (+ the final sum when >1 block)
+#endif
 }
 
 TEST_CASE("cuda: optimizer state is made on the parameters' device", "[cuda]") {
@@ -137,6 +165,23 @@ TEST_CASE("cuda: gradient norm and clipping match the CPU", "[cuda]") {
     // No gradients at all: norm 0.
     for (auto& t : gpu.t) t.zero_grad();
     REQUIRE(nn::grad_norm(gpu.t) == 0.f);
+}
+
+TEST_CASE("cuda: the gradient norm over several lists of tensors matches the CPU", "[cuda]") {
+    std::vector<engine::Shape> shapes;
+    for (int i = 0; i < engine::kMaxListTensors + 3; i++) shapes.push_back({1 + (i * 53) % 700});
+    shapes[0] = {1 << 17};  // more than one block in the first list's reduction
+    Problem prob(shapes);
+    Params cpu(prob, Device::CPU), gpu(prob, Device::CUDA);
+    cpu.set_grads(prob.grads[0], Device::CPU);
+    gpu.set_grads(prob.grads[0], Device::CUDA);
+    double ref = 0;
+    for (auto& g : prob.grads[0])
+        for (float v : g.to_vector()) ref += (double)v * v;
+    float n_cpu = nn::grad_norm(cpu.t), n_gpu = nn::grad_norm(gpu.t);
+    CHECK(n_cpu == Approx(std::sqrt(ref)).epsilon(1e-6));
+    CHECK(n_gpu == Approx(std::sqrt(ref)).epsilon(1e-6));
+    CHECK(nn::grad_norm(gpu.t) == n_gpu);  // the same bits again
 }
 
 TEST_CASE("cuda: the sum of squares over more blocks than the first pass launches", "[cuda]") {
