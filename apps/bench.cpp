@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <omp.h>
+#include "apps/common/mfu.h"
 #include "apps/common/profile_report.h"
 #include "apps/common/run.h"
 #include "engine/error.h"
@@ -143,11 +144,16 @@ int main(int argc, char** argv) {
             profile::step_end();
         };
         std::vector<double> ms;
+        double flops_timed = 0;  // GEMM FLOPs of the timed steps (engine/profile.h's counter)
         for (int s = 0; s < warmup + steps; s++) {
+            double f0 = profile::gemm_flops_total();
             auto t0 = std::chrono::steady_clock::now();
             train_step();
             double dt = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-            if (s >= warmup) ms.push_back(dt);
+            if (s >= warmup) {
+                ms.push_back(dt);
+                flops_timed += profile::gemm_flops_total() - f0;
+            }
         }
         profile::Report prof;
         if (profile_steps > 0) {
@@ -164,6 +170,13 @@ int main(int argc, char** argv) {
                                       {"ms_per_step", median}, {"items_per_s", items / (median / 1000.0)},
                                       {"peak_rss_mb", apps::peak_rss_mb()}};
         apps::add_peak_device_mb(out, dev);
+        // MFU of the median step against the device's peak (apps/common/mfu.h).
+        out["gflop_per_step"] = flops_timed / steps / 1e9;
+        const apps::Peak& peak = apps::peak_flops(dev, precision);
+        if (peak.flops_per_s > 0) {
+            out["mfu"] = flops_timed / steps / (median / 1000.0) / peak.flops_per_s;
+            out["mfu_peak"] = peak.source;
+        }
         if (model == "vit") {
             out["heads"] = heads;
             out["patch"] = patch;

@@ -26,6 +26,7 @@
 #include <filesystem>
 #include <map>
 #include <omp.h>
+#include "apps/common/mfu.h"
 #include "apps/common/profile_report.h"
 #include "apps/common/run.h"
 #include "data/lm_batch.h"
@@ -294,6 +295,7 @@ static int run(Args& a, const apps::json& config, Device dev) {
     apps::install_stop_handlers();
     auto params = lm.module->parameters();
     apps::ProfileWindow prof(a.profile_steps, dev);
+    apps::StepFlops step_flops(dev, a.precision);  // GEMM FLOPs of a step, for the MFU figure
     for (int epoch = start_epoch; epoch < a.epochs; epoch++) {
         if (a.schedule == "step") opt->lr = step_decay.lr(epoch);
         if (skip_batches == 0) lm.reset_state();  // else: resumed mid-epoch, with the restored state
@@ -304,6 +306,7 @@ static int run(Args& a, const apps::json& config, Device dev) {
             prof.begin();
             data::TokenBatch b = train.get(i);
             auto t0 = std::chrono::steady_clock::now();
+            step_flops.begin();
             if (a.schedule == "cosine") opt->lr = cosine.lr(global_step);
             opt->zero_grad();
             profile::boundary("batch, zero_grad", profile::Phase::Outside);
@@ -340,6 +343,7 @@ static int run(Args& a, const apps::json& config, Device dev) {
                                     {"lr", opt->lr}, {"loss", lv}, {"grad_norm", gnorm}, {"ms_per_step", ms}, {"peak_rss_mb", apps::peak_rss_mb()},
                                     {"items_per_s", b.scored / (ms / 1000.0)}};
                 apps::add_peak_device_mb(line, dev);
+                step_flops.add_to(line, ms);
                 out.append_metrics(line);
             }
             prof.end();

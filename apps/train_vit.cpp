@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <omp.h>
+#include "apps/common/mfu.h"
 #include "apps/common/profile_report.h"
 #include "apps/common/run.h"
 #include "data/cifar.h"
@@ -300,6 +301,7 @@ static int run(const Args& a, const apps::json& config, Device dev) {
     apps::install_stop_handlers();
     auto params = model->parameters();
     apps::ProfileWindow prof(a.profile_steps, dev);
+    apps::StepFlops step_flops(dev, a.precision);  // GEMM FLOPs of a step, for the MFU figure
     double final_acc = 0, final_loss = 0;
     for (int epoch = start_epoch; epoch < a.epochs; epoch++) {
         loader.start_epoch(epoch);
@@ -315,6 +317,7 @@ static int run(const Args& a, const apps::json& config, Device dev) {
             profile::boundary("batch to device", profile::Phase::Outside);
             int64_t n = x.size(0);
             auto t0 = std::chrono::steady_clock::now();
+            step_flops.begin();
             opt->lr = sched.lr(global_step);
             opt->zero_grad();
             profile::boundary("zero_grad", profile::Phase::Outside);
@@ -346,6 +349,7 @@ static int run(const Args& a, const apps::json& config, Device dev) {
                                    {"lr", opt->lr}, {"loss", lv}, {"grad_norm", gnorm},
                                    {"ms_per_step", ms}, {"peak_rss_mb", apps::peak_rss_mb()}, {"items_per_s", n / (ms / 1000.0)}};
                 apps::add_peak_device_mb(line, dev);
+                step_flops.add_to(line, ms);
                 out.append_metrics(line);
             }
             prof.end();

@@ -169,10 +169,15 @@ void step_end() {
     s.in_step = false;
 }
 
+static std::atomic<double> g_gemm_flops_total{0};
+
 void note_flops(double flops) {
+    g_gemm_flops_total.fetch_add(flops, std::memory_order_relaxed);
     if (!active()) return;
     state().flops.fetch_add(flops, std::memory_order_relaxed);
 }
+
+double gemm_flops_total() { return g_gemm_flops_total.load(std::memory_order_relaxed); }
 
 InBackwardClosure::InBackwardClosure() {
     if (active()) state().closure_depth++;

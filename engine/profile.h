@@ -65,6 +65,10 @@ void step_end();  // charges the rest of the step to "step end (sync)"; CUDA: wa
 void boundary(const char* name, Phase phase, double bytes = 0);
 void note_flops(double flops);
 
+// Every GEMM FLOP since the process started, profiler on or off (one relaxed atomic add per GEMM):
+// the apps' model-FLOPs-utilization figure takes a step's share of it.
+double gemm_flops_total();
+
 // Ops that run inside a backward closure (matmul's backward calls matmul) are part of that
 // closure's interval: their attach() boundaries are suppressed while this scope lives.
 struct InBackwardClosure {

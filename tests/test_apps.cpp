@@ -379,6 +379,8 @@ TEST_CASE("--profile: bench prints the table and its JSON; train_lm writes profi
     CHECK(table.find("bench lm --profile: 2 steps on cpu") != std::string::npos);
     CHECK(table.find("GFLOP/s") != std::string::npos);
     auto line = nlohmann::json::parse(slurp(tmp / "line"));
+    CHECK(line.at("gflop_per_step").get<double>() > 0);
+    CHECK(line.at("mfu").get<double>() > 0);
     auto prof = line.at("profile");
     CHECK(prof["steps"] == 2);
     double step = prof["step_ms"], charged = prof["charged_ms"], sum = 0;
@@ -397,12 +399,25 @@ TEST_CASE("--profile: bench prints the table and its JSON; train_lm writes profi
     test::TempDir text;
     write_tiny_text(text / "text", 100);
     REQUIRE(run_app("train_lm", "--dataset text --data-dir " + (text / "text") + " --dim 16 --depth 1 --heads 2 "
-                    "--seq-len 8 --batch-size 4 --epochs 1 --max-steps 4 --threads 1 --profile 2 --out " +
+                    "--seq-len 8 --batch-size 4 --epochs 1 --max-steps 4 --threads 1 --profile 2 --log-every 1 --out " +
                     (tmp / "run"), tmp / "log") == 0);
     CHECK(slurp(tmp / "log").find("train_lm --profile: 2 steps on cpu") != std::string::npos);
     auto pj = nlohmann::json::parse(slurp(tmp / "run/profile.json"));
     CHECK(pj["steps"] == 2);
     CHECK(!pj["entries"].empty());
+
+    // Every training line reports the step's GEMM FLOPs (the same shapes each step: the same
+    // count) and its MFU against the measured sgemm peak.
+    CHECK(slurp(tmp / "log").find("mfu: against sgemm 1024^3 on 1 threads (measured)") != std::string::npos);
+    std::vector<double> gflop;
+    for (auto& j : metrics_lines(tmp / "run/metrics.jsonl"))
+        if (j["kind"] == "train") {
+            gflop.push_back(j.at("gflop").get<double>());
+            CHECK(j.at("mfu").get<double>() > 0);
+        }
+    REQUIRE(gflop.size() == 4);
+    CHECK(gflop[0] > 0);
+    for (double g : gflop) CHECK(g == gflop[0]);
 }
 
 TEST_CASE("train_lm: a small transformer gets below 3 bpc on PTB char valid", "[apps][ptb-char]") {
