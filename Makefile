@@ -32,7 +32,7 @@ EMU      ?= 0
 BUILD_ROOT ?= build
 
 DEB_PACKAGES := libopenblas-dev libopenblas-openmp-dev liblapacke-dev catch2 libfmt-dev libstb-dev \
-                libcli11-dev nlohmann-json3-dev
+                libcli11-dev nlohmann-json3-dev python3
 
 # OpenBLAS: the OpenMP build, so a GEMM called inside one of our parallel loops runs on one
 # thread instead of oversubscribing the cores with its own pthreads.

@@ -1,6 +1,6 @@
 // engine/cuda/optim.cu: optimizer updates and the gradient norm's reductions (engine/cuda/optim.h).
-// The updates are elementwise over one parameter tensor (grid-stride, coalesced); the state
-// tensors are read and written in the same pass, so each step is one read of w, g, m, v and one
+// The updates are elementwise (grid-stride, coalesced) over one parameter tensor (SGD) or a list
+// of them (Adam/AdamW); the state tensors are read and written in the same pass, so each step is one read of w, g, m, v and one
 // write of w, m, v: memory bound, as on the CPU.
 #include "engine/cuda/kernel.h"
 #include "engine/cuda/optim.h"
@@ -27,29 +27,6 @@ void sgd_step(float* w, const float* g, float* buf, int64_t n, float lr, float w
     KERNEL_LAUNCH(sgd_step_kernel, blocks_for(n), kBlockSize, 0, w, g, buf, n, lr, wd, momentum, nesterov, first);
 }
 
-__global__ void adam_step_kernel(float* w, const float* g, float* m, float* v, int64_t n, float lr, float wd, float b1,
-                                 float b2, float eps, float step_size, float sqrt_bc2, bool decoupled) {
-    GRID_STRIDE_LOOP(j, n) {
-        float d = g[j], wj = w[j];
-        if (decoupled) wj -= lr * wd * wj;
-        else d += wd * wj;
-        float mj = b1 * m[j] + (1.f - b1) * d;
-        float vj = b2 * v[j] + (1.f - b2) * d * d;
-        m[j] = mj;
-        v[j] = vj;
-        w[j] = wj - step_size * mj / (sqrtf(vj) / sqrt_bc2 + eps);
-    }
-}
-
-void adam_step(float* w, const float* g, float* m, float* v, int64_t n, float lr, float wd, float b1, float b2,
-               float eps, float bc1, float bc2, bool decoupled) {
-    if (n == 0) return;
-    // The scalars every element shares, computed once on the host as the CPU loop does.
-    float step_size = lr / bc1, sqrt_bc2 = sqrtf(bc2);
-    KERNEL_LAUNCH(adam_step_kernel, blocks_for(n), kBlockSize, 0, w, g, m, v, n, lr, wd, b1, b2, eps, step_size,
-                  sqrt_bc2, decoupled);
-}
-
 // ---------------------------------------------------------------------------------------------
 // Multi-tensor forms: one launch over a list of tensors (engine/multi_tensor.h) instead of one per
 // tensor; a ViT-Tiny step has ~150 parameter tensors, and each launch costs a few µs of host time.
@@ -66,8 +43,7 @@ __device__ __forceinline__ int list_tensor(const int64_t* offset, int count, int
     return lo;
 }
 
-// The same arithmetic as adam_step_kernel, element by element, so a tensor gets the same bits
-// whichever of the two updates it.
+// The arithmetic of engine/cpu/optim.cpp's adam_step, element by element.
 __global__ void adam_step_multi_kernel(AdamTensorList list, float b1, float b2, float eps, float bc1, float sqrt_bc2,
                                        bool decoupled) {
     GRID_STRIDE_LOOP(i, list.offset[list.count]) {
@@ -117,41 +93,12 @@ __device__ __forceinline__ double block_sum(double v, double* warp_sums) {
     return v;
 }
 
-__global__ void sum_squares_partial_kernel(const float* x, int64_t n, double* partial) {
-    SHARED_ARRAY(double, warp_sums, 32);
-    double acc = 0.0;
-    GRID_STRIDE_LOOP(i, n) {
-        double xi = (double)x[i];
-        acc += xi * xi;
-    }
-    acc = block_sum(acc, warp_sums);
-    if (threadIdx.x == 0) partial[blockIdx.x] = acc;
-}
-
 __global__ void sum_partials_kernel(const double* partial, int count, double* out) {
     SHARED_ARRAY(double, warp_sums, 32);
     double acc = 0.0;
     for (int i = threadIdx.x; i < count; i += blockDim.x) acc += partial[i];
     acc = block_sum(acc, warp_sums);
     if (threadIdx.x == 0) *out = acc;
-}
-
-void sum_squares(const float* x, int64_t n, double* out) {
-    if (n == 0) {
-        memset_zero(out, sizeof(double));  // a double 0.0 is all zero bits
-        return;
-    }
-    unsigned blocks = blocks_for(n, kReduceThreads);
-    if (blocks > (unsigned)kMaxPartialBlocks) blocks = kMaxPartialBlocks;
-    if (blocks == 1) {  // a small tensor: one block writes the sum directly
-        KERNEL_LAUNCH(sum_squares_partial_kernel, 1, kReduceThreads, 0, x, n, out);
-        return;
-    }
-    // Scratch from the stream-ordered pool: freed in stream order after the second pass.
-    double* partial = static_cast<double*>(alloc(blocks * sizeof(double)));
-    KERNEL_LAUNCH(sum_squares_partial_kernel, blocks, kReduceThreads, 0, x, n, partial);
-    KERNEL_LAUNCH(sum_partials_kernel, 1, kReduceThreads, 0, partial, (int)blocks, out);
-    free(partial);
 }
 
 // The first pass over a whole list: each block sums the squares of its grid-stride share of the
@@ -171,7 +118,7 @@ __global__ void sum_squares_multi_partial_kernel(ConstTensorList list, double* p
 void sum_squares_multi(const ConstTensorList& list, double* out) {
     int64_t n = list.count > 0 ? list.offset[list.count] : 0;
     if (n == 0) {
-        memset_zero(out, sizeof(double));
+        memset_zero(out, sizeof(double));  // a double 0.0 is all zero bits
         return;
     }
     unsigned blocks = blocks_for(n, kReduceThreads);
@@ -180,6 +127,7 @@ void sum_squares_multi(const ConstTensorList& list, double* out) {
         KERNEL_LAUNCH(sum_squares_multi_partial_kernel, 1, kReduceThreads, 0, list, out);
         return;
     }
+    // Scratch from the stream-ordered pool: freed in stream order after the second pass.
     double* partial = static_cast<double*>(alloc(blocks * sizeof(double)));
     KERNEL_LAUNCH(sum_squares_multi_partial_kernel, blocks, kReduceThreads, 0, list, partial);
     KERNEL_LAUNCH(sum_partials_kernel, 1, kReduceThreads, 0, partial, (int)blocks, out);
