@@ -1,7 +1,7 @@
 // engine/cuda/optim.cu: optimizer updates and the gradient norm's reductions (engine/cuda/optim.h).
 // The updates are elementwise (grid-stride, coalesced) over one parameter tensor (SGD) or a list
-// of them (Adam/AdamW); the state tensors are read and written in the same pass, so each step is one read of w, g, m, v and one
-// write of w, m, v: memory bound, as on the CPU.
+// of them (Adam/AdamW); the state tensors are read and written in the same pass, so each step is
+// one read of w, g, m, v and one write of w, m, v: memory bound, as on the CPU.
 #include "engine/cuda/kernel.h"
 #include "engine/cuda/optim.h"
 
