@@ -65,6 +65,8 @@ struct Args {
     std::string loss_scale = "mean";  // or "time-sum" (Zaremba et al.'s convention)
     int64_t max_steps = 0;  // stop an epoch early (quick runs); 0: whole epochs
     int64_t train_tokens = 0;  // train on the first N tokens of the training split; 0: all
+    int64_t eval_every = 0;    // a validation evaluation every N steps inside an epoch; 0: at epoch ends only
+    int64_t eval_tokens = 0;   // those mid-epoch evaluations read the first N validation tokens; 0: all
     int threads = 0, log_every = 50;
     int profile_steps = 0;  // --profile N
     uint64_t seed = 0;
@@ -292,6 +294,24 @@ static int run(Args& a, const apps::json& config, Device dev) {
     auto metric = [&](double nll) { return char_level ? nll / std::log(2.0) : std::exp(nll); };
     const char* metric_name = char_level ? "bpc" : "ppl";
 
+    // Mid-epoch evaluations (--eval-every) read a prefix of the validation split, so that a
+    // short run's curve has points without the whole split's cost at each of them.
+    std::vector<int32_t> valid_prefix = corpus.valid;
+    if (a.eval_tokens > 0 && (size_t)a.eval_tokens < valid_prefix.size()) valid_prefix.resize(a.eval_tokens);
+    auto started = std::chrono::steady_clock::now();
+    auto elapsed_s = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(); };
+    auto mid_epoch_eval = [&](double epoch_at) {
+        NamedTensors state = lm.carried();  // evaluate() resets the LSTM's state; training goes on from it
+        std::map<std::string, Tensor> saved(state.begin(), state.end());
+        double valid = evaluate(lm, a, valid_prefix, dev);
+        lm.restore(saved);
+        std::printf("step %lld: valid %s %.4f (%zu tokens)\n", (long long)global_step, metric_name, metric(valid),
+                    valid_prefix.size());
+        out.append_metrics({{"kind", "eval"}, {"step", global_step}, {"epoch", epoch_at},
+                            {"valid_" + std::string(metric_name), metric(valid)}, {"valid_loss", valid},
+                            {"valid_tokens", valid_prefix.size()}, {"elapsed_s", elapsed_s()}});
+    };
+
     apps::install_stop_handlers();
     auto params = lm.module->parameters();
     apps::ProfileWindow prof(a.profile_steps, dev);
@@ -341,13 +361,15 @@ static int run(Args& a, const apps::json& config, Device dev) {
             if (log_now) {
                 apps::json line = {{"kind", "train"}, {"step", global_step}, {"epoch", epoch + (i + 1.0) / steps_per_epoch},
                                     {"lr", opt->lr}, {"loss", lv}, {"grad_norm", gnorm}, {"ms_per_step", ms}, {"peak_rss_mb", apps::peak_rss_mb()},
-                                    {"items_per_s", b.scored / (ms / 1000.0)}};
+                                    {"items_per_s", b.scored / (ms / 1000.0)}, {"elapsed_s", elapsed_s()}};
                 apps::add_peak_device_mb(line, dev);
                 step_flops.add_to(line, ms);
                 out.append_metrics(line);
             }
             prof.end();
             if (const profile::Report* r = prof.finished()) apps::report_profile(*r, "train_lm --profile", out);
+            if (a.eval_every > 0 && global_step % a.eval_every == 0 && i + 1 < steps_per_epoch)
+                mid_epoch_eval(epoch + (i + 1.0) / steps_per_epoch);
             if (apps::stop_requested()) {
                 bar.finish();
                 meter.read();
@@ -372,7 +394,8 @@ static int run(Args& a, const apps::json& config, Device dev) {
                     metric(nll_sum / std::max(1.0, tokens)), metric_name, metric(valid), opt->lr);
         out.append_metrics({{"kind", "eval"}, {"step", global_step}, {"epoch", epoch + 1},
                             {"train_" + std::string(metric_name), metric(nll_sum / std::max(1.0, tokens))},
-                            {"valid_" + std::string(metric_name), metric(valid)}, {"valid_loss", valid}});
+                            {"valid_" + std::string(metric_name), metric(valid)}, {"valid_loss", valid},
+                            {"valid_tokens", corpus.valid.size()}, {"elapsed_s", elapsed_s()}});
         if (valid < best_valid) {
             best_valid = valid;
             checkpoint("best", epoch + 1, 0, 0, 0);
@@ -422,6 +445,14 @@ int main(int argc, char** argv) {
         ->capture_default_str()->check(CLI::PositiveNumber);
     app.add_option("--epochs", a.epochs, "epochs")->capture_default_str()->check(CLI::PositiveNumber);
     app.add_option("--max-steps", a.max_steps, "at most N steps per epoch (0: whole epochs)")->capture_default_str();
+    app.add_option("--eval-every", a.eval_every,
+                   "also evaluate on the validation split every N steps inside an epoch (a curve for a run of one "
+                   "long epoch; 0: at the end of each epoch only)")
+        ->capture_default_str()->check(CLI::NonNegativeNumber);
+    app.add_option("--eval-tokens", a.eval_tokens,
+                   "--eval-every's evaluations read only the first N validation tokens (0: all); the end-of-epoch "
+                   "evaluation always reads the whole split")
+        ->capture_default_str()->check(CLI::NonNegativeNumber);
     app.add_option("--train-tokens", a.train_tokens,
                    "train on the first N tokens of the training split (0 or more than the split: all of it); "
                    "the vocabulary still comes from the whole split")

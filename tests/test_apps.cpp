@@ -335,6 +335,44 @@ TEST_CASE("train_lm: --train-tokens trains on the first N tokens of the training
     CHECK(all["steps"].get<int64_t>() > 7);
 }
 
+TEST_CASE("train_lm: --eval-every adds validation points inside an epoch without changing the training", "[apps]") {
+    test::TempDir tmp;
+    write_tiny_text(tmp / "text", 300);
+    // Dropout on and an LSTM's state carried across BPTT batches: an evaluation that drew from the
+    // dropout generator or dropped the carried state would change the losses that follow it.
+    for (std::string model : {"lstm --protocol bptt", "transformer --heads 2 --protocol window --scored 4"}) {
+        INFO(model);
+        std::string plain = tmp / (model.substr(0, 4) + "-plain"), evals = tmp / (model.substr(0, 4) + "-evals");
+        std::string base = "--dataset text --data-dir " + (tmp / "text") + " --model " + model +
+                           " --dim 16 --depth 2 --seq-len 8 --batch-size 4 --epochs 2 --dropout 0.2 --threads 1"
+                           " --log-every 1 --seed 3";
+        REQUIRE(run_app("train_lm", base + " --out " + plain, tmp / "log") == 0);
+        REQUIRE(run_app("train_lm", base + " --eval-every 3 --eval-tokens 40 --out " + evals, tmp / "log") == 0);
+        std::vector<double> plain_losses, eval_losses;
+        std::vector<nlohmann::json> mid, ends;
+        for (auto& j : metrics_lines(plain + "/metrics.jsonl"))
+            if (j["kind"] == "train") plain_losses.push_back(j["loss"]);
+        REQUIRE(plain_losses.size() > 6);
+        int64_t per_epoch = (int64_t)plain_losses.size() / 2, expected = 0;
+        for (auto& j : metrics_lines(evals + "/metrics.jsonl")) {
+            if (j["kind"] == "train") eval_losses.push_back(j["loss"]);
+            if (j["kind"] == "eval") (j["step"].get<int64_t>() % per_epoch != 0 ? mid : ends).push_back(j);
+        }
+        CHECK(eval_losses == plain_losses);  // bit for bit
+        REQUIRE(ends.size() == 2);
+        CHECK(ends[0]["valid_tokens"].get<int64_t>() > 40);  // the end-of-epoch evaluations read the whole split
+        // Every third step, except where an epoch ends (that one has its whole-split evaluation).
+        for (int64_t s = 3; s <= 2 * per_epoch; s += 3) expected += s % per_epoch != 0;
+        CHECK((int64_t)mid.size() == expected);
+        for (auto& j : mid) {
+            CHECK(j["step"].get<int64_t>() % 3 == 0);
+            CHECK(j["valid_tokens"].get<int64_t>() == 40);
+            CHECK(std::isfinite(j["valid_loss"].get<double>()));
+            CHECK(j["elapsed_s"].get<double>() >= 0);
+        }
+    }
+}
+
 TEST_CASE("train_lm: --loss-scale time-sum gives the gradient of the mean loss times the scored positions per row",
           "[apps]") {
     test::TempDir tmp;
