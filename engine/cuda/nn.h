@@ -49,7 +49,9 @@ void mse_forward(const float* pred, const float* target, float* loss, int64_t n)
 void mse_backward(const float* pred, const float* target, const float* dloss, float* dpred, float* dtarget,
                   int64_t n);
 
-// Attention over BH = B·H independent heads: q [BH, T, D], k and v [BH, S, D].
+// Attention over BH = B·H independent heads: q [BH, T, D], k and v [BH, S, D]. The unfused path,
+// and the reference of the fused one (engine/cuda/flash_attention.h: no P stored), which the op
+// uses without dropout for head dims 32, 64 and 128.
 // P = softmax(q·kᵀ·scale, causal: query i sees keys j <= i + S − T), written to p [BH, T, S]
 // (masked entries exactly 0; a query that sees no key gets an all-zero row).
 // out = (P ⊙ mask)·v, with mask [BH, T, S] the scaled dropout mask, or null for no dropout.

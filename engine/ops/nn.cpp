@@ -11,6 +11,7 @@
 #include "engine/ops/common.h"
 #include "engine/ops/dispatch.h"
 #ifdef ENGINE_CUDA
+#include "engine/cuda/flash_attention.h"
 #include "engine/cuda/nn.h"
 #endif
 
@@ -217,6 +218,37 @@ Tensor mse_loss(const Tensor& pred, const Tensor& target) {
 // ---------------------------------------------------------------------------------------------
 // attention: scores, masked softmax, dropout and the value product in one op. The forward saves
 // the probabilities P [B, H, T, S] and the dropout mask; the backward is one fused kernel.
+//
+// On CUDA without a dropout mask (dropout_p == 0, or not training) and with a head dim that has a
+// fused kernel (32, 64, 128), the fused path runs instead (engine/cuda/flash_attention.h): P is
+// never stored; the forward saves lse [B, H, T] (and the backward reads the output itself), and the
+// backward recomputes P tile by tile. The unfused path stays the reference:
+// cuda::set_fused_attention(false), or INITLAB_FUSED_ATTENTION=0 in the environment, forces it.
+
+#ifdef ENGINE_CUDA
+static Tensor attention_fused(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float scale) {
+    const Shape& qs = q.shape();
+    int64_t B = qs[0], H = qs[1], T = qs[2], S = k.shape()[2], D = qs[3], BH = B * H;
+    Tensor out = q.new_empty(qs);
+    Tensor lse = q.new_empty({B, H, T});
+    cuda::flash_attention_forward(q.raw_f32(), k.raw_f32(), v.raw_f32(), out.raw_f32(), lse.raw_f32(), BH, T, S, D,
+                                  causal, scale);
+    // The closure keeps out.detach() (shares the storage, no node): capturing out itself would be a
+    // cycle out -> node -> closure -> out.
+    return attach(out, "attention", {q, k, v},
+                  [q, k, v, lse, o = out.detach(), BH, T, S, D, causal, scale](const Tensor& g) {
+        Tensor dq, dk, dv;
+        if (q.requires_grad()) dq = q.new_empty(q.shape());
+        if (k.requires_grad()) dk = q.new_empty(k.shape());
+        if (v.requires_grad()) dv = q.new_empty(v.shape());
+        cuda::flash_attention_backward(q.raw_f32(), k.raw_f32(), v.raw_f32(), o.raw_f32(), lse.raw_f32(),
+                                       g.raw_f32(), dq.defined() ? dq.raw_f32() : nullptr,
+                                       dk.defined() ? dk.raw_f32() : nullptr, dv.defined() ? dv.raw_f32() : nullptr,
+                                       BH, T, S, D, causal, scale);
+        return std::vector<Tensor>{dq, dk, dv};
+    });
+}
+#endif
 
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float dropout_p, bool training,
                  float scale) {
@@ -238,8 +270,13 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
     if (scale <= 0.f) scale = 1.f / std::sqrt((float)D);
 
     const Device dev = q.device();
+    const bool dropout = training && dropout_p > 0.f;
+#ifdef ENGINE_CUDA
+    if (dev == Device::CUDA && !dropout && cuda::flash_attention_supports(D) && cuda::fused_attention_enabled())
+        return attention_fused(q, k, v, causal, scale);
+#endif
     Tensor mask;
-    if (training && dropout_p > 0.f) {
+    if (dropout) {
         mask = q.new_empty({B, H, T, S});
         draw_uniform(mask);
         ON_DEVICE(dev, dropout_forward)(nullptr, mask.raw_f32(), nullptr, mask.numel(), dropout_p);

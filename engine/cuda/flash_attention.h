@@ -1,0 +1,51 @@
+// engine/cuda/flash_attention.h: fused ("flash") attention on the GPU, fp32, forward and backward
+// (engine/cuda/flash_attention.cu). Same semantics as engine/cuda/nn.h's attention_forward and
+// attention_backward without dropout: q [BH, T, D], k and v [BH, S, D], scores q·kᵀ·scale, causal
+// meaning query i sees keys j <= i + S − T, a query that sees no key gets an all-zero output row
+// and zero gradient. The difference is what is kept: the probabilities P [BH, T, S] are never
+// written; the forward keeps lse [BH, T], the log-sum-exp of each row of scaled scores, and the
+// backward recomputes P tile by tile from q, k and lse.
+//
+// CUDA only (no CPU twin): engine/ops/nn.cpp's `attention` picks this path on a CUDA tensor when
+// there is no dropout mask, the head dim is supported and the fused path is enabled; otherwise the
+// unfused path of engine/cuda/nn.cu (batched GEMMs, P saved) runs, which stays the reference.
+//
+// Deterministic: no atomics; every sum has an order fixed by the shape, so the same input gives
+// the same bits on every run.
+#pragma once
+#include <cstdint>
+
+namespace engine::cuda {
+
+// Head dims with a compiled kernel: 32, 64 and 128 (other D use the unfused path).
+bool flash_attention_supports(int64_t D);
+
+// Whether `attention` may use the fused path. On by default; the environment variable
+// INITLAB_FUSED_ATTENTION=0 turns it off (read once, at the first call), and
+// set_fused_attention overrides either (tests use it to run the reference path on the device).
+bool fused_attention_enabled();
+void set_fused_attention(bool on);
+
+// out [BH, T, D] = softmax(q·kᵀ·scale, masked)·v; lse [BH, T] = log Σ_j exp(scale·q_i·k_j) over
+// the keys query i sees, +inf for a query that sees none (so exp(s − lse) = 0 there). D must be
+// supported. Notes the FLOPs of the two GEMMs the unfused path runs (profile::note_flops), so the
+// step's GEMM FLOP count and MFU do not depend on the path.
+void flash_attention_forward(const float* q, const float* k, const float* v, float* out, float* lse, int64_t BH,
+                             int64_t T, int64_t S, int64_t D, bool causal, float scale);
+
+// From q, k, v, the forward's out and lse, and dout: Δ_i = rowsum(dout ⊙ out) (one small kernel),
+// then dk and dv (one kernel over key tiles) and dq (one kernel over query tiles), each with
+// P = exp(scale·q·kᵀ − lse) and dS = P ⊙ (dout·vᵀ − Δ) recomputed tile by tile:
+// dv = Pᵀ·dout, dk = dSᵀ·q·scale, dq = dS·k·scale. dq, dk, dv may each be null (not wanted).
+void flash_attention_backward(const float* q, const float* k, const float* v, const float* out, const float* lse,
+                              const float* dout, float* dq, float* dk, float* dv, int64_t BH, int64_t T, int64_t S,
+                              int64_t D, bool causal, float scale);
+
+// Calls of the two entry points since the process started (tests check that `attention` took the
+// fused path; host-side counters, so they work on a GPU as in the emulator).
+struct FlashAttentionCalls {
+    uint64_t forward = 0, backward = 0;
+};
+FlashAttentionCalls flash_attention_calls();
+
+}  // namespace engine::cuda

@@ -1,0 +1,208 @@
+// tests/cuda/test_cuda_flash_attention.cpp: the fused attention path (engine/cuda/flash_attention.cu)
+// against the unfused one (engine/cuda/nn.cu: batched GEMMs, P stored), both on the device, through
+// the `attention` op: the forward output and dq, dk, dv, for head dims 32, 64 and 128, causal and
+// not, T == S and T != S (queries that see no key included), sizes that are not multiples of the
+// tiles (16 and 32), several heads; gradients of only some inputs; repeatability; a head dim
+// without a kernel (20) going through the fallback; and proof that the fused path is the one
+// taken (its call counters, the device memory the forward keeps, and under the emulator the launch
+// count). The unfused path is itself checked against the CPU in test_cuda_nn.cpp.
+//
+// Tolerances: fp32 summation-order differences only (online softmax and tiles against the GEMMs'
+// order): forward atol 5e-6, rtol 1e-5; gradients atol 1e-5, rtol 1e-5 (sums of T or S terms of
+// order 1).
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include "engine/cuda/flash_attention.h"
+#include "engine/cuda/runtime.h"
+#include "tests/cuda/parity.h"
+#ifdef ENGINE_CUDA_EMU
+#include <cuda_runtime.h>  // the emulator's launch counter
+#endif
+
+using engine::Device;
+using engine::Shape;
+using engine::Tensor;
+using test::randn;
+using test::to_cuda;
+
+namespace {
+
+const test::Tol kFwd{5e-6f, 1e-5f}, kBwd{1e-5f, 1e-5f};
+
+// Sets the fused-attention switch for a scope (and the GEMMs to full fp32, so the reference path
+// is fp32 on a GPU too).
+struct FusedAttention {
+    bool saved_fused = engine::cuda::fused_attention_enabled();
+    bool saved_tf32 = engine::cuda::tf32();
+    explicit FusedAttention(bool on) {
+        engine::cuda::set_fused_attention(on);
+        engine::cuda::set_tf32(false);
+    }
+    ~FusedAttention() {
+        engine::cuda::set_fused_attention(saved_fused);
+        engine::cuda::set_tf32(saved_tf32);
+    }
+};
+
+struct Run {
+    Tensor out, dq, dk, dv;
+};
+
+// attention on CUDA copies of q, k, v (leaves; gradients where the CPU tensors require them), then
+// the backward of Σ out ⊙ w.
+Run run(bool fused, const Tensor& q, const Tensor& k, const Tensor& v, bool causal, const Tensor& w) {
+    FusedAttention mode(fused);
+    Tensor qc = to_cuda(q), kc = to_cuda(k), vc = to_cuda(v);
+    Tensor out = engine::attention(qc, kc, vc, causal);
+    REQUIRE(out.device() == Device::CUDA);
+    engine::sum(engine::mul(out, w.to(Device::CUDA))).backward();
+    return {out.detach(), qc.grad(), kc.grad(), vc.grad()};
+}
+
+Tensor weights_like(const Shape& s) {
+    engine::Generator gen(99);
+    Tensor w = Tensor::empty(s);
+    gen.uniform(w.data_f32(), w.numel(), -1.f, 1.f);
+    return w;
+}
+
+// Fused against unfused on the device; returns the fused run.
+Run compare(int64_t B, int64_t H, int64_t T, int64_t S, int64_t D, bool causal, bool grad_q = true,
+            bool grad_kv = true) {
+    INFO("B " << B << " H " << H << " T " << T << " S " << S << " D " << D << " causal " << causal << " grads q "
+              << grad_q << " k,v " << grad_kv);
+    Tensor q = randn({B, H, T, D}, grad_q, 61), k = randn({B, H, S, D}, grad_kv, 62), v = randn({B, H, S, D}, grad_kv, 63);
+    Tensor w = weights_like({B, H, T, D});
+    auto before = engine::cuda::flash_attention_calls();
+    Run fused = run(true, q, k, v, causal, w);
+    auto after = engine::cuda::flash_attention_calls();
+    REQUIRE(after.forward == before.forward + 1);
+    REQUIRE(after.backward == before.backward + 1);
+    Run ref = run(false, q, k, v, causal, w);
+    REQUIRE(engine::cuda::flash_attention_calls().forward == after.forward);  // the reference is not fused
+
+    test::require_close("forward", ref.out, fused.out, kFwd);
+    if (grad_q) test::require_close("dq", ref.dq, fused.dq, kBwd);
+    else REQUIRE(!fused.dq.defined());
+    if (grad_kv) {
+        test::require_close("dk", ref.dk, fused.dk, kBwd);
+        test::require_close("dv", ref.dv, fused.dv, kBwd);
+    } else {
+        REQUIRE(!fused.dk.defined());
+        REQUIRE(!fused.dv.defined());
+    }
+    return fused;
+}
+
+std::vector<uint32_t> bits_of(const Tensor& t) {
+    std::vector<float> v = t.to_vector();
+    std::vector<uint32_t> b(v.size());
+    std::memcpy(b.data(), v.data(), v.size() * sizeof(float));
+    return b;
+}
+
+}  // namespace
+
+TEST_CASE("cuda flash attention: fused against unfused, D 32, 64, 128, causal and not, T != S", "[cuda][flash]") {
+    struct Case { int64_t B, H, T, S; };
+    // 37: not a multiple of the 16- or 32-row tiles; 5/9 and 9/5: T != S both ways (T = 9, S = 5
+    // causal: queries 0-3 see no key); 70: three and five tiles; 1/1: a single key.
+    for (int64_t D : {32, 64, 128})
+        for (Case c : {Case{2, 3, 37, 37}, Case{1, 2, 5, 9}, Case{2, 1, 9, 5}, Case{1, 1, 1, 1}, Case{1, 2, 70, 41}})
+            for (bool causal : {false, true}) compare(c.B, c.H, c.T, c.S, D, causal);
+}
+
+TEST_CASE("cuda flash attention: gradients of only q, or only k and v", "[cuda][flash]") {
+    for (bool causal : {false, true}) {
+        compare(1, 2, 21, 33, 64, causal, true, false);
+        compare(1, 2, 33, 21, 128, causal, false, true);
+    }
+}
+
+TEST_CASE("cuda flash attention: queries that see no key give zero rows and zero gradients", "[cuda][flash]") {
+    // T = 7, S = 4, causal: query i sees keys j <= i - 3, so queries 0, 1, 2 see none.
+    Run r = compare(1, 2, 7, 4, 32, true);
+    for (int64_t h = 0; h < 2; h++)
+        for (int64_t i = 0; i < 3; i++)
+            for (int64_t d = 0; d < 32; d++) {
+                REQUIRE(r.out.at({0, h, i, d}) == 0.f);
+                REQUIRE(r.dq.at({0, h, i, d}) == 0.f);
+            }
+}
+
+TEST_CASE("cuda flash attention: the same bits on every run", "[cuda][flash]") {
+    Tensor q = randn({2, 2, 37, 64}, true, 71), k = randn({2, 2, 45, 64}, true, 72), v = randn({2, 2, 45, 64}, true, 73);
+    Tensor w = weights_like({2, 2, 37, 64});
+    Run a = run(true, q, k, v, true, w), b = run(true, q, k, v, true, w);
+    REQUIRE(bits_of(a.out) == bits_of(b.out));
+    REQUIRE(bits_of(a.dq) == bits_of(b.dq));
+    REQUIRE(bits_of(a.dk) == bits_of(b.dk));
+    REQUIRE(bits_of(a.dv) == bits_of(b.dv));
+}
+
+TEST_CASE("cuda flash attention: a head dim without a kernel, and dropout, take the unfused path", "[cuda][flash]") {
+    REQUIRE(!engine::cuda::flash_attention_supports(20));
+    REQUIRE(engine::cuda::flash_attention_supports(32));
+    REQUIRE(engine::cuda::flash_attention_supports(64));
+    REQUIRE(engine::cuda::flash_attention_supports(128));
+    FusedAttention mode(true);
+    for (bool causal : {false, true}) {
+        INFO("causal " << causal);
+        // D = 20: the fused switch is on, the op falls back and still matches the CPU.
+        Tensor q = randn({1, 2, 6, 20}, true, 81), k = randn({1, 2, 9, 20}, true, 82), v = randn({1, 2, 9, 20}, true, 83);
+        auto before = engine::cuda::flash_attention_calls();
+        test::check_parity("attention D 20", [causal](auto& in) { return engine::attention(in[0], in[1], in[2], causal); },
+                           {q, k, v}, {1e-5f, 1e-4f}, {1e-4f, 1e-3f});
+        auto after = engine::cuda::flash_attention_calls();
+        REQUIRE(after.forward == before.forward);
+        REQUIRE(after.backward == before.backward);
+        // Dropout while training needs the mask: unfused. Not training: fused.
+        Tensor qc = to_cuda(randn({1, 1, 5, 32}, false));
+        engine::attention(qc, qc, qc, causal, 0.25f, true);
+        REQUIRE(engine::cuda::flash_attention_calls().forward == after.forward);
+        engine::attention(qc, qc, qc, causal, 0.25f, false);
+        REQUIRE(engine::cuda::flash_attention_calls().forward == after.forward + 1);
+    }
+}
+
+TEST_CASE("cuda flash attention: the op takes the fused path (calls, memory kept, launches)", "[cuda][flash]") {
+    const int64_t B = 2, H = 3, T = 40, S = 40, D = 64;
+    // Leaves that require grad, so the forward keeps what its backward needs.
+    Tensor q = to_cuda(randn({B, H, T, D}, true, 91)), k = to_cuda(randn({B, H, S, D}, true, 92)),
+           v = to_cuda(randn({B, H, S, D}, true, 93));
+    // Device memory the forward leaves allocated: out and lse fused; out and P [B, H, T, S] unfused.
+    auto kept = [&](bool fused) {
+        FusedAttention mode(fused);
+        engine::cuda::synchronize();
+        size_t before = engine::cuda::memory_in_use();
+        Tensor out = engine::attention(q, k, v, false);
+        return engine::cuda::memory_in_use() - before;
+    };
+    const size_t out_bytes = sizeof(float) * B * H * T * D;
+    REQUIRE(kept(true) == out_bytes + sizeof(float) * B * H * T);
+    REQUIRE(kept(false) == out_bytes + sizeof(float) * B * H * T * S);
+
+    FusedAttention mode(true);
+    auto before = engine::cuda::flash_attention_calls();
+#ifdef ENGINE_CUDA_EMU
+    // One kernel forward, three backward (Δ, dk/dv, dq): no GEMM, no softmax kernel.
+    uint64_t launches = emu::counters().launches;
+    Tensor out = engine::attention(q, k, v, true);
+    CHECK(emu::counters().launches - launches == 1);
+    Tensor lse = q.new_empty({B, H, T}), dout = to_cuda(randn({B, H, T, D}, false, 94));
+    Tensor dq = q.new_empty(q.shape()), dk = q.new_empty(k.shape()), dv = q.new_empty(v.shape());
+    engine::cuda::flash_attention_forward(q.raw_f32(), k.raw_f32(), v.raw_f32(), out.raw_f32(), lse.raw_f32(), B * H,
+                                          T, S, D, true, 0.125f);
+    launches = emu::counters().launches;
+    engine::cuda::flash_attention_backward(q.raw_f32(), k.raw_f32(), v.raw_f32(), out.raw_f32(), lse.raw_f32(),
+                                           dout.raw_f32(), dq.raw_f32(), dk.raw_f32(), dv.raw_f32(), B * H, T, S, D,
+                                           true, 0.125f);
+    CHECK(emu::counters().launches - launches == 3);
+    REQUIRE(engine::cuda::flash_attention_calls().forward == before.forward + 2);
+    REQUIRE(engine::cuda::flash_attention_calls().backward == before.backward + 1);
+#else
+    Tensor out = engine::attention(q, k, v, true);
+    REQUIRE(engine::cuda::flash_attention_calls().forward == before.forward + 1);
+#endif
+}
