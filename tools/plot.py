@@ -5,7 +5,11 @@
 
 Each argument is a run directory written by apps/train_vit or apps/train_lm (--out). Left: the
 training loss against the step (smoothed over --smooth points). Right: the evaluation metric
-against the epoch (test accuracy for train_vit; validation bpc or perplexity for train_lm).
+(test accuracy for train_vit; validation bpc or perplexity for train_lm) against the epoch, or,
+with --eval-x, against the step and/or the wall time (one panel each; wall time is the runs'
+elapsed_s, minutes since the training loop started, so it includes the evaluations).
+
+    /usr/bin/python3 tools/plot.py runs/char/* --eval-x step time -o char.png
 Runs are labelled by their --init (and the directory name). Needs matplotlib
 (Debian: python3-matplotlib).
 """
@@ -56,8 +60,13 @@ def main():
     ap.add_argument("runs", nargs="+", help="run directories")
     ap.add_argument("-o", "--output", default="curves.png", help="PNG to write (default: curves.png)")
     ap.add_argument("--smooth", type=int, default=20, help="moving average of the training loss (default: 20)")
+    ap.add_argument("--eval-x", nargs="+", choices=("epoch", "step", "time"), default=["epoch"],
+                    help="x axis (or axes, a panel each) of the evaluation curves (default: epoch)")
     a = ap.parse_args()
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig, axes = plt.subplots(1, 1 + len(a.eval_x), figsize=(6 * (1 + len(a.eval_x)), 4.5))
+    left, rights = axes[0], axes[1:]
+    xs = {"epoch": lambda m: m["epoch"], "step": lambda m: m["step"], "time": lambda m: m["elapsed_s"] / 60}
+    xlabels = {"epoch": "epoch", "step": "step", "time": "wall time (min)"}
     metric_name = None
     for path in a.runs:
         label, train, evals = read_run(path)
@@ -67,10 +76,14 @@ def main():
             keys = [k for k in ("test_acc", "valid_bpc", "valid_ppl") if k in evals[0]]
             if keys:
                 metric_name = keys[0]
-                right.plot([m["epoch"] for m in evals], [m[metric_name] for m in evals], marker="o", label=label)
+                for x, right in zip(a.eval_x, rights):
+                    if x == "time" and "elapsed_s" not in evals[0]:
+                        raise SystemExit(f"plot.py: {path}'s metrics have no elapsed_s (written since 2026-11-25)")
+                    right.plot([xs[x](m) for m in evals], [m[metric_name] for m in evals], marker="o", label=label)
     left.set(xlabel="step", ylabel="training loss", title="training loss")
-    right.set(xlabel="epoch", ylabel=metric_name or "", title=metric_name or "no evaluations")
-    for ax in (left, right):
+    for x, right in zip(a.eval_x, rights):
+        right.set(xlabel=xlabels[x], ylabel=metric_name or "", title=metric_name or "no evaluations")
+    for ax in axes:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
