@@ -2,7 +2,8 @@
 // against the unfused one (engine/cuda/nn.cu: batched GEMMs, P stored), both on the device, through
 // the `attention` op: the forward output and dq, dk, dv, for head dims 32, 64 and 128, causal and
 // not, T == S and T != S (queries that see no key included), sizes that are not multiples of the
-// tiles (16 and 32), several heads; gradients of only some inputs; repeatability; a head dim
+// tiles (16 and 32), several heads; gradients of only some inputs; a MultiHeadAttention module
+// (head split and merge around the op, weight gradients); repeatability; a head dim
 // without a kernel (20) going through the fallback; and proof that the fused path is the one
 // taken (its call counters, the device memory the forward keeps, and under the emulator the launch
 // count). The unfused path is itself checked against the CPU in test_cuda_nn.cpp.
@@ -15,6 +16,7 @@
 #include <cstring>
 #include "engine/cuda/flash_attention.h"
 #include "engine/cuda/runtime.h"
+#include "nn/attention.h"
 #include "tests/cuda/parity.h"
 #ifdef ENGINE_CUDA_EMU
 #include <cuda_runtime.h>  // the emulator's launch counter
@@ -129,6 +131,37 @@ TEST_CASE("cuda flash attention: queries that see no key give zero rows and zero
                 REQUIRE(r.out.at({0, h, i, d}) == 0.f);
                 REQUIRE(r.dq.at({0, h, i, d}) == 0.f);
             }
+}
+
+TEST_CASE("cuda flash attention: a MultiHeadAttention module, fused against unfused", "[cuda][flash]") {
+    // dim 96, 3 heads: head dim 32. The module's output, dx and every weight gradient.
+    for (bool causal : {false, true}) {
+        INFO("causal " << causal);
+        Tensor x = randn({2, 19, 96}, true, 101), w = weights_like({2, 19, 96});
+        std::vector<Tensor> outs, dxs;
+        std::vector<std::vector<nn::NamedTensor>> params;
+        std::vector<std::unique_ptr<nn::MultiHeadAttention>> mods;
+        for (bool fused : {true, false}) {
+            engine::manual_seed(5);  // the same weights both times
+            mods.push_back(std::make_unique<nn::MultiHeadAttention>(96, 3, causal));
+            mods.back()->to(Device::CUDA);
+            FusedAttention mode(fused);
+            auto before = engine::cuda::flash_attention_calls().forward;
+            Tensor xc = to_cuda(x);
+            Tensor out = mods.back()->forward(xc);
+            REQUIRE(engine::cuda::flash_attention_calls().forward == before + (fused ? 1 : 0));
+            engine::sum(engine::mul(out, w.to(Device::CUDA))).backward();
+            outs.push_back(out.detach());
+            dxs.push_back(xc.grad());
+            params.push_back(mods.back()->named_parameters());
+        }
+        test::require_close("module output", outs[1], outs[0], kFwd);
+        test::require_close("module dx", dxs[1], dxs[0], kBwd);
+        REQUIRE(params[0].size() == params[1].size());
+        for (size_t i = 0; i < params[0].size(); i++)
+            test::require_close("grad of " + params[0][i].name, params[1][i].tensor->grad(), params[0][i].tensor->grad(),
+                                kBwd);
+    }
 }
 
 TEST_CASE("cuda flash attention: the same bits on every run", "[cuda][flash]") {
