@@ -1,6 +1,6 @@
 // engine/multi_tensor.h: a list of up to kMaxListTensors tensors that one call updates or reduces
-// together: the optimizers' multi-tensor AdamW step and the gradient norm's sum of squares
-// (engine/cpu/optim.h, engine/cuda/optim.h). On CUDA the list travels by value in the kernel's
+// together: the optimizers' multi-tensor SGD and AdamW steps, the gradient norm's sum of squares
+// and the clipping's scale (engine/cpu/optim.h, engine/cuda/optim.h). On CUDA the list travels by value in the kernel's
 // arguments (about 1.8 KB, under the 4 KB limit), so one launch covers every tensor of the list
 // with no table copied to the device and no wait; a thread finds its tensor by a binary search of
 // the offsets. Longer lists are cut into several calls (nn/optim.cpp).
@@ -22,6 +22,25 @@ struct AdamTensorList {
     float* v[kMaxListTensors];
     float lr[kMaxListTensors];
     float weight_decay[kMaxListTensors];
+};
+
+// For the SGD update: parameters, gradients, momentum buffers (each null without momentum), and
+// each tensor's learning rate and weight decay.
+struct SgdTensorList {
+    int count = 0;
+    int64_t offset[kMaxListTensors + 1] = {0};
+    float* w[kMaxListTensors];
+    const float* g[kMaxListTensors];
+    float* buf[kMaxListTensors];
+    float lr[kMaxListTensors];
+    float weight_decay[kMaxListTensors];
+};
+
+// Tensors updated in place by one elementwise rule (x *= s for gradient clipping).
+struct TensorList {
+    int count = 0;
+    int64_t offset[kMaxListTensors + 1] = {0};
+    float* x[kMaxListTensors];
 };
 
 // For a reduction over several tensors (Σ x² over all of them).

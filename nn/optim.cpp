@@ -1,6 +1,6 @@
 // nn/optim.cpp: optimizer updates (fused loops or kernels, engine/cpu/optim.h or engine/cuda/optim.h
-// by the parameter's device: SGD one call per tensor, Adam/AdamW and the gradient norm one call per
-// list of up to kMaxListTensors tensors), clipping, schedules.
+// by the parameter's device: SGD, Adam/AdamW, the gradient norm and the clipping one call per list
+// of up to kMaxListTensors tensors), schedules.
 #include "nn/optim.h"
 
 #include <cmath>
@@ -76,20 +76,34 @@ SGD::SGD(std::vector<ParamGroup> groups, float lr, float momentum, bool nesterov
     if (momentum > 0.f) buf_ = zeros_like_params(groups_);
 }
 
+// In lists of up to kMaxListTensors, as Adam::step.
 void SGD::step() {
     steps++;
+    SgdTensorList list;
+    Device list_device = Device::CPU;
+    auto flush = [&] {
+        if (list.count > 0) ON_DEVICE(list_device, sgd_step_multi)(list, momentum, nesterov, steps == 1);
+        list.count = 0;
+    };
     for (size_t gi = 0; gi < groups_.size(); gi++) {
         const ParamGroup& g = groups_[gi];
-        float lr_g = lr * g.lr_scale, wd = g.weight_decay;
         for (size_t i = 0; i < g.params.size(); i++) {
             Tensor& p = *g.params[i].tensor;
-            const Tensor* buf = momentum > 0.f ? &buf_[gi][i] : nullptr;
+            Tensor* buf = momentum > 0.f ? &buf_[gi][i] : nullptr;
             Tensor grad = grad_on_device("SGD", g.params[i], buf);
             if (!grad.defined()) continue;
-            ON_DEVICE(p.device(), sgd_step)(p.raw_f32(), grad.raw_f32(), buf ? buf->raw_f32() : nullptr, p.numel(), lr_g,
-                                            wd, momentum, nesterov, steps == 1);
+            if (list.count == kMaxListTensors || (list.count > 0 && p.device() != list_device)) flush();
+            list_device = p.device();
+            int t = list.count++;
+            list.w[t] = p.raw_f32();
+            list.g[t] = grad.raw_f32();
+            list.buf[t] = buf ? buf->raw_f32() : nullptr;
+            list.lr[t] = lr * g.lr_scale;
+            list.weight_decay[t] = g.weight_decay;
+            list.offset[t + 1] = list.offset[t] + p.numel();
         }
     }
+    flush();
 }
 
 std::map<std::string, Tensor*> SGD::state() { return momentum > 0.f ? named_state(groups_, buf_, "momentum") : std::map<std::string, Tensor*>{}; }
@@ -176,11 +190,22 @@ float clip_grad_norm(const std::vector<Tensor>& params, float max_norm) {
     float norm = grad_norm(params);
     if (norm > max_norm && norm > 0.f) {
         float s = max_norm / (norm + 1e-6f);
+        TensorList list;  // the gradients scaled in lists of up to kMaxListTensors, as the norm read them
+        Device list_device = Device::CPU;
+        auto flush = [&] {
+            if (list.count > 0) ON_DEVICE(list_device, scale_multi)(list, s);
+            list.count = 0;
+        };
         for (const Tensor& p : params) {
             Tensor g = p.grad();
             if (!g.defined()) continue;
-            ON_DEVICE(g.device(), scale_inplace)(g.raw_f32(), g.numel(), s);
+            if (list.count == kMaxListTensors || (list.count > 0 && g.device() != list_device)) flush();
+            list_device = g.device();
+            int t = list.count++;
+            list.x[t] = g.raw_f32();
+            list.offset[t + 1] = list.offset[t] + g.numel();
         }
+        flush();
     }
     return norm;
 }

@@ -19,6 +19,12 @@ void sgd_step(float* w, const float* g, float* buf, int64_t n, float lr, float w
     }
 }
 
+void sgd_step_multi(const SgdTensorList& list, float momentum, bool nesterov, bool first) {
+    for (int t = 0; t < list.count; t++)
+        sgd_step(list.w[t], list.g[t], list.buf[t], list.offset[t + 1] - list.offset[t], list.lr[t],
+                 list.weight_decay[t], momentum, nesterov, first);
+}
+
 void adam_step(float* w, const float* g, float* m, float* v, int64_t n, float lr, float wd, float b1, float b2,
                float eps, float bc1, float bc2, bool decoupled) {
     float step_size = lr / bc1, sqrt_bc2 = std::sqrt(bc2);
@@ -58,6 +64,10 @@ void sum_squares(const float* x, int64_t n, double* out) {
 void scale_inplace(float* x, int64_t n, float s) {
     #pragma omp parallel for if (n > 65536)
     for (int64_t j = 0; j < n; j++) x[j] *= s;
+}
+
+void scale_multi(const TensorList& list, float s) {
+    for (int t = 0; t < list.count; t++) scale_inplace(list.x[t], list.offset[t + 1] - list.offset[t], s);
 }
 
 }  // namespace engine::cpu

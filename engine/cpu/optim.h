@@ -12,6 +12,9 @@ namespace engine::cpu {
 void sgd_step(float* w, const float* g, float* buf, int64_t n, float lr, float weight_decay, float momentum,
               bool nesterov, bool first_step);
 
+// sgd_step over every tensor of the list, each with its own lr, weight decay and buffer.
+void sgd_step_multi(const SgdTensorList& list, float momentum, bool nesterov, bool first_step);
+
 // Adam / AdamW (decoupled: w -= lr·wd·w before the update; else wd·w is added to the gradient),
 // as torch.optim.Adam/AdamW: m = β1·m + (1−β1)·d, v = β2·v + (1−β2)·d², then
 // w -= (lr / bc1) · m / (√v / √bc2 + eps), with bias corrections bc1 = 1 − β1^t, bc2 = 1 − β2^t.
@@ -34,5 +37,7 @@ void sum_squares_multi(const ConstTensorList& list, double* out);
 
 // x[i] *= s (gradient clipping).
 void scale_inplace(float* x, int64_t n, float s);
+// scale_inplace over every tensor of the list.
+void scale_multi(const TensorList& list, float s);
 
 }  // namespace engine::cpu

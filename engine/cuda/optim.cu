@@ -1,31 +1,11 @@
 // engine/cuda/optim.cu: optimizer updates and the gradient norm's reductions (engine/cuda/optim.h).
-// The updates are elementwise (grid-stride, coalesced) over one parameter tensor (SGD) or a list
-// of them (Adam/AdamW); the state tensors are read and written in the same pass, so each step is
+// The updates are elementwise (grid-stride, coalesced) over a list of parameter tensors; the state
+// tensors are read and written in the same pass, so each step is
 // one read of w, g, m, v and one write of w, m, v: memory bound, as on the CPU.
 #include "engine/cuda/kernel.h"
 #include "engine/cuda/optim.h"
 
 namespace engine::cuda {
-
-__global__ void sgd_step_kernel(float* w, const float* g, float* buf, int64_t n, float lr, float wd, float momentum,
-                                bool nesterov, bool first) {
-    GRID_STRIDE_LOOP(j, n) {
-        float wj = w[j];
-        float d = g[j] + wd * wj;
-        if (buf) {
-            float b = first ? d : momentum * buf[j] + d;  // PyTorch starts the buffer at the first gradient
-            buf[j] = b;
-            d = nesterov ? d + momentum * b : b;
-        }
-        w[j] = wj - lr * d;
-    }
-}
-
-void sgd_step(float* w, const float* g, float* buf, int64_t n, float lr, float wd, float momentum, bool nesterov,
-              bool first) {
-    if (n == 0) return;
-    KERNEL_LAUNCH(sgd_step_kernel, blocks_for(n), kBlockSize, 0, w, g, buf, n, lr, wd, momentum, nesterov, first);
-}
 
 // ---------------------------------------------------------------------------------------------
 // Multi-tensor forms: one launch over a list of tensors (engine/multi_tensor.h) instead of one per
@@ -41,6 +21,28 @@ __device__ __forceinline__ int list_tensor(const int64_t* offset, int count, int
         else hi = mid - 1;
     }
     return lo;
+}
+
+// The arithmetic of engine/cpu/optim.cpp's sgd_step, element by element.
+__global__ void sgd_step_multi_kernel(SgdTensorList list, float momentum, bool nesterov, bool first) {
+    GRID_STRIDE_LOOP(i, list.offset[list.count]) {
+        int t = list_tensor(list.offset, list.count, i);
+        int64_t j = i - list.offset[t];
+        float wj = list.w[t][j];
+        float d = list.g[t][j] + list.weight_decay[t] * wj;
+        if (float* buf = list.buf[t]) {
+            float b = first ? d : momentum * buf[j] + d;  // PyTorch starts the buffer at the first gradient
+            buf[j] = b;
+            d = nesterov ? d + momentum * b : b;
+        }
+        list.w[t][j] = wj - list.lr[t] * d;
+    }
+}
+
+void sgd_step_multi(const SgdTensorList& list, float momentum, bool nesterov, bool first) {
+    int64_t n = list.count > 0 ? list.offset[list.count] : 0;
+    if (n == 0) return;
+    KERNEL_LAUNCH(sgd_step_multi_kernel, blocks_for(n), kBlockSize, 0, list, momentum, nesterov, first);
 }
 
 // The arithmetic of engine/cpu/optim.cpp's adam_step, element by element.
@@ -134,13 +136,17 @@ void sum_squares_multi(const ConstTensorList& list, double* out) {
     free(partial);
 }
 
-__global__ void scale_kernel(float* x, int64_t n, float s) {
-    GRID_STRIDE_LOOP(i, n) x[i] *= s;
+__global__ void scale_multi_kernel(TensorList list, float s) {
+    GRID_STRIDE_LOOP(i, list.offset[list.count]) {
+        int t = list_tensor(list.offset, list.count, i);
+        list.x[t][i - list.offset[t]] *= s;
+    }
 }
 
-void scale_inplace(float* x, int64_t n, float s) {
+void scale_multi(const TensorList& list, float s) {
+    int64_t n = list.count > 0 ? list.offset[list.count] : 0;
     if (n == 0) return;
-    KERNEL_LAUNCH(scale_kernel, blocks_for(n), kBlockSize, 0, x, n, s);
+    KERNEL_LAUNCH(scale_multi_kernel, blocks_for(n), kBlockSize, 0, list, s);
 }
 
 }  // namespace engine::cuda

@@ -121,6 +121,39 @@ TEST_CASE("cuda: Adam over three lists of tensors gives the CPU result in one la
 #endif
 }
 
+TEST_CASE("cuda: SGD and gradient clipping over three lists give the CPU result in one launch per list", "[cuda]") {
+    std::vector<engine::Shape> shapes;
+    for (int i = 0; i < 2 * engine::kMaxListTensors + 5; i++) shapes.push_back({1 + (i * 53) % 400});
+    shapes[40] = {1500};
+    Problem prob(shapes);
+    run_both([](Params& p) { return std::make_unique<nn::SGD>(p.groups(0.01f), 0.1f, 0.9f, true); },
+             "sgd nesterov, 77 tensors", prob);
+    // Clipping: the same scaled gradients on both devices.
+    Params cpu(prob, Device::CPU), gpu(prob, Device::CUDA);
+    cpu.set_grads(prob.grads[0], Device::CPU);
+    gpu.set_grads(prob.grads[0], Device::CUDA);
+    float norm_cpu = nn::clip_grad_norm(cpu.t, 1.f);
+#ifdef ENGINE_CUDA_EMU
+    uint64_t before = emu::counters().launches;
+#endif
+    float norm_gpu = nn::clip_grad_norm(gpu.t, 1.f);
+#ifdef ENGINE_CUDA_EMU
+    CHECK(emu::counters().launches - before <= 6 + 3);  // the norm's reductions, then one scale per list
+#endif
+    REQUIRE(norm_cpu > 1.f);
+    CHECK(norm_gpu == Approx(norm_cpu).epsilon(1e-6));
+    for (size_t i = 0; i < cpu.t.size(); i++)
+        test::require_close("clipped gradient " + std::to_string(i), cpu.t[i].grad(), gpu.t[i].grad(),
+                            test::Tol{1e-7f, 1e-6f});
+    CHECK(nn::grad_norm(gpu.t) == Approx(1.f).epsilon(1e-5));
+#ifdef ENGINE_CUDA_EMU
+    nn::SGD sgd(gpu.groups(0.f), 0.1f);
+    before = emu::counters().launches;
+    sgd.step();
+    CHECK(emu::counters().launches - before == 3);
+#endif
+}
+
 TEST_CASE("cuda: optimizer state is made on the parameters' device", "[cuda]") {
     Problem prob;
     Params gpu(prob, Device::CUDA);
