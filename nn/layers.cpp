@@ -125,7 +125,16 @@ MLP::MLP(int64_t dim, int64_t hidden, Activation a, float p) : act(a) {
     drop = register_module("drop", std::make_shared<Dropout>(p));
 }
 
-Tensor MLP::forward(const Tensor& x) const { return fc2->forward(drop->forward(activate(fc1->forward(x), act))); }
+// With GELU, fc1's bias is added inside the fused bias_gelu (one pass instead of the bias pass, the
+// GELU's read and write): fc1's GEMM runs without it, and the parameters (names, checkpoints,
+// inits) are fc1's as always. fc1's output without its bias is not what a hook on fc1 expects to
+// see or rewrite (the data-dependent inits set fc1's bias from it), so while fc1 has a hook the
+// unfused path runs.
+Tensor MLP::forward(const Tensor& x) const {
+    bool fuse = act == Activation::GELU && fc1->bias.defined() && !fc1->forward_hook && !fc1->input_hook;
+    Tensor h = fuse ? bias_gelu(linear(x, fc1->weight, Tensor()), fc1->bias) : activate(fc1->forward(x), act);
+    return fc2->forward(drop->forward(h));
+}
 
 LayerScale::LayerScale(int64_t dim, float init) {
     gamma = Tensor::full({dim}, init);

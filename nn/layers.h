@@ -81,7 +81,8 @@ enum class Activation { GELU, ReLU, ReLU2, SiLU };
 Activation parse_activation(const std::string& name);  // "gelu" | "relu" | "relu2" | "silu"
 Tensor activate(const Tensor& x, Activation a);
 
-// fc1 -> activation -> dropout -> fc2 (the transformer MLP).
+// fc1 -> activation -> dropout -> fc2 (the transformer MLP); with GELU, fc1's bias and the GELU are one
+// fused op (bias_gelu) unless fc1 has a hook.
 class MLP : public Module {
 public:
     MLP(int64_t dim, int64_t hidden, Activation act = Activation::GELU, float dropout = 0.f);

@@ -56,14 +56,26 @@ TransformerBlock::TransformerBlock(const BlockConfig& c) : pre_norm(c.pre_norm) 
     }
 }
 
+// x + branch and the LayerNorm of it in one fused pass (add_layer_norm: bitwise the unfused result).
+// A hook on the norm (a data-dependent init or a test observing its output) gets the unfused path,
+// so that it sees the output through LayerNorm::forward.
+static AddLayerNorm add_then_norm(const Tensor& x, const Tensor& branch, const LayerNorm& norm) {
+    if (norm.forward_hook) {
+        Tensor sum = add(x, branch);
+        return {sum, norm.forward(sum)};
+    }
+    return add_layer_norm(x, branch, norm.weight, norm.bias, norm.eps);
+}
+
 Tensor TransformerBlock::forward(const Tensor& x) const {
     auto scaled = [](const std::shared_ptr<LayerScale>& ls, const Tensor& t) { return ls ? ls->forward(t) : t; };
     if (pre_norm) {
-        Tensor h = add(x, scaled(ls1, attn->forward(norm1->forward(x))));
-        return add(h, scaled(ls2, drop->forward(mlp->forward(norm2->forward(h)))));
+        AddLayerNorm h = add_then_norm(x, scaled(ls1, attn->forward(norm1->forward(x))), *norm2);
+        return add(h.sum, scaled(ls2, drop->forward(mlp->forward(h.norm))));
     }
-    Tensor h = norm1->forward(add(x, scaled(ls1, attn->forward(x))));
-    return norm2->forward(add(h, scaled(ls2, drop->forward(mlp->forward(h)))));
+    // Post-LN: the sums are used only through their norms.
+    Tensor h = add_then_norm(x, scaled(ls1, attn->forward(x)), *norm1).norm;
+    return add_then_norm(h, scaled(ls2, drop->forward(mlp->forward(h))), *norm2).norm;
 }
 
 // ---------------------------------------------------------------------------------------------

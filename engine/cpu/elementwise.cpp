@@ -1,7 +1,9 @@
 // engine/cpu/elementwise.cpp: OpenMP loops for pointwise ops.
 #include "engine/cpu/elementwise.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 #include "engine/ops/pointwise.h"
 
 namespace engine::cpu {
@@ -83,6 +85,63 @@ INSTANTIATE(Neg) INSTANTIATE(Exp) INSTANTIATE(Log) INSTANTIATE(Sqrt) INSTANTIATE
 INSTANTIATE(Tanh) INSTANTIATE(Sigmoid) INSTANTIATE(Relu) INSTANTIATE(Relu2) INSTANTIATE(Gelu)
 INSTANTIATE(GeluTanh) INSTANTIATE(Silu)
 #undef INSTANTIATE
+
+// ---------------------------------------------------------------------------------------------
+// bias + GELU over [rows, n]. Here (not in nn.cpp) so that the GELU's exp/erf get this file's
+// -fno-trapping-math and vectorize as the unary gelu's do.
+
+template <typename F>
+static void bias_gelu_forward_loop(const float* x, const float* bias, float* y, int64_t rows, int64_t n) {
+    #pragma omp parallel for if (rows * n > kParallelMin)
+    for (int64_t r = 0; r < rows; r++) {
+        const float* xr = x + r * n;
+        float* yr = y + r * n;
+        #pragma omp simd
+        for (int64_t j = 0; j < n; j++) yr[j] = F::f(xr[j] + bias[j]);
+    }
+}
+
+// dbias is summed per chunk of rows while the chunk's dx rows are still in cache (no second pass
+// over dx), in double as sum_dim does, then over the chunks in order. The chunk count depends on
+// `rows` only (as layer_norm_backward's), so the bits do not depend on the number of threads.
+constexpr int64_t kBiasChunks = 64;
+
+template <typename F>
+static void bias_gelu_backward_loop(const float* x, const float* bias, const float* dy, float* dx, float* dbias,
+                                    int64_t rows, int64_t n) {
+    int64_t chunks = std::min(rows, kBiasChunks);
+    std::vector<double> partial(dbias ? chunks * n : 0, 0.0);  // [chunks, n]
+    #pragma omp parallel for schedule(static) if (rows * n > kParallelMin)
+    for (int64_t c = 0; c < chunks; c++) {
+        double* acc = dbias ? partial.data() + c * n : nullptr;
+        for (int64_t r = c * rows / chunks; r < (c + 1) * rows / chunks; r++) {
+            const float *xr = x + r * n, *gr = dy + r * n;
+            float* dr = dx + r * n;
+            #pragma omp simd
+            for (int64_t j = 0; j < n; j++) dr[j] = gr[j] * F::df(xr[j] + bias[j], 0.f);  // df ignores y
+            if (!acc) continue;
+            #pragma omp simd
+            for (int64_t j = 0; j < n; j++) acc[j] += dr[j];
+        }
+    }
+    if (!dbias) return;
+    for (int64_t j = 0; j < n; j++) {
+        double s = 0.0;
+        for (int64_t c = 0; c < chunks; c++) s += partial[c * n + j];
+        dbias[j] = (float)s;
+    }
+}
+
+void bias_gelu_forward(const float* x, const float* bias, float* y, int64_t rows, int64_t n, bool approximate) {
+    if (approximate) bias_gelu_forward_loop<pointwise::GeluTanh>(x, bias, y, rows, n);
+    else bias_gelu_forward_loop<pointwise::Gelu>(x, bias, y, rows, n);
+}
+
+void bias_gelu_backward(const float* x, const float* bias, const float* dy, float* dx, float* dbias, int64_t rows,
+                        int64_t n, bool approximate) {
+    if (approximate) bias_gelu_backward_loop<pointwise::GeluTanh>(x, bias, dy, dx, dbias, rows, n);
+    else bias_gelu_backward_loop<pointwise::Gelu>(x, bias, dy, dx, dbias, rows, n);
+}
 
 void pow_forward(const float* x, float p, float* y, int64_t n) {
     #pragma omp parallel for if (n > kParallelMin)

@@ -18,6 +18,14 @@ void binary_scalar(BinaryOp op, const float* a, float s, float* out, int64_t n);
 template <typename F> void unary_forward(const float* x, float* y, int64_t n);
 template <typename F> void unary_backward(const float* x, const float* y, const float* dy, float* dx, int64_t n);
 
+// Fused bias + GELU over x viewed as [rows, n], bias [n] (approximate: the tanh form, GeluTanh of
+// engine/ops/pointwise.h; else the exact Gelu): y = gelu(x + bias).
+void bias_gelu_forward(const float* x, const float* bias, float* y, int64_t rows, int64_t n, bool approximate);
+// dx = dy·gelu'(x + bias) (dx always written) and dbias = Σ_rows dx (written, not accumulated; null
+// when not wanted), x + bias recomputed. The sum's order depends on the sizes only.
+void bias_gelu_backward(const float* x, const float* bias, const float* dy, float* dx, float* dbias, int64_t rows,
+                        int64_t n, bool approximate);
+
 void pow_forward(const float* x, float p, float* y, int64_t n);
 void pow_backward(const float* x, float p, const float* dy, float* dx, int64_t n);
 

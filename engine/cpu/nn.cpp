@@ -75,26 +75,43 @@ void log_softmax_backward(const float* y, const float* dy, float* dx, int64_t ro
 // ---------------------------------------------------------------------------------------------
 // layer_norm
 
+// One row of n: y, mean and rstd. Two passes (mean, then squared deviations): no cancellation as
+// in E[x²] − E[x]².
+static inline void layer_norm_row(const float* xr, const float* weight, const float* bias, float* yr, float* mean,
+                                  float* rstd, int64_t n, float eps) {
+    float sum = 0.f;
+    for (int64_t j = 0; j < n; j++) sum += xr[j];
+    float mu = sum / (float)n, var = 0.f;
+    for (int64_t j = 0; j < n; j++) var += (xr[j] - mu) * (xr[j] - mu);
+    float rs = 1.f / std::sqrt(var / (float)n + eps);
+    for (int64_t j = 0; j < n; j++) {
+        float v = (xr[j] - mu) * rs;
+        if (weight) v *= weight[j];
+        if (bias) v += bias[j];
+        yr[j] = v;
+    }
+    *mean = mu;
+    *rstd = rs;
+}
+
 void layer_norm_forward(const float* x, const float* weight, const float* bias, float* y, float* mean,
                         float* rstd, int64_t rows, int64_t n, float eps) {
     #pragma omp parallel for if (rows * n > kParallelMin)
+    for (int64_t r = 0; r < rows; r++)
+        layer_norm_row(x + r * n, weight, bias, y + r * n, mean + r, rstd + r, n, eps);
+}
+
+// The row's sum s = x + residual is written and then normalized while it is still in cache: the
+// same arithmetic in the same order as add followed by layer_norm, so the same bits.
+void add_layer_norm_forward(const float* x, const float* residual, const float* weight, const float* bias,
+                            float* sum, float* y, float* mean, float* rstd, int64_t rows, int64_t n, float eps) {
+    #pragma omp parallel for if (rows * n > kParallelMin)
     for (int64_t r = 0; r < rows; r++) {
-        const float* xr = x + r * n;
-        float* yr = y + r * n;
-        // Two passes (mean, then squared deviations): no cancellation as in E[x²] − E[x]².
-        float sum = 0.f;
-        for (int64_t j = 0; j < n; j++) sum += xr[j];
-        float mu = sum / (float)n, var = 0.f;
-        for (int64_t j = 0; j < n; j++) var += (xr[j] - mu) * (xr[j] - mu);
-        float rs = 1.f / std::sqrt(var / (float)n + eps);
-        for (int64_t j = 0; j < n; j++) {
-            float v = (xr[j] - mu) * rs;
-            if (weight) v *= weight[j];
-            if (bias) v += bias[j];
-            yr[j] = v;
-        }
-        mean[r] = mu;
-        rstd[r] = rs;
+        const float *xr = x + r * n, *rr = residual + r * n;
+        float* sr = sum + r * n;
+        #pragma omp simd
+        for (int64_t j = 0; j < n; j++) sr[j] = xr[j] + rr[j];
+        layer_norm_row(sr, weight, bias, y + r * n, mean + r, rstd + r, n, eps);
     }
 }
 

@@ -21,6 +21,10 @@ void log_softmax_backward(const float* y, const float* dy, float* dx, int64_t ro
 // bias may be null (then 1 and 0). mean and rstd [rows] are written for the backward.
 void layer_norm_forward(const float* x, const float* weight, const float* bias, float* y, float* mean,
                         float* rstd, int64_t rows, int64_t n, float eps);
+// sum = x + residual and y = layer_norm(sum) (as layer_norm_forward) in one pass over the rows: the
+// Pre-LN residual add fused with the LayerNorm after it. Its backward is layer_norm_backward on sum.
+void add_layer_norm_forward(const float* x, const float* residual, const float* weight, const float* bias,
+                            float* sum, float* y, float* mean, float* rstd, int64_t rows, int64_t n, float eps);
 // dx, and dweight/dbias [n] (each written, not accumulated; null when not wanted) in one pass.
 void layer_norm_backward(const float* x, const float* weight, const float* mean, const float* rstd,
                          const float* dy, float* dx, float* dweight, float* dbias, int64_t rows, int64_t n);

@@ -3,6 +3,7 @@
 // the math of each unary op is the functor of engine/ops/pointwise.h, shared with the CPU loops.
 #include "engine/cuda/elementwise.h"
 #include "engine/cuda/kernel.h"
+#include "engine/cuda/reduce.h"
 #include "engine/ops/pointwise.h"
 
 // Fully unrolled loops over the (at most kMaxDims) dims index the kernel's parameter arrays with
@@ -180,6 +181,60 @@ INSTANTIATE(Neg) INSTANTIATE(Exp) INSTANTIATE(Log) INSTANTIATE(Sqrt) INSTANTIATE
 INSTANTIATE(Tanh) INSTANTIATE(Sigmoid) INSTANTIATE(Relu) INSTANTIATE(Relu2) INSTANTIATE(Gelu)
 INSTANTIATE(GeluTanh) INSTANTIATE(Silu)
 #undef INSTANTIATE
+
+// ---------------------------------------------------------------------------------------------
+// bias + GELU over [rows, n]. Block (32, 8): the 32 threads of a warp take 32 consecutive columns
+// of a row (coalesced), the 8 warps and then the grid's y dim stride the rows; each thread keeps
+// its column's bias in a register, so there is no index division (a flat loop would need i % n).
+
+constexpr int kBiasTile = 32, kBiasRows = 8;
+
+static dim3 bias_grid(int64_t rows, int64_t n) {
+    int64_t tiles = (n + kBiasTile - 1) / kBiasTile, slices = (rows + kBiasRows - 1) / kBiasRows;
+    return dim3((unsigned)tiles, (unsigned)(slices < 65535 ? slices : 65535));  // 65535: grid y's limit
+}
+
+template <typename F>
+__global__ void bias_gelu_forward_kernel(const float* x, const float* bias, float* y, int64_t rows, int64_t n) {
+    int64_t j = (int64_t)blockIdx.x * kBiasTile + threadIdx.x;
+    if (j >= n) return;
+    float b = bias[j];
+    for (int64_t r = (int64_t)blockIdx.y * kBiasRows + threadIdx.y; r < rows; r += (int64_t)gridDim.y * kBiasRows)
+        y[r * n + j] = F::f(x[r * n + j] + b);
+}
+
+template <typename F>
+__global__ void bias_gelu_backward_kernel(const float* x, const float* bias, const float* dy, float* dx, int64_t rows,
+                                          int64_t n) {
+    int64_t j = (int64_t)blockIdx.x * kBiasTile + threadIdx.x;
+    if (j >= n) return;
+    float b = bias[j];
+    for (int64_t r = (int64_t)blockIdx.y * kBiasRows + threadIdx.y; r < rows; r += (int64_t)gridDim.y * kBiasRows)
+        dx[r * n + j] = dy[r * n + j] * F::df(x[r * n + j] + b, 0.f);  // GELU's df ignores y
+}
+
+void bias_gelu_forward(const float* x, const float* bias, float* y, int64_t rows, int64_t n, bool approximate) {
+    if (rows == 0 || n == 0) return;
+    dim3 grid = bias_grid(rows, n), block(kBiasTile, kBiasRows);
+    if (approximate) KERNEL_LAUNCH(bias_gelu_forward_kernel<pointwise::GeluTanh>, grid, block, 0, x, bias, y, rows, n);
+    else KERNEL_LAUNCH(bias_gelu_forward_kernel<pointwise::Gelu>, grid, block, 0, x, bias, y, rows, n);
+}
+
+// dbias: the column sums of dx by reduce.cu's sum_dim (its [outer, n, inner] = [1, rows, n] layout
+// is the 32-column kernel, chunked along the rows when there are few columns), a second read of dx
+// in exchange for its fixed, shape-only summation tree.
+void bias_gelu_backward(const float* x, const float* bias, const float* dy, float* dx, float* dbias, int64_t rows,
+                        int64_t n, bool approximate) {
+    if (n == 0) return;
+    if (rows > 0) {
+        dim3 grid = bias_grid(rows, n), block(kBiasTile, kBiasRows);
+        if (approximate)
+            KERNEL_LAUNCH(bias_gelu_backward_kernel<pointwise::GeluTanh>, grid, block, 0, x, bias, dy, dx, rows, n);
+        else
+            KERNEL_LAUNCH(bias_gelu_backward_kernel<pointwise::Gelu>, grid, block, 0, x, bias, dy, dx, rows, n);
+    }
+    if (dbias) sum_dim(dx, dbias, 1, rows, n);  // rows == 0: zeros
+}
 
 // ---------------------------------------------------------------------------------------------
 // pow with a float exponent, and gradient accumulation.

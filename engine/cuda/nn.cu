@@ -196,7 +196,29 @@ __global__ void log_softmax_backward_kernel(const float* y, const float* dy, flo
 // ---------------------------------------------------------------------------------------------
 // layer_norm
 
-// Two passes over the row (mean, then squared deviations) as the CPU: no E[x²] − E[x]² cancellation.
+// Row r of the group's LayerNorm, given the thread's partial sum s of its elements of xr: two passes
+// over the row (mean, then squared deviations) as the CPU: no E[x²] − E[x]² cancellation. Each
+// thread reads only the elements it summed (and, in add_layer_norm, wrote): no barrier needed.
+template <bool kBlock>
+__device__ __forceinline__ void layer_norm_row(const float* xr, float s, const float* weight, const float* bias,
+                                               float* yr, float* mean, float* rstd, int64_t r, int64_t n, float eps,
+                                               RowGroup g, float* scratch) {
+    float mu = group_sum<kBlock>(s, scratch) / (float)n;
+    float var = 0.f;
+    for (int64_t j = g.tid; j < n; j += g.width) var += (xr[j] - mu) * (xr[j] - mu);
+    float rs = 1.f / sqrtf(group_sum<kBlock>(var, scratch) / (float)n + eps);
+    for (int64_t j = g.tid; j < n; j += g.width) {
+        float v = (xr[j] - mu) * rs;
+        if (weight) v *= weight[j];
+        if (bias) v += bias[j];
+        yr[j] = v;
+    }
+    if (g.tid == 0) {
+        mean[r] = mu;
+        rstd[r] = rs;
+    }
+}
+
 template <bool kBlock>
 __global__ void layer_norm_forward_kernel(const float* x, const float* weight, const float* bias, float* y,
                                           float* mean, float* rstd, int64_t rows, int64_t n, float eps) {
@@ -204,23 +226,30 @@ __global__ void layer_norm_forward_kernel(const float* x, const float* weight, c
     RowGroup g = row_group<kBlock>();
     for (int64_t r = g.first; r < rows; r += g.stride) {
         const float* xr = x + r * n;
-        float* yr = y + r * n;
         float s = 0.f;
         for (int64_t j = g.tid; j < n; j += g.width) s += xr[j];
-        float mu = group_sum<kBlock>(s, scratch) / (float)n;
-        float var = 0.f;
-        for (int64_t j = g.tid; j < n; j += g.width) var += (xr[j] - mu) * (xr[j] - mu);
-        float rs = 1.f / sqrtf(group_sum<kBlock>(var, scratch) / (float)n + eps);
+        layer_norm_row<kBlock>(xr, s, weight, bias, y + r * n, mean, rstd, r, n, eps, g, scratch);
+    }
+}
+
+// add_layer_norm: the first pass writes sum = x + residual and adds it up; the row's other passes
+// read sum back (the thread's own writes, from cache) instead of a separate add kernel's output.
+template <bool kBlock>
+__global__ void add_layer_norm_forward_kernel(const float* x, const float* residual, const float* weight,
+                                              const float* bias, float* sum, float* y, float* mean, float* rstd,
+                                              int64_t rows, int64_t n, float eps) {
+    SHARED_ARRAY(float, scratch, kRowThreads / kWarp);
+    RowGroup g = row_group<kBlock>();
+    for (int64_t r = g.first; r < rows; r += g.stride) {
+        const float *xr = x + r * n, *rr = residual + r * n;
+        float* sr = sum + r * n;
+        float s = 0.f;
         for (int64_t j = g.tid; j < n; j += g.width) {
-            float v = (xr[j] - mu) * rs;
-            if (weight) v *= weight[j];
-            if (bias) v += bias[j];
-            yr[j] = v;
+            float v = xr[j] + rr[j];
+            sr[j] = v;
+            s += v;
         }
-        if (g.tid == 0) {
-            mean[r] = mu;
-            rstd[r] = rs;
-        }
+        layer_norm_row<kBlock>(sr, s, weight, bias, y + r * n, mean, rstd, r, n, eps, g, scratch);
     }
 }
 
@@ -549,6 +578,17 @@ void layer_norm_forward(const float* x, const float* weight, const float* bias, 
         return;
     }
     ROWS_LAUNCH(layer_norm_forward_kernel, rows, n, x, weight, bias, y, mean, rstd, rows, n, eps);
+}
+
+void add_layer_norm_forward(const float* x, const float* residual, const float* weight, const float* bias,
+                            float* sum, float* y, float* mean, float* rstd, int64_t rows, int64_t n, float eps) {
+    if (rows == 0) return;
+    if (n == 0) {  // as layer_norm_forward
+        fill_f32(mean, NAN, rows);
+        fill_f32(rstd, NAN, rows);
+        return;
+    }
+    ROWS_LAUNCH(add_layer_norm_forward_kernel, rows, n, x, residual, weight, bias, sum, y, mean, rstd, rows, n, eps);
 }
 
 void layer_norm_backward(const float* x, const float* weight, const float* mean, const float* rstd,

@@ -29,6 +29,11 @@ Tensor relu2(const Tensor& x);         // squared ReLU: relu(x)^2 (Primer; FLASH
 Tensor gelu(const Tensor& x);          // x·Φ(x), the exact erf form
 Tensor gelu_tanh(const Tensor& x);     // 0.5x(1 + tanh(√(2/π)(x + 0.044715x³)))
 Tensor silu(const Tensor& x);          // x·sigmoid(x) (Swish)
+// gelu(x + bias) in one pass, bias [n] broadcast over the rows of x [..., n] (approximate: the
+// gelu_tanh form). The MLP's fc1 bias and GELU fused: one read of x and one write instead of the
+// bias pass, the GELU's read and write; the backward writes dx = dy·gelu'(x + bias) and sums
+// dbias = Σ_rows dx (on the CPU in the same pass).
+Tensor bias_gelu(const Tensor& x, const Tensor& bias, bool approximate = false);
 
 // Shape both inputs broadcast to; throws naming `op` and both shapes when incompatible.
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);

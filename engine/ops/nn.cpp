@@ -83,28 +83,29 @@ Tensor log_softmax(const Tensor& x) {
 // ---------------------------------------------------------------------------------------------
 // layer_norm: the forward saves per-row mean and rstd, so the backward need not recompute them.
 
-static void expect_norm_param(const Tensor& p, const char* what, const Tensor& x) {
+static void expect_norm_param(const char* op, const Tensor& p, const char* what, const Tensor& x) {
     if (!p.defined()) return;
-    expect_f32("layer_norm", p, what);
-    expect_same_device("layer_norm", x, p);
-    check(p.ndim() == 1 && p.size(0) == x.size(-1), "layer_norm: {} {} does not match the last dim of input {}",
-          what, p.shape().str(), x.shape().str());
+    expect_f32(op, p, what);
+    expect_same_device(op, x, p);
+    check(p.ndim() == 1 && p.size(0) == x.size(-1), "{}: {} {} does not match the last dim of input {}", op, what,
+          p.shape().str(), x.shape().str());
 }
 
-Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps) {
-    expect_f32("layer_norm", x);
-    Rows r = last_dim_rows("layer_norm", x);
-    expect_norm_param(weight, "weight", x);
-    expect_norm_param(bias, "bias", x);
-    check(eps >= 0.f, "layer_norm: eps must be >= 0, got {}", eps);
-    const Device dev = x.device();
-    Tensor y = x.new_empty(x.shape());
-    Tensor mean = x.new_empty({r.rows}), rstd = x.new_empty({r.rows});
-    const float* pw = weight.defined() ? weight.raw_f32() : nullptr;
-    const float* pb = bias.defined() ? bias.raw_f32() : nullptr;
-    ON_DEVICE(dev, layer_norm_forward)(x.raw_f32(), pw, pb, y.raw_f32(), mean.raw_f32(), rstd.raw_f32(), r.rows, r.n,
-                                       eps);
+static Rows expect_layer_norm_args(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                   float eps) {
+    expect_f32(op, x);
+    Rows r = last_dim_rows(op, x);
+    expect_norm_param(op, weight, "weight", x);
+    expect_norm_param(op, bias, "bias", x);
+    check(eps >= 0.f, "{}: eps must be >= 0, got {}", op, eps);
+    return r;
+}
 
+// y's node: the backward of y = layer_norm(x) from the saved mean and rstd (layer_norm's, and
+// add_layer_norm's with x = the sum).
+static Tensor attach_layer_norm(Tensor y, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                const Tensor& mean, const Tensor& rstd, Rows r) {
+    const Device dev = x.device();
     return attach(y, "layer_norm", {x, weight, bias}, [x, weight, bias, mean, rstd, r, dev](const Tensor& g) {
         Tensor dx, dw, db;
         if (x.requires_grad()) dx = x.new_empty(x.shape());
@@ -117,6 +118,44 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, flo
                                             db.defined() ? db.raw_f32() : nullptr, r.rows, r.n);
         return std::vector<Tensor>{dx, dw, db};
     });
+}
+
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps) {
+    Rows r = expect_layer_norm_args("layer_norm", x, weight, bias, eps);
+    Tensor y = x.new_empty(x.shape());
+    Tensor mean = x.new_empty({r.rows}), rstd = x.new_empty({r.rows});
+    const float* pw = weight.defined() ? weight.raw_f32() : nullptr;
+    const float* pb = bias.defined() ? bias.raw_f32() : nullptr;
+    ON_DEVICE(x.device(), layer_norm_forward)(x.raw_f32(), pw, pb, y.raw_f32(), mean.raw_f32(), rstd.raw_f32(),
+                                              r.rows, r.n, eps);
+    return attach_layer_norm(y, x, weight, bias, mean, rstd, r);
+}
+
+// add_layer_norm: one forward kernel writes sum and y; the graph it records is the unfused one,
+// sum = add(x, residual) and y = layer_norm(sum), so sum's gradient is what its later uses send
+// plus the LayerNorm's dx (the engine accumulates both into sum.grad), and sum's node passes it to
+// x and residual unchanged. The autograd has one output per node: a single node for both outputs
+// would need them stacked in one tensor (as lstm_cell's [2, B, H]), and the narrow views' backward
+// would then zero-fill and copy a [2, rows, n] gradient per use, more traffic than the add pass
+// the fusion saves. So the backward runs the same kernels as before; the forward reads x and
+// residual once and writes sum and y, instead of add's pass plus layer_norm's re-read of the sum.
+
+AddLayerNorm add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
+                            float eps) {
+    Rows r = expect_layer_norm_args("add_layer_norm", x, weight, bias, eps);
+    expect_f32("add_layer_norm", residual, "residual");
+    expect_same_device("add_layer_norm", x, residual);
+    check(x.shape() == residual.shape(), "add_layer_norm: x {} and residual {} must have the same shape",
+          x.shape().str(), residual.shape().str());
+    Tensor sum = x.new_empty(x.shape()), y = x.new_empty(x.shape());
+    Tensor mean = x.new_empty({r.rows}), rstd = x.new_empty({r.rows});
+    const float* pw = weight.defined() ? weight.raw_f32() : nullptr;
+    const float* pb = bias.defined() ? bias.raw_f32() : nullptr;
+    ON_DEVICE(x.device(), add_layer_norm_forward)(x.raw_f32(), residual.raw_f32(), pw, pb, sum.raw_f32(), y.raw_f32(),
+                                                  mean.raw_f32(), rstd.raw_f32(), r.rows, r.n, eps);
+    // The profiler charges the fused kernel to "add_layer_norm" (the first boundary after it).
+    sum = attach(sum, "add_layer_norm", {x, residual}, [](const Tensor& g) { return std::vector<Tensor>{g, g}; });
+    return {sum, attach_layer_norm(y, sum, weight, bias, mean, rstd, r)};
 }
 
 // ---------------------------------------------------------------------------------------------

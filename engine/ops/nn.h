@@ -14,6 +14,14 @@ Tensor log_softmax(const Tensor& x);
 // LayerNorm over the last dim: (x - mean)/sqrt(var + eps)·weight + bias, biased variance;
 // weight and bias [D] are optional (pass an undefined Tensor).
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps = 1e-5f);
+// The Pre-LN block's residual add and the LayerNorm after it in one pass: sum = x + residual (same
+// shapes) and norm = layer_norm(sum, weight, bias, eps). Both are differentiable: sum feeds the
+// next residual add, norm the next branch. Bitwise the same as add then layer_norm.
+struct AddLayerNorm {
+    Tensor sum, norm;
+};
+AddLayerNorm add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
+                            float eps = 1e-5f);
 // Inverted dropout: keep with probability 1-p and scale by 1/(1-p); returns x itself when
 // !training or p = 0, zeros when p = 1; 0 <= p <= 1. Element i is kept when value i of a
 // global_generator().uniform draw over numel(x) values is >= p, so the mask is a function of

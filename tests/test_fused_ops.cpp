@@ -1,0 +1,242 @@
+// tests/test_fused_ops.cpp: the two fused ops of the transformer block, bias_gelu
+// (engine/ops/elementwise.h) and add_layer_norm (engine/ops/nn.h), against the unfused ops they
+// replace (gelu(add(x, bias)); add then layer_norm), their gradients by finite differences, the
+// thread-count independence of dbias, argument errors, and the modules that use them: the MLP (its
+// fused path against the hook path, which is unfused) and the Pre-LN and Post-LN blocks (fused
+// against the path a hook on the norm takes).
+#include <catch2/catch.hpp>
+
+#include <omp.h>
+#include <cstring>
+#include <vector>
+#include "engine/error.h"
+#include "engine/ops.h"
+#include "engine/rng.h"
+#include "nn/transformer.h"
+#include "tests/helpers.h"
+
+using namespace engine;
+using test::gradcheck;
+using test::param;
+
+namespace {
+
+std::vector<uint32_t> bits_of(const Tensor& t) {
+    std::vector<float> v = t.to_vector();
+    std::vector<uint32_t> b(v.size());
+    std::memcpy(b.data(), v.data(), v.size() * sizeof(float));
+    return b;
+}
+
+Tensor weights_like(const Tensor& t, uint64_t seed) {
+    Tensor w = Tensor::empty(t.shape());
+    Generator(seed).uniform(w.data_f32(), w.numel(), -1.f, 1.f);
+    return w;
+}
+
+Tensor unfused_bias_gelu(const Tensor& x, const Tensor& b, bool approximate) {
+    return approximate ? gelu_tanh(add(x, b)) : gelu(add(x, b));
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// bias_gelu
+
+TEST_CASE("bias_gelu: gelu(x + bias), exact and tanh forms, the unfused gradients", "[elementwise][fused]") {
+    for (bool approximate : {false, true}) {
+        INFO("approximate " << approximate);
+        Tensor x = param({3, 5, 37}, 1, -4.f, 4.f), b = param({37}, 2, -1.f, 1.f);
+        Tensor x2 = x.detach().requires_grad_(true), b2 = b.detach().requires_grad_(true);
+        Tensor y = bias_gelu(x, b, approximate), want = unfused_bias_gelu(x2, b2, approximate);
+        // The same functors on the same float x + b, but not necessarily the same bits: which
+        // elements take the vectorized loop body and which the scalar remainder differs between
+        // [rows, 37] and one flat loop, and the two may contract a·b + c into an FMA differently.
+        CHECK(test::max_abs_diff(y, want) < 1e-6f);
+        Tensor w = weights_like(y, 3);
+        sum(mul(y, w)).backward();
+        sum(mul(want, w)).backward();
+        // dbias sums 15 rows, here in double, in the unfused sum_to in another order.
+        CHECK(test::max_abs_diff(x.grad(), x2.grad()) < 1e-6f);
+        CHECK(test::max_abs_diff(b.grad(), b2.grad()) < 1e-5f);
+    }
+}
+
+TEST_CASE("bias_gelu", "[elementwise][gradcheck]") {
+    gradcheck("bias_gelu", [](auto& in) { return bias_gelu(in[0], in[1]); },
+              {param({4, 6}, 4, -3.f, 3.f), param({6}, 5, -1.f, 1.f)});
+    gradcheck("bias_gelu_tanh", [](auto& in) { return bias_gelu(in[0], in[1], true); },
+              {param({2, 3, 5}, 6, -3.f, 3.f), param({5}, 7, -1.f, 1.f)});
+}
+
+TEST_CASE("bias_gelu: only one input needing a gradient, no rows", "[elementwise][fused]") {
+    Tensor g = weights_like(Tensor::empty({4, 6}), 15);
+    Tensor x = param({4, 6}, 8, -2.f, 2.f), b = param({6}, 9);
+    bias_gelu(x, b).backward(g);
+    Tensor x_only = x.detach().requires_grad_(true), b_only = b.detach().requires_grad_(true);
+    bias_gelu(x_only, b.detach()).backward(g);
+    bias_gelu(x.detach(), b_only).backward(g);
+    CHECK(bits_of(x_only.grad()) == bits_of(x.grad()));
+    CHECK(bits_of(b_only.grad()) == bits_of(b.grad()));
+    // No rows: an empty output, and a zero bias gradient.
+    Tensor e = param({0, 6}, 10), be = param({6}, 11);
+    Tensor y = bias_gelu(e, be);
+    CHECK(y.shape() == Shape({0, 6}));
+    sum(y).backward();
+    for (float v : be.grad().to_vector()) CHECK(v == 0.f);
+}
+
+TEST_CASE("bias_gelu: dbias does not depend on the thread count, and is the column sum of dx", "[elementwise][fused]") {
+    Tensor x = param({700, 96}, 12, -3.f, 3.f), b = param({96}, 13);  // several rows per chunk, parallel loops
+    Tensor g = weights_like(x, 14);
+    auto grads = [&](int threads) {
+        int prev = omp_get_max_threads();
+        omp_set_num_threads(threads);
+        x.zero_grad();
+        b.zero_grad();
+        bias_gelu(x, b).backward(g);
+        omp_set_num_threads(prev);
+        return std::vector<std::vector<uint32_t>>{bits_of(x.grad()), bits_of(b.grad())};
+    };
+    auto one = grads(1), two = grads(2), three = grads(3);
+    CHECK(one == two);
+    CHECK(one == three);
+    std::vector<float> dx = x.grad().to_vector(), db = b.grad().to_vector();
+    for (int64_t j = 0; j < 96; j += 19) {
+        double s = 0;
+        for (int64_t r = 0; r < 700; r++) s += dx[r * 96 + j];
+        CHECK(db[j] == Approx(s).margin(1e-5));
+    }
+}
+
+TEST_CASE("bias_gelu: argument errors", "[elementwise][fused]") {
+    Tensor x = Tensor::zeros({2, 3});
+    CHECK_THROWS_WITH(bias_gelu(x, Tensor::zeros({4})),
+                      Catch::Contains("bias_gelu: bias [4] does not match the last dim of input [2,3]"));
+    CHECK_THROWS_WITH(bias_gelu(x, Tensor::zeros({1, 3})), Catch::Contains("bias_gelu: bias [1,3]"));
+    CHECK_THROWS_WITH(bias_gelu(x, Tensor()), Catch::Contains("bias_gelu: bias is undefined"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// add_layer_norm
+
+TEST_CASE("add_layer_norm: the bits of add then layer_norm, forward and backward", "[nnops][fused]") {
+    for (int variant = 0; variant < 3; variant++) {  // affine, weight only, none
+        INFO("variant " << variant);
+        Tensor x = param({3, 4, 33}, 20, -2.f, 2.f), r = param({3, 4, 33}, 21, -2.f, 2.f);
+        Tensor w = variant < 2 ? param({33}, 22, 0.5f, 1.5f) : Tensor();
+        Tensor b = variant < 1 ? param({33}, 23) : Tensor();
+        auto copy = [](const Tensor& t) { return t.defined() ? t.detach().requires_grad_(true) : t; };
+        Tensor x2 = copy(x), r2 = copy(r), w2 = copy(w), b2 = copy(b);
+
+        AddLayerNorm got = add_layer_norm(x, r, w, b, 1e-5f);
+        Tensor sum2 = add(x2, r2), norm2 = layer_norm(sum2, w2, b2, 1e-5f);
+        CHECK(bits_of(got.sum) == bits_of(sum2));
+        CHECK(bits_of(got.norm) == bits_of(norm2));
+        // Both outputs used, as in a block: the next residual add takes the sum, a branch the norm.
+        Tensor ws = weights_like(got.sum, 24), wn = weights_like(got.norm, 25);
+        engine::sum(add(mul(got.sum, ws), mul(got.norm, wn))).backward();
+        engine::sum(add(mul(sum2, ws), mul(norm2, wn))).backward();
+        CHECK(bits_of(x.grad()) == bits_of(x2.grad()));
+        CHECK(bits_of(r.grad()) == bits_of(r2.grad()));
+        if (w.defined()) CHECK(bits_of(w.grad()) == bits_of(w2.grad()));
+        if (b.defined()) CHECK(bits_of(b.grad()) == bits_of(b2.grad()));
+    }
+}
+
+TEST_CASE("add_layer_norm", "[nnops][gradcheck]") {
+    // Both outputs at once: concat puts the sum and the norm in one tensor for the weighted loss.
+    auto both = [](auto& in) {
+        AddLayerNorm o = add_layer_norm(in[0], in[1], in[2], in[3]);
+        return concat({o.sum, o.norm}, 0);
+    };
+    gradcheck("add_layer_norm", both,
+              {param({3, 5}, 30, -2.f, 2.f), param({3, 5}, 31, -2.f, 2.f), param({5}, 32, 0.5f, 1.5f),
+               param({5}, 33)});
+    gradcheck("add_layer_norm_norm_only", [](auto& in) { return add_layer_norm(in[0], in[1], Tensor(), Tensor()).norm; },
+              {param({2, 3, 4}, 34, -2.f, 2.f), param({2, 3, 4}, 35, -2.f, 2.f)});
+}
+
+TEST_CASE("add_layer_norm: argument errors", "[nnops][fused]") {
+    Tensor x = Tensor::zeros({2, 3});
+    CHECK_THROWS_WITH(add_layer_norm(x, Tensor::zeros({1, 3}), Tensor(), Tensor()),
+                      Catch::Contains("add_layer_norm: x [2,3] and residual [1,3] must have the same shape"));
+    CHECK_THROWS_WITH(add_layer_norm(x, x, Tensor::ones({4}), Tensor()),
+                      Catch::Contains("add_layer_norm: weight [4] does not match the last dim of input [2,3]"));
+    CHECK_THROWS_WITH(add_layer_norm(x, x, Tensor(), Tensor(), -1.f), Catch::Contains("add_layer_norm: eps"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The modules: a hook on fc1 or on a norm takes the unfused path, which must compute the same.
+
+namespace {
+
+struct Run {
+    std::vector<uint32_t> out;
+    std::vector<std::vector<uint32_t>> grads;
+};
+
+Run run_model(nn::Module& model, const std::function<Tensor()>& forward) {
+    for (auto& p : model.parameters()) p.zero_grad();
+    Tensor out = forward();
+    engine::sum(mul(out, weights_like(out, 40))).backward();
+    Run r{bits_of(out), {}};
+    for (auto& p : model.parameters()) r.grads.push_back(bits_of(p.grad()));
+    return r;
+}
+
+}  // namespace
+
+TEST_CASE("MLP: bias_gelu path against the hooked (unfused) path", "[nn][fused]") {
+    nn::MLP mlp(24, 96);
+    Tensor x = param({2, 5, 24}, 41).detach();
+    Run fused = run_model(mlp, [&] { return mlp.forward(x); });
+    int seen = 0;
+    mlp.fc1->forward_hook = [&](const nn::Module&, const Tensor& out) {
+        seen++;
+        CHECK(out.shape() == Shape({2, 5, 96}));  // the Linear's output, bias included
+    };
+    Run hooked = run_model(mlp, [&] { return mlp.forward(x); });
+    mlp.fc1->forward_hook = nullptr;
+    CHECK(seen == 1);
+    // Outputs and gradients agree to rounding (see the first bias_gelu test).
+    REQUIRE(fused.out.size() == hooked.out.size());
+    std::vector<float> fo(fused.out.size()), ho(fo.size());
+    std::memcpy(fo.data(), fused.out.data(), fo.size() * 4);
+    std::memcpy(ho.data(), hooked.out.data(), ho.size() * 4);
+    for (size_t k = 0; k < fo.size(); k++) CHECK(fo[k] == Approx(ho[k]).epsilon(1e-5).margin(1e-6));
+    REQUIRE(fused.grads.size() == hooked.grads.size());
+    auto named = mlp.named_parameters();
+    for (size_t i = 0; i < named.size(); i++) {
+        INFO(named[i].name);
+        std::vector<float> a(fused.grads[i].size()), b(a.size());
+        std::memcpy(a.data(), fused.grads[i].data(), a.size() * 4);
+        std::memcpy(b.data(), hooked.grads[i].data(), b.size() * 4);
+        for (size_t k = 0; k < a.size(); k++) CHECK(a[k] == Approx(b[k]).epsilon(1e-5).margin(1e-6));
+    }
+}
+
+TEST_CASE("TransformerBlock: add_layer_norm against the hooked (unfused) path, Pre-LN and Post-LN", "[nn][fused]") {
+    for (bool pre_norm : {true, false}) {
+        INFO("pre_norm " << pre_norm);
+        nn::BlockConfig c;
+        c.dim = 32;
+        c.heads = 2;
+        c.mlp_hidden = 64;
+        c.pre_norm = pre_norm;
+        c.layerscale = 0.5f;
+        nn::TransformerBlock block(c);
+        Tensor x = param({2, 6, 32}, 42).detach();
+        // An input_hook on fc1 keeps the MLP on one path in both runs: only the norms differ.
+        block.mlp->fc1->input_hook = [](const nn::Module&, const Tensor&) {};
+        Run fused = run_model(block, [&] { return block.forward(x); });
+        int seen = 0;
+        auto count = [&](const nn::Module&, const Tensor&) { seen++; };
+        block.norm1->forward_hook = count;
+        block.norm2->forward_hook = count;
+        Run hooked = run_model(block, [&] { return block.forward(x); });
+        CHECK(seen == 2);
+        CHECK(fused.out == hooked.out);
+        CHECK(fused.grads == hooked.grads);
+    }
+}
