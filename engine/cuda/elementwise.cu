@@ -188,10 +188,13 @@ INSTANTIATE(GeluTanh) INSTANTIATE(Silu)
 // its column's bias in a register, so there is no index division (a flat loop would need i % n).
 
 constexpr int kBiasTile = 32, kBiasRows = 8;
+// At most 4096 blocks along y (grid y's limit is 65535): with one 32-column tile that is already 1M
+// threads, several times what a GPU holds at once; longer inputs loop over their rows.
+constexpr int64_t kBiasMaxSlices = 4096;
 
 static dim3 bias_grid(int64_t rows, int64_t n) {
     int64_t tiles = (n + kBiasTile - 1) / kBiasTile, slices = (rows + kBiasRows - 1) / kBiasRows;
-    return dim3((unsigned)tiles, (unsigned)(slices < 65535 ? slices : 65535));  // 65535: grid y's limit
+    return dim3((unsigned)tiles, (unsigned)(slices < kBiasMaxSlices ? slices : kBiasMaxSlices));
 }
 
 template <typename F>

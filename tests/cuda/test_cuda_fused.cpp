@@ -1,0 +1,125 @@
+// tests/cuda/test_cuda_fused.cpp: the fused bias_gelu and add_layer_norm on the device against the
+// CPU (check_parity), forward and backward: bias_gelu exact and tanh, widths that leave the last
+// 32-column tile partial, one column, enough rows for sum_dim's chunked column sums (the dbias)
+// and for the kernels' loop over the rows beyond one pass of the grid, a gradient for the bias
+// only; add_layer_norm with and without weight/bias, warp- and
+// block-per-row lengths, both outputs used; on the device, both fused ops give the bits of the
+// unfused ops they replace (the same device functions), and dbias is bitwise repeatable.
+//
+// Tolerances: bias_gelu as the unary ops (atol 1e-6, rtol 1e-5: a GPU's erff/expf/tanhf against
+// the CPU's vectorizable forms), its backward atol 1e-5, rtol 1e-4 (dbias sums up to 5000 rows in
+// another order); add_layer_norm as layer_norm (forward atol 1e-5, rtol 1e-4; backward atol 1e-4,
+// rtol 1e-3).
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include "engine/autograd.h"
+#include "tests/cuda/parity.h"
+
+using engine::Device;
+using engine::Shape;
+using engine::Tensor;
+using test::check_parity;
+using test::randn;
+
+namespace {
+
+const test::Tol kPointwise{1e-6f, 1e-5f}, kBiasBwd{1e-5f, 1e-4f};
+const test::Tol kLnFwd{1e-5f, 1e-4f}, kLnBwd{1e-4f, 1e-3f};
+
+std::vector<uint32_t> bits_of(const Tensor& t) {
+    std::vector<float> v = t.to_vector();
+    std::vector<uint32_t> b(v.size());
+    std::memcpy(b.data(), v.data(), v.size() * sizeof(float));
+    return b;
+}
+
+Tensor scaled(const Shape& s, float scale, uint64_t seed, bool grad = true) {
+    Tensor t = engine::mul(randn(s, false, seed), scale).detach();
+    if (grad) t.requires_grad_(true);
+    return t;
+}
+
+}  // namespace
+
+TEST_CASE("cuda bias_gelu: exact and tanh, n = 1, 37, 96, 3-d input, dbias over many rows", "[cuda]") {
+    for (bool approximate : {false, true})
+        for (Shape s : {Shape{5, 1}, Shape{7, 37}, Shape{2, 9, 96}, Shape{5000, 40}}) {
+            INFO("approximate " << approximate << " shape " << s.str());
+            int64_t n = s[s.ndim - 1];
+            Tensor x = scaled(s, 2.f, 3), b = randn({n}, true, 4);
+            check_parity("bias_gelu", [approximate](auto& in) { return engine::bias_gelu(in[0], in[1], approximate); },
+                         {x, b}, kPointwise, kBiasBwd);
+        }
+}
+
+TEST_CASE("cuda bias_gelu: a gradient for the bias only, and for x only", "[cuda]") {
+    auto f = [](auto& in) { return engine::bias_gelu(in[0], in[1]); };
+    check_parity("bias_gelu bias only", f, {scaled({33, 70}, 2.f, 5, false), randn({70}, true, 6)}, kPointwise,
+                 kBiasBwd);
+    check_parity("bias_gelu x only", f, {scaled({33, 70}, 2.f, 5), randn({70}, false, 6)}, kPointwise, kBiasBwd);
+}
+
+TEST_CASE("cuda bias_gelu: the unfused ops on the device; dbias bitwise repeatable", "[cuda]") {
+    Tensor x = test::to_cuda(scaled({300, 64}, 2.f, 7)), b = test::to_cuda(randn({64}, true, 8));
+    Tensor x2 = test::to_cuda(scaled({300, 64}, 2.f, 7)), b2 = test::to_cuda(randn({64}, true, 8));
+    Tensor g = test::to_cuda(randn({300, 64}, false, 9));
+    Tensor y = engine::bias_gelu(x, b), want = engine::gelu(engine::add(x2, b2));
+    // The same functors on the same x + b (a compiler may still contract them differently in the
+    // two kernels: within rounding, not necessarily the same bits).
+    test::require_close("forward", want, y, kPointwise);
+    y.backward(g);
+    want.backward(g);
+    test::require_close("dx", x2.grad(), x.grad(), kPointwise);
+    test::require_close("dbias", b2.grad(), b.grad(), kBiasBwd);
+    std::vector<uint32_t> first = bits_of(b.grad());
+    b.zero_grad();
+    engine::bias_gelu(x, b).backward(g);
+    CHECK(bits_of(b.grad()) == first);
+}
+
+TEST_CASE("cuda add_layer_norm: with and without weight/bias, n = 1, 33, 1025, both outputs", "[cuda]") {
+    auto both = [](auto& in) {
+        engine::AddLayerNorm o = engine::add_layer_norm(in[0], in[1], in[2], in[3]);
+        return engine::concat({o.sum, o.norm}, 0);
+    };
+    for (Shape s : {Shape{5, 1}, Shape{2, 3, 33}, Shape{130, 33}, Shape{3, 1025}}) {
+        int64_t n = s[s.ndim - 1];
+        for (int variant = 0; variant < 4; variant++) {
+            bool with_w = variant & 1, with_b = variant & 2;
+            INFO("shape " << s.str() << " weight " << with_w << " bias " << with_b);
+            Tensor x = scaled(s, 2.f, 10), r = scaled(s, 1.f, 11);
+            Tensor w = with_w ? test::rand_uniform({n}, 0.5f, 1.5f) : Tensor();
+            Tensor b = with_b ? randn({n}, true, 12) : Tensor();
+            check_parity("add_layer_norm", both, {x, r, w, b}, kLnFwd, kLnBwd);
+        }
+    }
+}
+
+TEST_CASE("cuda add_layer_norm: the bits of add then layer_norm on the device", "[cuda]") {
+    for (Shape s : {Shape{40, 96}, Shape{3, 1030}}) {  // warp and block per row
+        INFO("shape " << s.str());
+        int64_t n = s[s.ndim - 1];
+        Tensor x = test::to_cuda(scaled(s, 2.f, 13)), r = test::to_cuda(scaled(s, 1.f, 14));
+        Tensor w = test::to_cuda(test::rand_uniform({n}, 0.5f, 1.5f)), b = test::to_cuda(randn({n}, true, 15));
+        engine::AddLayerNorm got = engine::add_layer_norm(x, r, w, b);
+        Tensor sum = engine::add(x, r);
+        CHECK(bits_of(got.sum) == bits_of(sum));
+        CHECK(bits_of(got.norm) == bits_of(engine::layer_norm(sum, w, b)));
+    }
+}
+
+TEST_CASE("cuda fused ops: mixed devices are refused", "[cuda]") {
+    Tensor x = test::to_cuda(randn({2, 3}, false)), cpu = randn({3}, false);
+    CHECK_THROWS_WITH(engine::bias_gelu(x, cpu), Catch::Contains("bias_gelu"));
+    CHECK_THROWS_WITH(engine::add_layer_norm(x, randn({2, 3}, false), Tensor(), Tensor()),
+                      Catch::Contains("add_layer_norm"));
+}
+
+TEST_CASE("cuda bias_gelu: more rows than one pass of the grid covers (4096 x 8)", "[cuda]") {
+    // The grid's y dim is capped at 4096 blocks of 8 rows; the rows beyond are the loop's (fresh
+    // device memory is NaN in the emulator, so a row the loop missed shows).
+    Tensor x = scaled({4096 * 8 * 2 + 77, 2}, 2.f, 16), b = randn({2}, true, 17);
+    check_parity("bias_gelu many rows", [](auto& in) { return engine::bias_gelu(in[0], in[1]); }, {x, b}, kPointwise,
+                 {1e-4f, 1e-4f});
+}
