@@ -125,11 +125,10 @@ static void bias_gelu_backward_loop(const float* x, const float* bias, const flo
         }
     }
     if (!dbias) return;
-    for (int64_t j = 0; j < n; j++) {
-        double s = 0.0;
-        for (int64_t c = 0; c < chunks; c++) s += partial[c * n + j];
-        dbias[j] = (float)s;
-    }
+    // Chunk by chunk into chunk 0's row (contiguous, vectorizable; each column in chunk order).
+    for (int64_t c = 1; c < chunks; c++)
+        for (int64_t j = 0; j < n; j++) partial[j] += partial[c * n + j];
+    for (int64_t j = 0; j < n; j++) dbias[j] = chunks > 0 ? (float)partial[j] : 0.f;
 }
 
 void bias_gelu_forward(const float* x, const float* bias, float* y, int64_t rows, int64_t n, bool approximate) {
