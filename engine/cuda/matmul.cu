@@ -8,9 +8,19 @@
 //
 // One cuBLAS handle for the process, created on first use, bound to the backend's stream (so
 // GEMMs are ordered with the kernels), never destroyed (its destruction at exit could run after the
-// CUDA runtime has torn down). Its math mode follows engine::cuda::tf32(): TF32 tensor-op math or
-// full fp32, re-applied whenever the flag changed since the last GEMM.
+// CUDA runtime has torn down). Its math mode follows gemm_precision(): TF32 tensor-op math for
+// tf32, cuBLAS's default otherwise, re-applied whenever the flag changed since the last GEMM.
+//
+// bf16 (autocast style: only the GEMMs change): each GEMM rounds its two fp32 inputs into bf16
+// scratch (round_bf16_kernel, round to nearest even, the rounding PyTorch's autocast applies too)
+// and calls the GemmEx form with bf16 A and B, fp32 C and CUBLAS_COMPUTE_32F, so products are
+// accumulated in fp32 and the output is fp32 like every other tensor. The scratch comes from the
+// stream-ordered pool and is freed right after the call is queued: the pool hands it out again
+// only to work queued later on the same stream. The conversion costs a read of 4 and a write of 2
+// bytes per input element; a GEMM reads its inputs many times, so the tensor cores win that back
+// for the large GEMMs bf16 is for.
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 
 #include <climits>
 #include <mutex>
@@ -45,7 +55,7 @@ std::mutex g_mu;  // one handle: GEMMs from several host threads take turns
 cublasHandle_t g_handle = nullptr;
 int g_applied_tf32 = -1;  // math mode last set on the handle (-1: none yet)
 
-// The handle, created on first use, with the math mode of the current tf32() flag. Call with g_mu held.
+// The handle, created on first use, with the math mode of the current precision. Call with g_mu held.
 cublasHandle_t handle(const std::string& where) {
     if (!g_handle) {
         cublasHandle_t h = nullptr;
@@ -53,7 +63,8 @@ cublasHandle_t handle(const std::string& where) {
         check_cublas(cublasSetStream(h, stream()), "cublasSetStream", where);
         g_handle = h;
     }
-    int want = tf32() ? 1 : 0;
+    // bf16 GEMMs name their compute type themselves; the math mode matters only to cublasSgemm.
+    int want = gemm_precision() == GemmPrecision::tf32 ? 1 : 0;
     if (want != g_applied_tf32) {
         check_cublas(cublasSetMathMode(g_handle, want ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
                      "cublasSetMathMode", where);
@@ -64,7 +75,40 @@ cublasHandle_t handle(const std::string& where) {
 
 int ld(int64_t v) { return (int)(v > 1 ? v : 1); }  // cuBLAS wants leading dimensions >= 1 even for empty operands
 
+__global__ void round_bf16_kernel(const float* in, __nv_bfloat16* out, int64_t n) {
+    GRID_STRIDE_LOOP(i, n) out[i] = __float2bfloat16(in[i]);  // round to nearest even
+}
+
+// An operand rounded to bf16 in scratch device memory, same layout; `n` elements from `src`
+// (n <= 0: nothing, a null pointer, as for an empty operand). Freed (stream-ordered) on destruction.
+struct Bf16Copy {
+    __nv_bfloat16* p = nullptr;
+    Bf16Copy(const float* src, int64_t n) {
+        if (n <= 0) return;
+        p = static_cast<__nv_bfloat16*>(alloc((size_t)n * sizeof(__nv_bfloat16)));
+        KERNEL_LAUNCH(round_bf16_kernel, blocks_for(n), kBlockSize, 0, src, p, n);
+    }
+    ~Bf16Copy() {
+        if (p) engine::cuda::free(p);
+    }
+    Bf16Copy(const Bf16Copy&) = delete;
+    Bf16Copy& operator=(const Bf16Copy&) = delete;
+};
+
+// Elements a batched operand spans: `batch` matrices of rows×cols elements, `stride` apart (0: one
+// shared matrix). Empty or negative sizes give 0: nothing to convert (cuBLAS refuses negatives).
+int64_t span(int64_t batch, int64_t rows, int64_t cols, int64_t stride) {
+    if (batch <= 0 || rows <= 0 || cols <= 0) return 0;
+    return stride * (batch - 1) + rows * cols;
+}
+
 }  // namespace
+
+bool bf16_supported() {
+    cudaDeviceProp p;
+    check_cuda(cudaGetDeviceProperties(&p, 0), "cudaGetDeviceProperties");
+    return p.major >= 8;
+}
 
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, const float* B, float beta,
           float* C) {
@@ -82,6 +126,15 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const 
     profile::note_flops(2.0 * (double)M * (double)N * (double)K);
     std::lock_guard<std::mutex> lock(g_mu);
     cublasHandle_t h = handle(at());
+    if (gemm_precision() == GemmPrecision::bf16) {
+        Bf16Copy a(A, span(1, M, K, 0)), b(B, span(1, K, N, 0));
+        cublasStatus_t st = cublasGemmEx(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N,
+                                         (int)M, (int)K, &alpha, b.p, CUDA_R_16BF, ld(tb ? K : N), a.p, CUDA_R_16BF,
+                                         ld(ta ? M : K), &beta, C, CUDA_R_32F, ld(N), CUBLAS_COMPUTE_32F,
+                                         CUBLAS_GEMM_DEFAULT);
+        if (st != CUBLAS_STATUS_SUCCESS) check_cublas(st, "cublasGemmEx", at());
+        return;
+    }
     // Negative sizes reach cuBLAS, which refuses them with CUBLAS_STATUS_INVALID_VALUE.
     cublasStatus_t st = cublasSgemm(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N, (int)M,
                                     (int)K, &alpha, B, ld(tb ? K : N), A, ld(ta ? M : K), &beta, C, ld(N));
@@ -106,6 +159,16 @@ void gemm_batched(bool ta, bool tb, int64_t batch, int64_t M, int64_t N, int64_t
     const float alpha = 1.f, beta = 0.f;
     std::lock_guard<std::mutex> lock(g_mu);
     cublasHandle_t h = handle(at());
+    if (gemm_precision() == GemmPrecision::bf16) {
+        // The bf16 copies keep the layout, so the same strides (in elements) address them.
+        Bf16Copy a(A, span(batch, M, K, stride_a)), b(B, span(batch, K, N, stride_b));
+        cublasStatus_t st = cublasGemmStridedBatchedEx(
+            h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N, (int)M, (int)K, &alpha, b.p,
+            CUDA_R_16BF, ld(tb ? K : N), (long long)stride_b, a.p, CUDA_R_16BF, ld(ta ? M : K), (long long)stride_a,
+            &beta, C, CUDA_R_32F, ld(N), (long long)stride_c, (int)batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        if (st != CUBLAS_STATUS_SUCCESS) check_cublas(st, "cublasGemmStridedBatchedEx", at());
+        return;
+    }
     // Strides are long long in cuBLAS: a stride of 0 reuses that operand for every batch entry.
     cublasStatus_t st = cublasSgemmStridedBatched(
         h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N, (int)M, (int)K, &alpha, B,

@@ -3,7 +3,7 @@
 // each call passes B as cuBLAS's first operand and A as its second, with the same transpose flags.
 //
 // Implemented in engine/cuda/matmul.cu: one cuBLAS handle (created on first use, on the backend's
-// stream), TF32 tensor-op math while engine::cuda::tf32() is set (re-applied when it changes).
+// stream), and the precision of gemm_precision() (below) at the time of each call.
 // Errors throw engine::Error naming the function, M, N, K (batch) and the transposes: a cuBLAS
 // status other than success (with cublasGetStatusName/String), or a size beyond INT_MAX (cuBLAS
 // takes int sizes), refused before any call. M = 0 or N = 0 (or batch = 0) does nothing.
@@ -12,11 +12,30 @@
 
 namespace engine::cuda {
 
+// The precision of every cuBLAS GEMM, process-wide (the apps' --precision; default fp32):
+//   fp32  cublasSgemm in full fp32;
+//   tf32  cublasSgemm with TF32 tensor-op math (the inputs rounded to a 10-bit mantissa by cuBLAS);
+//   bf16  both inputs rounded to bf16 (round to nearest even, a conversion kernel into scratch),
+//         then cublasGemmEx / cublasGemmStridedBatchedEx: bf16 inputs, fp32 output, fp32
+//         accumulation (CUBLAS_COMPUTE_32F). Everything outside the GEMMs stays fp32: parameters,
+//         optimizer state, stored activations, reductions, normalization, softmax, the loss, and
+//         the fused (flash) attention kernel, which does its own products in fp32.
+// The flag lives in engine/cuda/runtime.cu next to the older set_tf32()/tf32() (engine/cuda/runtime.h),
+// which are this flag seen as a bool: set_tf32(true) is tf32, set_tf32(false) is fp32.
+enum class GemmPrecision { fp32, tf32, bf16 };
+void set_gemm_precision(GemmPrecision p);
+GemmPrecision gemm_precision();
+const char* gemm_precision_name(GemmPrecision p);  // "fp32", "tf32", "bf16"
+// bf16 GEMMs need bf16 tensor cores: compute capability 8.0 (Ampere) or newer. The emulator
+// reports sm_90, so it says yes.
+bool bf16_supported();
+
 // C[M,N] = alpha·op(A)·op(B) + beta·C, where op(A) is [M,K] (A stored [K,M] when trans_a) and
 // op(B) is [K,N] (B stored [N,K] when trans_b). All row-major, contiguous, device memory.
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           const float* B, float beta, float* C);
-// `batch` independent GEMMs (cublasSgemmStridedBatched); a stride of 0 shares that operand.
+// `batch` independent GEMMs (cublasSgemmStridedBatched, or cublasGemmStridedBatchedEx in bf16); a
+// stride of 0 shares that operand.
 void gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, const float* A,
                   int64_t stride_a, const float* B, int64_t stride_b, float* C, int64_t stride_c);
 

@@ -5,6 +5,7 @@
 #include <unordered_map>
 #include <vector>
 #include "engine/cuda/kernel.h"
+#include "engine/cuda/matmul.h"
 
 namespace engine::cuda {
 
@@ -174,9 +175,21 @@ double mark_elapsed_ms(int a, int b) {
 
 void clear_marks() { g_marks_used = 0; }
 
-static bool g_tf32 = false;
-void set_tf32(bool on) { g_tf32 = on; }
-bool tf32() { return g_tf32; }
+// The GEMM precision (engine/cuda/matmul.h); matmul.cu reads it at each GEMM. set_tf32/tf32 are
+// the older bool view of it, kept for their callers.
+static GemmPrecision g_gemm_precision = GemmPrecision::fp32;
+void set_gemm_precision(GemmPrecision p) { g_gemm_precision = p; }
+GemmPrecision gemm_precision() { return g_gemm_precision; }
+const char* gemm_precision_name(GemmPrecision p) {
+    switch (p) {
+        case GemmPrecision::fp32: return "fp32";
+        case GemmPrecision::tf32: return "tf32";
+        case GemmPrecision::bf16: return "bf16";
+    }
+    return "?";
+}
+void set_tf32(bool on) { g_gemm_precision = on ? GemmPrecision::tf32 : GemmPrecision::fp32; }
+bool tf32() { return g_gemm_precision == GemmPrecision::tf32; }
 
 // ---------------------------------------------------------------------------------------------
 // Copies and fills

@@ -1,8 +1,11 @@
 // engine/cuda/emu/cublas.cpp: the emulator's cuBLAS (see include/cublas_v2.h): argument checks as
-// cuBLAS documents them, then the reference column-major sgemm (OpenBLAS's cblas_sgemm).
+// cuBLAS documents them, then the reference column-major sgemm (OpenBLAS's cblas_sgemm). The bf16
+// GemmEx forms widen their bf16 operands to fp32 first and then take the same path.
 #include "cublas_v2.h"
 
 #include <cblas.h>
+
+#include <cstdint>
 
 #include <algorithm>
 #include <string>
@@ -39,6 +42,7 @@ const char* cublasGetStatusName(cublasStatus_t s) {
         case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
         case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
         case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
+        case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
     }
     return "CUBLAS_STATUS_UNKNOWN";
 }
@@ -50,16 +54,18 @@ const char* cublasGetStatusString(cublasStatus_t s) {
         case CUBLAS_STATUS_INVALID_VALUE: return "an invalid numeric value was used as an argument";
         case CUBLAS_STATUS_EXECUTION_FAILED: return "the GPU program failed to execute";
         case CUBLAS_STATUS_INTERNAL_ERROR: return "an internal operation failed";
+        case CUBLAS_STATUS_NOT_SUPPORTED: return "the functionality requested is not supported";
     }
     return "unknown status";
 }
 
 namespace {
 
-// A column-major rows×cols operand with leading dimension ld lies in device memory.
-void check_operand(const char* call, const char* name, const float* p, int rows, int cols, int ld) {
+// A column-major rows×cols operand with leading dimension ld (elements of `elem` bytes) lies in
+// device memory.
+void check_operand(const char* call, const char* name, const void* p, int rows, int cols, int ld, size_t elem = 4) {
     if (rows == 0 || cols == 0) return;
-    const float* last = p + (size_t)(cols - 1) * ld + (rows - 1);
+    const char* last = static_cast<const char*>(p) + ((size_t)(cols - 1) * ld + (rows - 1)) * elem;
     if (!emu::is_device_pointer(p) || !emu::is_device_pointer(last))
         throw emu::Error(std::string("CUDA emulator: ") + call + ": operand " + name + " (" + std::to_string(rows) + "x" +
                          std::to_string(cols) + ", ld " + std::to_string(ld) + ") is not (all) in device memory");
@@ -83,16 +89,32 @@ std::vector<float> rounded_copy(const float* p, int rows, int cols, int ld) {
     return out;
 }
 
-cublasStatus_t gemm(const char* call, cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
-                    int k, const float* alpha, const float* A, int lda, const float* B, int ldb, const float* beta,
-                    float* C, int ldc) {
-    int a_rows = ta == CUBLAS_OP_N ? m : k, a_cols = ta == CUBLAS_OP_N ? k : m;
-    int b_rows = tb == CUBLAS_OP_N ? k : n, b_cols = tb == CUBLAS_OP_N ? n : k;
-    check_operand(call, "A", A, a_rows, k == 0 ? 0 : a_cols, lda);
-    check_operand(call, "B", B, b_rows, k == 0 ? 0 : b_cols, ldb);
-    check_operand(call, "C", C, m, n, ldc);
+// Widen a column-major rows×cols bf16 operand to fp32, same layout (exact: bf16 is the top half of
+// an fp32). The raw two-byte elements are read, so the data really has to be bf16.
+std::vector<float> widened_bf16(const void* p, int rows, int cols, int ld) {
+    const uint16_t* h = static_cast<const uint16_t*>(p);
+    std::vector<float> out((size_t)ld * (cols - 1) + rows);
+    for (int c = 0; c < cols; c++)
+        for (int r = 0; r < rows; r++) {
+            uint32_t u = (uint32_t)h[(size_t)c * ld + r] << 16;
+            std::memcpy(&out[(size_t)c * ld + r], &u, 4);
+        }
+    return out;
+}
+
+struct Dims {  // the stored rows × cols of A and B (column-major) for these transposes
+    int a_rows, a_cols, b_rows, b_cols;
+    Dims(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k)
+        : a_rows(ta == CUBLAS_OP_N ? m : k), a_cols(ta == CUBLAS_OP_N ? k : m), b_rows(tb == CUBLAS_OP_N ? k : n),
+          b_cols(tb == CUBLAS_OP_N ? n : k) {}
+};
+
+// The GEMM itself on fp32 operands whose checks are done; `tf32` rounds the inputs first.
+cublasStatus_t sgemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float* alpha,
+                     const float* A, int lda, const float* B, int ldb, const float* beta, float* C, int ldc, bool tf32) {
     if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
-    bool tf32 = h->math == CUBLAS_TF32_TENSOR_OP_MATH;
+    Dims d(ta, tb, m, n, k);
+    int a_rows = d.a_rows, a_cols = d.a_cols, b_rows = d.b_rows, b_cols = d.b_cols;
     std::vector<float> a_r, b_r;
     if (tf32 && k > 0) {
         a_r = rounded_copy(A, a_rows, a_cols, lda);
@@ -114,6 +136,31 @@ cublasStatus_t gemm(const char* call, cublasHandle_t h, cublasOperation_t ta, cu
     cblas_sgemm(CblasColMajor, ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
                 m, n, k, *alpha, A, lda, B, ldb, *beta, C, ldc);
     return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t gemm(const char* call, cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                    int k, const float* alpha, const float* A, int lda, const float* B, int ldb, const float* beta,
+                    float* C, int ldc) {
+    Dims d(ta, tb, m, n, k);
+    check_operand(call, "A", A, d.a_rows, k == 0 ? 0 : d.a_cols, lda);
+    check_operand(call, "B", B, d.b_rows, k == 0 ? 0 : d.b_cols, ldb);
+    check_operand(call, "C", C, m, n, ldc);
+    return sgemm(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, h->math == CUBLAS_TF32_TENSOR_OP_MATH);
+}
+
+// bf16 A and B, fp32 C: widen A and B, then the fp32 GEMM (fp32 accumulation). TF32 math would
+// not change bf16 inputs (7 mantissa bits fit in TF32's 10), so it is not applied.
+cublasStatus_t gemm_bf16(const char* call, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                         const float* alpha, const void* A, int lda, const void* B, int ldb, const float* beta,
+                         float* C, int ldc) {
+    Dims d(ta, tb, m, n, k);
+    check_operand(call, "A", A, d.a_rows, k == 0 ? 0 : d.a_cols, lda, 2);
+    check_operand(call, "B", B, d.b_rows, k == 0 ? 0 : d.b_cols, ldb, 2);
+    check_operand(call, "C", C, m, n, ldc);
+    if (m == 0 || n == 0 || k == 0)
+        return sgemm(ta, tb, m, n, k, alpha, nullptr, lda, nullptr, ldb, beta, C, ldc, false);
+    std::vector<float> a = widened_bf16(A, d.a_rows, d.a_cols, lda), b = widened_bf16(B, d.b_rows, d.b_cols, ldb);
+    return sgemm(ta, tb, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, C, ldc, false);
 }
 
 bool bad_args(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, int lda, int ldb,
@@ -145,6 +192,43 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta,
     for (int i = 0; i < batch; i++) {
         cublasStatus_t s = gemm("cublasSgemmStridedBatched", h, ta, tb, m, n, k, alpha, A + i * sA, lda, B + i * sB,
                                 ldb, beta, C + i * sC, ldc);
+        if (s != CUBLAS_STATUS_SUCCESS) return s;
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+// The types cublasGemmEx is asked for: the one mixed-precision form the backend uses, else unsupported.
+static bool bf16_in_fp32_out(cudaDataType at, cudaDataType bt, cudaDataType ct, cublasComputeType_t compute) {
+    return at == CUDA_R_16BF && bt == CUDA_R_16BF && ct == CUDA_R_32F && compute == CUBLAS_COMPUTE_32F;
+}
+
+cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                            const void* alpha, const void* A, cudaDataType at, int lda, const void* B, cudaDataType bt,
+                            int ldb, const void* beta, void* C, cudaDataType ct, int ldc, cublasComputeType_t compute,
+                            cublasGemmAlgo_t) {
+    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (!bf16_in_fp32_out(at, bt, ct, compute)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (bad_args(h, ta, tb, m, n, k, lda, ldb, ldc)) return CUBLAS_STATUS_INVALID_VALUE;
+    // CUBLAS_COMPUTE_32F: alpha and beta are floats.
+    return gemm_bf16("cublasGemmEx", ta, tb, m, n, k, static_cast<const float*>(alpha), A, lda, B, ldb,
+                     static_cast<const float*>(beta), static_cast<float*>(C), ldc);
+}
+
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                                          int k, const void* alpha, const void* A, cudaDataType at, int lda,
+                                          long long sA, const void* B, cudaDataType bt, int ldb, long long sB,
+                                          const void* beta, void* C, cudaDataType ct, int ldc, long long sC,
+                                          int batch, cublasComputeType_t compute, cublasGemmAlgo_t) {
+    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (!bf16_in_fp32_out(at, bt, ct, compute)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (bad_args(h, ta, tb, m, n, k, lda, ldb, ldc) || batch < 0) return CUBLAS_STATUS_INVALID_VALUE;
+    // Strides count elements of each operand's own type: two bytes for A and B, four for C.
+    const uint16_t* a = static_cast<const uint16_t*>(A);
+    const uint16_t* b = static_cast<const uint16_t*>(B);
+    float* c = static_cast<float*>(C);
+    for (int i = 0; i < batch; i++) {
+        cublasStatus_t s = gemm_bf16("cublasGemmStridedBatchedEx", ta, tb, m, n, k, static_cast<const float*>(alpha),
+                                     a + i * sA, lda, b + i * sB, ldb, static_cast<const float*>(beta), c + i * sC, ldc);
         if (s != CUBLAS_STATUS_SUCCESS) return s;
     }
     return CUBLAS_STATUS_SUCCESS;

@@ -1,12 +1,20 @@
 // engine/cuda/emu/include/cublas_v2.h: the CUDA emulator's stand-in for cuBLAS.
 //
-// Only what the backend calls: handles, streams, math modes, and single-precision GEMMs (plain
-// and strided batched). Semantics are cuBLAS's documented ones: column-major operands, op(A) of
+// Only what the backend calls: handles, streams, math modes, single-precision GEMMs (plain and
+// strided batched), and the mixed-precision GemmEx forms the bf16 GEMMs use. Semantics are cuBLAS's documented ones: column-major operands, op(A) of
 // m×k, op(B) of k×n, C of m×n with leading dimensions lda/ldb/ldc, C = alpha·op(A)·op(B) + beta·C.
 // The reference column-major sgemm has exactly these semantics, so each call is checked the way
 // cuBLAS checks it (CUBLAS_STATUS_INVALID_VALUE for bad sizes or leading dimensions) and then
 // handed to cblas_sgemm(CblasColMajor, ...). Operands must be device memory. In TF32 mode the
 // inputs are rounded to TF32 (10-bit mantissa) first, as the tensor cores would.
+//
+// cublasGemmEx / cublasGemmStridedBatchedEx: the same operation with typed operands. Only the
+// combination the backend uses is modelled: A and B CUDA_R_16BF, C CUDA_R_32F, computeType
+// CUBLAS_COMPUTE_32F (alpha and beta are then floats); any other returns
+// CUBLAS_STATUS_NOT_SUPPORTED. A and B are read as bf16 (two bytes per element, widened exactly to
+// fp32: a wrong conversion or layout upstream shows), and the products are accumulated in fp32 by
+// the reference sgemm (a product of two bf16 values is exact in fp32, so this is what cuBLAS
+// computes up to the order of the sums). The algo argument is accepted and ignored.
 #pragma once
 #include "cuda_runtime.h"
 
@@ -17,7 +25,14 @@ typedef enum {
     CUBLAS_STATUS_INVALID_VALUE = 7,
     CUBLAS_STATUS_EXECUTION_FAILED = 13,
     CUBLAS_STATUS_INTERNAL_ERROR = 14,
+    CUBLAS_STATUS_NOT_SUPPORTED = 15,
 } cublasStatus_t;
+
+// Element types (library_types.h in CUDA; the same values) and compute types: only those used.
+typedef enum { CUDA_R_32F = 0, CUDA_R_16BF = 14 } cudaDataType_t;
+typedef cudaDataType_t cudaDataType;
+typedef enum { CUBLAS_COMPUTE_32F = 68 } cublasComputeType_t;
+typedef enum { CUBLAS_GEMM_DEFAULT = -1 } cublasGemmAlgo_t;
 
 typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1, CUBLAS_OP_C = 2 } cublasOperation_t;
 
@@ -46,3 +61,13 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_
                                          int m, int n, int k, const float* alpha, const float* A, int lda,
                                          long long strideA, const float* B, int ldb, long long strideB,
                                          const float* beta, float* C, int ldc, long long strideC, int batchCount);
+cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+                            int k, const void* alpha, const void* A, cudaDataType Atype, int lda, const void* B,
+                            cudaDataType Btype, int ldb, const void* beta, void* C, cudaDataType Ctype, int ldc,
+                            cublasComputeType_t computeType, cublasGemmAlgo_t algo);
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                                          int m, int n, int k, const void* alpha, const void* A, cudaDataType Atype,
+                                          int lda, long long strideA, const void* B, cudaDataType Btype, int ldb,
+                                          long long strideB, const void* beta, void* C, cudaDataType Ctype, int ldc,
+                                          long long strideC, int batchCount, cublasComputeType_t computeType,
+                                          cublasGemmAlgo_t algo);
