@@ -2,7 +2,7 @@
 //
 //   ./apps/bench vit --dim 192 --depth 6 --heads 3 --patch 4 --batch 64 --steps 5 --device cpu
 //   ./apps/bench lm|gau|lstm --dim 256 --depth 4 --seq 128 --batch 16
-//   ./apps/bench vit --device cuda --precision tf32
+//   ./apps/bench vit --device cuda --precision tf32   (or bf16: bf16-input GEMMs, fp32 accumulation)
 //
 // On a GPU the model is built on the CPU and moved, the inputs are made on the CPU and copied once,
 // and each timed step ends with a device synchronize (the kernels are asynchronous).
@@ -67,6 +67,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "bench: %s\n", dc.error.c_str());
         return 2;
     }
+    if (!dc.note.empty()) std::fprintf(stderr, "bench: %s\n", dc.note.c_str());  // stdout is the JSON line
     try {
         apps::apply_precision(dc, precision);
         Device dev = dc.device;

@@ -18,18 +18,20 @@ namespace apps {
 
 namespace {
 
-// Dense peaks in TFLOP/s (no 2:4 sparsity), from NVIDIA's datasheets: FP32 on the CUDA cores and
-// TF32 on the tensor cores.
+// Dense peaks in TFLOP/s (no 2:4 sparsity), from NVIDIA's datasheets: FP32 on the CUDA cores, TF32
+// and BF16 on the tensor cores. The H100/H200 datasheets print the tensor-core figures with
+// sparsity (H100 SXM and H200 SXM: BF16 1,979; H100 PCIe: BF16 1,513), so the dense ones are half;
+// the A100 datasheet prints BF16 312 dense (624 with sparsity).
 struct GpuPeak {
     const char* name_has;
     const char* label;
-    double fp32, tf32;
+    double fp32, tf32, bf16;
 };
 const GpuPeak kGpus[] = {
-    {"H100 PCIe", "NVIDIA H100 PCIe", 51.2, 378},
-    {"H100", "NVIDIA H100 SXM", 66.9, 494.7},
-    {"H200", "NVIDIA H200 SXM", 66.9, 494.7},
-    {"A100", "NVIDIA A100", 19.5, 156},
+    {"H100 PCIe", "NVIDIA H100 PCIe", 51.2, 378, 756.5},
+    {"H100", "NVIDIA H100 SXM", 66.9, 494.7, 989.4},
+    {"H200", "NVIDIA H200 SXM", 66.9, 494.7, 989.4},
+    {"A100", "NVIDIA A100", 19.5, 156, 312},
 };
 
 Peak measure_cpu_sgemm() {
@@ -51,9 +53,9 @@ Peak lookup(engine::Device dev, const std::string& precision) {
     std::string name = engine::cuda::device_description();
     for (const GpuPeak& g : kGpus)
         if (name.find(g.name_has) != std::string::npos) {
-            bool tf32 = precision == "tf32";
-            return {(tf32 ? g.tf32 : g.fp32) * 1e12,
-                    fmt::format("{}, {} dense (datasheet)", g.label, tf32 ? "tf32" : "fp32")};
+            if (precision == "bf16") return {g.bf16 * 1e12, fmt::format("{}, bf16 dense (datasheet)", g.label)};
+            if (precision == "tf32") return {g.tf32 * 1e12, fmt::format("{}, tf32 dense (datasheet)", g.label)};
+            return {g.fp32 * 1e12, fmt::format("{}, fp32 dense (datasheet)", g.label)};
         }
 #endif
     return {0, "unknown device: no MFU"};

@@ -12,6 +12,7 @@
 #include "engine/device.h"
 #include "engine/autograd.h"
 #ifdef ENGINE_CUDA
+#include "engine/cuda/matmul.h"
 #include "engine/cuda/runtime.h"
 #endif
 #include "engine/error.h"
@@ -100,7 +101,9 @@ void add_device_flags(CLI::App& app, std::string& device, std::string* precision
         ->capture_default_str()->check(CLI::IsMember({"auto", "cpu", "cuda"}));
     if (precision)
         app.add_option("--precision", *precision,
-                       "fp32 | tf32 (TF32 tensor-core GEMMs on the GPU) | bf16 (not yet: issue 12); the CPU computes in fp32")
+                       "fp32 | tf32 (TF32 tensor-core GEMMs on the GPU) | bf16 (GEMM inputs rounded to bf16 on the GPU, "
+                       "fp32 accumulation; weights, optimizer, activations and the loss stay fp32); the CPU computes "
+                       "in fp32")
             ->capture_default_str()->check(CLI::IsMember({"fp32", "tf32", "bf16"}));
 }
 
@@ -116,21 +119,31 @@ DeviceChoice resolve_device(const std::string& device, const std::string& precis
         return c;
     }
     if (device == "cuda" || (device == "auto" && have_cuda)) c.device = engine::Device::CUDA;
-    if (precision == "bf16") {
-        c.error = "--precision bf16: not yet (issue 12); use fp32 or tf32";
-        return c;
-    }
-    if (precision == "tf32" && c.device != engine::Device::CUDA)
-        c.note = "--precision tf32 has no effect on the CPU (it computes in fp32)";
+    if ((precision == "tf32" || precision == "bf16") && c.device != engine::Device::CUDA)
+        c.note = "--precision " + precision + " has no effect on the CPU (it computes in fp32)";
 #ifdef ENGINE_CUDA
-    if (c.device == engine::Device::CUDA) c.description = engine::cuda::device_description();
+    if (c.device == engine::Device::CUDA) {
+        c.description = engine::cuda::device_description();
+        // bf16 GEMMs need bf16 tensor cores (sm_80 and newer); an older GPU would fail at the
+        // first GEMM, so refuse it here with the reason.
+        if (precision == "bf16" && !engine::cuda::bf16_supported()) {
+            c.error = "--precision bf16: " + c.description +
+                      " has no bf16 tensor cores (compute capability 8.0 or newer needed); use fp32";
+            return c;
+        }
+    }
 #endif
     return c;
 }
 
 void apply_precision(const DeviceChoice& choice, const std::string& precision) {
 #ifdef ENGINE_CUDA
-    if (choice.device == engine::Device::CUDA) engine::cuda::set_tf32(precision == "tf32");
+    if (choice.device == engine::Device::CUDA) {
+        using engine::cuda::GemmPrecision;
+        engine::cuda::set_gemm_precision(precision == "bf16"   ? GemmPrecision::bf16
+                                         : precision == "tf32" ? GemmPrecision::tf32
+                                                               : GemmPrecision::fp32);
+    }
 #endif
 }
 

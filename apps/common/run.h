@@ -49,14 +49,14 @@ json run_config(const CLI::App& app, const std::string& app_name, int threads, c
 void add_device_flags(CLI::App& app, std::string& device, std::string* precision);
 // The device the flags pick. "auto" is cuda when one is there (engine::cuda_device_count() > 0;
 // the emulated build counts its emulator), else cpu. On a CUDA device --precision tf32 turns on
-// TF32 GEMMs (engine::cuda::set_tf32); bf16 is refused (not yet: issue 12); tf32 on the CPU is
-// refused too (the CPU computes in fp32). `error` is empty when the choice is usable; else the
-// app prints it and exits 2.
+// TF32 GEMMs and bf16 bf16-input GEMMs with fp32 accumulation (engine::cuda::set_gemm_precision;
+// bf16 is refused on a GPU older than sm_80); on the CPU both only get a note (the CPU computes in
+// fp32). `error` is empty when the choice is usable; else the app prints it and exits 2.
 struct DeviceChoice {
     engine::Device device = engine::Device::CPU;
     std::string description = "cpu";  // for logs and config.json
     std::string error;
-    std::string note;  // printed when not empty (e.g. tf32 asked for on the CPU: no effect)
+    std::string note;  // printed when not empty (e.g. tf32 or bf16 asked for on the CPU: no effect)
 };
 DeviceChoice resolve_device(const std::string& device, const std::string& precision = "fp32");
 // Applies the choice's precision (call after resolve_device succeeded).
