@@ -17,8 +17,8 @@
 // accumulated in fp32 and the output is fp32 like every other tensor. The scratch comes from the
 // stream-ordered pool and is freed right after the call is queued: the pool hands it out again
 // only to work queued later on the same stream. The conversion costs a read of 4 and a write of 2
-// bytes per input element; a GEMM reads its inputs many times, so the tensor cores win that back
-// for the large GEMMs bf16 is for.
+// bytes per input element on every GEMM (a weight is converted again for each GEMM that uses it):
+// the simplest correct design, not the fastest (docs/ROOFLINE.md weighs it).
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
