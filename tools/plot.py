@@ -62,6 +62,8 @@ def main():
     ap.add_argument("--smooth", type=int, default=20, help="moving average of the training loss (default: 20)")
     ap.add_argument("--eval-x", nargs="+", choices=("epoch", "step", "time"), default=["epoch"],
                     help="x axis (or axes, a panel each) of the evaluation curves (default: epoch)")
+    ap.add_argument("--log-y", action="store_true", help="logarithmic y axis for the evaluation panels "
+                    "(perplexities that start in the millions)")
     a = ap.parse_args()
     fig, axes = plt.subplots(1, 1 + len(a.eval_x), figsize=(6 * (1 + len(a.eval_x)), 4.5))
     left, rights = axes[0], axes[1:]
@@ -83,6 +85,8 @@ def main():
     left.set(xlabel="step", ylabel="training loss", title="training loss")
     for x, right in zip(a.eval_x, rights):
         right.set(xlabel=xlabels[x], ylabel=metric_name or "", title=metric_name or "no evaluations")
+        if a.log_y:
+            right.set_yscale("log")
     for ax in axes:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
