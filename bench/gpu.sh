@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # bench/gpu.sh: the GPU benchmark kit. One command on a machine with an NVIDIA GPU and the CUDA
 # toolkit: builds (make), runs the [cuda] parity suite on the device, then times a training step
-# of every model family with apps/bench (fp32 and tf32; --profile for the op table), and with
-# tools/bench_torch.py in PyTorch eager and torch.compile where a CUDA PyTorch is importable (vit
-# and lm: the models it has twins of). Writes one markdown table (ms/step, items/s, peak device
-# memory, ratios to each PyTorch mode) with the device name and date.
+# of every model family with apps/bench (fp32, tf32 and bf16; --profile for the op table), and
+# with tools/bench_torch.py in PyTorch eager and torch.compile where a CUDA PyTorch is importable
+# (it has twins of all four families; its bf16 is autocast). Writes one markdown table (ms/step,
+# items/s, peak device memory, ratios to each PyTorch mode) with the device name and date.
 #
 #   bash bench/gpu.sh                       # the full kit, table in bench/results/gpu-<date>.md
 #   bash bench/gpu.sh --smoke               # tiny models, one [cuda] test, no PyTorch
@@ -64,13 +64,13 @@ if [ $smoke = 1 ]; then
     sizes_vit="--dim 16 --depth 1 --heads 2 --patch 8 --batch 2"
     sizes_lm="--dim 16 --depth 1 --heads 2 --seq 8 --batch 2 --vocab 11"
     steps="--steps 1 --warmup 0"
-    precisions="fp32 tf32"
+    precisions="fp32 tf32 bf16"
     torch_ok=0
 else
     sizes_vit="--dim 192 --depth 12 --heads 3 --patch 2 --batch 128"
     sizes_lm="--dim 512 --depth 8 --heads 8 --seq 256 --batch 32 --vocab 10000"
     steps="--steps 20 --warmup 5"
-    precisions="fp32 tf32"
+    precisions="fp32 tf32 bf16"
     torch_ok=0
     if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
         torch_ok=1
@@ -91,7 +91,7 @@ for model in vit lm gau lstm; do
         device=$(field "$line" device)
         ms=$(field "$line" ms_per_step)
         eager="" compiled=""
-        if [ $torch_ok = 1 ] && { [ $model = vit ] || [ $model = lm ]; }; then
+        if [ $torch_ok = 1 ]; then
             targs="$model $(sizes_for $model) $steps --device cuda --precision $prec"
             eager=$(field "$(python3 tools/bench_torch.py $targs --mode eager | tail -n1)" ms_per_step) || eager=""
             compiled=$(field "$(python3 tools/bench_torch.py $targs --mode compile | tail -n1)" ms_per_step) || compiled=""

@@ -231,7 +231,8 @@ TEST_CASE("cuda apps: bench/gpu.sh --smoke runs end to end and writes its table"
     INFO(table);
     CHECK(table.find("# GPU benchmark: cuda: ") == 0);
     CHECK(table.find("[cuda] suite on this device: 1 passed, 0 failed.") != std::string::npos);
-    for (const char* model : {"| vit | fp32 |", "| vit | tf32 |", "| lm | fp32 |", "| gau | tf32 |", "| lstm | fp32 |"})
+    for (const char* model : {"| vit | fp32 |", "| vit | tf32 |", "| lm | fp32 |", "| gau | tf32 |", "| lstm | fp32 |",
+                              "| vit | bf16 |", "| lstm | bf16 |"})
         CHECK(table.find(model) != std::string::npos);
     CHECK(table.find("--profile: 2 steps on cuda") != std::string::npos);
 }
