@@ -8,6 +8,7 @@
 #include <cmath>
 #include <vector>
 #include "engine/cpu/matmul.h"
+#include "engine/ops/pointwise.h"
 
 namespace engine::cpu {
 
@@ -21,6 +22,22 @@ static inline float row_max(const float* x, int64_t n) {
     float m = -INFINITY;
     for (int64_t j = 0; j < n; j++) m = std::max(m, x[j]);
     return m;
+}
+
+// Σ exp(x[j] − m) over a row, vectorized: exp_vectorizable (engine/ops/pointwise.h; this file is
+// built with -fno-trapping-math, as elementwise.cpp) into 8 running sums, one per SIMD lane,
+// added at the end. libm's expf in a serial sum ran at < 1 GB/s: cross-entropy over a 10,000-word
+// vocabulary took 27 % of an LM step (docs/BENCHMARKS.md). The order is fixed by n alone.
+static inline float sum_exp_shifted(const float* x, int64_t n, float m) {
+    constexpr int kLanes = 8;
+    float acc[kLanes] = {0.f};
+    int64_t j = 0;
+    for (; j + kLanes <= n; j += kLanes)
+        for (int l = 0; l < kLanes; l++) acc[l] += pointwise::exp_vectorizable(x[j + l] - m);
+    for (; j < n; j++) acc[0] += pointwise::exp_vectorizable(x[j] - m);
+    float sum = 0.f;
+    for (int l = 0; l < kLanes; l++) sum += acc[l];
+    return sum;
 }
 
 void softmax_forward(const float* x, float* y, int64_t rows, int64_t n) {
@@ -54,9 +71,8 @@ void log_softmax_forward(const float* x, float* y, int64_t rows, int64_t n) {
     for (int64_t r = 0; r < rows; r++) {
         const float* xr = x + r * n;
         float* yr = y + r * n;
-        float m = row_max(xr, n), sum = 0.f;
-        for (int64_t j = 0; j < n; j++) sum += std::exp(xr[j] - m);
-        float lse = m + std::log(sum);
+        float lse = row_max(xr, n);
+        lse += std::log(sum_exp_shifted(xr, n, lse));
         for (int64_t j = 0; j < n; j++) yr[j] = xr[j] - lse;
     }
 }
@@ -197,12 +213,10 @@ void cross_entropy_forward(const float* logits, const int32_t* targets, float* l
     #pragma omp parallel for if (rows * C > kParallelMin)
     for (int64_t r = 0; r < rows; r++) {
         const float* xr = logits + r * C;
-        float m = row_max(xr, C), sum = 0.f, xsum = 0.f;
-        for (int64_t c = 0; c < C; c++) {
-            sum += std::exp(xr[c] - m);
-            xsum += xr[c];
-        }
-        float l = m + std::log(sum);
+        float m = row_max(xr, C), xsum = 0.f;
+        if (smoothing > 0.f)
+            for (int64_t c = 0; c < C; c++) xsum += xr[c];
+        float l = m + std::log(sum_exp_shifted(xr, C, m));
         lse[r] = l;
         int32_t t = targets[r];
         row_loss[r] = t == ignore_index ? 0.f : (1.f - smoothing) * (l - xr[t]) + smoothing * (l - xsum / (float)C);
@@ -227,7 +241,7 @@ void cross_entropy_backward(const float* logits, const int32_t* targets, const f
             continue;
         }
         float l = lse[r];
-        for (int64_t c = 0; c < C; c++) dr[c] = (std::exp(xr[c] - l) - uniform) * g;
+        for (int64_t c = 0; c < C; c++) dr[c] = (pointwise::exp_vectorizable(xr[c] - l) - uniform) * g;
         dr[t] -= (1.f - smoothing) * g;
     }
 }
