@@ -32,8 +32,6 @@ struct Abs   { ENGINE_HD static float f(float x) { return fabsf(x); }
                ENGINE_HD static float df(float x, float) { return (float)(x > 0) - (float)(x < 0); } };
 struct Tanh  { ENGINE_HD static float f(float x) { return tanhf(x); }
                ENGINE_HD static float df(float, float y) { return 1.f - y * y; } };
-struct Sigmoid { ENGINE_HD static float f(float x) { return 1.f / (1.f + expf(-x)); }
-                 ENGINE_HD static float df(float, float y) { return y * (1.f - y); } };
 struct Relu  { ENGINE_HD static float f(float x) { return x > 0.f ? x : 0.f; }
                ENGINE_HD static float df(float x, float) { return x > 0.f ? 1.f : 0.f; } };
 struct Relu2 { ENGINE_HD static float f(float x) { return x > 0.f ? x * x : 0.f; }
@@ -77,18 +75,19 @@ ENGINE_HD float erf_vectorizable(float x) {
     q = fmaf(q, t, 0.254829592f);
     return copysignf(1.f - q * t * exp_vectorizable(-ax * ax), x);
 }
+// The erf and exp of the activation functors below: the GPU's own, the vectorizable ones on the CPU.
 #ifdef __CUDA_ARCH__
-ENGINE_HD float gelu_erf(float x) { return erff(x); }
-ENGINE_HD float gelu_exp(float x) { return expf(x); }
+ENGINE_HD float act_erf(float x) { return erff(x); }
+ENGINE_HD float act_exp(float x) { return expf(x); }
 #else
-ENGINE_HD float gelu_erf(float x) { return erf_vectorizable(x); }
-ENGINE_HD float gelu_exp(float x) { return exp_vectorizable(x); }
+ENGINE_HD float act_erf(float x) { return erf_vectorizable(x); }
+ENGINE_HD float act_exp(float x) { return exp_vectorizable(x); }
 #endif
 
 // GELU, exact: x·Φ(x); derivative Φ(x) + x·φ(x).
-struct Gelu  { ENGINE_HD static float f(float x) { return 0.5f * x * (1.f + gelu_erf(x * kInvSqrt2)); }
+struct Gelu  { ENGINE_HD static float f(float x) { return 0.5f * x * (1.f + act_erf(x * kInvSqrt2)); }
                ENGINE_HD static float df(float x, float) {
-                   return 0.5f * (1.f + gelu_erf(x * kInvSqrt2)) + x * kInvSqrt2Pi * gelu_exp(-0.5f * x * x); } };
+                   return 0.5f * (1.f + act_erf(x * kInvSqrt2)) + x * kInvSqrt2Pi * act_exp(-0.5f * x * x); } };
 // GELU, tanh approximation (GPT-2's): 0.5x(1 + tanh(u)), u = √(2/π)(x + 0.044715x³).
 struct GeluTanh {
     ENGINE_HD static float f(float x) {
@@ -101,8 +100,10 @@ struct GeluTanh {
     }
 };
 // SiLU / Swish: x·σ(x); derivative σ(x)(1 + x(1 − σ(x))).
-struct Silu  { ENGINE_HD static float f(float x) { return x / (1.f + expf(-x)); }
+struct Silu  { ENGINE_HD static float f(float x) { return x / (1.f + act_exp(-x)); }
                ENGINE_HD static float df(float x, float) {
-                   float s = 1.f / (1.f + expf(-x)); return s * (1.f + x * (1.f - s)); } };
+                   float s = 1.f / (1.f + act_exp(-x)); return s * (1.f + x * (1.f - s)); } };
+struct Sigmoid { ENGINE_HD static float f(float x) { return 1.f / (1.f + act_exp(-x)); }
+                 ENGINE_HD static float df(float, float y) { return y * (1.f - y); } };
 
 }  // namespace engine::pointwise
