@@ -1,4 +1,5 @@
-// nn/lstm.cpp: the LSTM layer (precomputed input projections + fused cells) and the LSTM LM.
+// nn/lstm.cpp: the LSTM layer (one GEMM for the input projections, then engine::lstm_sequence) and
+// the LSTM LM.
 #include "nn/lstm.h"
 
 #include <cmath>
@@ -23,23 +24,19 @@ LSTMLayer::LSTMLayer(int64_t in_, int64_t h) : in(in_), hidden(h) {
 
 Tensor LSTMLayer::forward(const Tensor& x, LSTMState& state) const {
     check(x.ndim() == 3 && x.size(2) == in, "LSTMLayer: input {} is not [B, T, {}]", x.shape().str(), in);
-    int64_t B = x.size(0), T = x.size(1);
+    return transpose(forward_time_major(transpose(x, 0, 1), state), 0, 1);
+}
+
+Tensor LSTMLayer::forward_time_major(const Tensor& x, LSTMState& state) const {
+    check(x.ndim() == 3 && x.size(2) == in, "LSTMLayer: time-major input {} is not [T, B, {}]", x.shape().str(), in);
+    int64_t T = x.size(0), B = x.size(1);
     if (!state.h.defined()) state = {x.new_zeros({B, hidden}), x.new_zeros({B, hidden})};
     check(state.h.shape() == Shape({B, hidden}) && state.c.shape() == Shape({B, hidden}),
           "LSTMLayer: state {} does not match batch {} and hidden {}", state.h.shape().str(), B, hidden);
-    // All input projections at once, time-major so each step is a view.
-    Tensor xw = transpose(linear(x, weight_ih, bias_ih), 0, 1);  // [T, B, 4H]
-    Tensor h = state.h, c = state.c;
-    std::vector<Tensor> outs;
-    for (int64_t t = 0; t < T; t++) {
-        Tensor gates = add(xw.narrow(0, t, 1).reshape({B, 4 * hidden}), linear(h, weight_hh, bias_hh));
-        Tensor hc = lstm_cell(gates, c);
-        h = hc.narrow(0, 0, 1).reshape({B, hidden});
-        c = hc.narrow(0, 1, 1).reshape({B, hidden});
-        outs.push_back(h.reshape({B, 1, hidden}));
-    }
-    state = {h, c};
-    return concat(outs, 1);
+    // The input projections of all steps in one GEMM, then the recurrence as one op.
+    Tensor out = lstm_sequence(linear(x, weight_ih, bias_ih), state.h, state.c, weight_hh, bias_hh);  // [T+1, B, H]
+    state = {out.narrow(0, T - 1, 1).reshape({B, hidden}), out.narrow(0, T, 1).reshape({B, hidden})};
+    return out.narrow(0, 0, T);
 }
 
 LSTMConfig LSTMConfig::small() { return LSTMConfig{10000, 200, 2, 0.f, false}; }
@@ -57,8 +54,10 @@ LSTMLM::LSTMLM(const LSTMConfig& c) : cfg(c) {
 Tensor LSTMLM::forward(const Tensor& ids, std::vector<LSTMState>& state) const {
     check(ids.ndim() == 2, "LSTMLM: ids {} are not [B, T]", ids.shape().str());
     state.resize(layers->size());
-    Tensor x = drop->forward(tok_emb->forward(ids));
-    for (size_t i = 0; i < layers->size(); i++) x = drop->forward((*layers)[i].forward(x, state[i]));
+    // Time-major inside ([T, B, H]: each step's rows are contiguous), batch-major at both ends.
+    Tensor x = drop->forward(transpose(tok_emb->forward(ids), 0, 1));
+    for (size_t i = 0; i < layers->size(); i++) x = drop->forward((*layers)[i].forward_time_major(x, state[i]));
+    x = transpose(x, 0, 1);
     return head ? head->forward(x) : linear(x, tok_emb->weight);
 }
 

@@ -2,8 +2,9 @@
 //
 // Parameters use PyTorch's names and layout (weight_ih [4H, in], weight_hh [4H, H], bias_ih,
 // bias_hh; gate order i, f, g, o, which is also cuDNN's), so a checkpoint maps one to one and the
-// CUDA backend can hand the same weights to cuDNN. On the CPU one GEMM computes the input
-// projections of all time steps; then each step is one GEMM (h·W_hhᵀ) plus the fused cell.
+// CUDA backend can hand the same weights to cuDNN. One GEMM computes the input projections of all
+// time steps; then engine::lstm_sequence runs the recurrence (per step one GEMM h·W_hhᵀ plus the
+// fused cell) and, in the backward, gets W_hh's gradient from one GEMM over all steps.
 #pragma once
 #include "nn/layers.h"
 
@@ -19,6 +20,8 @@ public:
     std::string type_name() const override { return "LSTMLayer"; }
     // x [B, T, in], state (undefined h/c: zeros) -> outputs [B, T, H]; `state` becomes the last.
     Tensor forward(const Tensor& x, LSTMState& state) const;
+    // The same on time-major x [T, B, in] -> [T, B, H] (what LSTMLM uses: no transposes between layers).
+    Tensor forward_time_major(const Tensor& x, LSTMState& state) const;
     Tensor weight_ih, weight_hh, bias_ih, bias_hh;
     int64_t in, hidden;
 };

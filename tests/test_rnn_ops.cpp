@@ -32,3 +32,73 @@ TEST_CASE("lstm_cell", "[rnn][gradcheck]") {
     test::gradcheck("lstm_cell_h", [](auto& in) { return lstm_cell(in[0], in[1]).narrow(0, 0, 1); },
                     {test::param({2, 12}, 6, -2.f, 2.f), test::param({2, 3}, 7)});
 }
+
+namespace {
+// The recurrence spelled out with the step-level ops (linear, add, lstm_cell), as the LSTM layer
+// ran before lstm_sequence existed: the reference for the fused op's values and gradients.
+Tensor lstm_by_cells(const Tensor& x_proj, const Tensor& h0, const Tensor& c0, const Tensor& w_hh, const Tensor& b_hh) {
+    int64_t T = x_proj.size(0), B = x_proj.size(1), H = h0.size(1);
+    Tensor h = h0, c = c0;
+    std::vector<Tensor> rows;
+    for (int64_t t = 0; t < T; t++) {
+        Tensor gates = add(x_proj.narrow(0, t, 1).reshape({B, 4 * H}), linear(h, w_hh, b_hh));
+        Tensor hc = lstm_cell(gates, c);
+        h = hc.narrow(0, 0, 1);
+        c = hc.narrow(0, 1, 1);
+        rows.push_back(h);
+        h = h.reshape({B, H});
+        c = c.reshape({B, H});
+    }
+    rows.push_back(c.reshape({1, B, H}));
+    return concat(rows, 0);  // [T+1, B, H]: h_0 … h_{T-1}, c_{T-1}
+}
+}  // namespace
+
+TEST_CASE("lstm_sequence equals the cell-by-cell recurrence, values and every gradient", "[rnn]") {
+    for (auto [T, B, H] : {std::tuple<int64_t, int64_t, int64_t>{1, 2, 3}, {5, 3, 4}, {7, 1, 6}}) {
+        INFO("T " << T << " B " << B << " H " << H);
+        std::vector<Tensor> in = {test::param({T, B, 4 * H}, 11, -2.f, 2.f), test::param({B, H}, 12),
+                                  test::param({B, H}, 13), test::param({4 * H, H}, 14), test::param({4 * H}, 15)};
+        Tensor fused = lstm_sequence(in[0], in[1], in[2], in[3], in[4]);
+        REQUIRE(fused.shape() == Shape({T + 1, B, H}));
+        // Upstream gradient on everything, the final c included, so every backward path is used.
+        Tensor w = test::param({T + 1, B, H}, 16, -1.f, 1.f).detach();
+        sum(mul(fused, w)).backward();
+        std::vector<Tensor> fused_grads;
+        for (Tensor& t : in) {
+            fused_grads.push_back(t.grad());
+            t.zero_grad();
+        }
+        Tensor ref = lstm_by_cells(in[0], in[1], in[2], in[3], in[4]);
+        sum(mul(ref, w)).backward();
+        REQUIRE(fused.shape() == ref.shape());
+        CHECK(test::max_abs_diff(fused, ref) < 1e-6f);
+        for (size_t i = 0; i < in.size(); i++) {
+            INFO("gradient of input " << i);
+            REQUIRE(fused_grads[i].defined());
+            CHECK(test::max_abs_diff(fused_grads[i], in[i].grad()) < 1e-5f);
+        }
+    }
+}
+
+TEST_CASE("lstm_sequence", "[rnn][gradcheck]") {
+    test::gradcheck("lstm_sequence",
+                    [](auto& in) { return lstm_sequence(in[0], in[1], in[2], in[3], in[4]); },
+                    {test::param({4, 2, 12}, 21, -2.f, 2.f), test::param({2, 3}, 22), test::param({2, 3}, 23),
+                     test::param({12, 3}, 24), test::param({12}, 25)});
+    // T = 1 (no recurrent GEMM in the weight gradient) and only some inputs wanting gradients.
+    test::gradcheck("lstm_sequence T=1",
+                    [](auto& in) { return lstm_sequence(in[0], in[1], in[2], in[3], in[4]); },
+                    {test::param({1, 2, 8}, 26, -2.f, 2.f), test::param({2, 2}, 27).detach(), test::param({2, 2}, 28),
+                     test::param({8, 2}, 29), test::param({8}, 30).detach()});
+}
+
+TEST_CASE("lstm_sequence refuses mismatched shapes, naming them", "[rnn]") {
+    Tensor x = test::param({3, 2, 8}, 1), h = test::param({2, 2}, 2), c = test::param({2, 2}, 3),
+           w = test::param({8, 2}, 4), b = test::param({8}, 5);
+    CHECK_THROWS_WITH(lstm_sequence(test::param({3, 2, 7}, 6), h, c, w, b), Catch::Contains("x_proj [3,2,7]"));
+    CHECK_THROWS_WITH(lstm_sequence(x, test::param({3, 2}, 6), c, w, b), Catch::Contains("h0 [3,2]"));
+    CHECK_THROWS_WITH(lstm_sequence(x, h, c, test::param({8, 3}, 6), b), Catch::Contains("w_hh [8,3]"));
+    CHECK_THROWS_WITH(lstm_sequence(x, h, c, w, test::param({4}, 6)), Catch::Contains("b_hh [4]"));
+    CHECK_THROWS_WITH(lstm_sequence(test::param({0, 2, 8}, 6), h, c, w, b), Catch::Contains("T >= 1"));
+}

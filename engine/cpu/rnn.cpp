@@ -7,8 +7,7 @@ namespace engine::cpu {
 
 static inline float sigmoid(float x) { return 1.f / (1.f + std::exp(-x)); }
 
-void lstm_cell_forward(const float* gates, const float* c_prev, float* hc, int64_t B, int64_t H) {
-    float *h = hc, *c = hc + B * H;
+void lstm_cell_forward(const float* gates, const float* c_prev, float* h, float* c, int64_t B, int64_t H) {
     #pragma omp parallel for if (B * H > 16384)
     for (int64_t b = 0; b < B; b++) {
         const float* g = gates + b * 4 * H;
@@ -24,9 +23,8 @@ void lstm_cell_forward(const float* gates, const float* c_prev, float* hc, int64
 // With tc = tanh(c): dc_total = dc + dh·o·(1 − tc²); then each gate's derivative through its
 // nonlinearity: di = dc_total·g·i(1−i), df = dc_total·c_prev·f(1−f), dg = dc_total·i·(1−g²),
 // do = dh·tc·o(1−o); dc_prev = dc_total·f.
-void lstm_cell_backward(const float* gates, const float* c_prev, const float* hc, const float* dhc, float* dgates,
-                        float* dc_prev, int64_t B, int64_t H) {
-    const float *c = hc + B * H, *dh = dhc, *dc = dhc + B * H;
+void lstm_cell_backward(const float* gates, const float* c_prev, const float* c, const float* dh, const float* dc,
+                        float* dgates, float* dc_prev, int64_t B, int64_t H) {
     #pragma omp parallel for if (B * H > 16384)
     for (int64_t b = 0; b < B; b++) {
         const float* g = gates + b * 4 * H;

@@ -43,16 +43,16 @@ __global__ void lstm_backward_kernel(const float* gates, const float* c_prev, co
     }
 }
 
-void lstm_cell_forward(const float* gates, const float* c_prev, float* hc, int64_t B, int64_t H) {
+void lstm_cell_forward(const float* gates, const float* c_prev, float* h, float* c, int64_t B, int64_t H) {
     if (B * H == 0) return;
-    KERNEL_LAUNCH(lstm_forward_kernel, blocks_for(B * H), kBlockSize, 0, gates, c_prev, hc, hc + B * H, B, H);
+    KERNEL_LAUNCH(lstm_forward_kernel, blocks_for(B * H), kBlockSize, 0, gates, c_prev, h, c, B, H);
 }
 
-void lstm_cell_backward(const float* gates, const float* c_prev, const float* hc, const float* dhc, float* dgates,
-                        float* dc_prev, int64_t B, int64_t H) {
+void lstm_cell_backward(const float* gates, const float* c_prev, const float* c, const float* dh, const float* dc,
+                        float* dgates, float* dc_prev, int64_t B, int64_t H) {
     if (B * H == 0 || (!dgates && !dc_prev)) return;
-    KERNEL_LAUNCH(lstm_backward_kernel, blocks_for(B * H), kBlockSize, 0, gates, c_prev, hc + B * H, dhc,
-                  dhc + B * H, dgates, dc_prev, B, H);
+    KERNEL_LAUNCH(lstm_backward_kernel, blocks_for(B * H), kBlockSize, 0, gates, c_prev, c, dh, dc, dgates, dc_prev,
+                  B, H);
 }
 
 }  // namespace engine::cuda

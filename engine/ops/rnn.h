@@ -1,4 +1,4 @@
-// engine/ops/rnn.h: the fused LSTM cell.
+// engine/ops/rnn.h: the LSTM: one fused cell step, and a whole layer's recurrence as one op.
 #pragma once
 #include "engine/tensor.h"
 
@@ -9,5 +9,17 @@ namespace engine {
 //   c = σ(f)·c_prev + σ(i)·tanh(g),   h = σ(o)·tanh(c).
 // Returns [2, B, H] with h at index 0 and c at index 1 (narrow(0, ...) gives views of each).
 Tensor lstm_cell(const Tensor& gates, const Tensor& c_prev);
+
+// The recurrence of one LSTM layer over T steps, time-major:
+//   gates_t = x_proj[t] + b_hh + h_{t-1}·W_hhᵀ,   (h_t, c_t) = lstm_cell(gates_t, c_{t-1}),
+// from x_proj [T, B, 4H] (the input projections x_t·W_ihᵀ + b_ih of every step, computed by one
+// GEMM before the loop), the starting state h0, c0 [B, H], w_hh [4H, H] and b_hh [4H].
+// Returns [T+1, B, H]: the outputs h_0 … h_{T-1}, then the last cell state c_{T-1}, so the outputs,
+// the final h and the final c are views (narrow on dim 0).
+//
+// It is one op, not T cells and T linears, for the backward's sake: the gradients of all gates
+// are kept, so dW_hh is one GEMM over the T·B rows and db_hh one reduction (instead of T small
+// GEMMs accumulating into .grad), and dx_proj is that gate gradient itself.
+Tensor lstm_sequence(const Tensor& x_proj, const Tensor& h0, const Tensor& c0, const Tensor& w_hh, const Tensor& b_hh);
 
 }  // namespace engine

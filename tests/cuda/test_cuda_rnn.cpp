@@ -47,3 +47,18 @@ TEST_CASE("cuda lstm_cell: mixed devices are refused", "[cuda]") {
     REQUIRE_THROWS_WITH(engine::lstm_cell(gates, c_prev.to(Device::CUDA)),
                         Contains("lstm_cell") && Contains("cuda") && Contains("cpu"));
 }
+
+// lstm_sequence: the recurrence's per-step cuBLAS GEMMs and cell kernels, and the backward's
+// in-place dc carry and its one-GEMM dW_hh. GEMMs accumulate over K = H or T·B terms in another
+// order than OpenBLAS, hence the looser tolerance.
+TEST_CASE("cuda lstm_sequence: forward and every gradient", "[cuda]") {
+    const test::Tol tol{1e-4f, 1e-4f};
+    for (auto [T, B, H] : {std::tuple<int64_t, int64_t, int64_t>{1, 3, 5}, {6, 4, 33}, {3, 1, 8}}) {
+        INFO("T " << T << " B " << B << " H " << H);
+        std::vector<Tensor> in = {randn({T, B, 4 * H}, true, 11), randn({B, H}, true, 12), randn({B, H}, true, 13),
+                                  engine::mul(randn({4 * H, H}, false, 14), 0.3f).detach().requires_grad_(true),
+                                  randn({4 * H}, true, 15)};
+        check_parity("lstm_sequence", [](auto& x) { return engine::lstm_sequence(x[0], x[1], x[2], x[3], x[4]); },
+                     in, tol, tol);
+    }
+}
