@@ -173,10 +173,10 @@ $(BUILD)/%.o: %.cu
 	$(NVCC) -std=c++20 -O3 -DENGINE_CUDA $(CUDA_ARCH) -I. -Xcompiler -fPIC -MMD -MP -c $< -o $@
 endif
 
-# The pointwise loops and the softmax / cross-entropy rows: -fno-trapping-math lets g++ vectorize
+# The pointwise loops, the softmax / cross-entropy rows and the LSTM cell: -fno-trapping-math lets g++ vectorize
 # the branch-free exp/erf of engine/ops/pointwise.h (its clamps become vector min/max). Results
 # are unchanged: nothing here reads floating-point exception flags.
-$(BUILD)/engine/cpu/elementwise.o $(BUILD)/engine/cpu/nn.o: CXXFLAGS += -fno-trapping-math
+$(BUILD)/engine/cpu/elementwise.o $(BUILD)/engine/cpu/nn.o $(BUILD)/engine/cpu/rnn.o: CXXFLAGS += -fno-trapping-math
 
 $(LIB): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
