@@ -14,4 +14,4 @@
 #include "engine/ops/nn.h"           // softmax log_softmax layer_norm add_layer_norm dropout cross_entropy mse
                                      // attention rope
 #include "engine/ops/conv.h"         // conv2d depthwise_conv2d batch_norm
-#include "engine/ops/rnn.h"          // lstm_cell
+#include "engine/ops/rnn.h"          // lstm_cell lstm_sequence
