@@ -8,8 +8,9 @@
 // and each timed step ends with a device synchronize (the kernels are asynchronous).
 //
 // Prints one JSON line: the config, ms_per_step (median over --steps timed steps after --warmup
-// untimed ones), items_per_s (images or tokens), peak_rss_mb (and peak_device_mb on a GPU: the
-// device memory pool's peak in use). tools/bench_torch.py builds
+// untimed ones), items_per_s (images or tokens), peak_rss_mb, peak_tensor_mb (the host memory
+// CPU tensors held at their peak: peak_rss_mb less the libraries and the allocator's slack), and
+// peak_device_mb on a GPU (the device memory pool's peak in use). tools/bench_torch.py builds
 // the same models in PyTorch and prints the same fields, for a same-machine comparison.
 //
 // --profile N: after the timed steps, N more steps under the op-level profiler (engine/profile.h):
@@ -169,7 +170,8 @@ int main(int argc, char** argv) {
                                       {"threads", omp_get_max_threads()}, {"device", dc.description},
                                       {"precision", precision},
                                       {"ms_per_step", median}, {"items_per_s", items / (median / 1000.0)},
-                                      {"peak_rss_mb", apps::peak_rss_mb()}};
+                                      {"peak_rss_mb", apps::peak_rss_mb()},
+                                      {"peak_tensor_mb", (double)engine::host_peak_memory() / (1 << 20)}};
         apps::add_peak_device_mb(out, dev);
         // MFU of the median step against the device's peak (apps/common/mfu.h).
         out["gflop_per_step"] = flops_timed / steps / 1e9;

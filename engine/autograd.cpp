@@ -75,24 +75,25 @@ void run_backward(const Tensor& root, const Tensor& grad_output) {
     check(grad_output.shape() == root.shape(), "backward: gradient shape {} does not match output shape {}",
           grad_output.shape().str(), root.shape().str());
 
-    // Topological order by an iterative post-order DFS over tensors that have a grad_fn.
-    std::vector<TensorImpl*> order;
+    // Topological order by an iterative post-order DFS over tensors that have a grad_fn. `order`
+    // owns its tensors, so releasing a node below cannot destroy an input still to be processed.
+    std::vector<std::shared_ptr<TensorImpl>> order;
     std::unordered_set<TensorImpl*> visited;
-    std::vector<std::pair<TensorImpl*, size_t>> stack;  // (tensor, next input to visit)
-    stack.push_back({root.impl(), 0});
+    std::vector<std::pair<std::shared_ptr<TensorImpl>, size_t>> stack;  // (tensor, next input to visit)
+    stack.push_back({root.impl_ptr(), 0});
     visited.insert(root.impl());
     while (!stack.empty()) {
         auto& [t, next] = stack.back();
         Node* node = t->grad_fn.get();
         if (node && next < node->inputs.size()) {
-            TensorImpl* in = node->inputs[next++].impl();
-            if (in && in->requires_grad && !visited.count(in)) {
-                visited.insert(in);
+            const std::shared_ptr<TensorImpl>& in = node->inputs[next++].impl_ptr();
+            if (in && in->requires_grad && !visited.count(in.get())) {
+                visited.insert(in.get());
                 stack.push_back({in, 0});
             }
             continue;
         }
-        order.push_back(t);
+        order.push_back(std::move(t));
         stack.pop_back();
     }
 
@@ -101,7 +102,7 @@ void run_backward(const Tensor& root, const Tensor& grad_output) {
     const bool profiling = profile::active();  // boundaries: engine/profile.h
     if (profiling) profile::boundary("autograd (order, release)", profile::Phase::Backward);
     for (auto it = order.rbegin(); it != order.rend(); ++it) {
-        TensorImpl* t = *it;
+        TensorImpl* t = it->get();
         if (!t->grad_fn || !t->grad) continue;
         Node& node = *t->grad_fn;
         std::vector<Tensor> grads;
@@ -120,10 +121,16 @@ void run_backward(const Tensor& root, const Tensor& grad_output) {
             TensorImpl* in = node.inputs[i].impl();
             if (in && in->requires_grad && grads[i].defined()) accumulate(in, grads[i], node.name);
         }
+        // Every consumer of t came earlier in this order, so t's gradient is complete and has now
+        // reached t's inputs: free it, and the node with what its closure saved, right away. Kept
+        // to the end, the intermediate gradients doubled the peak memory of a training step.
+        grads.clear();
+        t->grad.reset();
+        t->grad_fn.reset();
         if (profiling) profile::boundary("accumulate gradients", profile::Phase::Backward);
     }
-    // Release the graph: intermediate grads and nodes go, leaves keep their .grad.
-    for (TensorImpl* t : order) {
+    // Release the rest of the graph (nodes no gradient reached); leaves keep their .grad.
+    for (const std::shared_ptr<TensorImpl>& t : order) {
         if (t->grad_fn) {
             t->grad_fn.reset();
             t->grad.reset();

@@ -3,6 +3,7 @@
 
 #include <malloc.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include "engine/autograd.h"
@@ -70,6 +71,11 @@ static const bool g_malloc_keeps_memory = [] {
     return true;
 }();
 
+static std::atomic<size_t> g_host_in_use{0}, g_host_peak{0};
+size_t host_memory_in_use() { return g_host_in_use.load(); }
+size_t host_peak_memory() { return g_host_peak.load(); }
+void reset_host_peak_memory() { g_host_peak.store(g_host_in_use.load()); }
+
 Storage::Storage(size_t n, Device dev) : nbytes(n), device(dev) {
     if (dev == Device::CUDA) {
 #ifdef ENGINE_CUDA
@@ -82,6 +88,10 @@ Storage::Storage(size_t n, Device dev) : nbytes(n), device(dev) {
     size_t rounded = (n + 63) / 64 * 64;
     data = rounded ? std::aligned_alloc(64, rounded) : nullptr;
     check(rounded == 0 || data != nullptr, "Storage: out of memory allocating {} bytes", n);
+    size_t in_use = g_host_in_use += rounded;
+    size_t peak = g_host_peak.load();
+    while (in_use > peak && !g_host_peak.compare_exchange_weak(peak, in_use)) {
+    }
 }
 
 Storage::~Storage() {
@@ -95,6 +105,7 @@ Storage::~Storage() {
         return;
     }
 #endif
+    g_host_in_use -= (nbytes + 63) / 64 * 64;
     std::free(data);
 }
 

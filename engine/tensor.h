@@ -65,6 +65,12 @@ struct Storage {
     Storage& operator=(const Storage&) = delete;
 };
 
+// Host memory held by CPU tensors' storages, and its peak since the last reset: what the tensors
+// themselves need, without the allocator's slack (the process's peak RSS adds that).
+size_t host_memory_in_use();
+size_t host_peak_memory();
+void reset_host_peak_memory();
+
 struct Node;
 class Tensor;
 
