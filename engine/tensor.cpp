@@ -76,6 +76,8 @@ size_t host_memory_in_use() { return g_host_in_use.load(); }
 size_t host_peak_memory() { return g_host_peak.load(); }
 void reset_host_peak_memory() { g_host_peak.store(g_host_in_use.load()); }
 
+static size_t host_bytes(size_t n) { return (n + 63) / 64 * 64; }  // 64-byte aligned blocks
+
 Storage::Storage(size_t n, Device dev) : nbytes(n), device(dev) {
     if (dev == Device::CUDA) {
 #ifdef ENGINE_CUDA
@@ -85,7 +87,7 @@ Storage::Storage(size_t n, Device dev) : nbytes(n), device(dev) {
         fail("Storage: this build has no CUDA backend (built without nvcc; make emu builds the emulated one)");
 #endif
     }
-    size_t rounded = (n + 63) / 64 * 64;
+    size_t rounded = host_bytes(n);
     data = rounded ? std::aligned_alloc(64, rounded) : nullptr;
     check(rounded == 0 || data != nullptr, "Storage: out of memory allocating {} bytes", n);
     size_t in_use = g_host_in_use += rounded;
@@ -105,7 +107,7 @@ Storage::~Storage() {
         return;
     }
 #endif
-    g_host_in_use -= (nbytes + 63) / 64 * 64;
+    g_host_in_use -= host_bytes(nbytes);
     std::free(data);
 }
 
