@@ -202,10 +202,12 @@ void blend(float* out, size_t i, double result, const void* alpha, const void* b
     out[i] = b == 0.f ? (float)(a * result) : (float)(a * result + (double)b * out[i]);
 }
 
-// The terms of one output element, summed: in double (deterministic algorithms), or in float in
-// an order that flips on every call (non-deterministic ones: atomics make the order vary on a GPU).
+// The terms of one output element, summed: in double (deterministic algorithms), or in float
+// starting at a term that moves on every call and wrapping around (non-deterministic ones: atomics
+// make the order of the additions vary from run to run on a GPU).
 struct Sum {
-    bool nondeterministic, reversed;
+    bool nondeterministic;
+    size_t start;  // a call counter: the first term is terms[start mod size]
     std::vector<float> terms;
     double total() const {
         if (!nondeterministic) {
@@ -214,16 +216,13 @@ struct Sum {
             return s;
         }
         float s = 0.f;
-        if (reversed)
-            for (size_t i = terms.size(); i-- > 0;) s += terms[i];
-        else
-            for (float t : terms) s += t;
+        for (size_t i = 0; i < terms.size(); i++) s += terms[(start + i) % terms.size()];
         return s;
     }
 };
-bool next_order() {
-    static unsigned calls = 0;
-    return (calls++ & 1u) != 0;
+size_t next_start() {
+    static size_t calls = 0;
+    return ++calls;
 }
 
 // The algorithms offered: (algo, deterministic, workspace bytes), the non-deterministic first. The
@@ -442,7 +441,7 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void* alpha, c
     check_device(call, "dx", dx, g.x_size());
     std::vector<float> wv = input(w, g.w_size(), g.tf32), dyv = input(dy, g.y_size(), g.tf32);
     float* out = static_cast<float*>(dx);
-    Sum sum{!offer->deterministic, next_order(), {}};
+    Sum sum{!offer->deterministic, next_start(), {}};
     for (int n = 0; n < g.N; n++)
         for (int ch = 0; ch < g.C; ch++) {
             const int group = ch / g.Cg, c = ch % g.Cg;
@@ -486,7 +485,7 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void* alpha,
     check_device(call, "dw", dw, g.w_size());
     std::vector<float> xv = input(x, g.x_size(), g.tf32), dyv = input(dy, g.y_size(), g.tf32);
     float* out = static_cast<float*>(dw);
-    Sum sum{!offer->deterministic, next_order(), {}};
+    Sum sum{!offer->deterministic, next_start(), {}};
     for (int k = 0; k < g.K; k++) {
         const int group = k / g.Kg();
         for (int c = 0; c < g.Cg; c++)
