@@ -17,18 +17,23 @@
 //   CUDNN_STATUS_SUCCESS, CUDNN_DETERMINISTIC, the math we allow and a workspace of at most 1 GiB is
 //   taken. That rules out CUDNN_CONVOLUTION_BWD_DATA_ALGO_0 and CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0
 //   and _3 (atomics). With none left, the own kernels run. Batch norm uses CUDNN_BATCHNORM_SPATIAL,
-//   not _PERSISTENT (whose reductions cuDNN does not promise to be order-independent).
+//   not _PERSISTENT (faster, but cuDNN documents limits on the range of values it handles); cuDNN
+//   does not list its batch norm among the non-deterministic routines (PyTorch's deterministic
+//   mode allows it). None of this has run on a GPU yet: the [cuda][cudnn] tests' same-bits case is
+//   the check to run there.
 // - Precision follows the GEMM precision of the own path (engine/cuda/matmul.h): fp32 sets
 //   CUDNN_FMA_MATH (no TF32 tensor cores, which CUDNN_DEFAULT_MATH would allow on Ampere and later);
 //   tf32 sets CUDNN_DEFAULT_MATH; bf16 leaves conv2d to the own kernels. Depthwise convolutions use
 //   FMA math always: the own depthwise kernels are fp32 whatever the GEMM precision.
 // - Batch norm semantics match the engine's (engine/ops/conv.cpp): exponentialAverageFactor is the
-//   engine's momentum (running = (1 − m)·running + m·batch), the running variance is moved with the
-//   unbiased batch variance (as the engine does: the convention PyTorch relies on when it hands its
-//   running_var to cuDNN), the normalization uses the biased one, and cuDNN's saved mean and inverse
-//   variance (1/sqrt(var + eps)) are the engine's mean and rstd, so either backward can follow either
-//   forward. cuDNN needs a scale and a bias (ones and zeros stand in for an absent weight or bias)
-//   and writes dx, dscale and dbias (scratch takes the ones not wanted).
+//   engine's momentum (running = (1 − m)·running + m·batch); the running variance is moved with the
+//   unbiased batch variance, as the engine does (cuDNN's reference does not spell this out; it is
+//   the convention PyTorch relies on when it hands its running_var to cuDNN, and the running-
+//   statistics comparison of the [cuda][cudnn] tests checks it on a GPU); the normalization uses the
+//   biased one; cuDNN's saved mean and inverse variance (1/sqrt(var + eps)) are the engine's mean
+//   and rstd, so either backward can follow either forward. cuDNN needs a scale and a bias (ones and
+//   zeros stand in for an absent weight or bias) and writes dx, dscale and dbias (scratch takes the
+//   ones not wanted).
 #include "engine/cuda/cudnn.h"
 
 #include <atomic>
@@ -164,12 +169,8 @@ struct ConvPlan {
     size_t fwd_ws = 0, data_ws = 0, filter_ws = 0;
 };
 
-ConvPlan& conv_plan(const CudnnConv& g, cudnnMathType_t math, const std::string& where) {
-    static std::map<std::array<int64_t, 13>, ConvPlan> plans;
-    std::array<int64_t, 13> key{g.N, g.Cin, g.H, g.W, g.Cout, g.kh, g.kw, g.stride, g.pad, g.groups, g.OH, g.OW, math};
-    auto it = plans.find(key);
-    if (it != plans.end()) return it->second;
-    ConvPlan p;
+// The descriptors of geometry g (created into p, which the caller destroys if this throws).
+void describe(ConvPlan& p, const CudnnConv& g, cudnnMathType_t math, const std::string& where) {
     p.math = math;
     check_cudnn(cudnnCreateTensorDescriptor(&p.x), "cudnnCreateTensorDescriptor", where);
     check_cudnn(cudnnCreateTensorDescriptor(&p.y), "cudnnCreateTensorDescriptor", where);
@@ -200,6 +201,27 @@ ConvPlan& conv_plan(const CudnnConv& g, cudnnMathType_t math, const std::string&
     if (n != g.N || c != g.Cout || h != g.OH || w != g.OW)
         fail(where + ": cuDNN's output [" + std::to_string(n) + ", " + std::to_string(c) + ", " + std::to_string(h) +
              ", " + std::to_string(w) + "] is not the engine's");
+}
+
+void destroy(ConvPlan& p) {
+    for (cudnnTensorDescriptor_t t : {p.x, p.y, p.bias})
+        if (t) cudnnDestroyTensorDescriptor(t);
+    if (p.w) cudnnDestroyFilterDescriptor(p.w);
+    if (p.conv) cudnnDestroyConvolutionDescriptor(p.conv);
+}
+
+ConvPlan& conv_plan(const CudnnConv& g, cudnnMathType_t math, const std::string& where) {
+    static std::map<std::array<int64_t, 13>, ConvPlan> plans;
+    std::array<int64_t, 13> key{g.N, g.Cin, g.H, g.W, g.Cout, g.kh, g.kw, g.stride, g.pad, g.groups, g.OH, g.OW, math};
+    auto it = plans.find(key);
+    if (it != plans.end()) return it->second;
+    ConvPlan p;
+    try {
+        describe(p, g, math, where);
+    } catch (...) {  // a bad geometry: nothing cached, nothing leaked
+        destroy(p);
+        throw;
+    }
     return plans.emplace(key, p).first->second;
 }
 
@@ -345,8 +367,8 @@ bool cudnn_conv_backward(const char* op, const float* x, const float* w, const f
     if (dw && !p.filter_chosen) choose_filter(h, p, where);
     if ((dx && !p.data_ok) || (dw && !p.filter_ok)) return false;  // the own kernels do all of it
     if (db)
-        check_cudnn(cudnnConvolutionBackwardBias(h, &kOne, p.y, dy, &kZero, p.bias, db), "cudnnConvolutionBackwardBias",
-                    where);
+        check_cudnn(cudnnConvolutionBackwardBias(h, &kOne, p.y, dy, &kZero, p.bias, db),
+                    "cudnnConvolutionBackwardBias", where);
     if (dx) {
         Buffer ws(p.data_ws);
         check_cudnn(cudnnConvolutionBackwardData(h, &kOne, p.w, w, p.y, dy, p.conv, p.data, ws.p, p.data_ws, &kZero, p.x,

@@ -15,6 +15,7 @@
 // rtol 1e-3; the ConvMixer step atol 1e-4, rtol 1e-3 (as the model-family tests).
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include "engine/cuda/conv.h"
 #include "engine/cuda/matmul.h"
 #include "engine/cuda/runtime.h"
@@ -304,7 +305,8 @@ TEST_CASE("cuda cudnn: a ConvMixer training step with cuDNN on and off", "[cuda]
     }
     auto bon = on.model->named_buffers(), boff = off.model->named_buffers();
     REQUIRE(bon.size() == boff.size());
-    for (size_t i = 0; i < bon.size(); i++) test::require_close("buffer " + bon[i].name, *boff[i].tensor, *bon[i].tensor, kModelTol);
+    for (size_t i = 0; i < bon.size(); i++)
+        test::require_close("buffer " + bon[i].name, *boff[i].tensor, *bon[i].tensor, kModelTol);
 }
 
 TEST_CASE("cuda cudnn: deterministic algorithms only (the same bits twice)", "[cuda][cudnn]") {
@@ -349,8 +351,8 @@ TEST_CASE("cuda cudnn: a bad descriptor throws engine::Error naming the op", "[c
                         Contains("conv2d (cuDNN") && Contains("not the engine's"));
 }
 
-// The emulator's stand-in itself: the device-memory checks, beta blending, and the variation of a
-// non-deterministic algorithm that the engine must never pick.
+// The emulator's stand-in itself: the device-memory checks, alpha/beta blending, the variation of a
+// non-deterministic algorithm that the engine must never pick, and the statuses of bad parameters.
 TEST_CASE("cuda cudnn: the emulator's stand-in", "[cuda][cudnn]") {
     if (!engine::cuda::emulated()) return;
     CudnnSwitch on(true);
@@ -391,7 +393,8 @@ TEST_CASE("cuda cudnn: the emulator's stand-in", "[cuda][cudnn]") {
     REQUIRE(cudnnSetConvolutionMathType(cd, CUDNN_FMA_MATH) == CUDNN_STATUS_SUCCESS);
     auto filter_grad = [&](cudnnConvolutionBwdFilterAlgo_t algo) {
         size_t bytes = 0;
-        REQUIRE(cudnnGetConvolutionBackwardFilterWorkspaceSize(h, xd, yd, cd, wd, algo, &bytes) == CUDNN_STATUS_SUCCESS);
+        REQUIRE(cudnnGetConvolutionBackwardFilterWorkspaceSize(h, xd, yd, cd, wd, algo, &bytes) ==
+                CUDNN_STATUS_SUCCESS);
         DeviceFloats ws(bytes / 4 + 1);
         const float one = 1.f, zero = 0.f;
         REQUIRE(cudnnConvolutionBackwardFilter(h, &one, xd, xr.raw_f32(), yd, dyr.raw_f32(), cd, algo, ws.p, bytes,
@@ -407,6 +410,53 @@ TEST_CASE("cuda cudnn: the emulator's stand-in", "[cuda][cudnn]") {
     REQUIRE(cudnnConvolutionBackwardFilter(h, &one, xd, xr.raw_f32(), yd, dyr.raw_f32(), cd,
                                            CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1, nullptr, 0, &zero, wd,
                                            w.p) == CUDNN_STATUS_BAD_PARAM);
+
+    // Blending: y = alpha·conv + beta·y. beta = 0 must not read y (NaN there stays out); beta = 1
+    // accumulates. x = 0.5 (DeviceFloats), w = 0.5, so pixel (1, 1) of image 0 is 27·0.25.
+    DeviceFloats half_w(4 * 3 * 3 * 3), half_x(2 * 3 * 8 * 8);
+    std::vector<float> nan_y(2 * 4 * 8 * 8, std::nanf("")), got(2 * 4 * 8 * 8);
+    engine::cuda::copy_to_device(y.p, nan_y.data(), sizeof(float) * nan_y.size());
+    size_t fwd_bytes = 0;
+    REQUIRE(cudnnGetConvolutionForwardWorkspaceSize(h, xd, wd, cd, yd, CUDNN_CONVOLUTION_FWD_ALGO_GEMM, &fwd_bytes) ==
+            CUDNN_STATUS_SUCCESS);
+    DeviceFloats fwd_ws(fwd_bytes / 4 + 1);
+    auto forward = [&](float alpha, float beta) {
+        REQUIRE(cudnnConvolutionForward(h, &alpha, xd, half_x.p, wd, half_w.p, cd, CUDNN_CONVOLUTION_FWD_ALGO_GEMM,
+                                        fwd_ws.p, fwd_bytes, &beta, yd, y.p) == CUDNN_STATUS_SUCCESS);
+        engine::cuda::copy_to_host(got.data(), y.p, sizeof(float) * got.size());
+        return got[9];
+    };
+    REQUIRE(forward(1.f, 0.f) == Approx(27 * 0.25));
+    REQUIRE(forward(2.f, 1.f) == Approx(27 * 0.25 * 3));  // 2·conv + the previous conv
+    REQUIRE(forward(1.f, 0.5f) == Approx(27 * 0.25 * 2.5));
+
+    // Bad parameters: the status cuDNN documents.
+    cudnnTensorDescriptor_t bad;
+    cudnnCreateTensorDescriptor(&bad);
+    REQUIRE(cudnnSetTensor4dDescriptor(bad, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 2, 0, 8, 8) == CUDNN_STATUS_BAD_PARAM);
+    REQUIRE(cudnnSetTensor4dDescriptor(bad, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 2, 5, 8, 8) == CUDNN_STATUS_SUCCESS);
+    // x with 5 channels against a filter for 3: the channel counts do not match.
+    REQUIRE(cudnnConvolutionForward(h, &one, bad, half_x.p, wd, half_w.p, cd, CUDNN_CONVOLUTION_FWD_ALGO_GEMM, fwd_ws.p,
+                                    fwd_bytes, &zero, yd, y.p) == CUDNN_STATUS_BAD_PARAM);
+    REQUIRE(cudnnSetConvolutionGroupCount(cd, 0) == CUDNN_STATUS_BAD_PARAM);
+    // cudnnAddTensor: A's dims must be 1 or C's.
+    REQUIRE(cudnnAddTensor(h, &one, bad, half_x.p, &one, yd, y.p) == CUDNN_STATUS_BAD_PARAM);
+    // Batch norm: epsilon below CUDNN_BN_MIN_EPSILON; parameters not 1xCx1x1.
+    cudnnTensorDescriptor_t param;
+    cudnnCreateTensorDescriptor(&param);
+    REQUIRE(cudnnSetTensor4dDescriptor(param, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, 3, 1, 1) == CUDNN_STATUS_SUCCESS);
+    DeviceFloats bn_y(2 * 3 * 8 * 8), scale(3), shift(3);
+    REQUIRE(cudnnBatchNormalizationForwardTraining(h, CUDNN_BATCHNORM_SPATIAL, &one, &zero, xd, half_x.p, xd, bn_y.p,
+                                                   param, scale.p, shift.p, 0.1, nullptr, nullptr, -1e-3, nullptr,
+                                                   nullptr) == CUDNN_STATUS_BAD_PARAM);
+    REQUIRE(cudnnBatchNormalizationForwardTraining(h, CUDNN_BATCHNORM_SPATIAL, &one, &zero, xd, half_x.p, xd, bn_y.p,
+                                                   bad, scale.p, shift.p, 0.1, nullptr, nullptr, 1e-5, nullptr,
+                                                   nullptr) == CUDNN_STATUS_BAD_PARAM);
+    REQUIRE(cudnnBatchNormalizationForwardTraining(h, CUDNN_BATCHNORM_SPATIAL, &one, &zero, xd, half_x.p, xd, bn_y.p,
+                                                   param, scale.p, shift.p, 0.1, nullptr, nullptr, 1e-5, nullptr,
+                                                   nullptr) == CUDNN_STATUS_SUCCESS);
+    cudnnDestroyTensorDescriptor(param);
+    cudnnDestroyTensorDescriptor(bad);
     cudnnDestroyConvolutionDescriptor(cd);
     cudnnDestroyFilterDescriptor(wd);
     cudnnDestroyTensorDescriptor(yd);

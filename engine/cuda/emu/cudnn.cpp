@@ -499,7 +499,8 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void* alpha,
                             for (int ow = 0; ow < g.OW; ow++) {
                                 const int iw = ow * g.v - g.pad_w + s * g.dil_w;
                                 if (iw < 0 || iw >= g.W) continue;
-                                sum.terms.push_back(dyv[g.y_at(n, k, oh, ow)] * xv[g.x_at(n, group * g.Cg + c, ih, iw)]);
+                                sum.terms.push_back(dyv[g.y_at(n, k, oh, ow)] *
+                                                    xv[g.x_at(n, group * g.Cg + c, ih, iw)]);
                             }
                         }
                     // The flip of CUDNN_CONVOLUTION applies to the stored gradient as to the filter.

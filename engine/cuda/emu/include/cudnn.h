@@ -18,8 +18,9 @@
 //     non-deterministic (CUDNN_CONVOLUTION_BWD_DATA_ALGO_0, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 and
 //     _3, which use atomics on a GPU) accumulate in fp32 in an order that changes on every call
 //     (the sum starts at a term that moves on and wraps around), so their bits change from run to
-//     run as they may on a GPU; the deterministic ones accumulate in double. The _v7 queries list the non-deterministic ones first (as the fastest), each with its
-//     determinism, CUDNN_STATUS_SUCCESS, the descriptor's math type and its workspace size. Each
+//     run as they may on a GPU; the deterministic ones accumulate in double. The _v7 queries list
+//     the non-deterministic ones first (as the fastest), each with its determinism,
+//     CUDNN_STATUS_SUCCESS, the descriptor's math type and its workspace size. Each
 //     algorithm needs the workspace its size query reports, which must be device memory;
 //   - batch norm (CUDNN_BATCHNORM_SPATIAL, or _PERSISTENT computed the same way): statistics over
 //     N·H·W per channel, biased variance for normalizing, saved mean and inverse standard deviation
