@@ -2,6 +2,7 @@
 #
 #   make              optimized build (-O3 -march=native, OpenMP); CUDA backend when nvcc is found
 #   make CUDA=0       CPU only
+#   make CUDNN=0      the CUDA build without cuDNN (linked when found: conv2d, depthwise, batch norm)
 #   make DEBUG=1      -g -O0
 #   make JOBS=1       a serial build (default: one job per core)
 #   make test         build and run the test suite (ends with "N passed, N failed")
@@ -26,6 +27,7 @@ CXX      ?= g++
 NVCC     ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 DEBUG    ?= 0
 CUDA     ?= 1
+CUDNN    ?= 1
 SANITIZE ?= 0
 EMU      ?= 0
 # Build elsewhere (a second checkout, a helper): make BUILD_ROOT=build/mine
@@ -109,11 +111,26 @@ ifeq ($(CUDA),1)
     LDLIBS    += -lcublas -Wl,-rpath,$(CUDA_LIBDIR)
     CUDA_OBJ  := $(CUDA_SRC:%.cu=$(BUILD)/%.o)
     $(info ✓ CUDA: $(NVCC), runtime in $(CUDA_LIBDIR) (make CUDA=0 to build CPU only))
+    # cuDNN (conv2d, depthwise conv2d, batch norm; engine/cuda/cudnn.cu) when its header and library
+    # are there; without it the own kernels run and nothing else changes.
+    ifeq ($(CUDNN),0)
+      $(info - cuDNN: off (CUDNN=0): the own conv and batch-norm kernels)
+    else ifeq ($(wildcard $(CUDA_HOME)/include/cudnn.h),)
+      $(info ✗ cuDNN: no cudnn.h in $(CUDA_HOME)/include, building without it (the own conv and batch-norm kernels; install cuDNN 9 into the toolkit to use it))
+    else ifeq ($(wildcard $(CUDA_LIBDIR)/libcudnn.so),)
+      $(info ✗ cuDNN: no libcudnn.so in $(CUDA_LIBDIR), building without it (the own conv and batch-norm kernels; install cuDNN 9 into the toolkit to use it))
+    else
+      CUDNN_DEFINE := -DENGINE_CUDNN
+      CXXFLAGS  += $(CUDNN_DEFINE)
+      LDLIBS    += -lcudnn
+      $(info ✓ cuDNN: $(CUDA_HOME)/include/cudnn.h, $(CUDA_LIBDIR)/libcudnn.so (INITLAB_CUDNN=0 at run time or make CUDNN=0 for the own kernels))
+    endif
   endif
 else ifeq ($(EMU),1)
   $(info ✓ CUDA: emulated (engine/cuda/*.cu compiled by $(CXX) against engine/cuda/emu/))
   CUDA_BUILD := 1
-  CXXFLAGS += -DENGINE_CUDA -DENGINE_CUDA_EMU -Iengine/cuda/emu/include
+  # The emulator always has its cuDNN stand-in (engine/cuda/emu/cudnn.cpp).
+  CXXFLAGS += -DENGINE_CUDA -DENGINE_CUDA_EMU -DENGINE_CUDNN -Iengine/cuda/emu/include
   CUDA_OBJ := $(CUDA_SRC:%.cu=$(BUILD)/%.o) $(patsubst %.cpp,$(BUILD)/%.o,$(wildcard engine/cuda/emu/*.cpp))
 else
   $(info - CUDA: off (CUDA=0))
@@ -170,7 +187,7 @@ $(BUILD)/%.o: %.cu
 else
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) -std=c++20 -O3 -DENGINE_CUDA $(CUDA_ARCH) -I. -Xcompiler -fPIC -MMD -MP -c $< -o $@
+	$(NVCC) -std=c++20 -O3 -DENGINE_CUDA $(CUDNN_DEFINE) $(CUDA_ARCH) -I. -Xcompiler -fPIC -MMD -MP -c $< -o $@
 endif
 
 # The pointwise loops, the softmax / cross-entropy rows and the LSTM cell: -fno-trapping-math lets g++ vectorize

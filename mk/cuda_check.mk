@@ -21,7 +21,9 @@ CUDA_CHECK_LOGS := $(CUDA_CHECK_SRC:engine/cuda/%.cu=$(CUDA_CHECK_DIR)/%.log)
 CUDA_CHECK_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
 # nvcc's own warnings (front end, ptxas, nvlink) and the host compiler's (the main build's -Wall
 # -Wextra) as errors; CUDA's headers are system headers to both, so only our code is held to it.
-CUDA_CHECK_FLAGS ?= -std=c++20 -O3 -DENGINE_CUDA -I. $(CUDA_CHECK_ARCH) \
+# $(CUDNN_DEFINE): -DENGINE_CUDNN when the Makefile found cuDNN, so engine/cuda/cudnn.cu is checked
+# against the real cudnn.h.
+CUDA_CHECK_FLAGS ?= -std=c++20 -O3 -DENGINE_CUDA $(CUDNN_DEFINE) -I. $(CUDA_CHECK_ARCH) \
                     -Werror all-warnings -Xptxas -v \
                     -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-Werror
 

@@ -15,9 +15,13 @@
 // - batch norm: one block per channel for the statistics and the backward (a fixed-order block
 //   reduction in double, then the same block writes dx), pointwise kernels for the rest.
 //
+// With cuDNN built and switched on (engine/cuda/cudnn.h), the conv2d and depthwise entry points try
+// the cuDNN path first; these kernels run when it is off or declines the call.
+//
 // Every per-channel sum goes through a fixed tree (each thread's strided elements in order, then
 // warp shuffles, then the warps' partial sums in order): the same bits on every run.
 #include "engine/cuda/conv.h"
+#include "engine/cuda/cudnn.h"
 #include "engine/cuda/kernel.h"
 #include "engine/cuda/matmul.h"
 
@@ -254,6 +258,7 @@ static int64_t chunk_images(int64_t N, int64_t per_image) {
 }
 
 void conv2d_forward(const float* x, const float* w, const float* b, float* y, const ConvGeometry& g) {
+    if (cudnn_enabled() && cudnn_conv_forward("conv2d", x, w, b, y, cudnn_conv2d_geometry(g))) return;
     const int64_t K = g.patch(), P = g.out_pixels(), image = g.Cin * g.H * g.W;
     if (g.N * g.Cout * P == 0) return;
     if (g.pointwise()) {  // cols_n is x_n itself
@@ -272,6 +277,7 @@ void conv2d_forward(const float* x, const float* w, const float* b, float* y, co
 
 void conv2d_backward(const float* x, const float* w, const float* dy, float* dx, float* dw, float* db,
                      const ConvGeometry& g) {
+    if (cudnn_enabled() && cudnn_conv_backward("conv2d", x, w, dy, dx, dw, db, cudnn_conv2d_geometry(g))) return;
     const int64_t K = g.patch(), P = g.out_pixels(), image = g.Cin * g.H * g.W;
     if (db) channel_sum(dy, db, g.N, g.Cout, P);
     if (!dx && !dw) return;
@@ -397,6 +403,9 @@ __global__ void depthwise_dw_db_kernel(const float* x, const float* dy, float* d
 
 void depthwise_conv2d_forward(const float* x, const float* w, const float* b, float* y, int64_t N, int64_t C,
                               int64_t H, int64_t W, int64_t k) {
+    if (cudnn_enabled() &&
+        cudnn_conv_forward("depthwise_conv2d", x, w, b, y, cudnn_depthwise_geometry(N, C, H, W, k)))
+        return;
     const int64_t n = N * C * H * W;
     if (n == 0) return;
     KERNEL_LAUNCH(depthwise_forward_kernel, blocks_for(n), kBlockSize, 0, x, w, b, y, N, C, H, W, k);
@@ -404,6 +413,9 @@ void depthwise_conv2d_forward(const float* x, const float* w, const float* b, fl
 
 void depthwise_conv2d_backward(const float* x, const float* w, const float* dy, float* dx, float* dw, float* db,
                                int64_t N, int64_t C, int64_t H, int64_t W, int64_t k) {
+    if (cudnn_enabled() &&
+        cudnn_conv_backward("depthwise_conv2d", x, w, dy, dx, dw, db, cudnn_depthwise_geometry(N, C, H, W, k)))
+        return;
     const int64_t n = N * C * H * W;
     if (dx && n > 0) KERNEL_LAUNCH(depthwise_dx_kernel, blocks_for(n), kBlockSize, 0, w, dy, dx, N, C, H, W, k);
     const int64_t groups = dw ? (k * k + kTapGroup - 1) / kTapGroup : 0, per = groups + (db ? 1 : 0);

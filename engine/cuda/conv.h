@@ -4,9 +4,15 @@
 //
 // Deterministic: no atomics; every sum is taken by a fixed tree that depends only on the shape, so
 // the same inputs give the same bits on every run.
+//
+// cuDNN (engine/cuda/cudnn.h): when the build has it and engine::cuda::set_cudnn() has not turned it
+// off (nor INITLAB_CUDNN=0), conv2d_forward/backward and depthwise_conv2d_forward/backward run
+// through cuDNN (deterministic algorithms only) and these kernels are the fallback; batch norm's
+// cuDNN path is chosen in engine/ops/conv.cpp.
 #pragma once
 #include <cstdint>
 #include "engine/cpu/conv.h"  // ConvGeometry (plain C++)
+#include "engine/cuda/cudnn.h"    // the cuDNN path and its switch, set_cudnn()
 
 namespace engine::cuda {
 

@@ -23,6 +23,12 @@ static Tensor grad_buffer(const Tensor& input) {
 // The data on the tensor's own device, for the kernel ON_DEVICE picks; null when undefined.
 static float* raw_or_null(const Tensor& t) { return t.defined() ? t.raw_f32() : nullptr; }
 
+// A CUDA tensor, and cuDNN built and switched on (engine/cuda/cudnn.h): its batch-norm calls are tried
+// first (each may decline, and the own kernels run).
+#ifdef ENGINE_CUDA
+static bool cudnn_for(Device dev) { return dev == Device::CUDA && cuda::cudnn_enabled(); }
+#endif
+
 // A per-channel parameter (bias, weight, running statistic) must be a float [C] on x's device.
 static void expect_channel_vector(const char* op, const Tensor& t, const char* what, int64_t C, const Tensor& x,
                                   const char* x_name) {
@@ -112,6 +118,9 @@ Tensor depthwise_conv2d(const Tensor& x, const Tensor& w, const Tensor& b) {
 // Eval: μ, σ² are the running statistics, constants: dx = dy·w·rstd.
 // Both: dw = Σ dy·x̂, db = Σ dy. μ and rstd are copied at forward time, so the backward sees the
 // statistics the forward used even if the running ones move on in between.
+// On a CUDA device with cuDNN switched on, training forward, eval forward and the training backward
+// go through cuDNN (engine/cuda/cudnn.h: the same semantics, its saved mean and inverse std are μ
+// and rstd); the eval-mode backward has no cuDNN form and is always the own kernel.
 
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
                   Tensor& running_var, bool training, float momentum, float eps) {
@@ -139,28 +148,56 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Ten
 
     const Device dev = x.device();
     Tensor mean = x.new_empty({C}), rstd = x.new_empty({C});
+    Tensor y = x.new_empty(x.shape());
     if (training) {
-        Tensor var = x.new_empty({C});
-        ON_DEVICE(dev, batch_norm_stats)(x.raw_f32(), mean.raw_f32(), var.raw_f32(), N, C, S);
-        ON_DEVICE(dev, batch_norm_rstd)(var.raw_f32(), eps, rstd.raw_f32(), C);
-        if (track)  // in place, outside autograd: the running statistics are buffers, not inputs
-            ON_DEVICE(dev, batch_norm_update_running)(running_mean.raw_f32(), running_var.raw_f32(), mean.raw_f32(),
-                                                      var.raw_f32(), C, N * S, momentum);
+        // cuDNN computes the statistics, y, mean, rstd and the running update in one call.
+        bool done = false;
+#ifdef ENGINE_CUDA
+        done = cudnn_for(dev) && cuda::cudnn_batch_norm_training(x.raw_f32(), raw_or_null(weight), raw_or_null(bias),
+                                                                 y.raw_f32(), raw_or_null(running_mean),
+                                                                 raw_or_null(running_var), mean.raw_f32(),
+                                                                 rstd.raw_f32(), N, C, S, momentum, eps);
+#endif
+        if (!done) {
+            Tensor var = x.new_empty({C});
+            ON_DEVICE(dev, batch_norm_stats)(x.raw_f32(), mean.raw_f32(), var.raw_f32(), N, C, S);
+            ON_DEVICE(dev, batch_norm_rstd)(var.raw_f32(), eps, rstd.raw_f32(), C);
+            if (track)  // in place, outside autograd: the running statistics are buffers, not inputs
+                ON_DEVICE(dev, batch_norm_update_running)(running_mean.raw_f32(), running_var.raw_f32(),
+                                                          mean.raw_f32(), var.raw_f32(), C, N * S, momentum);
+            ON_DEVICE(dev, batch_norm_forward)(x.raw_f32(), mean.raw_f32(), rstd.raw_f32(), raw_or_null(weight),
+                                               raw_or_null(bias), y.raw_f32(), N, C, S);
+        }
     } else {
+        // mean and rstd for the backward (the eval-mode backward is always the own kernel).
         mean = running_mean.detach().clone();
         ON_DEVICE(dev, batch_norm_rstd)(running_var.raw_f32(), eps, rstd.raw_f32(), C);
+        bool done = false;
+#ifdef ENGINE_CUDA
+        done = cudnn_for(dev) && cuda::cudnn_batch_norm_inference(x.raw_f32(), raw_or_null(weight),
+                                                                  raw_or_null(bias), running_mean.raw_f32(),
+                                                                  running_var.raw_f32(), y.raw_f32(), N, C, S, eps);
+#endif
+        if (!done)
+            ON_DEVICE(dev, batch_norm_forward)(x.raw_f32(), mean.raw_f32(), rstd.raw_f32(), raw_or_null(weight),
+                                               raw_or_null(bias), y.raw_f32(), N, C, S);
     }
 
-    Tensor y = x.new_empty(x.shape());
-    ON_DEVICE(dev, batch_norm_forward)(x.raw_f32(), mean.raw_f32(), rstd.raw_f32(), raw_or_null(weight),
-                                       raw_or_null(bias), y.raw_f32(), N, C, S);
-
     return attach(y, "batch_norm", {x, weight, bias},
-                  [x, weight, bias, mean, rstd, training, N, C, S, dev](const Tensor& dy) {
+                  [x, weight, bias, mean, rstd, training, N, C, S, eps, dev](const Tensor& dy) {
         Tensor dx = grad_buffer(x), dw = grad_buffer(weight), db = grad_buffer(bias);
-        ON_DEVICE(dev, batch_norm_backward)(x.raw_f32(), dy.raw_f32(), mean.raw_f32(), rstd.raw_f32(),
-                                            raw_or_null(weight), raw_or_null(dx), raw_or_null(dw), raw_or_null(db), N,
-                                            C, S, training);
+        // cuDNN's backward is the batch-statistics formula only.
+        bool done = false;
+#ifdef ENGINE_CUDA
+        done = training && cudnn_for(dev) &&
+               cuda::cudnn_batch_norm_backward(x.raw_f32(), dy.raw_f32(), mean.raw_f32(), rstd.raw_f32(),
+                                               raw_or_null(weight), raw_or_null(dx), raw_or_null(dw), raw_or_null(db),
+                                               N, C, S, eps);
+#endif
+        if (!done)
+            ON_DEVICE(dev, batch_norm_backward)(x.raw_f32(), dy.raw_f32(), mean.raw_f32(), rstd.raw_f32(),
+                                                raw_or_null(weight), raw_or_null(dx), raw_or_null(dw), raw_or_null(db),
+                                                N, C, S, training);
         return std::vector<Tensor>{dx, dw, db};
     });
 }

@@ -75,6 +75,10 @@ inline void check_parity(const std::string& name, const std::function<Tensor(con
     engine::Generator wgen(99);
     Tensor w = Tensor::empty(out_cpu.shape());
     wgen.uniform(w.data_f32(), w.numel(), -1.f, 1.f);
+    // The CPU inputs may have been through an earlier check (the same leaves, a second backend path):
+    // only this call's gradients count.
+    for (Tensor& t : cpu_inputs)
+        if (t.defined() && t.requires_grad()) t.zero_grad();
     engine::sum(engine::mul(out_cpu, w)).backward();
     engine::sum(engine::mul(out_cuda, w.to(Device::CUDA))).backward();
     for (size_t i = 0; i < cpu_inputs.size(); i++) {

@@ -5,6 +5,9 @@
 // in training (with and without running statistics, which must move as on the CPU) and eval, on
 // [N, C, H, W], [N, C] and [N, C, L]; bitwise repeatability; mixed devices refused.
 //
+// Every parity check runs twice: with the own kernels (cuDNN switched off) and with cuDNN when the
+// build has it (engine/cuda/cudnn.h; tests/cuda/test_cuda_cudnn.cpp compares the two directly).
+//
 // Tolerances (inputs N(0,1)):
 //   conv2d: fp32 sums of at most Cin·kh·kw = 75 products (forward, dx) and N·OH·OW products (dW,
 //     db) in a different order (cuBLAS vs OpenBLAS): atol 1e-4, rtol 1e-4; on the 33x33 image
@@ -32,6 +35,23 @@ const test::Tol kDwBwdTol{1e-4f, 1e-4f};
 const test::Tol kBnFwdTol{1e-5f, 1e-4f};
 const test::Tol kBnBwdTol{1e-4f, 1e-4f};
 
+// Runs `check` with the own kernels, then with cuDNN if the build has it.
+template <typename F>
+void on_both_paths(F check) {
+    for (bool cudnn : {false, true}) {
+        if (cudnn && !engine::cuda::cudnn_built()) continue;
+        INFO((cudnn ? "cuDNN" : "own kernels"));
+        const bool saved = engine::cuda::set_cudnn(cudnn);
+        try {
+            check();
+        } catch (...) {
+            engine::cuda::set_cudnn(saved);
+            throw;
+        }
+        engine::cuda::set_cudnn(saved);
+    }
+}
+
 struct ConvCase {
     const char* name;
     int64_t N, Cin, H, W, Cout, kh, kw;
@@ -44,8 +64,10 @@ void check_conv(const ConvCase& c, test::Tol tol = kConvTol) {
     Tensor x = randn({c.N, c.Cin, c.H, c.W}, true, 1), w = randn({c.Cout, c.Cin, c.kh, c.kw}, true, 2);
     Tensor b = c.bias ? randn({c.Cout}, true, 3) : Tensor();
     int stride = c.stride, pad = c.pad;
-    check_parity(c.name, [stride, pad](auto& in) { return engine::conv2d(in[0], in[1], in[2], stride, pad); },
-                 {x, w, b}, tol, tol);
+    on_both_paths([&] {
+        check_parity(c.name, [stride, pad](auto& in) { return engine::conv2d(in[0], in[1], in[2], stride, pad); },
+                     {x, w, b}, tol, tol);
+    });
 }
 
 // Restores the conv2d scratch limit on scope exit.
@@ -87,7 +109,7 @@ TEST_CASE("cuda conv2d: a 33x33 image", "[cuda]") {
 TEST_CASE("cuda conv2d: images in several scratch chunks", "[cuda]") {
     // K·P = 3·3·3 · 5·5 = 675 floats per image: a limit of 1500 floats gives chunks of 1 or 2 images
     // (5 images: chunks 2, 2, 1); the backward needs more per image, so its chunks are single images.
-    ScratchLimit limit(1500);
+    ScratchLimit limit(1500);  // (the cuDNN pass of check_conv does not use the scratch)
     check_conv({"chunked k3 s1 p1, 3 -> 7", 5, 3, 5, 5, 7, 3, 3, 1, 1, true});
     check_conv({"chunked 1x1, 7 -> 3", 5, 7, 4, 4, 3, 1, 1, 1, 0, true});
     ScratchLimit tiny(1);  // one image at a time, whatever the size
@@ -103,22 +125,28 @@ TEST_CASE("cuda depthwise_conv2d: k 1, 3, 5, 9 with and without bias", "[cuda]")
         Tensor x = randn({c.N, c.C, c.H, c.W}, true, 1), w = randn({c.C, 1, c.k, c.k}, true, 2);
         Tensor b = c.bias ? randn({c.C}, true, 3) : Tensor();
         // The forward first (tight), then the gradients with their own tolerance.
-        check_parity("depthwise_conv2d forward", [](auto& in) { return engine::depthwise_conv2d(in[0], in[1], in[2]); },
-                     {x.detach(), w.detach(), b.defined() ? b.detach() : b}, kDwFwdTol);
-        check_parity("depthwise_conv2d", [](auto& in) { return engine::depthwise_conv2d(in[0], in[1], in[2]); },
-                     {x, w, b}, kDwBwdTol, kDwBwdTol);
+        on_both_paths([&] {
+            check_parity("depthwise_conv2d forward",
+                         [](auto& in) { return engine::depthwise_conv2d(in[0], in[1], in[2]); },
+                         {x.detach(), w.detach(), b.defined() ? b.detach() : b}, kDwFwdTol);
+            check_parity("depthwise_conv2d", [](auto& in) { return engine::depthwise_conv2d(in[0], in[1], in[2]); },
+                         {x, w, b}, kDwBwdTol, kDwBwdTol);
+        });
     }
 }
 
 TEST_CASE("cuda depthwise_conv2d: 33x33, dx only", "[cuda]") {
     Tensor x = randn({1, 2, 33, 33}, true, 1), w = randn({2, 1, 3, 3}, false, 2);
-    check_parity("depthwise 33x33 dx only", [](auto& in) { return engine::depthwise_conv2d(in[0], in[1]); }, {x, w},
-                 kDwBwdTol, kDwBwdTol);
+    on_both_paths([&] {
+        check_parity("depthwise 33x33 dx only", [](auto& in) { return engine::depthwise_conv2d(in[0], in[1]); },
+                     {x, w}, kDwBwdTol, kDwBwdTol);
+    });
 }
 
 // batch_norm with running statistics: each device gets its own copy of the same starting values,
 // the forward runs on both (check_parity), and the running statistics must then agree.
-static void check_batch_norm(const engine::Shape& shape, bool training, bool track, bool affine, float offset = 0.f) {
+static void check_batch_norm_once(const engine::Shape& shape, bool training, bool track, bool affine,
+                                  float offset) {
     INFO("shape " << shape.str() << " training " << training << " track " << track << " affine " << affine);
     const int64_t C = shape[1];
     Tensor x = engine::add(randn(shape, false, 1), offset).detach().requires_grad_(true);
@@ -143,6 +171,10 @@ static void check_batch_norm(const engine::Shape& shape, bool training, bool tra
         test::require_close("running_mean", rm_cpu, rm_cuda, kBnFwdTol);
         test::require_close("running_var", rv_cpu, rv_cuda, kBnFwdTol);
     }
+}
+
+static void check_batch_norm(const engine::Shape& shape, bool training, bool track, bool affine, float offset = 0.f) {
+    on_both_paths([&] { check_batch_norm_once(shape, training, track, affine, offset); });
 }
 
 TEST_CASE("cuda batch_norm: training, with and without running statistics", "[cuda]") {
@@ -170,21 +202,23 @@ TEST_CASE("cuda conv: the same bits on every run (no atomics)", "[cuda]") {
     Tensor wd = randn({7, 1, 5, 5}, false, 3).to(Device::CUDA).requires_grad_(true);
     Tensor bn_w = randn({7}, false, 4).to(Device::CUDA).requires_grad_(true);
     Tensor none;
-    std::vector<std::vector<float>> runs[2];
-    for (int r = 0; r < 2; r++) {
-        x.zero_grad();
-        w.zero_grad();
-        wd.zero_grad();
-        bn_w.zero_grad();
-        Tensor y = engine::batch_norm(engine::depthwise_conv2d(engine::conv2d(x, w, Tensor(), 1, 1), wd), bn_w,
-                                      Tensor(), none, none, true);
-        engine::sum(engine::mul(y, y)).backward();
-        for (const Tensor& t : {y, x.grad(), w.grad(), wd.grad(), bn_w.grad()}) runs[r].push_back(t.to_vector());
-    }
-    for (size_t i = 0; i < runs[0].size(); i++) {
-        INFO("tensor " << i);
-        REQUIRE(runs[0][i] == runs[1][i]);
-    }
+    on_both_paths([&] {
+        std::vector<std::vector<float>> runs[2];
+        for (int r = 0; r < 2; r++) {
+            x.zero_grad();
+            w.zero_grad();
+            wd.zero_grad();
+            bn_w.zero_grad();
+            Tensor y = engine::batch_norm(engine::depthwise_conv2d(engine::conv2d(x, w, Tensor(), 1, 1), wd), bn_w,
+                                          Tensor(), none, none, true);
+            engine::sum(engine::mul(y, y)).backward();
+            for (const Tensor& t : {y, x.grad(), w.grad(), wd.grad(), bn_w.grad()}) runs[r].push_back(t.to_vector());
+        }
+        for (size_t i = 0; i < runs[0].size(); i++) {
+            INFO("tensor " << i);
+            REQUIRE(runs[0][i] == runs[1][i]);
+        }
+    });
 }
 
 TEST_CASE("cuda conv: mixed devices are refused", "[cuda]") {

@@ -1,0 +1,466 @@
+// tests/cuda/test_cuda_cudnn.cpp: the cuDNN path (engine/cuda/cudnn.cu) against the own kernels
+// (engine/cuda/conv.cu, cuDNN switched off) and the CPU, forward and every gradient, on the shapes
+// ConvMixer uses: the patch-embedding conv (kernel = stride = patch, an odd image), the 1x1
+// pointwise conv, depthwise k 9 and 5 with 'same' padding on odd sizes, batch 1 and > 1; batch norm
+// in training (running statistics too) and eval; TF32 and bf16 precision; a whole ConvMixer training
+// step with cuDNN on and off; deterministic algorithms only (the same bits twice); bad descriptors
+// (engine::Error naming the op); and, in the emulated build, the stand-in's own checks.
+// Each comparison also checks that the cuDNN path ran (engine::cuda::cudnn_calls()), so a path that
+// silently declined cannot pass. In a build without cuDNN the tests say so and pass.
+//
+// Tolerances: the three implementations sum in different orders (cuDNN, the stand-in in double,
+// cuBLAS or OpenBLAS): conv and depthwise atol 1e-4, rtol 1e-4 (forward and gradients); batch norm
+// forward and running statistics atol 1e-5, rtol 1e-4, backward atol 1e-4, rtol 1e-4; TF32 convs
+// (inputs rounded to 10 mantissa bits on both sides, sums of products in another order) atol 2e-3,
+// rtol 1e-3; the ConvMixer step atol 1e-4, rtol 1e-3 (as the model-family tests).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include "engine/cuda/conv.h"
+#include "engine/cuda/matmul.h"
+#include "engine/cuda/runtime.h"
+#include "engine/error.h"
+#include "nn/convmixer.h"
+#include "nn/optim.h"
+#include "tests/cuda/parity.h"
+#ifdef ENGINE_CUDA_EMU
+#include <cudnn.h>  // the stand-in, for the test of the stand-in itself
+#endif
+
+using Catch::Contains;
+using engine::Device;
+using engine::Tensor;
+using test::randn;
+
+namespace {
+
+const test::Tol kConvTol{1e-4f, 1e-4f};
+const test::Tol kTf32Tol{2e-3f, 1e-3f};
+const test::Tol kBnFwdTol{1e-5f, 1e-4f};
+const test::Tol kBnBwdTol{1e-4f, 1e-4f};
+const test::Tol kModelTol{1e-4f, 1e-3f};
+
+// Sets the cuDNN switch for a scope.
+struct CudnnSwitch {
+    bool saved;
+    explicit CudnnSwitch(bool on) : saved(engine::cuda::set_cudnn(on)) {}
+    ~CudnnSwitch() { engine::cuda::set_cudnn(saved); }
+};
+
+struct PrecisionScope {
+    engine::cuda::GemmPrecision saved = engine::cuda::gemm_precision();
+    explicit PrecisionScope(engine::cuda::GemmPrecision p) { engine::cuda::set_gemm_precision(p); }
+    ~PrecisionScope() { engine::cuda::set_gemm_precision(saved); }
+};
+
+bool have_cudnn() {
+    if (!engine::cuda::cudnn_built()) WARN("this build has no cuDNN: the cuDNN path is not tested");
+    return engine::cuda::cudnn_built();
+}
+
+using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
+
+// f on fresh leaf copies of the inputs on `dev` (cuDNN on or off), with the gradients of
+// L = Σ f·weights; the first entry is the output, then one gradient per input (undefined where none).
+std::vector<Tensor> run(const Fn& f, const std::vector<Tensor>& inputs, Device dev, bool cudnn,
+                        const Tensor& weights) {
+    CudnnSwitch sw(cudnn);
+    std::vector<Tensor> in;
+    for (const Tensor& t : inputs) {
+        if (!t.defined()) {
+            in.push_back(t);
+            continue;
+        }
+        Tensor c = t.detach().to(dev).clone();
+        if (t.requires_grad()) c.requires_grad_(true);
+        in.push_back(c);
+    }
+    Tensor out = f(in);
+    std::vector<Tensor> result{out};
+    if (weights.defined()) engine::sum(engine::mul(out, weights.to(dev))).backward();
+    for (const Tensor& t : in) result.push_back(t.defined() && t.requires_grad() ? t.grad() : Tensor());
+    return result;
+}
+
+// cuDNN against the own kernels and against the CPU: the output and every gradient; the cuDNN run
+// must have gone through cuDNN.
+void check_three_ways(const std::string& name, const Fn& f, const std::vector<Tensor>& inputs, test::Tol fwd,
+                      test::Tol bwd) {
+    INFO(name);
+    Tensor probe = f(inputs).detach();
+    engine::Generator wgen(99);
+    Tensor weights = Tensor::empty(probe.shape());
+    wgen.uniform(weights.data_f32(), weights.numel(), -1.f, 1.f);
+    bool any_grad = false;
+    for (const Tensor& t : inputs) any_grad = any_grad || (t.defined() && t.requires_grad());
+    if (!any_grad) weights = Tensor();
+
+    const int64_t calls_before = engine::cuda::cudnn_calls();
+    std::vector<Tensor> with = run(f, inputs, Device::CUDA, true, weights);
+    REQUIRE(engine::cuda::cudnn_calls() > calls_before);
+    const int64_t calls_after = engine::cuda::cudnn_calls();
+    std::vector<Tensor> own = run(f, inputs, Device::CUDA, false, weights);
+    REQUIRE(engine::cuda::cudnn_calls() == calls_after);  // switched off: not one cuDNN call
+    std::vector<Tensor> cpu = run(f, inputs, Device::CPU, false, weights);
+
+    for (size_t i = 0; i < with.size(); i++) {
+        if (!cpu[i].defined()) continue;
+        const std::string what = i == 0 ? name + " forward" : name + " gradient of input " + std::to_string(i - 1);
+        REQUIRE(with[i].defined());
+        REQUIRE(with[i].is_cuda());
+        test::Tol tol = i == 0 ? fwd : bwd;
+        test::require_close(what + ": cuDNN against the own kernels", own[i], with[i], tol);
+        test::require_close(what + ": cuDNN against the CPU", cpu[i], with[i], tol);
+    }
+}
+
+void check_conv(const std::string& name, int64_t N, int64_t Cin, int64_t H, int64_t W, int64_t Cout, int64_t k,
+                int stride, int pad, bool bias, test::Tol tol = kConvTol) {
+    Tensor x = randn({N, Cin, H, W}, true, 1), w = randn({Cout, Cin, k, k}, true, 2);
+    Tensor b = bias ? randn({Cout}, true, 3) : Tensor();
+    check_three_ways(name, [=](auto& in) { return engine::conv2d(in[0], in[1], in[2], stride, pad); }, {x, w, b}, tol,
+                     tol);
+}
+
+void check_depthwise(const std::string& name, int64_t N, int64_t C, int64_t H, int64_t W, int64_t k, bool bias) {
+    Tensor x = randn({N, C, H, W}, true, 4), w = randn({C, 1, k, k}, true, 5);
+    Tensor b = bias ? randn({C}, true, 6) : Tensor();
+    check_three_ways(name, [](auto& in) { return engine::depthwise_conv2d(in[0], in[1], in[2]); }, {x, w, b},
+                     kConvTol, kConvTol);
+}
+
+// Batch norm three ways, each with its own copy of the same running statistics, which must agree
+// afterwards too.
+void check_batch_norm(const engine::Shape& shape, bool training, bool affine, bool track) {
+    INFO("batch_norm " << shape.str() << " training " << training << " affine " << affine << " track " << track);
+    const int64_t C = shape[1];
+    Tensor x = randn(shape, true, 7);
+    Tensor w = affine ? test::rand_uniform({C}, 0.5f, 1.5f, true, 8) : Tensor();
+    Tensor b = affine ? randn({C}, true, 9) : Tensor();
+    Tensor rm0 = track ? randn({C}, false, 10) : Tensor(), rv0 = track ? test::rand_uniform({C}, 0.5f, 2.f, false, 11)
+                                                                        : Tensor();
+    std::vector<Tensor> rm(3), rv(3);  // [0] CPU, [1] own kernels, [2] cuDNN
+    int which = 0;
+    Fn f = [&](const std::vector<Tensor>& in) {
+        // Each run gets fresh running statistics on its device (the probe run included).
+        Device dev = in[0].device();
+        rm[which] = track ? rm0.to(dev).clone() : Tensor();
+        rv[which] = track ? rv0.to(dev).clone() : Tensor();
+        return engine::batch_norm(in[0], in[1], in[2], rm[which], rv[which], training, 0.1f, 1e-5f);
+    };
+    Tensor weights = Tensor::empty(shape);
+    engine::Generator(99).uniform(weights.data_f32(), weights.numel(), -1.f, 1.f);
+    const int64_t calls_before = engine::cuda::cudnn_calls();
+    which = 2;
+    std::vector<Tensor> with = run(f, {x, w, b}, Device::CUDA, true, weights);
+    REQUIRE(engine::cuda::cudnn_calls() >= calls_before + (training ? 2 : 1));  // forward (+ backward)
+    which = 1;
+    std::vector<Tensor> own = run(f, {x, w, b}, Device::CUDA, false, weights);
+    which = 0;
+    std::vector<Tensor> cpu = run(f, {x, w, b}, Device::CPU, false, weights);
+    for (size_t i = 0; i < with.size(); i++) {
+        if (!cpu[i].defined()) continue;
+        INFO((i == 0 ? std::string("forward") : "gradient of input " + std::to_string(i - 1)));
+        test::Tol tol = i == 0 ? kBnFwdTol : kBnBwdTol;
+        test::require_close("cuDNN against the own kernels", own[i], with[i], tol);
+        test::require_close("cuDNN against the CPU", cpu[i], with[i], tol);
+    }
+    if (track) {
+        test::require_close("running_mean: cuDNN against the own kernels", rm[1], rm[2], kBnFwdTol);
+        test::require_close("running_var: cuDNN against the own kernels", rv[1], rv[2], kBnFwdTol);
+        test::require_close("running_mean: cuDNN against the CPU", rm[0], rm[2], kBnFwdTol);
+        test::require_close("running_var: cuDNN against the CPU", rv[0], rv[2], kBnFwdTol);
+        if (training) REQUIRE(rv[2].to_vector() != rv0.to_vector());  // they moved
+    }
+}
+
+// Device buffers of n floats (filled with 0.5) for calling the cuDNN path directly.
+struct DeviceFloats {
+    float* p;
+    explicit DeviceFloats(size_t n) : p(static_cast<float*>(engine::cuda::alloc(sizeof(float) * n))) {
+        engine::cuda::fill_f32(p, 0.5f, (int64_t)n);
+    }
+    ~DeviceFloats() { engine::cuda::free(p); }
+};
+
+}  // namespace
+
+TEST_CASE("cuda cudnn: the switch", "[cuda][cudnn]") {
+    const bool built = engine::cuda::cudnn_built();
+    CudnnSwitch on(true);
+    REQUIRE(engine::cuda::cudnn_enabled() == built);
+    REQUIRE(engine::cuda::set_cudnn(false) == true);
+    REQUIRE(!engine::cuda::cudnn_enabled());
+    REQUIRE(engine::cuda::set_cudnn(true) == false);
+    REQUIRE(engine::cuda::cudnn_enabled() == built);
+}
+
+TEST_CASE("cuda cudnn: conv2d on ConvMixer's shapes", "[cuda][cudnn]") {
+    if (!have_cudnn()) return;
+    // The patch embedding: kernel = stride = patch, no padding; 9x9 leaves an edge over with patch 2.
+    check_conv("stem patch 2, 3 -> 8, 8x8, batch 2", 2, 3, 8, 8, 8, 2, 2, 0, true);
+    check_conv("stem patch 2, 3 -> 8, 9x9 (odd), batch 1", 1, 3, 9, 9, 8, 2, 2, 0, true);
+    check_conv("stem patch 3, 3 -> 5, 7x7, batch 3, no bias", 3, 3, 7, 7, 5, 3, 3, 0, false);
+    // The pointwise 1x1 conv of each block.
+    check_conv("pointwise 1x1, 8 -> 8, 5x5, batch 2", 2, 8, 5, 5, 8, 1, 1, 0, true);
+    check_conv("pointwise 1x1, 6 -> 4, 7x7, batch 1", 1, 6, 7, 7, 4, 1, 1, 0, true);
+    // A general padded, strided conv.
+    check_conv("k3 s2 p1, 3 -> 7, 9x9", 2, 3, 9, 9, 7, 3, 2, 1, true);
+    check_conv("k5 s1 p2, 2 -> 3, 6x5", 2, 2, 6, 5, 3, 5, 1, 2, false);
+}
+
+TEST_CASE("cuda cudnn: depthwise conv2d k 9 and 5, 'same' padding, odd sizes", "[cuda][cudnn]") {
+    if (!have_cudnn()) return;
+    check_depthwise("k9, 4 channels, 9x9, batch 2", 2, 4, 9, 9, 9, true);
+    check_depthwise("k9, 3 channels, 7x11 (image smaller than the filter span), batch 1", 1, 3, 7, 11, 9, false);
+    check_depthwise("k5, 8 channels, 5x5, batch 3", 3, 8, 5, 5, 5, true);
+    check_depthwise("k5, 2 channels, 13x7, batch 1", 1, 2, 13, 7, 5, true);
+    check_depthwise("k3, 5 channels, 6x6, batch 2", 2, 5, 6, 6, 3, false);
+}
+
+TEST_CASE("cuda cudnn: batch norm, training and eval, running statistics", "[cuda][cudnn]") {
+    if (!have_cudnn()) return;
+    for (bool affine : {true, false}) {
+        check_batch_norm({2, 8, 5, 5}, true, affine, true);
+        check_batch_norm({1, 4, 7, 7}, true, affine, true);  // batch 1
+        check_batch_norm({3, 5, 9, 9}, true, affine, false);
+        check_batch_norm({2, 8, 5, 5}, false, affine, true);
+    }
+    check_batch_norm({6, 3}, true, true, true);       // [N, C]
+    check_batch_norm({2, 3, 11}, true, true, true);   // [N, C, L]
+    check_batch_norm({2, 3, 11}, false, true, true);
+}
+
+TEST_CASE("cuda cudnn: TF32 convs, and bf16 left to the own kernels", "[cuda][cudnn]") {
+    if (!have_cudnn()) return;
+    {
+        PrecisionScope tf32(engine::cuda::GemmPrecision::tf32);
+        Tensor x = randn({2, 3, 9, 9}, true, 1), w = randn({8, 3, 3, 3}, true, 2), b = randn({8}, true, 3);
+        Fn f = [](auto& in) { return engine::conv2d(in[0], in[1], in[2], 1, 1); };
+        Tensor weights = randn({2, 8, 9, 9}, false, 4);
+        const int64_t before = engine::cuda::cudnn_calls();
+        std::vector<Tensor> with = run(f, {x, w, b}, Device::CUDA, true, weights);
+        REQUIRE(engine::cuda::cudnn_calls() == before + 2);
+        std::vector<Tensor> own = run(f, {x, w, b}, Device::CUDA, false, weights);
+        for (size_t i = 0; i < with.size(); i++) {
+            INFO("output " << i);
+            test::require_close("tf32 conv2d: cuDNN against the own kernels", own[i], with[i], kTf32Tol);
+        }
+    }
+    {
+        PrecisionScope bf16(engine::cuda::GemmPrecision::bf16);
+        CudnnSwitch on(true);
+        const int64_t before = engine::cuda::cudnn_calls();
+        Tensor x = randn({1, 3, 4, 4}, false).to(Device::CUDA), w = randn({2, 3, 1, 1}, false).to(Device::CUDA);
+        Tensor y = engine::conv2d(x, w);
+        REQUIRE(engine::cuda::cudnn_calls() == before);  // declined: the own bf16 GEMM path ran
+        Tensor wd = randn({3, 1, 3, 3}, false).to(Device::CUDA);
+        engine::depthwise_conv2d(x, wd);  // depthwise is fp32 whatever the GEMM precision: cuDNN
+        REQUIRE(engine::cuda::cudnn_calls() == before + 1);
+    }
+}
+
+TEST_CASE("cuda cudnn: a ConvMixer training step with cuDNN on and off", "[cuda][cudnn]") {
+    if (!have_cudnn()) return;
+    auto build = [] {
+        nn::ConvMixerConfig c;
+        c.dim = 8;
+        c.depth = 2;
+        c.kernel = 5;
+        c.patch = 2;
+        engine::manual_seed(42);
+        auto m = std::make_shared<nn::ConvMixer>(c);
+        m->to(Device::CUDA);
+        return m;
+    };
+    Tensor x = randn({3, 3, 9, 9}, false, 31).to(Device::CUDA);
+    Tensor labels = Tensor::empty({3}, engine::DType::I32);
+    for (int i = 0; i < 3; i++) labels.data_i32()[i] = (i * 7) % 10;
+    labels = labels.to(Device::CUDA);
+
+    struct Result {
+        std::shared_ptr<nn::ConvMixer> model;
+        Tensor loss;
+    };
+    auto step = [&](bool cudnn) {
+        CudnnSwitch sw(cudnn);
+        Result r{build(), Tensor()};
+        nn::Adam opt(nn::param_groups(*r.model, 0.05f), 1e-2f);
+        r.loss = engine::cross_entropy(r.model->forward(x), labels);
+        r.loss.backward();
+        opt.step();
+        return r;
+    };
+    const int64_t before = engine::cuda::cudnn_calls();
+    Result on = step(true);
+    REQUIRE(engine::cuda::cudnn_calls() > before);
+    Result off = step(false);
+    test::require_close("ConvMixer loss", off.loss, on.loss, kModelTol);
+    auto pon = on.model->named_parameters(), poff = off.model->named_parameters();
+    REQUIRE(pon.size() == poff.size());
+    for (size_t i = 0; i < pon.size(); i++) {
+        INFO(pon[i].name);
+        test::require_close("gradient " + pon[i].name, poff[i].tensor->grad(), pon[i].tensor->grad(), kModelTol);
+        test::require_close("after one Adam step " + pon[i].name, *poff[i].tensor, *pon[i].tensor, kModelTol);
+    }
+    auto bon = on.model->named_buffers(), boff = off.model->named_buffers();
+    REQUIRE(bon.size() == boff.size());
+    for (size_t i = 0; i < bon.size(); i++)
+        test::require_close("buffer " + bon[i].name, *boff[i].tensor, *bon[i].tensor, kModelTol);
+}
+
+TEST_CASE("cuda cudnn: deterministic algorithms only (the same bits twice)", "[cuda][cudnn]") {
+    if (!have_cudnn()) return;
+    CudnnSwitch on(true);
+    Tensor x = randn({2, 3, 9, 9}, false, 1).to(Device::CUDA).requires_grad_(true);
+    Tensor w = randn({6, 3, 3, 3}, false, 2).to(Device::CUDA).requires_grad_(true);
+    Tensor wd = randn({6, 1, 5, 5}, false, 3).to(Device::CUDA).requires_grad_(true);
+    Tensor bn_w = randn({6}, false, 4).to(Device::CUDA).requires_grad_(true);
+    Tensor none;
+    std::vector<std::vector<float>> runs[2];
+    for (int r = 0; r < 2; r++) {
+        for (Tensor* t : {&x, &w, &wd, &bn_w}) t->zero_grad();
+        Tensor y = engine::batch_norm(engine::depthwise_conv2d(engine::conv2d(x, w, Tensor(), 1, 1), wd), bn_w,
+                                      Tensor(), none, none, true);
+        engine::sum(engine::mul(y, y)).backward();
+        for (const Tensor& t : {y, x.grad(), w.grad(), wd.grad(), bn_w.grad()}) runs[r].push_back(t.to_vector());
+    }
+    for (size_t i = 0; i < runs[0].size(); i++) {
+        INFO("tensor " << i << " (y, dx, dw, d depthwise w, d bn weight)");
+        REQUIRE(runs[0][i] == runs[1][i]);
+    }
+}
+
+TEST_CASE("cuda cudnn: a bad descriptor throws engine::Error naming the op", "[cuda][cudnn]") {
+    if (!have_cudnn()) return;
+    CudnnSwitch on(true);
+    DeviceFloats x(2 * 3 * 8 * 8), w(4 * 3 * 3 * 3), y(2 * 4 * 8 * 8);
+    // Stride 0 (the op itself refuses it; here the cuDNN path is called directly).
+    engine::cuda::CudnnConv g{2, 3, 8, 8, 4, 3, 3, 0, 1, 1, 8, 8};
+    REQUIRE_THROWS_AS(engine::cuda::cudnn_conv_forward("conv2d", x.p, w.p, nullptr, y.p, g), engine::Error);
+    REQUIRE_THROWS_WITH(engine::cuda::cudnn_conv_forward("conv2d", x.p, w.p, nullptr, y.p, g),
+                        Contains("conv2d (cuDNN") && Contains("cudnnSetConvolution2dDescriptor") &&
+                            Contains("CUDNN_STATUS_BAD_PARAM") && Contains("stride 0"));
+    // Negative padding for a depthwise conv.
+    engine::cuda::CudnnConv d{2, 3, 8, 8, 3, 3, 3, 1, -1, 3, 8, 8};
+    REQUIRE_THROWS_WITH(engine::cuda::cudnn_conv_backward("depthwise_conv2d", x.p, w.p, y.p, x.p, nullptr, nullptr, d),
+                        Contains("depthwise_conv2d (cuDNN") && Contains("CUDNN_STATUS_BAD_PARAM"));
+    // An output size that is not the convolution's (the engine's and cuDNN's formulas must agree).
+    engine::cuda::CudnnConv wrong{2, 3, 8, 8, 4, 3, 3, 1, 1, 1, 7, 8};
+    REQUIRE_THROWS_WITH(engine::cuda::cudnn_conv_forward("conv2d", x.p, w.p, nullptr, y.p, wrong),
+                        Contains("conv2d (cuDNN") && Contains("not the engine's"));
+}
+
+// The emulator's stand-in itself: the device-memory checks, alpha/beta blending, the variation of a
+// non-deterministic algorithm that the engine must never pick, and the statuses of bad parameters.
+TEST_CASE("cuda cudnn: the emulator's stand-in", "[cuda][cudnn]") {
+    if (!engine::cuda::emulated()) return;
+    CudnnSwitch on(true);
+    DeviceFloats w(4 * 3 * 3 * 3), y(2 * 4 * 8 * 8);
+    std::vector<float> host(2 * 3 * 8 * 8, 1.f);
+    engine::cuda::CudnnConv g{2, 3, 8, 8, 4, 3, 3, 1, 1, 1, 8, 8};
+    REQUIRE_THROWS_WITH(engine::cuda::cudnn_conv_forward("conv2d", host.data(), w.p, nullptr, y.p, g),
+                        Contains("cudnnConvolutionForward") && Contains("not (all) in device memory"));
+
+    // conv2d with bias: y = conv(x, w) + b, where the bias is added by cudnnAddTensor with beta = 1
+    // (accumulating onto the convolution): x = w = 0.5 everywhere, so an interior pixel is
+    // 27·0.25 + b and a corner 12·0.25 + b.
+    DeviceFloats x(2 * 3 * 8 * 8), b(4);
+    REQUIRE(engine::cuda::cudnn_conv_forward("conv2d", x.p, w.p, b.p, y.p, g));
+    std::vector<float> out(2 * 4 * 8 * 8);
+    engine::cuda::copy_to_host(out.data(), y.p, sizeof(float) * out.size());
+    REQUIRE(out[0] == Approx(12 * 0.25 + 0.5));       // corner: 2x2 taps of 3 channels
+    REQUIRE(out[9] == Approx(27 * 0.25 + 0.5));       // (1, 1): all 3x3 taps
+#ifdef ENGINE_CUDA_EMU
+    // The filter gradient of a 2x3x8x8 input: ALGO_0 (non-deterministic) gives other bits on the next
+    // call, ALGO_1 (deterministic) the same; so an engine that picked ALGO_0 would fail the
+    // same-bits test above.
+    Tensor xr = randn({2, 3, 8, 8}, false, 1).to(Device::CUDA), dyr = randn({2, 4, 8, 8}, false, 2).to(Device::CUDA);
+    cudnnHandle_t h;
+    cudnnTensorDescriptor_t xd, yd;
+    cudnnFilterDescriptor_t wd;
+    cudnnConvolutionDescriptor_t cd;
+    REQUIRE(cudnnCreate(&h) == CUDNN_STATUS_SUCCESS);
+    cudnnCreateTensorDescriptor(&xd);
+    cudnnCreateTensorDescriptor(&yd);
+    cudnnCreateFilterDescriptor(&wd);
+    cudnnCreateConvolutionDescriptor(&cd);
+    REQUIRE(cudnnSetTensor4dDescriptor(xd, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 2, 3, 8, 8) == CUDNN_STATUS_SUCCESS);
+    REQUIRE(cudnnSetTensor4dDescriptor(yd, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 2, 4, 8, 8) == CUDNN_STATUS_SUCCESS);
+    REQUIRE(cudnnSetFilter4dDescriptor(wd, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, 4, 3, 3, 3) == CUDNN_STATUS_SUCCESS);
+    REQUIRE(cudnnSetConvolution2dDescriptor(cd, 1, 1, 1, 1, 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT) ==
+            CUDNN_STATUS_SUCCESS);
+    REQUIRE(cudnnSetConvolutionMathType(cd, CUDNN_FMA_MATH) == CUDNN_STATUS_SUCCESS);
+    auto filter_grad = [&](cudnnConvolutionBwdFilterAlgo_t algo) {
+        size_t bytes = 0;
+        REQUIRE(cudnnGetConvolutionBackwardFilterWorkspaceSize(h, xd, yd, cd, wd, algo, &bytes) ==
+                CUDNN_STATUS_SUCCESS);
+        DeviceFloats ws(bytes / 4 + 1);
+        const float one = 1.f, zero = 0.f;
+        REQUIRE(cudnnConvolutionBackwardFilter(h, &one, xd, xr.raw_f32(), yd, dyr.raw_f32(), cd, algo, ws.p, bytes,
+                                               &zero, wd, w.p) == CUDNN_STATUS_SUCCESS);
+        std::vector<float> dw(4 * 3 * 3 * 3);
+        engine::cuda::copy_to_host(dw.data(), w.p, sizeof(float) * dw.size());
+        return dw;
+    };
+    REQUIRE(filter_grad(CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0) != filter_grad(CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0));
+    REQUIRE(filter_grad(CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1) == filter_grad(CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1));
+    // A workspace smaller than the algorithm needs is a bad parameter.
+    const float one = 1.f, zero = 0.f;
+    REQUIRE(cudnnConvolutionBackwardFilter(h, &one, xd, xr.raw_f32(), yd, dyr.raw_f32(), cd,
+                                           CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1, nullptr, 0, &zero, wd,
+                                           w.p) == CUDNN_STATUS_BAD_PARAM);
+
+    // Blending: y = alpha·conv + beta·y. beta = 0 must not read y (NaN there stays out); beta = 1
+    // accumulates. x = 0.5 (DeviceFloats), w = 0.5, so pixel (1, 1) of image 0 is 27·0.25.
+    DeviceFloats half_w(4 * 3 * 3 * 3), half_x(2 * 3 * 8 * 8);
+    std::vector<float> nan_y(2 * 4 * 8 * 8, std::nanf("")), got(2 * 4 * 8 * 8);
+    engine::cuda::copy_to_device(y.p, nan_y.data(), sizeof(float) * nan_y.size());
+    size_t fwd_bytes = 0;
+    REQUIRE(cudnnGetConvolutionForwardWorkspaceSize(h, xd, wd, cd, yd, CUDNN_CONVOLUTION_FWD_ALGO_GEMM, &fwd_bytes) ==
+            CUDNN_STATUS_SUCCESS);
+    DeviceFloats fwd_ws(fwd_bytes / 4 + 1);
+    auto forward = [&](float alpha, float beta) {
+        REQUIRE(cudnnConvolutionForward(h, &alpha, xd, half_x.p, wd, half_w.p, cd, CUDNN_CONVOLUTION_FWD_ALGO_GEMM,
+                                        fwd_ws.p, fwd_bytes, &beta, yd, y.p) == CUDNN_STATUS_SUCCESS);
+        engine::cuda::copy_to_host(got.data(), y.p, sizeof(float) * got.size());
+        return got[9];
+    };
+    REQUIRE(forward(1.f, 0.f) == Approx(27 * 0.25));
+    REQUIRE(forward(2.f, 1.f) == Approx(27 * 0.25 * 3));  // 2·conv + the previous conv
+    REQUIRE(forward(1.f, 0.5f) == Approx(27 * 0.25 * 2.5));
+
+    // Bad parameters: the status cuDNN documents.
+    cudnnTensorDescriptor_t bad;
+    cudnnCreateTensorDescriptor(&bad);
+    REQUIRE(cudnnSetTensor4dDescriptor(bad, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 2, 0, 8, 8) == CUDNN_STATUS_BAD_PARAM);
+    REQUIRE(cudnnSetTensor4dDescriptor(bad, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 2, 5, 8, 8) == CUDNN_STATUS_SUCCESS);
+    // x with 5 channels against a filter for 3: the channel counts do not match.
+    REQUIRE(cudnnConvolutionForward(h, &one, bad, half_x.p, wd, half_w.p, cd, CUDNN_CONVOLUTION_FWD_ALGO_GEMM, fwd_ws.p,
+                                    fwd_bytes, &zero, yd, y.p) == CUDNN_STATUS_BAD_PARAM);
+    REQUIRE(cudnnSetConvolutionGroupCount(cd, 0) == CUDNN_STATUS_BAD_PARAM);
+    // cudnnAddTensor: A's dims must be 1 or C's.
+    REQUIRE(cudnnAddTensor(h, &one, bad, half_x.p, &one, yd, y.p) == CUDNN_STATUS_BAD_PARAM);
+    // Batch norm: epsilon below CUDNN_BN_MIN_EPSILON; parameters not 1xCx1x1.
+    cudnnTensorDescriptor_t param;
+    cudnnCreateTensorDescriptor(&param);
+    REQUIRE(cudnnSetTensor4dDescriptor(param, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, 3, 1, 1) == CUDNN_STATUS_SUCCESS);
+    DeviceFloats bn_y(2 * 3 * 8 * 8), scale(3), shift(3);
+    REQUIRE(cudnnBatchNormalizationForwardTraining(h, CUDNN_BATCHNORM_SPATIAL, &one, &zero, xd, half_x.p, xd, bn_y.p,
+                                                   param, scale.p, shift.p, 0.1, nullptr, nullptr, -1e-3, nullptr,
+                                                   nullptr) == CUDNN_STATUS_BAD_PARAM);
+    REQUIRE(cudnnBatchNormalizationForwardTraining(h, CUDNN_BATCHNORM_SPATIAL, &one, &zero, xd, half_x.p, xd, bn_y.p,
+                                                   bad, scale.p, shift.p, 0.1, nullptr, nullptr, 1e-5, nullptr,
+                                                   nullptr) == CUDNN_STATUS_BAD_PARAM);
+    REQUIRE(cudnnBatchNormalizationForwardTraining(h, CUDNN_BATCHNORM_SPATIAL, &one, &zero, xd, half_x.p, xd, bn_y.p,
+                                                   param, scale.p, shift.p, 0.1, nullptr, nullptr, 1e-5, nullptr,
+                                                   nullptr) == CUDNN_STATUS_SUCCESS);
+    cudnnDestroyTensorDescriptor(param);
+    cudnnDestroyTensorDescriptor(bad);
+    cudnnDestroyConvolutionDescriptor(cd);
+    cudnnDestroyFilterDescriptor(wd);
+    cudnnDestroyTensorDescriptor(yd);
+    cudnnDestroyTensorDescriptor(xd);
+    cudnnDestroy(h);
+#endif
+}
