@@ -181,6 +181,10 @@ void reset_peak_memory() { DeviceState& d = device(); std::lock_guard<std::mutex
 
 bool capturing() { return g_capture.active; }
 
+static const uint64_t* g_rng_shift = nullptr;
+void set_rng_shift(const uint64_t* device_shift) { g_rng_shift = device_shift; }
+const uint64_t* rng_shift() { return g_rng_shift; }
+
 void begin_capture() {
     if (g_capture.active) fail("cuda: begin_capture: a capture is already going on");
     // ThreadLocal: a call that would wait for the device is refused on the capturing thread; other

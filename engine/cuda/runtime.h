@@ -79,6 +79,12 @@ bool capturing();
 // passed on.
 CudaGraph capture(const std::function<void()>& work);
 
+// Random draws in a captured step: while a shift is set, the kernels that draw from the global
+// generator's Philox stream add *shift (a device uint64) to the first block the host reserved, so
+// that each launch of the graph draws the blocks the host reserves for it (nn/graph_step.h).
+void set_rng_shift(const uint64_t* device_shift);  // null: no shift
+const uint64_t* rng_shift();
+
 // cuBLAS math mode: TF32 tensor-core math for fp32 GEMMs (--precision tf32) or full fp32.
 void set_tf32(bool on);
 bool tf32();
