@@ -15,6 +15,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 #include "engine/rng.h"
 #include "tests/test_data_helpers.h"
@@ -235,4 +236,37 @@ TEST_CASE("cuda apps: bench/gpu.sh --smoke runs end to end and writes its table"
                               "| vit | bf16 |", "| lstm | bf16 |"})
         CHECK(table.find(model) != std::string::npos);
     CHECK(table.find("--profile: 2 steps on cuda") != std::string::npos);
+}
+
+// bench's JSON line (stdout) out of its log (stderr may hold notes).
+json bench_json(const std::string& log) {
+    std::istringstream lines(log);
+    for (std::string line; std::getline(lines, line);)
+        if (line.rfind("{", 0) == 0) return json::parse(line);
+    FAIL("no JSON line in bench's output");
+    return {};
+}
+
+// --cuda-graph on (the default) in bench: the eager steps and the captured step are both timed
+// and reported; off (or the LSTM, or the CPU) reports the eager step only.
+TEST_CASE("cuda apps: bench times the step with and without a CUDA graph", "[cuda][graph]") {
+    test::TempDir tmp;
+    std::string lm = " lm --device cuda --dim 16 --depth 1 --heads 2 --seq 8 --batch 2 --vocab 11 --steps 2 --warmup 0";
+    int rc = run(device_app("bench") + lm, tmp / "log");
+    INFO(slurp(tmp / "log"));
+    REQUIRE(rc == 0);
+    json out = bench_json(slurp(tmp / "log"));
+    CHECK(out["cuda_graph"] == true);
+    CHECK(out["ms_per_step_eager"].get<double>() > 0);
+    CHECK(out["ms_per_step_graph"].get<double>() > 0);
+    CHECK(out["ms_per_step"] == out["ms_per_step_graph"]);
+    for (std::string args : {lm + " --cuda-graph off",
+                             std::string(" lstm --device cuda --dim 8 --depth 1 --seq 4 --batch 2 --vocab 11 --steps 1 --warmup 0")}) {
+        rc = run(device_app("bench") + args, tmp / "log");
+        INFO(slurp(tmp / "log"));
+        REQUIRE(rc == 0);
+        out = bench_json(slurp(tmp / "log"));
+        CHECK_FALSE(out.contains("cuda_graph"));
+        CHECK_FALSE(out.contains("ms_per_step_graph"));
+    }
 }
