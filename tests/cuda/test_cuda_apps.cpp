@@ -306,3 +306,20 @@ TEST_CASE("cuda apps: train_vit --cuda-graph on equals off bit for bit", "[cuda]
                                   "--seed 3",
                               6);
 }
+
+TEST_CASE("cuda apps: train_lm --cuda-graph on equals off bit for bit (transformer, GAU)", "[cuda][graph]") {
+    std::string text;
+    for (int i = 0; i < 6; i++) text += "the cat sat on the mat and the dog sat on the log\n";
+    for (std::string model : {"transformer", "gau"}) {
+        INFO("model " << model);
+        test::TempDir tmp;
+        for (const char* split : {"train", "valid", "test"})
+            test::write_file(tmp / ("text/" + std::string(split) + ".txt"), text);
+        // 84 tokens, BPTT over 2 streams of 41 inputs: 5 batches of 8 and a last one of 1 (run eagerly).
+        check_graph_on_equals_off(tmp, "train_lm",
+                                  "--dataset text --data-dir " + (tmp / "text") + " --model " + model +
+                                      " --dim 16 --depth 1 --heads 2 --s 8 --seq-len 8 --batch-size 2 --epochs 1"
+                                      " --lr 1e-2 --dropout 0.1 --clip-grad 0.5 --threads 1 --log-every 1 --seed 1",
+                                  6);
+    }
+}
