@@ -39,9 +39,9 @@ void check_launch(const char* name, dim3 grid, dim3 block, size_t smem) {
 
 #ifdef ENGINE_CUDA_EMU
 void emulated_launch(const char* name, const void* kernel, dim3 grid, dim3 block, size_t smem,
-                     const std::function<void()>& body) {
+                     const std::function<void()>& body, const std::function<void()>& check_args) {
     try {
-        emu::launch(name, kernel, grid, block, smem, body, stream());
+        emu::launch(name, kernel, grid, block, smem, body, stream(), check_args);
     } catch (const emu::Error& e) {
         fail(std::string(e.what()) + " " + launch_config(grid, block, smem));
     }

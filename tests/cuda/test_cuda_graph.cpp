@@ -146,5 +146,12 @@ TEST_CASE("cuda graph: graph memory", "[cuda][graph]") {
         g.launch();
         REQUIRE_THROWS_WITH(g.launch(), Contains("free node"));
     }
+    SECTION("a replay whose kernel reads memory freed since the capture fails, naming the kernel") {
+        Tensor in = Tensor::ones({8}, engine::DType::F32, Device::CUDA);
+        engine::cuda::CudaGraph g = engine::cuda::capture([&] { copy_into(out, engine::gelu(in)); });
+        g.launch();
+        in = Tensor();  // on a GPU the graph would read freed memory: an illegal address, or garbage
+        REQUIRE_THROWS_WITH(g.launch(), Contains("kernel") && Contains("not device memory") && Contains("cudaGraphLaunch"));
+    }
 #endif
 }

@@ -624,7 +624,7 @@ const char* set_ucontext(bool on) {
 // Launch: check the configuration as a GPU would, then run the blocks.
 
 void launch(const char* name, const void* kernel, dim3 grid, dim3 block, size_t dynamic_smem,
-            const std::function<void()>& body, cudaStream_t stream) {
+            const std::function<void()>& body, cudaStream_t stream, const std::function<void()>& check_args) {
     if (g_launch) fail(std::string("kernel ") + name + " launched from inside kernel " + g_launch->name);
     // One launch at a time (the stacks, the order generator and the caches are shared).
     std::lock_guard<std::mutex> lock(g_launch_mu);
@@ -647,11 +647,14 @@ void launch(const char* name, const void* kernel, dim3 grid, dim3 block, size_t 
                   ? " without cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes)"
                   : ""));
 
+    if (check_args) check_args();
     // On a captured stream the launch is recorded; the graph launches it again on no stream.
     switch (capture_on(stream)) {
         case Capture::none: break;
         case Capture::recording:
-            record(std::string("kernel ") + name, [=, body = body] { launch(name, kernel, grid, block, dynamic_smem, body, nullptr); });
+            record(std::string("kernel ") + name, [=, body = body, check_args = check_args] {
+                launch(name, kernel, grid, block, dynamic_smem, body, nullptr, check_args);
+            });
             return;
         case Capture::invalidated: set_error(cudaErrorStreamCaptureInvalidated); return;
     }

@@ -56,10 +56,13 @@ ThreadState& self();  // the emulated thread now running
 
 // Run `body` (one call = one CUDA thread) over the grid. `kernel` identifies the kernel for the
 // shared-memory opt-in and the barrier cache; `name` is used in every error message. The launch
-// configuration is checked at once; while `stream` is being captured into a graph the run is
-// recorded (with `body`, whose arguments it holds by value) instead of done.
+// configuration is checked at once, and `check_args` (if given: the launch helper's
+// check_kernel_args) before the run; while `stream` is being captured into a graph the run is
+// recorded (with `body`, whose arguments it holds by value) instead of done, and each graph launch
+// checks the arguments again before running it.
 void launch(const char* name, const void* kernel, dim3 grid, dim3 block, size_t dynamic_smem,
-            const std::function<void()>& body, cudaStream_t stream);
+            const std::function<void()>& body, cudaStream_t stream,
+            const std::function<void()>& check_args = nullptr);
 
 
 // Block-shared memory: the same pointer for every thread of the block, filled with the NaN
