@@ -141,6 +141,7 @@ void* alloc(size_t bytes) {
              std::to_string(d.in_use >> 20) + " MiB in use by tensors, " + std::to_string(free_b >> 20) + " of " +
              std::to_string(total_b >> 20) + " MiB free): " + cudaGetErrorString(e));
     }
+    g_capture.discarded.erase(p);  // the address of an aborted capture's memory, handed out anew
     if (g_capture.active) g_capture.allocated.insert(p);
     std::lock_guard<std::mutex> lock(g_sizes_mu);
     sizes()[p] = bytes;
