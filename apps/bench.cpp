@@ -15,6 +15,12 @@
 //
 // --profile N: after the timed steps, N more steps under the op-level profiler (engine/profile.h):
 // its table on stderr and its JSON as the line's "profile" field (the timed steps run without it).
+//
+// --cuda-graph on (the default; CUDA, models vit, lm, gau: the LSTM's carried state changes its
+// tensors every step): the eager steps are timed first (ms_per_step_eager), then the same step
+// captured into a CUDA graph (nn/graph_step.h; its warm-up and capture run as untimed steps) is
+// timed the same way (ms_per_step_graph); ms_per_step is the graph's. The GEMM FLOPs (and the MFU)
+// are those of the eager step: a replay calls no op on the host to count them.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -31,6 +37,7 @@
 #include "engine/rng.h"
 #include "nn/gau.h"
 #include "nn/lstm.h"
+#include "nn/graph_step.h"
 #include "nn/optim.h"
 #include "nn/transformer.h"
 #ifdef ENGINE_CUDA
@@ -42,7 +49,7 @@ using namespace nn;
 
 int main(int argc, char** argv) {
     CLI::App app{"Time training steps (forward + backward + AdamW) of a model; prints one JSON line."};
-    std::string model = "vit", device = "cpu", precision = "fp32";
+    std::string model = "vit", device = "cpu", precision = "fp32", cuda_graph = "on";
     int64_t dim = 192, depth = 6, heads = 3, patch = 4, image = 32, batch = 64, seq = 128, vocab = 10000;
     int steps = 5, warmup = 2, threads = 0, profile_steps = 0;
     uint64_t seed = 0;
@@ -61,6 +68,7 @@ int main(int argc, char** argv) {
     app.add_option("--threads", threads, "OpenMP threads (0: all cores)")->capture_default_str();
     apps::add_profile_flag(app, profile_steps);
     apps::add_device_flags(app, device, &precision);
+    apps::add_cuda_graph_flag(app, cuda_graph);
     app.add_option("--seed", seed, "random seed")->capture_default_str();
     CLI11_PARSE(app, argc, argv);
     apps::DeviceChoice dc = apps::resolve_device(device, precision);
@@ -145,17 +153,30 @@ int main(int argc, char** argv) {
             sync();
             profile::step_end();
         };
-        std::vector<double> ms;
-        double flops_timed = 0;  // GEMM FLOPs of the timed steps (engine/profile.h's counter)
-        for (int s = 0; s < warmup + steps; s++) {
-            double f0 = profile::gemm_flops_total();
-            auto t0 = std::chrono::steady_clock::now();
-            train_step();
-            double dt = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-            if (s >= warmup) {
-                ms.push_back(dt);
-                flops_timed += profile::gemm_flops_total() - f0;
+        // The median ms of `steps` timed runs of `step` after `warmup` untimed ones (at least `min_warmup`).
+        double flops_timed = 0;  // GEMM FLOPs of the timed eager steps (engine/profile.h's counter)
+        auto time_steps = [&](const std::function<void()>& step, int min_warmup, bool count_flops) {
+            std::vector<double> ms;
+            for (int s = 0; s < std::max(warmup, min_warmup) + steps; s++) {
+                double f0 = profile::gemm_flops_total();
+                auto t0 = std::chrono::steady_clock::now();
+                step();
+                double dt = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+                if (s >= std::max(warmup, min_warmup)) {
+                    ms.push_back(dt);
+                    if (count_flops) flops_timed += profile::gemm_flops_total() - f0;
+                }
             }
+            std::sort(ms.begin(), ms.end());
+            return ms[ms.size() / 2];
+        };
+        double median = time_steps(train_step, 0, true), median_eager = median, median_graph = 0;
+        bool graph = apps::cuda_graph_applies(cuda_graph, dev) && model != "lstm";
+        if (graph) {
+            GraphStep graph_step(opt, loss_fn);
+            // Two untimed runs at least: the eager warm-up and the capture.
+            median_graph = time_steps([&] { graph_step.run(); sync(); }, 2, false);
+            median = median_graph;
         }
         profile::Report prof;
         if (profile_steps > 0) {
@@ -163,8 +184,6 @@ int main(int argc, char** argv) {
             for (int s = 0; s < profile_steps; s++) train_step();
             prof = profile::stop();
         }
-        std::sort(ms.begin(), ms.end());
-        double median = ms[ms.size() / 2];
         nlohmann::ordered_json out = {{"model", model},      {"dim", dim},       {"depth", depth},
                                       {"batch", batch},      {"params", net->num_parameters()},
                                       {"threads", omp_get_max_threads()}, {"device", dc.description},
@@ -173,6 +192,11 @@ int main(int argc, char** argv) {
                                       {"peak_rss_mb", apps::peak_rss_mb()},
                                       {"peak_tensor_mb", (double)engine::host_peak_memory() / (1 << 20)}};
         apps::add_peak_device_mb(out, dev);
+        if (graph) {
+            out["cuda_graph"] = true;
+            out["ms_per_step_eager"] = median_eager;
+            out["ms_per_step_graph"] = median_graph;
+        }
         // MFU of the median step against the device's peak (apps/common/mfu.h).
         out["gflop_per_step"] = flops_timed / steps / 1e9;
         const apps::Peak& peak = apps::peak_flops(dev, precision);

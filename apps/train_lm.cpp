@@ -42,6 +42,7 @@
 #include "nn/checkpoint.h"
 #include "nn/gau.h"
 #include "nn/lstm.h"
+#include "nn/graph_step.h"
 #include "nn/optim.h"
 #include "nn/transformer.h"
 
@@ -69,6 +70,7 @@ struct Args {
     int64_t eval_tokens = 0;   // those mid-epoch evaluations read the first N validation tokens; 0: all
     int threads = 0, log_every = 50;
     int profile_steps = 0;  // --profile N
+    std::string cuda_graph = "on";
     uint64_t seed = 0;
     std::string out, device = "auto", precision = "fp32";
     bool resume = false, nan_check = true;
@@ -316,6 +318,16 @@ static int run(Args& a, const apps::json& config, Device dev) {
     auto params = lm.module->parameters();
     apps::ProfileWindow prof(a.profile_steps, dev);
     apps::StepFlops step_flops(dev, a.precision);  // GEMM FLOPs of a step, for the MFU figure
+    // --cuda-graph: batches of the first batch's shape go through a captured step (nn/graph_step.h)
+    // reading x_in, y_in, refilled from each batch; others (a shorter last BPTT batch) run eagerly,
+    // with the gradients zeroed in place (the graph holds their addresses). Not for the LSTM (its
+    // carried state is new tensors every step), word dropout (drawn on the host), --loss-scale
+    // time-sum (a factor that changes with the batch) or under --profile (it times ops one by one).
+    bool use_graph = apps::cuda_graph_applies(a.cuda_graph, dev) && a.profile_steps == 0 && a.model != "lstm" &&
+                     a.word_dropout == 0.f && a.loss_scale == "mean";
+    Tensor x_in, y_in;
+    std::unique_ptr<nn::GraphStep> graph_step;
+    bool graph_noted = false;
     for (int epoch = start_epoch; epoch < a.epochs; epoch++) {
         if (a.schedule == "step") opt->lr = step_decay.lr(epoch);
         if (skip_batches == 0) lm.reset_state();  // else: resumed mid-epoch, with the restored state
@@ -328,10 +340,32 @@ static int run(Args& a, const apps::json& config, Device dev) {
             auto t0 = std::chrono::steady_clock::now();
             step_flops.begin();
             if (a.schedule == "cosine") opt->lr = cosine.lr(global_step);
-            opt->zero_grad();
-            profile::boundary("batch, zero_grad", profile::Phase::Outside);
-            Tensor loss = cross_entropy(lm.forward(b.inputs.to(dev), bptt), scored_targets(b).to(dev));
             bool log_now = (global_step + 1) % a.log_every == 0;
+            bool graph = use_graph && (!x_in.defined() || b.inputs.shape() == x_in.shape());
+            Tensor loss;
+            float gnorm = 0.f;
+            if (graph) {
+                if (!graph_step) {  // the first batch's tensors become the step's inputs
+                    x_in = b.inputs.to(dev);
+                    y_in = scored_targets(b).to(dev);
+                    graph_step = std::make_unique<nn::GraphStep>(
+                        *opt, [&] { return cross_entropy(lm.forward(x_in, bptt), y_in); },
+                        a.clip_grad > 0 ? params : std::vector<Tensor>{}, a.clip_grad);
+                } else {
+                    nn::copy_into(x_in, b.inputs);
+                    nn::copy_into(y_in, scored_targets(b));
+                }
+                loss = graph_step->run();
+                if (graph_step->captured() && !std::exchange(graph_noted, true))
+                    std::fprintf(stderr, "train_lm: --cuda-graph: step %lld captured into a CUDA graph; batches of its shape replay it\n",
+                                 (long long)global_step + 1);
+                if (log_now) gnorm = a.clip_grad > 0 ? graph_step->grad_norm().item() : nn::grad_norm(params);
+            } else {
+                if (use_graph) opt->zero_grad_in_place();
+                else opt->zero_grad();
+                profile::boundary("batch, zero_grad", profile::Phase::Outside);
+                loss = cross_entropy(lm.forward(b.inputs.to(dev), bptt), scored_targets(b).to(dev));
+            }
             meter.add(loss, (double)b.scored);
             float lv = 0.f;
             if (!meter.deferred() || log_now) {
@@ -344,16 +378,18 @@ static int run(Args& a, const apps::json& config, Device dev) {
             profile::boundary("loss read-back", profile::Phase::Outside);
             // time-sum: the loss summed over a row's scored positions and averaged over the rows,
             // the scale Zaremba et al.'s lr 1 and clip 5 were chosen for (mean loss × scored per row).
-            if (a.loss_scale == "time-sum")
-                mul(loss, (float)((double)b.scored / (double)b.inputs.size(0))).backward();
-            else
-                loss.backward();
-            float gnorm = a.clip_grad > 0 ? nn::clip_grad_norm(params, a.clip_grad)
-                        : log_now         ? nn::grad_norm(params)
-                                          : 0.f;
-            profile::boundary("gradient norm, clipping", profile::Phase::Outside);
-            opt->step();
-            profile::boundary("optimizer step", profile::Phase::Outside);
+            if (!graph) {
+                if (a.loss_scale == "time-sum")
+                    mul(loss, (float)((double)b.scored / (double)b.inputs.size(0))).backward();
+                else
+                    loss.backward();
+                gnorm = a.clip_grad > 0 ? nn::clip_grad_norm(params, a.clip_grad)
+                      : log_now         ? nn::grad_norm(params)
+                                        : 0.f;
+                profile::boundary("gradient norm, clipping", profile::Phase::Outside);
+                opt->step();
+                profile::boundary("optimizer step", profile::Phase::Outside);
+            }
             global_step++;
             double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
             ntok += (double)b.scored;
@@ -479,6 +515,7 @@ int main(int argc, char** argv) {
     apps::add_device_flags(app, a.device, &a.precision);
     app.add_option("--threads", a.threads, "CPU threads (0: all cores)")->capture_default_str();
     apps::add_profile_flag(app, a.profile_steps);
+    apps::add_cuda_graph_flag(app, a.cuda_graph);
     app.add_option("--seed", a.seed, "random seed")->capture_default_str();
     app.add_option("--out", a.out, "run directory: config.json, metrics.jsonl, vocab.txt, checkpoints, result.json");
     app.add_flag("--resume", a.resume, "continue the run in --out from its last checkpoint");

@@ -40,6 +40,7 @@
 #include "nn/checkpoint.h"
 #include "init/spatial_filters.h"
 #include "nn/convmixer.h"
+#include "nn/graph_step.h"
 #include "nn/optim.h"
 #include "nn/transformer.h"
 
@@ -65,7 +66,7 @@ struct Args {
     bool flip = true;
     std::string randaug = "2,9";  // N,M; "0" or "" turns it off
     int64_t train_subset = 0;
-    std::string device = "auto", precision = "fp32";
+    std::string device = "auto", precision = "fp32", cuda_graph = "on";
     int threads = 0;
     int profile_steps = 0;  // --profile N
     uint64_t seed = 0;
@@ -303,6 +304,13 @@ static int run(const Args& a, const apps::json& config, Device dev) {
     apps::ProfileWindow prof(a.profile_steps, dev);
     apps::StepFlops step_flops(dev, a.precision);  // GEMM FLOPs of a step, for the MFU figure
     double final_acc = 0, final_loss = 0;
+    // --cuda-graph: full batches go through a captured step (nn/graph_step.h) reading x_in, y_in,
+    // refilled from each batch; a last partial batch runs eagerly, with the gradients zeroed in place
+    // (the graph holds their addresses). The profiler times ops one by one: no graph under --profile.
+    bool use_graph = apps::cuda_graph_applies(a.cuda_graph, dev) && a.profile_steps == 0;
+    Tensor x_in, y_in;
+    std::unique_ptr<nn::GraphStep> graph_step;
+    bool graph_noted = false;
     for (int epoch = start_epoch; epoch < a.epochs; epoch++) {
         loader.start_epoch(epoch);
         apps::Progress bar(fmt::format("epoch {}/{}", epoch + 1, a.epochs), steps_per_epoch, "img");
@@ -313,16 +321,41 @@ static int run(const Args& a, const apps::json& config, Device dev) {
         for (int64_t b = 0; loader.next(batch); b++) {
             if (b < skip_batches) continue;  // resuming mid-epoch: the same order, batches already trained on
             prof.begin();  // --profile: the loader's threads are outside the step; its copy to the device is in
-            Tensor x = batch.images.to(dev), y = batch.labels.to(dev);
+            int64_t n = batch.images.size(0);
+            bool graph = use_graph && n == a.batch_size;
+            Tensor x, y;
+            if (graph && graph_step) {
+                nn::copy_into(x_in, batch.images);
+                nn::copy_into(y_in, batch.labels);
+            } else {
+                x = batch.images.to(dev), y = batch.labels.to(dev);
+            }
             profile::boundary("batch to device", profile::Phase::Outside);
-            int64_t n = x.size(0);
             auto t0 = std::chrono::steady_clock::now();
             step_flops.begin();
             opt->lr = sched.lr(global_step);
-            opt->zero_grad();
-            profile::boundary("zero_grad", profile::Phase::Outside);
-            Tensor loss = cross_entropy(forward(x), y, -100, a.label_smoothing);
             bool log_now = (global_step + 1) % a.log_every == 0;
+            Tensor loss;
+            float gnorm = 0.f;
+            if (graph) {
+                if (!graph_step) {  // the first full batch's tensors become the step's inputs
+                    x_in = x;
+                    y_in = y;
+                    graph_step = std::make_unique<nn::GraphStep>(
+                        *opt, [&] { return cross_entropy(forward(x_in), y_in, -100, a.label_smoothing); },
+                        a.clip_grad > 0 ? params : std::vector<Tensor>{}, a.clip_grad);
+                }
+                loss = graph_step->run();
+                if (graph_step->captured() && !std::exchange(graph_noted, true))
+                    std::fprintf(stderr, "train_vit: --cuda-graph: step %lld captured into a CUDA graph; full batches replay it\n",
+                                 (long long)global_step + 1);
+                if (log_now) gnorm = a.clip_grad > 0 ? graph_step->grad_norm().item() : nn::grad_norm(params);
+            } else {
+                if (use_graph) opt->zero_grad_in_place();
+                else opt->zero_grad();
+                profile::boundary("zero_grad", profile::Phase::Outside);
+                loss = cross_entropy(forward(x), y, -100, a.label_smoothing);
+            }
             meter.add(loss, (double)n);
             float lv = 0.f;
             if (!meter.deferred() || log_now || global_step == a.fail_at_step) {
@@ -333,13 +366,15 @@ static int run(const Args& a, const apps::json& config, Device dev) {
                 }
             }
             profile::boundary("loss read-back", profile::Phase::Outside);
-            loss.backward();
-            float gnorm = a.clip_grad > 0 ? nn::clip_grad_norm(params, a.clip_grad)
-                        : log_now         ? nn::grad_norm(params)
-                                          : 0.f;
-            profile::boundary("gradient norm, clipping", profile::Phase::Outside);
-            opt->step();
-            profile::boundary("optimizer step", profile::Phase::Outside);
+            if (!graph) {
+                loss.backward();
+                gnorm = a.clip_grad > 0 ? nn::clip_grad_norm(params, a.clip_grad)
+                      : log_now         ? nn::grad_norm(params)
+                                        : 0.f;
+                profile::boundary("gradient norm, clipping", profile::Phase::Outside);
+                opt->step();
+                profile::boundary("optimizer step", profile::Phase::Outside);
+            }
             global_step++;
             double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
             seen += n;
@@ -441,6 +476,7 @@ int main(int argc, char** argv) {
     app.add_option("--train-subset", a.train_subset, "train on a seeded subset of N images, every class kept (0: all)")
         ->capture_default_str();
     apps::add_device_flags(app, a.device, &a.precision);
+    apps::add_cuda_graph_flag(app, a.cuda_graph);
     app.add_option("--threads", a.threads, "CPU threads (0: all cores)")->capture_default_str();
     apps::add_profile_flag(app, a.profile_steps);
     app.add_option("--seed", a.seed, "random seed (init, data order, augmentation, dropout)")->capture_default_str();

@@ -11,6 +11,10 @@ namespace engine {
 
 constexpr int kMaxListTensors = 36;
 
+// The per-step scalars of an optimizer step captured into a CUDA graph (nn/graph_step.h), read from
+// device memory by the update kernels: the learning rate and the optimizer's step-dependent values.
+constexpr int kStepScalars = 4;
+
 // For the Adam/AdamW update: parameters, gradients, first and second moments, and each tensor's
 // learning rate and weight decay (its parameter group's).
 struct AdamTensorList {

@@ -35,8 +35,9 @@ Tensor GAU::forward(const Tensor& x) const {
     }
     Tensor scores = matmul(q, k, false, true);  // [B, n, n]
     if (causal) {
-        if (!mask_.defined() || mask_.size(0) != n || mask_.device() != x.device()) mask_ = causal_mask(n).to(x.device());
-        scores = masked_fill(scores, mask_, 0.f);
+        Tensor& mask = masks_[n];
+        if (!mask.defined() || mask.device() != x.device()) mask = causal_mask(n).to(x.device());
+        scores = masked_fill(scores, mask, 0.f);
     }
     Tensor a = mul(relu2(scores), 1.f / (float)(n * s));
     return out->forward(mul(u, matmul(a, v)));

@@ -8,6 +8,7 @@
 // weights and this A, |O| ≈ s·ν⁶/n·|x| at init (ν² = 0.3557), and scaling every weight by λ
 // scales O by λ⁷; so a Post-Norm stack starts near the identity and trains without warmup.
 #pragma once
+#include <map>
 #include "nn/layers.h"
 
 namespace nn {
@@ -26,7 +27,9 @@ public:
 private:
     // The causal mask of the last sequence length, on the input's device (made on the CPU and
     // copied once, not every step).
-    mutable Tensor mask_;
+    // Causal masks by length, kept: a step captured into a CUDA graph reads the one of its length
+    // while steps of another length (a last partial batch) run eagerly in between.
+    mutable std::map<int64_t, Tensor> masks_;
 };
 
 struct GAUConfig {

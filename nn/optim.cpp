@@ -3,6 +3,7 @@
 // of up to kMaxListTensors tensors), schedules.
 #include "nn/optim.h"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 #include "engine/cpu/optim.h"
@@ -11,6 +12,7 @@
 #include "nn/layers.h"
 #ifdef ENGINE_CUDA
 #include "engine/cuda/optim.h"
+#include "engine/cuda/runtime.h"
 #endif
 
 namespace nn {
@@ -37,6 +39,26 @@ std::vector<ParamGroup> param_groups(const Module& model, float wd, bool no_deca
 void Optimizer::zero_grad() {
     for (auto& g : groups_)
         for (auto& p : g.params) p.tensor->zero_grad();
+}
+
+void Optimizer::zero_grad_in_place() {
+    for (auto& g : groups_)
+        for (auto& p : g.params) {
+            Tensor grad = p.tensor->grad();
+            if (!grad.defined()) continue;
+#ifdef ENGINE_CUDA
+            if (grad.is_cuda()) {
+                cuda::memset_zero(grad.raw_f32(), grad.numel() * sizeof(float));
+                continue;
+            }
+#endif
+            std::fill(grad.data_f32(), grad.data_f32() + grad.numel(), 0.f);
+        }
+}
+
+// The device updates of a captured step exist on CUDA only.
+static void expect_cuda_list(const char* opt, Device dev) {
+    check(dev == Device::CUDA, "{}: step_device needs CUDA parameters (a CUDA graph step), got {}", opt, device_name(dev));
 }
 
 // One zero state tensor per parameter, per group, on the parameter's device (build the optimizer
@@ -76,13 +98,34 @@ SGD::SGD(std::vector<ParamGroup> groups, float lr, float momentum, bool nesterov
     if (momentum > 0.f) buf_ = zeros_like_params(groups_);
 }
 
-// In lists of up to kMaxListTensors, as Adam::step.
 void SGD::step() {
     steps++;
+    update(nullptr);
+}
+
+void SGD::next_step_scalars(float* out) {
+    steps++;
+    out[0] = lr;
+    out[1] = steps == 1 ? 1.f : 0.f;
+    out[2] = out[3] = 0.f;
+}
+
+void SGD::step_device(const float* scalars) { update(scalars); }
+
+// In lists of up to kMaxListTensors, as Adam::update. With device_scalars the list's lr holds each
+// group's lr_scale (the kernel multiplies it by the learning rate it reads).
+void SGD::update(const float* device_scalars) {
     SgdTensorList list;
     Device list_device = Device::CPU;
     auto flush = [&] {
-        if (list.count > 0) ON_DEVICE(list_device, sgd_step_multi)(list, momentum, nesterov, steps == 1);
+        if (list.count > 0 && device_scalars) {
+            expect_cuda_list("SGD", list_device);
+#ifdef ENGINE_CUDA
+            cuda::sgd_step_multi_device(list, momentum, nesterov, device_scalars);
+#endif
+        } else if (list.count > 0) {
+            ON_DEVICE(list_device, sgd_step_multi)(list, momentum, nesterov, steps == 1);
+        }
         list.count = 0;
     };
     for (size_t gi = 0; gi < groups_.size(); gi++) {
@@ -98,7 +141,7 @@ void SGD::step() {
             list.w[t] = p.raw_f32();
             list.g[t] = grad.raw_f32();
             list.buf[t] = buf ? buf->raw_f32() : nullptr;
-            list.lr[t] = lr * g.lr_scale;
+            list.lr[t] = device_scalars ? g.lr_scale : lr * g.lr_scale;
             list.weight_decay[t] = g.weight_decay;
             list.offset[t + 1] = list.offset[t] + p.numel();
         }
@@ -119,11 +162,33 @@ Adam::Adam(std::vector<ParamGroup> groups, float lr, float beta1, float beta2, f
 void Adam::step() {
     steps++;
     float bc1 = 1.f - std::pow(beta1, (float)steps), bc2 = 1.f - std::pow(beta2, (float)steps);
+    update(bc1, bc2, nullptr);
+}
+
+// sqrt(bc2) as the eager launch computes it (engine/cuda/optim.cu: sqrtf on the host).
+void Adam::next_step_scalars(float* out) {
+    steps++;
+    out[0] = lr;
+    out[1] = 1.f - std::pow(beta1, (float)steps);
+    out[2] = std::sqrt(1.f - std::pow(beta2, (float)steps));
+    out[3] = 0.f;
+}
+
+void Adam::step_device(const float* scalars) { update(1.f, 1.f, scalars); }
+
+// With device_scalars the list's lr holds each group's lr_scale, and bc1, bc2 are not used.
+void Adam::update(float bc1, float bc2, const float* device_scalars) {
     AdamTensorList list;
     Device list_device = Device::CPU;
     auto flush = [&] {
-        if (list.count > 0)
+        if (list.count > 0 && device_scalars) {
+            expect_cuda_list("Adam", list_device);
+#ifdef ENGINE_CUDA
+            cuda::adam_step_multi_device(list, beta1, beta2, eps, decoupled, device_scalars);
+#endif
+        } else if (list.count > 0) {
             ON_DEVICE(list_device, adam_step_multi)(list, beta1, beta2, eps, bc1, bc2, decoupled);
+        }
         list.count = 0;
     };
     for (size_t gi = 0; gi < groups_.size(); gi++) {
@@ -139,7 +204,7 @@ void Adam::step() {
             list.g[t] = grad.raw_f32();
             list.m[t] = m_[gi][i].raw_f32();
             list.v[t] = v_[gi][i].raw_f32();
-            list.lr[t] = lr * g.lr_scale;
+            list.lr[t] = device_scalars ? g.lr_scale : lr * g.lr_scale;
             list.weight_decay[t] = g.weight_decay;
             list.offset[t + 1] = list.offset[t] + p.numel();
         }
@@ -155,9 +220,8 @@ std::map<std::string, Tensor*> Adam::state() {
 // list's sum of squares into its own double slot of a small buffer on that device (one reduction
 // per list, no waiting), then the buffer is read back once (the only point where the host waits
 // for the device) and added up in order on the host.
-static double sum_squares_on(Device dev, const std::vector<Tensor>& grads) {
-    if (grads.empty()) return 0.0;
-    int64_t lists = ((int64_t)grads.size() + kMaxListTensors - 1) / kMaxListTensors;
+static Tensor sum_squares_slots(Device dev, const std::vector<Tensor>& grads, int64_t& lists) {
+    lists = ((int64_t)grads.size() + kMaxListTensors - 1) / kMaxListTensors;
     // `lists` doubles in a float32 tensor of twice as many elements (storage is 8-byte aligned).
     Tensor slots = Tensor::empty({2 * lists}, DType::F32, dev);
     double* out = reinterpret_cast<double*>(slots.raw_f32());
@@ -170,6 +234,13 @@ static double sum_squares_on(Device dev, const std::vector<Tensor>& grads) {
         }
         ON_DEVICE(dev, sum_squares_multi)(list, out + l);
     }
+    return slots;
+}
+
+static double sum_squares_on(Device dev, const std::vector<Tensor>& grads) {
+    if (grads.empty()) return 0.0;
+    int64_t lists = 0;
+    Tensor slots = sum_squares_slots(dev, grads, lists);
     Tensor host = slots.to(Device::CPU);
     const double* sq = reinterpret_cast<const double*>(host.data_f32());
     double total = 0.0;
@@ -208,6 +279,40 @@ float clip_grad_norm(const std::vector<Tensor>& params, float max_norm) {
         flush();
     }
     return norm;
+}
+
+Tensor clip_grad_norm_device(const std::vector<Tensor>& params, float max_norm) {
+#ifdef ENGINE_CUDA
+    std::vector<Tensor> grads;
+    for (const Tensor& p : params) {
+        Tensor g = p.grad();
+        if (!g.defined()) continue;
+        check(g.is_cuda(), "clip_grad_norm_device: a gradient {} is on {}: CUDA only", g.shape().str(),
+              device_name(g.device()));
+        grads.push_back(g);
+    }
+    int64_t lists = 0;
+    Tensor slots = sum_squares_slots(Device::CUDA, grads, lists);
+    Tensor out = Tensor::empty({2}, DType::F32, Device::CUDA);  // norm, scale
+    cuda::clip_scale(reinterpret_cast<const double*>(slots.raw_f32()), lists, max_norm, out.raw_f32(), out.raw_f32() + 1);
+    TensorList list;  // in lists as clip_grad_norm scales them
+    auto flush = [&] {
+        if (list.count > 0) cuda::scale_multi_device(list, out.raw_f32() + 1);
+        list.count = 0;
+    };
+    for (const Tensor& g : grads) {
+        if (list.count == kMaxListTensors) flush();
+        int t = list.count++;
+        list.x[t] = g.raw_f32();
+        list.offset[t + 1] = list.offset[t] + g.numel();
+    }
+    flush();
+    return out;
+#else
+    (void)params;
+    (void)max_norm;
+    fail("clip_grad_norm_device: this build has no CUDA backend");
+#endif
 }
 
 float WarmupCosine::lr(int64_t step) const {

@@ -29,6 +29,16 @@ public:
     virtual ~Optimizer() = default;
     virtual void step() = 0;
     void zero_grad();
+
+    // A step for a CUDA graph (nn/graph_step.h): next_step_scalars() counts the step as step()
+    // does and writes its kStepScalars scalars (engine/multi_tensor.h) for the host to copy to the
+    // device; step_device(scalars) launches the update reading them from there when it runs, so it
+    // can be captured once and launched at every step; its arithmetic is step()'s, bit for bit.
+    // CUDA parameters only.
+    virtual void next_step_scalars(float* out) = 0;
+    virtual void step_device(const float* scalars) = 0;
+    // Zeros the gradients in place instead of dropping them: a captured step reuses their memory.
+    void zero_grad_in_place();
     // State tensors by "<param name>.<slot>" (e.g. "blocks.0.q.weight.exp_avg"), plus the step
     // count, for checkpoints.
     virtual std::map<std::string, Tensor*> state() = 0;
@@ -45,10 +55,13 @@ class SGD : public Optimizer {
 public:
     SGD(std::vector<ParamGroup> groups, float lr, float momentum = 0.f, bool nesterov = false);
     void step() override;
+    void next_step_scalars(float* out) override;  // lr, first step (1 or 0)
+    void step_device(const float* scalars) override;
     std::map<std::string, Tensor*> state() override;
     float momentum;
     bool nesterov;
 private:
+    void update(const float* device_scalars);
     std::vector<std::vector<Tensor>> buf_;
 };
 
@@ -59,15 +72,21 @@ public:
     Adam(std::vector<ParamGroup> groups, float lr, float beta1 = 0.9f, float beta2 = 0.999f, float eps = 1e-8f,
          bool decoupled = true);
     void step() override;
+    void next_step_scalars(float* out) override;  // lr, bias corrections 1 − β1^t and sqrt(1 − β2^t)
+    void step_device(const float* scalars) override;
     std::map<std::string, Tensor*> state() override;
     float beta1, beta2, eps;
     bool decoupled;
 private:
+    void update(float bc1, float bc2, const float* device_scalars);
     std::vector<std::vector<Tensor>> m_, v_;
 };
 
 // Scales all gradients so their global L2 norm is at most max_norm; returns the norm before.
 float clip_grad_norm(const std::vector<Tensor>& params, float max_norm);
+// The same on the device, without waiting for it (capturable): returns [norm, scale] on the device;
+// the gradients (all on CUDA) are multiplied by the scale, 1 when the norm is at most max_norm.
+Tensor clip_grad_norm_device(const std::vector<Tensor>& params, float max_norm);
 float grad_norm(const std::vector<Tensor>& params);
 
 // Learning-rate schedules, as functions of the step (0-based).

@@ -107,6 +107,18 @@ void add_device_flags(CLI::App& app, std::string& device, std::string* precision
             ->capture_default_str()->check(CLI::IsMember({"fp32", "tf32", "bf16"}));
 }
 
+void add_cuda_graph_flag(CLI::App& app, std::string& mode) {
+    app.add_option("--cuda-graph", mode,
+                   "on | off: on a CUDA device, capture the training step into a CUDA graph after one eager step and "
+                   "replay it (fewer kernel launches from the host; the same results bit for bit); steps of another "
+                   "shape (a last partial batch) run eagerly. No effect on the CPU")
+        ->capture_default_str()->check(CLI::IsMember({"on", "off"}));
+}
+
+bool cuda_graph_applies(const std::string& mode, engine::Device device) {
+    return mode == "on" && device == engine::Device::CUDA;
+}
+
 DeviceChoice resolve_device(const std::string& device, const std::string& precision) {
     DeviceChoice c;
     bool have_cuda = engine::cuda_device_count() > 0;

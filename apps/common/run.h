@@ -59,6 +59,12 @@ struct DeviceChoice {
     std::string note;  // printed when not empty (e.g. tf32 or bf16 asked for on the CPU: no effect)
 };
 DeviceChoice resolve_device(const std::string& device, const std::string& precision = "fp32");
+
+// --cuda-graph on|off (default on): capture the training step into a CUDA graph after one eager
+// warm-up step and launch the graph at every step (nn/graph_step.h). It applies on a CUDA device
+// to steps of fixed shapes; cuda_graph_applies says whether this run's does (on, and CUDA).
+void add_cuda_graph_flag(CLI::App& app, std::string& mode);
+bool cuda_graph_applies(const std::string& mode, engine::Device device);
 // Applies the choice's precision (call after resolve_device succeeded).
 void apply_precision(const DeviceChoice& choice, const std::string& precision);
 

@@ -35,15 +35,18 @@ inline void check_cuda(cudaError_t e, const char* what) {
 void check_launch(const char* name, dim3 grid, dim3 block, size_t smem);
 
 #ifdef ENGINE_CUDA_EMU
+// check_args: the emulator's check that the kernel's pointer arguments are device memory, run
+// before the launch and again before each graph launch that replays it (the memory may be gone).
 void emulated_launch(const char* name, const void* kernel, dim3 grid, dim3 block, size_t smem,
-                     const std::function<void()>& body);
+                     const std::function<void()>& body, const std::function<void()>& check_args);
 #endif
 
 template <typename... KArgs, typename... Args>
 void launch(const char* name, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, Args... args) {
     static_assert(sizeof...(KArgs) == sizeof...(Args), "launch: wrong number of kernel arguments");
 #ifdef ENGINE_CUDA_EMU
-    emulated_launch(name, (const void*)kernel, grid, block, smem, [=] { kernel(static_cast<KArgs>(args)...); });
+    emulated_launch(name, (const void*)kernel, grid, block, smem, [=] { kernel(static_cast<KArgs>(args)...); },
+                    [=] { emu::check_kernel_args(name, static_cast<KArgs>(args)...); });
 #else
     // Arguments converted to the kernel's exact parameter types, then passed by address.
     std::tuple<KArgs...> converted{static_cast<KArgs>(args)...};

@@ -336,7 +336,9 @@ __global__ void layer_norm_params_final_kernel(const float* partial, float* dwei
 // dropout
 
 // Thread b computes Philox block base + b and writes its 4 values (rng.cpp's uniform layout).
-__global__ void uniform_fill_kernel(float* out, int64_t n, uint64_t seed, uint64_t base) {
+// With `base_shift` (a captured step: nn/graph_step.h) the first block is base + *base_shift.
+__global__ void uniform_fill_kernel(float* out, int64_t n, uint64_t seed, uint64_t base, const uint64_t* base_shift) {
+    if (base_shift) base += *base_shift;
     GRID_STRIDE_LOOP(b, (n + 3) / 4) {
         uint32_t w[4];
         philox4x32_10(seed, base + (uint64_t)b, w);
@@ -361,8 +363,10 @@ __global__ void mul_kernel(const float* a, const float* b, float* out, int64_t n
 // Losses. The mean is a double sum of per-row (cross_entropy) or per-chunk (mse) doubles by one
 // block, strided then a fixed tree: deterministic, and as the CPU's double total.
 
-__global__ void mean_kernel(const double* part, int64_t parts, float* out, double divisor) {
+// divisor_dev: the divisor from device memory (a count made on the device), else `divisor`.
+__global__ void mean_kernel(const double* part, int64_t parts, float* out, double divisor, const int64_t* divisor_dev) {
     SHARED_ARRAY(double, scratch, kRowThreads / kWarp);
+    if (divisor_dev) divisor = (double)*divisor_dev;
     double s = 0.0;
     for (int64_t i = threadIdx.x; i < parts; i += blockDim.x) s += part[i];
     s = block_sum_double(s, scratch);
@@ -402,7 +406,9 @@ __global__ void cross_entropy_forward_kernel(const float* logits, const int32_t*
 // One thread per logit: (softmax − target distribution)·dloss/count, 0 on ignored rows.
 __global__ void cross_entropy_backward_kernel(const float* logits, const int32_t* targets, const float* lse,
                                               const float* dloss, float* dlogits, int64_t rows, int64_t C,
-                                              int64_t count, int32_t ignore_index, float smoothing) {
+                                              int64_t count, const int64_t* count_dev, int32_t ignore_index,
+                                              float smoothing) {
+    if (count_dev) count = *count_dev;
     float g = count > 0 ? dloss[0] / (float)count : 0.f;
     float uniform = smoothing / (float)C;
     GRID_STRIDE_LOOP(i, rows * C) {
@@ -612,9 +618,9 @@ void layer_norm_backward(const float* x, const float* weight, const float* mean,
     KERNEL_LAUNCH(layer_norm_params_final_kernel, blocks_for(n), kBlockSize, 0, partial.p, dweight, dbias, n, chunks);
 }
 
-void uniform_fill(float* out, int64_t n, uint64_t seed, uint64_t base) {
+void uniform_fill(float* out, int64_t n, uint64_t seed, uint64_t base, const uint64_t* base_shift) {
     if (n <= 0) return;
-    KERNEL_LAUNCH(uniform_fill_kernel, blocks_for((n + 3) / 4), kBlockSize, 0, out, n, seed, base);
+    KERNEL_LAUNCH(uniform_fill_kernel, blocks_for((n + 3) / 4), kBlockSize, 0, out, n, seed, base, base_shift);
 }
 
 void dropout_forward(const float* x, float* mask, float* y, int64_t n, float p) {
@@ -629,21 +635,58 @@ void dropout_backward(const float* mask, const float* dy, float* dx, int64_t n) 
     KERNEL_LAUNCH(mul_kernel, blocks_for(n), kBlockSize, 0, dy, mask, dx, n);
 }
 
-void cross_entropy_forward(const float* logits, const int32_t* targets, float* loss, float* lse, int64_t rows,
-                           int64_t C, int64_t count, int32_t ignore_index, float smoothing) {
+// count_dev: the count from device memory instead of `count`.
+static void cross_entropy_forward_impl(const float* logits, const int32_t* targets, float* loss, float* lse,
+                                       int64_t rows, int64_t C, int64_t count, int32_t ignore_index, float smoothing,
+                                       const int64_t* count_dev) {
     Scratch<double> row_loss(rows);
     if (rows > 0)
         ROWS_LAUNCH(cross_entropy_forward_kernel, rows, C, logits, targets, row_loss.p, lse, rows, C, ignore_index,
                     smoothing);
-    KERNEL_LAUNCH(mean_kernel, 1, kRowThreads, 0, (const double*)row_loss.p, rows, loss, (double)count);
+    KERNEL_LAUNCH(mean_kernel, 1, kRowThreads, 0, (const double*)row_loss.p, rows, loss, (double)count, count_dev);
+}
+
+static void cross_entropy_backward_impl(const float* logits, const int32_t* targets, const float* lse,
+                                        const float* dloss, float* dlogits, int64_t rows, int64_t C, int64_t count,
+                                        int32_t ignore_index, float smoothing, const int64_t* count_dev) {
+    if (rows * C == 0) return;
+    KERNEL_LAUNCH(cross_entropy_backward_kernel, blocks_for(rows * C), kBlockSize, 0, logits, targets, lse, dloss,
+                  dlogits, rows, C, count, count_dev, ignore_index, smoothing);
+}
+
+void cross_entropy_forward(const float* logits, const int32_t* targets, float* loss, float* lse, int64_t rows,
+                           int64_t C, int64_t count, int32_t ignore_index, float smoothing) {
+    cross_entropy_forward_impl(logits, targets, loss, lse, rows, C, count, ignore_index, smoothing, nullptr);
 }
 
 void cross_entropy_backward(const float* logits, const int32_t* targets, const float* lse, const float* dloss,
                             float* dlogits, int64_t rows, int64_t C, int64_t count, int32_t ignore_index,
                             float smoothing) {
-    if (rows * C == 0) return;
-    KERNEL_LAUNCH(cross_entropy_backward_kernel, blocks_for(rows * C), kBlockSize, 0, logits, targets, lse, dloss,
-                  dlogits, rows, C, count, ignore_index, smoothing);
+    cross_entropy_backward_impl(logits, targets, lse, dloss, dlogits, rows, C, count, ignore_index, smoothing, nullptr);
+}
+
+void cross_entropy_forward_counted(const float* logits, const int32_t* targets, float* loss, float* lse, int64_t rows,
+                                   int64_t C, int32_t ignore_index, float smoothing, const int64_t* count) {
+    cross_entropy_forward_impl(logits, targets, loss, lse, rows, C, 0, ignore_index, smoothing, count);
+}
+
+void cross_entropy_backward_counted(const float* logits, const int32_t* targets, const float* lse, const float* dloss,
+                                    float* dlogits, int64_t rows, int64_t C, int32_t ignore_index, float smoothing,
+                                    const int64_t* count) {
+    cross_entropy_backward_impl(logits, targets, lse, dloss, dlogits, rows, C, 0, ignore_index, smoothing, count);
+}
+
+// One block: the targets that are not ignore_index (a fixed tree: the same count every run).
+__global__ void count_targets_kernel(const int32_t* targets, int64_t rows, int32_t ignore_index, int64_t* count) {
+    SHARED_ARRAY(double, scratch, kRowThreads / kWarp);
+    double c = 0.0;
+    for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) c += targets[r] != ignore_index ? 1.0 : 0.0;
+    c = block_sum_double(c, scratch);
+    if (threadIdx.x == 0) *count = (int64_t)c;
+}
+
+void count_targets(const int32_t* targets, int64_t rows, int32_t ignore_index, int64_t* count) {
+    KERNEL_LAUNCH(count_targets_kernel, 1, kRowThreads, 0, targets, rows, ignore_index, count);
 }
 
 void mse_forward(const float* pred, const float* target, float* loss, int64_t n) {
@@ -651,7 +694,7 @@ void mse_forward(const float* pred, const float* target, float* loss, int64_t n)
     Scratch<double> partial(chunks);
     if (chunks > 0)
         KERNEL_LAUNCH(mse_partial_kernel, blocks_for(chunks, 1), kRowThreads, 0, pred, target, partial.p, n, chunks);
-    KERNEL_LAUNCH(mean_kernel, 1, kRowThreads, 0, (const double*)partial.p, chunks, loss, (double)n);
+    KERNEL_LAUNCH(mean_kernel, 1, kRowThreads, 0, (const double*)partial.p, chunks, loss, (double)n, (const int64_t*)nullptr);
 }
 
 void mse_backward(const float* pred, const float* target, const float* dloss, float* dpred, float* dtarget,

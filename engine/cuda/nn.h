@@ -46,6 +46,15 @@ void cross_entropy_forward(const float* logits, const int32_t* targets, float* l
 void cross_entropy_backward(const float* logits, const int32_t* targets, const float* lse, const float* dloss,
                             float* dlogits, int64_t rows, int64_t C, int64_t count, int32_t ignore_index,
                             float smoothing);
+// The same two with the count read from device memory when the kernels run (a captured step, where
+// the host cannot look at the targets); count_targets makes it: *count = the targets [rows] that
+// are not ignore_index.
+void count_targets(const int32_t* targets, int64_t rows, int32_t ignore_index, int64_t* count);
+void cross_entropy_forward_counted(const float* logits, const int32_t* targets, float* loss, float* lse, int64_t rows,
+                                   int64_t C, int32_t ignore_index, float smoothing, const int64_t* count);
+void cross_entropy_backward_counted(const float* logits, const int32_t* targets, const float* lse, const float* dloss,
+                                    float* dlogits, int64_t rows, int64_t C, int32_t ignore_index, float smoothing,
+                                    const int64_t* count);
 
 // loss[0] = mean((pred − target)²) over n elements; dpred = 2(pred − target)·dloss[0]/n and
 // dtarget = −dpred (either may be null).
@@ -77,6 +86,7 @@ void rope_backward(const float* dy, float* dx, int64_t outer, int64_t T, int64_t
 // base = global_generator().advance((n + 3) / 4) and seed = global_generator().seed() this is
 // bitwise what global_generator().uniform(out, n, 0, 1) writes on the CPU, and the generator's
 // offset advances the same (dropout and attention draw their masks this way on the device).
-void uniform_fill(float* out, int64_t n, uint64_t seed, uint64_t base);
+// base_shift (device memory, may be null): added to base when the kernel runs (a captured step).
+void uniform_fill(float* out, int64_t n, uint64_t seed, uint64_t base, const uint64_t* base_shift = nullptr);
 
 }  // namespace engine::cuda

@@ -23,11 +23,15 @@ __device__ __forceinline__ int list_tensor(const int64_t* offset, int count, int
     return lo;
 }
 
-// The arithmetic of engine/cpu/optim.cpp's sgd_step, element by element.
-__global__ void sgd_step_multi_kernel(SgdTensorList list, float momentum, bool nesterov, bool first) {
+// The arithmetic of engine/cpu/optim.cpp's sgd_step, element by element. With `scalars` (a
+// captured step), the learning rate and the first-step flag come from device memory.
+__global__ void sgd_step_multi_kernel(SgdTensorList list, float momentum, bool nesterov, bool first,
+                                      const float* scalars) {
+    if (scalars) first = scalars[1] != 0.f;
     GRID_STRIDE_LOOP(i, list.offset[list.count]) {
         int t = list_tensor(list.offset, list.count, i);
         int64_t j = i - list.offset[t];
+        float lr = scalars ? scalars[0] * list.lr[t] : list.lr[t];
         float wj = list.w[t][j];
         float d = list.g[t][j] + list.weight_decay[t] * wj;
         if (float* buf = list.buf[t]) {
@@ -35,23 +39,35 @@ __global__ void sgd_step_multi_kernel(SgdTensorList list, float momentum, bool n
             buf[j] = b;
             d = nesterov ? d + momentum * b : b;
         }
-        list.w[t][j] = wj - list.lr[t] * d;
+        list.w[t][j] = wj - lr * d;
     }
 }
 
 void sgd_step_multi(const SgdTensorList& list, float momentum, bool nesterov, bool first) {
     int64_t n = list.count > 0 ? list.offset[list.count] : 0;
     if (n == 0) return;
-    KERNEL_LAUNCH(sgd_step_multi_kernel, blocks_for(n), kBlockSize, 0, list, momentum, nesterov, first);
+    KERNEL_LAUNCH(sgd_step_multi_kernel, blocks_for(n), kBlockSize, 0, list, momentum, nesterov, first,
+                  (const float*)nullptr);
+}
+
+void sgd_step_multi_device(const SgdTensorList& list, float momentum, bool nesterov, const float* scalars) {
+    int64_t n = list.count > 0 ? list.offset[list.count] : 0;
+    if (n == 0) return;
+    KERNEL_LAUNCH(sgd_step_multi_kernel, blocks_for(n), kBlockSize, 0, list, momentum, nesterov, false, scalars);
 }
 
 // The arithmetic of engine/cpu/optim.cpp's adam_step, element by element.
+// With `scalars` (a captured step), the learning rate and bias corrections come from device memory.
 __global__ void adam_step_multi_kernel(AdamTensorList list, float b1, float b2, float eps, float bc1, float sqrt_bc2,
-                                       bool decoupled) {
+                                       bool decoupled, const float* scalars) {
+    if (scalars) {
+        bc1 = scalars[1];
+        sqrt_bc2 = scalars[2];
+    }
     GRID_STRIDE_LOOP(i, list.offset[list.count]) {
         int t = list_tensor(list.offset, list.count, i);
         int64_t j = i - list.offset[t];
-        float lr = list.lr[t], wd = list.weight_decay[t], step_size = lr / bc1;
+        float lr = scalars ? scalars[0] * list.lr[t] : list.lr[t], wd = list.weight_decay[t], step_size = lr / bc1;
         float d = list.g[t][j], wj = list.w[t][j];
         if (decoupled) wj -= lr * wd * wj;
         else d += wd * wj;
@@ -66,7 +82,15 @@ __global__ void adam_step_multi_kernel(AdamTensorList list, float b1, float b2, 
 void adam_step_multi(const AdamTensorList& list, float b1, float b2, float eps, float bc1, float bc2, bool decoupled) {
     int64_t n = list.count > 0 ? list.offset[list.count] : 0;
     if (n == 0) return;
-    KERNEL_LAUNCH(adam_step_multi_kernel, blocks_for(n), kBlockSize, 0, list, b1, b2, eps, bc1, sqrtf(bc2), decoupled);
+    KERNEL_LAUNCH(adam_step_multi_kernel, blocks_for(n), kBlockSize, 0, list, b1, b2, eps, bc1, sqrtf(bc2), decoupled,
+                  (const float*)nullptr);
+}
+
+void adam_step_multi_device(const AdamTensorList& list, float b1, float b2, float eps, bool decoupled,
+                            const float* scalars) {
+    int64_t n = list.count > 0 ? list.offset[list.count] : 0;
+    if (n == 0) return;
+    KERNEL_LAUNCH(adam_step_multi_kernel, blocks_for(n), kBlockSize, 0, list, b1, b2, eps, 1.f, 1.f, decoupled, scalars);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -136,7 +160,8 @@ void sum_squares_multi(const ConstTensorList& list, double* out) {
     free(partial);
 }
 
-__global__ void scale_multi_kernel(TensorList list, float s) {
+__global__ void scale_multi_kernel(TensorList list, float s, const float* device_s) {
+    if (device_s) s = *device_s;
     GRID_STRIDE_LOOP(i, list.offset[list.count]) {
         int t = list_tensor(list.offset, list.count, i);
         list.x[t][i - list.offset[t]] *= s;
@@ -146,7 +171,26 @@ __global__ void scale_multi_kernel(TensorList list, float s) {
 void scale_multi(const TensorList& list, float s) {
     int64_t n = list.count > 0 ? list.offset[list.count] : 0;
     if (n == 0) return;
-    KERNEL_LAUNCH(scale_multi_kernel, blocks_for(n), kBlockSize, 0, list, s);
+    KERNEL_LAUNCH(scale_multi_kernel, blocks_for(n), kBlockSize, 0, list, s, (const float*)nullptr);
+}
+
+void scale_multi_device(const TensorList& list, const float* scale) {
+    int64_t n = list.count > 0 ? list.offset[list.count] : 0;
+    if (n == 0) return;
+    KERNEL_LAUNCH(scale_multi_kernel, blocks_for(n), kBlockSize, 0, list, 1.f, scale);
+}
+
+// One thread: the host's loop of nn::clip_grad_norm (the slots added in order in double).
+__global__ void clip_scale_kernel(const double* slots, int64_t lists, float max_norm, float* norm, float* scale) {
+    double total = 0.0;
+    for (int64_t l = 0; l < lists; l++) total += slots[l];
+    float n = (float)sqrt(total);
+    norm[0] = n;
+    scale[0] = n > max_norm && n > 0.f ? max_norm / (n + 1e-6f) : 1.f;
+}
+
+void clip_scale(const double* slots, int64_t lists, float max_norm, float* norm, float* scale) {
+    KERNEL_LAUNCH(clip_scale_kernel, 1, 1, 0, slots, lists, max_norm, norm, scale);
 }
 
 }  // namespace engine::cuda

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 #include "engine/cuda/kernel.h"
 #include "engine/cuda/matmul.h"
@@ -19,7 +20,10 @@ std::string launch_config(dim3 grid, dim3 block, size_t smem) {
 }
 
 void fail_cuda(const std::string& what, cudaError_t e) {
-    fail(what + ": " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
+    std::string during = capturing() ? " (during CUDA graph capture: nothing may wait for the device, and the work "
+                                       "is recorded, not run)"
+                                     : "";
+    fail(what + ": " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e) + during);
 }
 
 static const bool g_sync_each_launch = [] {
@@ -35,9 +39,9 @@ void check_launch(const char* name, dim3 grid, dim3 block, size_t smem) {
 
 #ifdef ENGINE_CUDA_EMU
 void emulated_launch(const char* name, const void* kernel, dim3 grid, dim3 block, size_t smem,
-                     const std::function<void()>& body) {
+                     const std::function<void()>& body, const std::function<void()>& check_args) {
     try {
-        emu::launch(name, kernel, grid, block, smem, body);
+        emu::launch(name, kernel, grid, block, smem, body, stream(), check_args);
     } catch (const emu::Error& e) {
         fail(std::string(e.what()) + " " + launch_config(grid, block, smem));
     }
@@ -112,6 +116,18 @@ static std::unordered_map<void*, size_t>& sizes() {
     return *m;
 }
 
+// The capture now going on: what it allocated (graph memory) and the frees of older memory that an
+// invalidated capture refused (done when it is aborted). Memory allocated in a capture that was
+// aborted went with it: freeing it later asks nothing of the runtime.
+namespace {
+struct CaptureBook {
+    bool active = false;
+    std::unordered_set<void*> allocated, discarded;
+    std::vector<void*> refused_frees;
+};
+CaptureBook g_capture;
+}  // namespace
+
 void* alloc(size_t bytes) {
     DeviceState& d = device();
     if (bytes == 0) return nullptr;
@@ -125,6 +141,8 @@ void* alloc(size_t bytes) {
              std::to_string(d.in_use >> 20) + " MiB in use by tensors, " + std::to_string(free_b >> 20) + " of " +
              std::to_string(total_b >> 20) + " MiB free): " + cudaGetErrorString(e));
     }
+    g_capture.discarded.erase(p);  // the address of an aborted capture's memory, handed out anew
+    if (g_capture.active) g_capture.allocated.insert(p);
     std::lock_guard<std::mutex> lock(g_sizes_mu);
     sizes()[p] = bytes;
     std::lock_guard<std::mutex> lock2(d.mu);
@@ -136,7 +154,16 @@ void* alloc(size_t bytes) {
 void free(void* p) {
     if (!p) return;
     DeviceState& d = device();
-    check_cuda(cudaFreeAsync(p, d.stream), "cudaFreeAsync");
+    if (g_capture.discarded.erase(p) == 0) {
+        cudaError_t e = cudaFreeAsync(p, d.stream);
+        if (e == cudaErrorStreamCaptureInvalidated) {
+            cudaGetLastError();
+            if (g_capture.allocated.erase(p) == 0) g_capture.refused_frees.push_back(p);
+        } else {
+            check_cuda(e, "cudaFreeAsync");
+            if (g_capture.active) g_capture.allocated.erase(p);
+        }
+    }
     std::lock_guard<std::mutex> lock(g_sizes_mu);
     auto it = sizes().find(p);
     if (it != sizes().end()) {
@@ -149,6 +176,105 @@ void free(void* p) {
 size_t memory_in_use() { return device().in_use; }
 size_t peak_memory() { return device().peak; }
 void reset_peak_memory() { DeviceState& d = device(); std::lock_guard<std::mutex> lock(d.mu); d.peak = d.in_use; }
+
+// ---------------------------------------------------------------------------------------------
+// CUDA graphs (stream capture of the one stream).
+
+bool capturing() { return g_capture.active; }
+
+static const uint64_t* g_rng_shift = nullptr;
+void set_rng_shift(const uint64_t* device_shift) { g_rng_shift = device_shift; }
+const uint64_t* rng_shift() { return g_rng_shift; }
+
+void begin_capture() {
+    if (g_capture.active) fail("cuda: begin_capture: a capture is already going on");
+    // ThreadLocal: a call that would wait for the device is refused on the capturing thread; other
+    // threads (data loaders) are left alone.
+    check_cuda(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    g_capture.allocated.clear();
+    g_capture.refused_frees.clear();
+    g_capture.active = true;
+}
+
+// The end of a capture that failed: its allocations are gone with it; the frees it refused are done.
+static void drop_capture() {
+    for (void* p : g_capture.allocated) g_capture.discarded.insert(p);
+    g_capture.allocated.clear();
+    g_capture.active = false;
+    std::vector<void*> refused;
+    refused.swap(g_capture.refused_frees);
+    for (void* p : refused) check_cuda(cudaFreeAsync(p, stream()), "cudaFreeAsync (after an aborted capture)");
+}
+
+void abort_capture() {
+    if (!g_capture.active) return;
+    cudaGraph_t graph = nullptr;
+    cudaStreamEndCapture(stream(), &graph);
+    cudaGetLastError();
+    if (graph) cudaGraphDestroy(graph);
+    drop_capture();
+}
+
+CudaGraph end_capture() {
+    if (!g_capture.active) fail("cuda: end_capture without begin_capture");
+    cudaGraph_t graph = nullptr;
+    cudaError_t e = cudaStreamEndCapture(stream(), &graph);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        if (graph) cudaGraphDestroy(graph);
+        drop_capture();
+        fail_cuda("cudaStreamEndCapture (a call during the capture waited for the device or failed)", e);
+    }
+    g_capture.active = false;
+    g_capture.allocated.clear();
+    CudaGraph g;
+    g.graph_ = graph;
+    cudaGraphExec_t exec = nullptr;
+    check_cuda(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+    g.exec_ = exec;
+    return g;
+}
+
+CudaGraph capture(const std::function<void()>& work) {
+    begin_capture();
+    try {
+        work();
+    } catch (...) {
+        abort_capture();
+        throw;
+    }
+    return end_capture();
+}
+
+CudaGraph::CudaGraph(CudaGraph&& other) noexcept : graph_(other.graph_), exec_(other.exec_) {
+    other.graph_ = other.exec_ = nullptr;
+}
+
+CudaGraph& CudaGraph::operator=(CudaGraph&& other) noexcept {
+    CudaGraph old(std::move(other));  // takes other's graph; ends with ours
+    std::swap(graph_, old.graph_);
+    std::swap(exec_, old.exec_);
+    return *this;
+}
+
+CudaGraph::~CudaGraph() {
+    if (exec_) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
+    if (graph_) cudaGraphDestroy(static_cast<cudaGraph_t>(graph_));
+}
+
+void CudaGraph::launch() const {
+    if (!exec_) fail("cuda: launch of an empty CudaGraph");
+    const char* what = "cudaGraphLaunch (memory the graph allocated and did not free must be freed before it runs again)";
+#ifdef ENGINE_CUDA_EMU
+    try {  // the emulator runs the graph now: a kernel's error comes out of the launch
+        check_cuda(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), stream()), what);
+    } catch (const emu::Error& e) {
+        fail(e.what());
+    }
+#else
+    check_cuda(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), stream()), what);
+#endif
+}
 
 // ---------------------------------------------------------------------------------------------
 // Profiler marks: a growing pool of events, reused from index 0 after clear_marks().

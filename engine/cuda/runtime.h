@@ -8,6 +8,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace engine::cuda {
@@ -43,6 +44,46 @@ void reset_peak_memory();
 int record_mark();
 double mark_elapsed_ms(int a, int b);
 void clear_marks();
+
+// CUDA graphs: the work put on the stream between begin_capture() and end_capture() is recorded,
+// not run (kernels, copies, memsets and cuBLAS calls, their arguments frozen by value), and
+// CudaGraph::launch() replays it. Nothing may wait for the device during the capture: a copy to
+// the host, synchronize() or a profiler mark's time throws engine::Error naming the call, and the
+// capture is lost. Device memory allocated during the capture belongs to the graph at addresses
+// fixed for its life; memory the graph allocates and does not free must be freed before the next
+// launch (the launch fails otherwise), and memory allocated before the capture and freed in it is
+// freed by the first launch (the second fails): a captured step keeps its tensors across steps.
+class CudaGraph {
+public:
+    CudaGraph() = default;
+    CudaGraph(CudaGraph&& other) noexcept;
+    CudaGraph& operator=(CudaGraph&& other) noexcept;
+    CudaGraph(const CudaGraph&) = delete;
+    CudaGraph& operator=(const CudaGraph&) = delete;
+    ~CudaGraph();
+
+    bool empty() const { return exec_ == nullptr; }
+    void launch() const;  // on the stream, in order after the work before it; does not wait
+
+private:
+    friend CudaGraph end_capture();
+    void* graph_ = nullptr;  // cudaGraph_t
+    void* exec_ = nullptr;   // cudaGraphExec_t
+};
+
+void begin_capture();      // one capture at a time
+CudaGraph end_capture();   // throws engine::Error if the capture was invalidated
+void abort_capture();      // ends a capture that failed, dropping what it recorded
+bool capturing();
+// begin_capture(), work(), end_capture(); if work throws, the capture is aborted and the error
+// passed on.
+CudaGraph capture(const std::function<void()>& work);
+
+// Random draws in a captured step: while a shift is set, the kernels that draw from the global
+// generator's Philox stream add *shift (a device uint64) to the first block the host reserved, so
+// that each launch of the graph draws the blocks the host reserves for it (nn/graph_step.h).
+void set_rng_shift(const uint64_t* device_shift);  // null: no shift
+const uint64_t* rng_shift();
 
 // cuBLAS math mode: TF32 tensor-core math for fp32 GEMMs (--precision tf32) or full fp32.
 void set_tf32(bool on);

@@ -13,6 +13,7 @@
 #ifdef ENGINE_CUDA
 #include "engine/cuda/flash_attention.h"
 #include "engine/cuda/nn.h"
+#include "engine/cuda/runtime.h"
 #endif
 
 namespace engine {
@@ -38,7 +39,7 @@ static void draw_uniform(const Tensor& t) {
     if (t.is_cuda()) {
         Generator& gen = global_generator();
         uint64_t base = gen.advance((uint64_t)(n + 3) / 4);
-        cuda::uniform_fill(t.raw_f32(), n, gen.seed(), base);
+        cuda::uniform_fill(t.raw_f32(), n, gen.seed(), base, cuda::rng_shift());
         return;
     }
 #endif
@@ -213,9 +214,30 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int ignore_ind
           row_shape.str(), targets.shape().str());
     expect_probability("cross_entropy", label_smoothing, "label_smoothing");
     int64_t C = logits.size(-1), rows = targets.numel();
+    const Device dev = logits.device();
+#ifdef ENGINE_CUDA
+    // In a captured CUDA step the host cannot read the targets: they are counted on the device when
+    // the graph runs, and not range-checked (the caller copies in batches it has checked).
+    if (targets.is_cuda() && cuda::capturing()) {
+        Tensor count_dev = Tensor::empty({2}, DType::I32, dev);  // one int64
+        int64_t* cd = reinterpret_cast<int64_t*>(count_dev.raw_i32());
+        cuda::count_targets(targets.raw_i32(), rows, ignore_index, cd);
+        Tensor loss = logits.new_empty(Shape{});
+        Tensor lse = logits.new_empty({rows});
+        cuda::cross_entropy_forward_counted(logits.raw_f32(), targets.raw_i32(), loss.raw_f32(), lse.raw_f32(), rows, C,
+                                            ignore_index, label_smoothing, cd);
+        return attach(loss, "cross_entropy", {logits, targets},
+                      [logits, targets, lse, rows, C, count_dev, ignore_index, label_smoothing](const Tensor& g) {
+            Tensor dlogits = logits.new_empty(logits.shape());
+            cuda::cross_entropy_backward_counted(logits.raw_f32(), targets.raw_i32(), lse.raw_f32(), g.raw_f32(),
+                                                 dlogits.raw_f32(), rows, C, ignore_index, label_smoothing,
+                                                 reinterpret_cast<const int64_t*>(count_dev.raw_i32()));
+            return std::vector<Tensor>{dlogits, Tensor()};
+        });
+    }
+#endif
     int64_t count = count_targets(targets, C, ignore_index);
 
-    const Device dev = logits.device();
     Tensor loss = logits.new_empty(Shape{});
     Tensor lse = logits.new_empty({rows});
     ON_DEVICE(dev, cross_entropy_forward)(logits.raw_f32(), targets.raw_i32(), loss.raw_f32(), lse.raw_f32(), rows,

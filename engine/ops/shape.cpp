@@ -18,6 +18,7 @@
 #include "engine/ops/dispatch.h"
 #include "engine/ops/elementwise.h"
 #ifdef ENGINE_CUDA
+#include "engine/cuda/runtime.h"
 #include "engine/cuda/shape.h"
 #endif
 
@@ -133,6 +134,9 @@ static void check_indices(const char* op, const int32_t* idx, int64_t m, int64_t
 static void check_indices(const char* op, const Tensor& index, int64_t n, const Shape& xs) {
 #ifdef ENGINE_CUDA
     if (index.is_cuda()) {
+        // A captured CUDA step cannot read the flag back: its caller copies in checked batches
+        // (nn/graph_step.h).
+        if (cuda::capturing()) return;
         if (!cuda::any_out_of_range(index.raw_i32(), index.numel(), n)) return;
         Tensor host = index.to(Device::CPU);  // the error path only
         check_indices(op, host.data_i32(), host.numel(), n, xs);

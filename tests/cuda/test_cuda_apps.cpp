@@ -15,6 +15,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 #include "engine/rng.h"
 #include "tests/test_data_helpers.h"
@@ -235,4 +236,90 @@ TEST_CASE("cuda apps: bench/gpu.sh --smoke runs end to end and writes its table"
                               "| vit | bf16 |", "| lstm | bf16 |"})
         CHECK(table.find(model) != std::string::npos);
     CHECK(table.find("--profile: 2 steps on cuda") != std::string::npos);
+}
+
+// bench's JSON line (stdout) out of its log (stderr may hold notes).
+json bench_json(const std::string& log) {
+    std::istringstream lines(log);
+    for (std::string line; std::getline(lines, line);)
+        if (line.rfind("{", 0) == 0) return json::parse(line);
+    FAIL("no JSON line in bench's output");
+    return {};
+}
+
+// --cuda-graph on (the default) in bench: the eager steps and the captured step are both timed
+// and reported; off (or the LSTM, or the CPU) reports the eager step only.
+TEST_CASE("cuda apps: bench times the step with and without a CUDA graph", "[cuda][graph]") {
+    test::TempDir tmp;
+    std::string lm = " lm --device cuda --dim 16 --depth 1 --heads 2 --seq 8 --batch 2 --vocab 11 --steps 2 --warmup 0";
+    int rc = run(device_app("bench") + lm, tmp / "log");
+    INFO(slurp(tmp / "log"));
+    REQUIRE(rc == 0);
+    json out = bench_json(slurp(tmp / "log"));
+    CHECK(out["cuda_graph"] == true);
+    CHECK(out["ms_per_step_eager"].get<double>() > 0);
+    CHECK(out["ms_per_step_graph"].get<double>() > 0);
+    CHECK(out["ms_per_step"] == out["ms_per_step_graph"]);
+    for (std::string args : {lm + " --cuda-graph off",
+                             std::string(" lstm --device cuda --dim 8 --depth 1 --seq 4 --batch 2 --vocab 11 --steps 1 --warmup 0")}) {
+        rc = run(device_app("bench") + args, tmp / "log");
+        INFO(slurp(tmp / "log"));
+        REQUIRE(rc == 0);
+        out = bench_json(slurp(tmp / "log"));
+        CHECK_FALSE(out.contains("cuda_graph"));
+        CHECK_FALSE(out.contains("ms_per_step_graph"));
+    }
+}
+
+// --cuda-graph on against off, on the device: the same losses and gradient norms bit for bit (the
+// graph step's arithmetic is the eager step's, nn/graph_step.h), with a last partial batch per
+// epoch run eagerly between replays and an evaluation between epochs.
+void check_graph_on_equals_off(const test::TempDir& tmp, const std::string& app, const std::string& args,
+                               size_t train_lines) {
+    std::string dev = device_app(app);
+    for (std::string mode : {"on", "off"}) {
+        int rc = run(dev + " " + args + " --device cuda --cuda-graph " + mode + " --out " + (tmp / mode), tmp / ("log_" + mode));
+        INFO(mode << ":\n" << slurp(tmp / ("log_" + mode)));
+        REQUIRE(rc == 0);
+    }
+    CHECK(slurp(tmp / "log_on").find("captured into a CUDA graph") != std::string::npos);
+    CHECK(slurp(tmp / "log_off").find("captured into a CUDA graph") == std::string::npos);
+    auto on = metrics(tmp / "on", "train"), off = metrics(tmp / "off", "train");
+    REQUIRE(off.size() == train_lines);
+    REQUIRE(on.size() == off.size());
+    for (size_t i = 0; i < on.size(); i++) {
+        INFO("train line " << i << ": on " << on[i].dump() << "\noff " << off[i].dump());
+        CHECK(on[i]["loss"] == off[i]["loss"]);
+        CHECK(on[i]["grad_norm"] == off[i]["grad_norm"]);
+    }
+    auto ron = json::parse(slurp(tmp / "on/result.json")), roff = json::parse(slurp(tmp / "off/result.json"));
+    CHECK(ron["test_loss"] == roff["test_loss"]);
+}
+
+TEST_CASE("cuda apps: train_vit --cuda-graph on equals off bit for bit", "[cuda][graph]") {
+    test::TempDir tmp;
+    write_tiny_cifar10(tmp / "cifar", 1, 2);  // 50 training images: batches of 20, 20 and 10
+    check_graph_on_equals_off(tmp, "train_vit",
+                              "--dataset cifar10 --data-dir " + (tmp / "cifar") +
+                                  " --dim 16 --depth 1 --heads 2 --patch 8 --batch-size 20 --epochs 2 --lr 1e-2 "
+                                  "--warmup-epochs 1 --randaug 0 --threads 1 --log-every 1 --clip-grad 0.5 --init timm "
+                                  "--seed 3",
+                              6);
+}
+
+TEST_CASE("cuda apps: train_lm --cuda-graph on equals off bit for bit (transformer, GAU)", "[cuda][graph]") {
+    std::string text;
+    for (int i = 0; i < 6; i++) text += "the cat sat on the mat and the dog sat on the log\n";
+    for (std::string model : {"transformer", "gau"}) {
+        INFO("model " << model);
+        test::TempDir tmp;
+        for (const char* split : {"train", "valid", "test"})
+            test::write_file(tmp / ("text/" + std::string(split) + ".txt"), text);
+        // 84 tokens, BPTT over 2 streams of 41 inputs: 5 batches of 8 and a last one of 1 (run eagerly).
+        check_graph_on_equals_off(tmp, "train_lm",
+                                  "--dataset text --data-dir " + (tmp / "text") + " --model " + model +
+                                      " --dim 16 --depth 1 --heads 2 --s 8 --seq-len 8 --batch-size 2 --epochs 1"
+                                      " --lr 1e-2 --dropout 0.1 --clip-grad 0.5 --threads 1 --log-every 1 --seed 1",
+                                  6);
+    }
 }

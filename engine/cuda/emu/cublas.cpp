@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include <algorithm>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -138,14 +139,20 @@ cublasStatus_t sgemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, i
     return CUBLAS_STATUS_SUCCESS;
 }
 
-cublasStatus_t gemm(const char* call, cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
-                    int k, const float* alpha, const float* A, int lda, const float* B, int ldb, const float* beta,
-                    float* C, int ldc) {
+void check_gemm(const char* call, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void* A,
+                int lda, const void* B, int ldb, const float* C, int ldc, size_t ab_elem) {
     Dims d(ta, tb, m, n, k);
-    check_operand(call, "A", A, d.a_rows, k == 0 ? 0 : d.a_cols, lda);
-    check_operand(call, "B", B, d.b_rows, k == 0 ? 0 : d.b_cols, ldb);
+    check_operand(call, "A", A, d.a_rows, k == 0 ? 0 : d.a_cols, lda, ab_elem);
+    check_operand(call, "B", B, d.b_rows, k == 0 ? 0 : d.b_cols, ldb, ab_elem);
     check_operand(call, "C", C, m, n, ldc);
-    return sgemm(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, h->math == CUBLAS_TF32_TENSOR_OP_MATH);
+}
+
+// The work goes on the handle's stream: done now, or recorded while the stream is captured, with
+// alpha, beta and the math mode read now (host pointer mode: cuBLAS reads them at the call). The
+// operands are checked now and again when a graph runs the GEMM.
+cublasStatus_t enqueue(cublasHandle_t h, const char* call, std::function<void()> work) {
+    cudaError_t e = emu::on_stream(h->stream, call, std::move(work));
+    return e == cudaSuccess ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
 }
 
 // bf16 A and B, fp32 C: widen A and B, then the fp32 GEMM (fp32 accumulation). TF32 math would
@@ -153,10 +160,8 @@ cublasStatus_t gemm(const char* call, cublasHandle_t h, cublasOperation_t ta, cu
 cublasStatus_t gemm_bf16(const char* call, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                          const float* alpha, const void* A, int lda, const void* B, int ldb, const float* beta,
                          float* C, int ldc) {
+    check_gemm(call, ta, tb, m, n, k, A, lda, B, ldb, C, ldc, 2);
     Dims d(ta, tb, m, n, k);
-    check_operand(call, "A", A, d.a_rows, k == 0 ? 0 : d.a_cols, lda, 2);
-    check_operand(call, "B", B, d.b_rows, k == 0 ? 0 : d.b_cols, ldb, 2);
-    check_operand(call, "C", C, m, n, ldc);
     if (m == 0 || n == 0 || k == 0)
         return sgemm(ta, tb, m, n, k, alpha, nullptr, lda, nullptr, ldb, beta, C, ldc, false);
     std::vector<float> a = widened_bf16(A, d.a_rows, d.a_cols, lda), b = widened_bf16(B, d.b_rows, d.b_cols, ldb);
@@ -180,7 +185,13 @@ cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperati
                            float* C, int ldc) {
     if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
     if (bad_args(h, ta, tb, m, n, k, lda, ldb, ldc)) return CUBLAS_STATUS_INVALID_VALUE;
-    return gemm("cublasSgemm", h, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+    check_gemm("cublasSgemm", ta, tb, m, n, k, A, lda, B, ldb, C, ldc, 4);
+    float a = *alpha, b = *beta;
+    bool tf32 = h->math == CUBLAS_TF32_TENSOR_OP_MATH;
+    return enqueue(h, "cublasSgemm", [=] {
+        check_gemm("cublasSgemm", ta, tb, m, n, k, A, lda, B, ldb, C, ldc, 4);
+        sgemm(ta, tb, m, n, k, &a, A, lda, B, ldb, &b, C, ldc, tf32);
+    });
 }
 
 cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
@@ -189,12 +200,18 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta,
                                          long long sC, int batch) {
     if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
     if (bad_args(h, ta, tb, m, n, k, lda, ldb, ldc) || batch < 0) return CUBLAS_STATUS_INVALID_VALUE;
-    for (int i = 0; i < batch; i++) {
-        cublasStatus_t s = gemm("cublasSgemmStridedBatched", h, ta, tb, m, n, k, alpha, A + i * sA, lda, B + i * sB,
-                                ldb, beta, C + i * sC, ldc);
-        if (s != CUBLAS_STATUS_SUCCESS) return s;
-    }
-    return CUBLAS_STATUS_SUCCESS;
+    auto checks = [=] {
+        for (int i = 0; i < batch; i++)
+            check_gemm("cublasSgemmStridedBatched", ta, tb, m, n, k, A + i * sA, lda, B + i * sB, ldb, C + i * sC, ldc, 4);
+    };
+    checks();
+    float a = *alpha, b = *beta;
+    bool tf32 = h->math == CUBLAS_TF32_TENSOR_OP_MATH;
+    return enqueue(h, "cublasSgemmStridedBatched", [=] {
+        checks();
+        for (int i = 0; i < batch; i++)
+            sgemm(ta, tb, m, n, k, &a, A + i * sA, lda, B + i * sB, ldb, &b, C + i * sC, ldc, tf32);
+    });
 }
 
 // The types cublasGemmEx is asked for: the one mixed-precision form the backend uses, else unsupported.
@@ -210,8 +227,10 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
     if (!bf16_in_fp32_out(at, bt, ct, compute)) return CUBLAS_STATUS_NOT_SUPPORTED;
     if (bad_args(h, ta, tb, m, n, k, lda, ldb, ldc)) return CUBLAS_STATUS_INVALID_VALUE;
     // CUBLAS_COMPUTE_32F: alpha and beta are floats.
-    return gemm_bf16("cublasGemmEx", ta, tb, m, n, k, static_cast<const float*>(alpha), A, lda, B, ldb,
-                     static_cast<const float*>(beta), static_cast<float*>(C), ldc);
+    float* c = static_cast<float*>(C);
+    check_gemm("cublasGemmEx", ta, tb, m, n, k, A, lda, B, ldb, c, ldc, 2);
+    float a = *static_cast<const float*>(alpha), b = *static_cast<const float*>(beta);
+    return enqueue(h, "cublasGemmEx", [=] { gemm_bf16("cublasGemmEx", ta, tb, m, n, k, &a, A, lda, B, ldb, &b, c, ldc); });
 }
 
 cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
@@ -226,10 +245,12 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta
     const uint16_t* a = static_cast<const uint16_t*>(A);
     const uint16_t* b = static_cast<const uint16_t*>(B);
     float* c = static_cast<float*>(C);
-    for (int i = 0; i < batch; i++) {
-        cublasStatus_t s = gemm_bf16("cublasGemmStridedBatchedEx", ta, tb, m, n, k, static_cast<const float*>(alpha),
-                                     a + i * sA, lda, b + i * sB, ldb, static_cast<const float*>(beta), c + i * sC, ldc);
-        if (s != CUBLAS_STATUS_SUCCESS) return s;
-    }
-    return CUBLAS_STATUS_SUCCESS;
+    for (int i = 0; i < batch; i++)
+        check_gemm("cublasGemmStridedBatchedEx", ta, tb, m, n, k, a + i * sA, lda, b + i * sB, ldb, c + i * sC, ldc, 2);
+    float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
+    return enqueue(h, "cublasGemmStridedBatchedEx", [=] {
+        for (int i = 0; i < batch; i++)
+            gemm_bf16("cublasGemmStridedBatchedEx", ta, tb, m, n, k, &al, a + i * sA, lda, b + i * sB, ldb, &be,
+                      c + i * sC, ldc);
+    });
 }

@@ -24,6 +24,7 @@
 // sees a kernel's out-of-bounds access), filled with the poison pattern, and recorded, so copies
 // and frees can check that a pointer really is (or is not) device memory.
 #include "cuda_runtime.h"
+#include "internal.h"
 
 #include <sys/mman.h>
 #include <ucontext.h>
@@ -50,6 +51,8 @@
 
 namespace emu {
 
+[[noreturn]] void fail(const std::string& msg) { throw Error("CUDA emulator: " + msg); }
+
 namespace {
 
 std::string fmt_dim(dim3 d) {
@@ -57,8 +60,6 @@ std::string fmt_dim(dim3 d) {
     std::snprintf(buf, sizeof buf, "(%u,%u,%u)", d.x, d.y, d.z);
     return buf;
 }
-
-[[noreturn]] void fail(const std::string& msg) { throw Error("CUDA emulator: " + msg); }
 
 // ---------------------------------------------------------------------------------------------
 // Settings and counters.
@@ -623,7 +624,7 @@ const char* set_ucontext(bool on) {
 // Launch: check the configuration as a GPU would, then run the blocks.
 
 void launch(const char* name, const void* kernel, dim3 grid, dim3 block, size_t dynamic_smem,
-            const std::function<void()>& body) {
+            const std::function<void()>& body, cudaStream_t stream, const std::function<void()>& check_args) {
     if (g_launch) fail(std::string("kernel ") + name + " launched from inside kernel " + g_launch->name);
     // One launch at a time (the stacks, the order generator and the caches are shared).
     std::lock_guard<std::mutex> lock(g_launch_mu);
@@ -645,6 +646,18 @@ void launch(const char* name, const void* kernel, dim3 grid, dim3 block, size_t 
              (opt == g_shared_optin.end()
                   ? " without cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes)"
                   : ""));
+
+    if (check_args) check_args();
+    // On a captured stream the launch is recorded; the graph launches it again on no stream.
+    switch (capture_on(stream)) {
+        case Capture::none: break;
+        case Capture::recording:
+            record(std::string("kernel ") + name, [=, body = body, check_args = check_args] {
+                launch(name, kernel, grid, block, dynamic_smem, body, nullptr, check_args);
+            });
+            return;
+        case Capture::invalidated: set_error(cudaErrorStreamCaptureInvalidated); return;
+    }
 
     auto known = g_kernel_syncs.find(kernel);
     Launch L{name, kernel, grid, block, dynamic_smem, limit, &body,
@@ -706,10 +719,34 @@ bool inside_device(const void* p, size_t bytes) {
     return find_alloc(p, bytes) != g_allocs.end();
 }
 
+}  // namespace
+
 std::string hex(const void* p) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "%p", p);
     return buf;
+}
+
+cudaError_t set_error(cudaError_t e) { return g_last_error = e; }
+
+void add_allocation(void* p, size_t bytes) {
+    std::lock_guard<std::mutex> lock(g_allocs_mu);
+    g_allocs[reinterpret_cast<uintptr_t>(p)] = bytes;
+    g_live_bytes += bytes;
+}
+
+bool remove_allocation(void* p) {
+    std::lock_guard<std::mutex> lock(g_allocs_mu);
+    auto it = g_allocs.find(reinterpret_cast<uintptr_t>(p));
+    if (it == g_allocs.end()) return false;
+    g_live_bytes -= it->second;
+    g_allocs.erase(it);
+    return true;
+}
+
+bool is_live_allocation(const void* p) {
+    std::lock_guard<std::mutex> lock(g_allocs_mu);
+    return g_allocs.count(reinterpret_cast<uintptr_t>(p)) != 0;
 }
 
 void check_copy(const char* call, void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
@@ -729,7 +766,6 @@ void check_copy(const char* call, void* dst, const void* src, size_t bytes, cuda
     if (want_src_dev && !src_dev) fail(c + "source " + hex(src) + " is not (all) inside device memory");
     if (!want_src_dev && inside_device(src, 1)) fail(c + "source " + hex(src) + " is device memory");
 }
-}  // namespace
 
 bool is_device_pointer(const void* p) { return inside_device(p, 1); }
 size_t live_device_bytes() {
@@ -769,6 +805,10 @@ const char* cudaGetErrorString(cudaError_t e) {
         case cudaErrorNoDevice: return "no CUDA-capable device is detected";
         case cudaErrorInvalidDevice: return "invalid device ordinal";
         case cudaErrorLaunchFailure: return "unspecified launch failure";
+        case cudaErrorIllegalState: return "the operation is not permitted in the current state";
+        case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+        case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+        case cudaErrorStreamCaptureImplicit: return "operation would make the legacy stream depend on a capturing blocking stream";
     }
     return "unknown error";
 }
@@ -783,6 +823,10 @@ const char* cudaGetErrorName(cudaError_t e) {
         case cudaErrorNoDevice: return "cudaErrorNoDevice";
         case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
         case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+        case cudaErrorIllegalState: return "cudaErrorIllegalState";
+        case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
+        case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
+        case cudaErrorStreamCaptureImplicit: return "cudaErrorStreamCaptureImplicit";
     }
     return "cudaErrorUnknown";
 }
@@ -811,7 +855,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
     return cudaSuccess;
 }
 
-cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize() { return emu::refuse_during_capture("cudaDeviceSynchronize", nullptr); }
 
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
     *total_bytes = size_t(16) << 30;
@@ -827,32 +871,57 @@ cudaError_t cudaFuncSetAttribute(const void* kernel, cudaFuncAttribute attr, int
     return cudaSuccess;
 }
 
-cudaError_t cudaMalloc(void** p, size_t bytes) {
+namespace {
+cudaError_t allocate(void** p, size_t bytes) {
     *p = nullptr;
     if (bytes == 0) return cudaSuccess;
-    if (posix_memalign(p, 256, bytes) != 0) { *p = nullptr; return emu::g_last_error = cudaErrorMemoryAllocation; }
+    if (posix_memalign(p, 256, bytes) != 0) { *p = nullptr; return emu::set_error(cudaErrorMemoryAllocation); }
     emu::fill_poison(*p, bytes);
-    std::lock_guard<std::mutex> lock(emu::g_allocs_mu);
-    g_allocs[reinterpret_cast<uintptr_t>(*p)] = bytes;
-    emu::g_live_bytes += bytes;
+    emu::add_allocation(*p, bytes);
     return cudaSuccess;
+}
+
+// Graph-owned memory stays with its graph when its life as an allocation ends.
+cudaError_t release(const char* call, void* p) {
+    if (!p) return cudaSuccess;
+    if (!emu::remove_allocation(p)) emu::fail(std::string(call) + "(" + emu::hex(p) + "): not the start of a live device allocation");
+    if (!emu::graph_owned(p)) std::free(p);
+    return cudaSuccess;
+}
+}  // namespace
+
+cudaError_t cudaMalloc(void** p, size_t bytes) {
+    *p = nullptr;
+    if (cudaError_t e = emu::refuse_during_capture("cudaMalloc", nullptr)) return e;
+    return allocate(p, bytes);
 }
 
 cudaError_t cudaFree(void* p) {
-    if (!p) return cudaSuccess;
-    {
-        std::lock_guard<std::mutex> lock(emu::g_allocs_mu);
-        auto it = g_allocs.find(reinterpret_cast<uintptr_t>(p));
-        if (it == g_allocs.end()) emu::fail("cudaFree(" + emu::hex(p) + "): not the start of a live device allocation");
-        emu::g_live_bytes -= it->second;
-        g_allocs.erase(it);
-    }
-    std::free(p);
-    return cudaSuccess;
+    if (cudaError_t e = emu::refuse_during_capture("cudaFree", nullptr)) return e;
+    return release("cudaFree", p);
 }
 
-cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t) { return cudaMalloc(p, bytes); }
-cudaError_t cudaFreeAsync(void* p, cudaStream_t) { return cudaFree(p); }
+cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t s) {
+    *p = nullptr;
+    switch (emu::capture_on(s)) {
+        case emu::Capture::none: return allocate(p, bytes);
+        case emu::Capture::invalidated: return emu::set_error(cudaErrorStreamCaptureInvalidated);
+        case emu::Capture::recording: break;
+    }
+    if (bytes == 0) return cudaSuccess;
+    *p = emu::graph_alloc(bytes);
+    return *p ? cudaSuccess : emu::set_error(cudaErrorMemoryAllocation);
+}
+
+cudaError_t cudaFreeAsync(void* p, cudaStream_t s) {
+    switch (emu::capture_on(s)) {
+        case emu::Capture::none: return release("cudaFreeAsync", p);
+        case emu::Capture::invalidated: return emu::set_error(cudaErrorStreamCaptureInvalidated);
+        case emu::Capture::recording: break;
+    }
+    if (p) emu::graph_free(p);
+    return cudaSuccess;
+}
 cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int device) {
     static int the_pool;
     *pool = reinterpret_cast<cudaMemPool_t>(&the_pool);
@@ -861,22 +930,50 @@ cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int device) {
 cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t, cudaMemPoolAttr, void*) { return cudaSuccess; }
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+    if (cudaError_t e = emu::refuse_during_capture("cudaMemcpy", nullptr)) return e;
     emu::check_copy("cudaMemcpy", dst, src, bytes, kind);
     if (bytes) std::memmove(dst, src, bytes);
     return cudaSuccess;
 }
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
+// Captured copies read their source when the graph runs (host memory included), and are checked
+// again then: the memory may have been freed since.
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s) {
     emu::check_copy("cudaMemcpyAsync", dst, src, bytes, kind);
-    if (bytes) std::memmove(dst, src, bytes);
+    auto copy = [=] {
+        emu::check_copy("cudaMemcpyAsync", dst, src, bytes, kind);
+        if (bytes) std::memmove(dst, src, bytes);
+    };
+    switch (emu::capture_on(s)) {
+        case emu::Capture::none: copy(); return cudaSuccess;
+        case emu::Capture::invalidated: return emu::set_error(cudaErrorStreamCaptureInvalidated);
+        case emu::Capture::recording: emu::record("cudaMemcpyAsync of " + std::to_string(bytes) + " bytes", copy); return cudaSuccess;
+    }
     return cudaSuccess;
 }
-cudaError_t cudaMemset(void* p, int value, size_t bytes) {
+namespace {
+void set_bytes(void* p, int value, size_t bytes) {
     if (bytes && !emu::inside_device(p, bytes))
         emu::fail("cudaMemset(" + emu::hex(p) + ", " + std::to_string(bytes) + " bytes): not (all) inside device memory");
     if (bytes) std::memset(p, value, bytes);
+}
+}  // namespace
+cudaError_t cudaMemset(void* p, int value, size_t bytes) {
+    if (cudaError_t e = emu::refuse_during_capture("cudaMemset", nullptr)) return e;
+    set_bytes(p, value, bytes);
     return cudaSuccess;
 }
-cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t) { return cudaMemset(p, value, bytes); }
+cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t s) {
+    if (bytes && !emu::inside_device(p, bytes))
+        emu::fail("cudaMemsetAsync(" + emu::hex(p) + ", " + std::to_string(bytes) + " bytes): not (all) inside device memory");
+    switch (emu::capture_on(s)) {
+        case emu::Capture::none: set_bytes(p, value, bytes); return cudaSuccess;
+        case emu::Capture::invalidated: return emu::set_error(cudaErrorStreamCaptureInvalidated);
+        case emu::Capture::recording:
+            emu::record("cudaMemsetAsync of " + std::to_string(bytes) + " bytes", [=] { set_bytes(p, value, bytes); });
+            return cudaSuccess;
+    }
+    return cudaSuccess;
+}
 
 // Streams and events: everything runs synchronously, so a stream is a name and an event a time.
 struct CUstream_st { int unused; };
@@ -885,16 +982,24 @@ struct CUevent_st { std::chrono::steady_clock::time_point t; bool recorded = fal
 cudaError_t cudaStreamCreate(cudaStream_t* s) { *s = new CUstream_st{0}; return cudaSuccess; }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) { return cudaStreamCreate(s); }
 cudaError_t cudaStreamDestroy(cudaStream_t s) { delete s; return cudaSuccess; }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t s) { return emu::refuse_during_capture("cudaStreamSynchronize", s); }
 
 cudaError_t cudaEventCreate(cudaEvent_t* e) { *e = new CUevent_st; return cudaSuccess; }
 cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
-cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
-    e->t = std::chrono::steady_clock::now();
-    e->recorded = true;
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+    auto stamp = [e] {
+        e->t = std::chrono::steady_clock::now();
+        e->recorded = true;
+    };
+    switch (emu::capture_on(s)) {
+        case emu::Capture::none: stamp(); return cudaSuccess;
+        case emu::Capture::invalidated: return emu::set_error(cudaErrorStreamCaptureInvalidated);
+        case emu::Capture::recording: emu::record("cudaEventRecord", stamp); return cudaSuccess;
+    }
     return cudaSuccess;
 }
-cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+// (Any event: the emulator does not track which stream recorded it.)
+cudaError_t cudaEventSynchronize(cudaEvent_t) { return emu::refuse_during_capture("cudaEventSynchronize", nullptr); }
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
     if (!a->recorded || !b->recorded) return emu::g_last_error = cudaErrorInvalidValue;
     *ms = std::chrono::duration<float, std::milli>(b->t - a->t).count();

@@ -36,6 +36,9 @@ struct dim3 {
 };
 struct uint3 { unsigned x, y, z; };
 
+struct CUstream_st;
+typedef CUstream_st* cudaStream_t;
+
 // ---------------------------------------------------------------------------------------------
 // The emulator's interface (engine/cuda/emu/emu.cpp).
 
@@ -52,9 +55,15 @@ struct ThreadState {
 ThreadState& self();  // the emulated thread now running
 
 // Run `body` (one call = one CUDA thread) over the grid. `kernel` identifies the kernel for the
-// shared-memory opt-in and the barrier cache; `name` is used in every error message.
+// shared-memory opt-in and the barrier cache; `name` is used in every error message. The launch
+// configuration is checked at once, and `check_args` (if given: the launch helper's
+// check_kernel_args) before the run; while `stream` is being captured into a graph the run is
+// recorded (with `body`, whose arguments it holds by value) instead of done, and each graph launch
+// checks the arguments again before running it.
 void launch(const char* name, const void* kernel, dim3 grid, dim3 block, size_t dynamic_smem,
-            const std::function<void()>& body);
+            const std::function<void()>& body, cudaStream_t stream,
+            const std::function<void()>& check_args = nullptr);
+
 
 // Block-shared memory: the same pointer for every thread of the block, filled with the NaN
 // pattern when the block starts. `site` identifies the declaration (one per SHARED_ARRAY).
@@ -199,7 +208,11 @@ enum cudaError {
     cudaErrorInvalidMemcpyDirection = 21,
     cudaErrorNoDevice = 100,
     cudaErrorInvalidDevice = 101,
+    cudaErrorIllegalState = 401,
     cudaErrorLaunchFailure = 719,
+    cudaErrorStreamCaptureUnsupported = 900,
+    cudaErrorStreamCaptureInvalidated = 901,
+    cudaErrorStreamCaptureImplicit = 906,
 };
 typedef cudaError cudaError_t;
 
@@ -215,10 +228,8 @@ enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 enum cudaMemPoolAttr { cudaMemPoolAttrReleaseThreshold = 4 };
 enum { cudaStreamDefault = 0, cudaStreamNonBlocking = 1 };
 
-struct CUstream_st;
 struct CUevent_st;
 struct CUmemPoolHandle_st;
-typedef CUstream_st* cudaStream_t;
 typedef CUevent_st* cudaEvent_t;
 typedef CUmemPoolHandle_st* cudaMemPool_t;
 
@@ -274,6 +285,49 @@ cudaError_t cudaEventDestroy(cudaEvent_t e);
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr);
 cudaError_t cudaEventSynchronize(cudaEvent_t e);
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
+
+// Stream capture and graphs (CUDA 12 signatures). While a stream is captured nothing runs:
+// kernel launches, async copies and memsets, and the cuBLAS stand-ins' GEMMs are recorded in
+// order; cudaMallocAsync hands out memory the graph owns at an address fixed for the graph's life
+// (an allocation node, which fills it with the poison pattern again at each launch) and
+// cudaFreeAsync becomes a free node. Waiting for the stream (cudaStreamSynchronize,
+// cudaDeviceSynchronize, cudaEventSynchronize) or a legacy synchronous call (cudaMemcpy,
+// cudaMemset, cudaMalloc, cudaFree) from the capturing thread fails with
+// cudaErrorStreamCaptureUnsupported and invalidates the capture, as on a GPU: every later call on
+// the stream and cudaStreamEndCapture then fail with cudaErrorStreamCaptureInvalidated.
+// cudaGraphLaunch runs the recorded sequence in order; it fails with cudaErrorInvalidValue while an
+// allocation of an earlier launch is still live (not freed in the graph nor after it).
+enum cudaStreamCaptureMode {
+    cudaStreamCaptureModeGlobal = 0,
+    cudaStreamCaptureModeThreadLocal = 1,
+    cudaStreamCaptureModeRelaxed = 2,
+};
+enum cudaStreamCaptureStatus {
+    cudaStreamCaptureStatusNone = 0,
+    cudaStreamCaptureStatusActive = 1,
+    cudaStreamCaptureStatusInvalidated = 2,
+};
+struct CUgraph_st;
+struct CUgraphExec_st;
+typedef CUgraph_st* cudaGraph_t;
+typedef CUgraphExec_st* cudaGraphExec_t;
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph);
+cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus* status);
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long flags = 0);
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
+cudaError_t cudaGraphDestroy(cudaGraph_t graph);
+
+namespace emu {
+// Nodes recorded in a graph (for tests: "nothing ran during capture, it was recorded").
+size_t graph_node_count(cudaGraph_t graph);
+// Work that a library puts on a stream (the cuBLAS stand-ins): done now, or recorded while
+// `stream` is being captured (`work` must hold its arguments by value). Returns
+// cudaErrorStreamCaptureInvalidated, doing nothing, on a stream whose capture was invalidated.
+cudaError_t on_stream(cudaStream_t stream, const char* what, std::function<void()> work);
+}  // namespace emu
 
 // Is p inside a live emulated device allocation? (The emulator's own bookkeeping, for tests.)
 namespace emu {
