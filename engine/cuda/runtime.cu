@@ -20,6 +20,8 @@ std::string launch_config(dim3 grid, dim3 block, size_t smem) {
 }
 
 void fail_cuda(const std::string& what, cudaError_t e) {
+    // Reported here, so cleared: else the runtime hands it to the next launch's check as well.
+    cudaGetLastError();
     std::string during = capturing() ? " (during CUDA graph capture: nothing may wait for the device, and the work "
                                        "is recorded, not run)"
                                      : "";
@@ -45,6 +47,7 @@ void emulated_launch(const char* name, const void* kernel, dim3 grid, dim3 block
     } catch (const emu::Error& e) {
         fail(std::string(e.what()) + " " + launch_config(grid, block, smem));
     }
+    check_launch(name, grid, block, smem);  // as on a GPU: an earlier call's unreported error surfaces here
 }
 #endif
 
