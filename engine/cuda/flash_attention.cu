@@ -457,7 +457,7 @@ bool fused_attention_enabled() {
     int on = g_fused.load(std::memory_order_relaxed);
     if (on < 0) {
         const char* env = std::getenv("INITLAB_FUSED_ATTENTION");
-        int want = env && env[0] == '0' ? 0 : 1;
+        int want = env && env[0] == '1' ? 1 : 0;
         g_fused.compare_exchange_strong(on, want);  // a concurrent set_fused_attention wins
         on = g_fused.load(std::memory_order_relaxed);
     }

@@ -20,9 +20,12 @@ namespace engine::cuda {
 // Head dims with a compiled kernel: 32, 64 and 128 (other D use the unfused path).
 bool flash_attention_supports(int64_t D);
 
-// Whether `attention` may use the fused path. On by default; the environment variable
-// INITLAB_FUSED_ATTENTION=0 turns it off (read once, at the first call), and
-// set_fused_attention overrides either (tests use it to run the reference path on the device).
+// Whether `attention` may use the fused path. Off by default: on an H200 the unfused path (its two
+// GEMMs on the tensor cores) was the faster one at the sequence lengths measured (ViT-Tiny patch 2,
+// T = 257: 35 against 49 ms a step; the LM at T = 256: 17.6 against 21.2 ms, docs/BENCHMARKS.md),
+// while this kernel multiplies on the fp32 cores. It saves memory (P is never stored: 1.1 GB of
+// the ViT's 7.9). The environment variable INITLAB_FUSED_ATTENTION=1 turns it on (read once, at
+// the first call), and set_fused_attention overrides either (tests run both paths).
 bool fused_attention_enabled();
 void set_fused_attention(bool on);
 

@@ -51,6 +51,8 @@ void check_int(int64_t v, const char* what, const std::string& where) {
              " (split the product)");
 }
 
+constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;
+
 std::mutex g_mu;  // one handle: GEMMs from several host threads take turns
 cublasHandle_t g_handle = nullptr;
 int g_applied_tf32 = -1;  // math mode last set on the handle (-1: none yet)
@@ -61,6 +63,15 @@ cublasHandle_t handle(const std::string& where) {
         cublasHandle_t h = nullptr;
         check_cublas(cublasCreate(&h), "cublasCreate", where);
         check_cublas(cublasSetStream(h, stream()), "cublasSetStream", where);
+        // A workspace of our own, set after the stream (setting the stream resets it): without
+        // one, cuBLAS takes workspace from a pool it cannot grow during graph capture and may pick
+        // other kernels there, so a captured step summed in another order than the eager one (seen
+        // on an H200: train_lm --cuda-graph on and off 1 ulp apart). 32 MiB is cuBLAS's own default
+        // for Hopper. Plain cudaMalloc: the first GEMM is never inside a capture (GraphStep runs an
+        // eager step first), and the buffer lives as long as the handle, i.e. the process.
+        void* workspace = nullptr;
+        check_cuda(cudaMalloc(&workspace, kCublasWorkspaceBytes), "cudaMalloc (cuBLAS workspace)");
+        check_cublas(cublasSetWorkspace(h, workspace, kCublasWorkspaceBytes), "cublasSetWorkspace", where);
         g_handle = h;
     }
     // bf16 GEMMs name their compute type themselves; the math mode matters only to cublasSgemm.

@@ -1,4 +1,5 @@
-// engine/cuda/shape.cu: data movement kernels (engine/cuda/shape.h). All indices are 64-bit;
+// engine/cuda/shape.cu: data movement kernels (engine/cuda/shape.h). Indices are 64-bit (the
+// permute of rows uses 32 bits where the size allows);
 // every kernel walks its elements with a grid-stride loop over the OUTPUT (or, for the
 // scatter-adds, over the gradient), so consecutive threads write consecutive addresses.
 #include "engine/cuda/kernel.h"
@@ -27,15 +28,22 @@ namespace engine::cuda {
 //     are contiguous in the input (dim a) and in the output (dim b), reading along a and writing
 //     along b, both coalesced; the remaining dims index the tiles.
 
-struct PermuteGeneric {
+// Last dim kept: output row r is one contiguous input row. A thread moves a Vec at a time (a
+// float4 when the row length and both pointers allow it: one 16-byte load and store), and the
+// index arithmetic (a division per dim) runs once per Vec and in 32 bits when the tensor allows:
+// with 64-bit divisions for every float this kernel moved 0.8 TB/s on an H200 (ViT-Tiny's head
+// split), a fifth of the memory's speed.
+template <typename I>
+struct PermuteRows {
     int nd;
-    int64_t size[kMaxDims];       // output dims
-    int64_t in_stride[kMaxDims];  // input stride of each output dim
+    I size[kMaxDims];       // output dims, counted in Vecs
+    I in_stride[kMaxDims];  // input stride of each output dim, counted in Vecs
 };
 
-__global__ void permute_generic_kernel(const float* x, float* out, PermuteGeneric p, int64_t n) {
-    GRID_STRIDE_LOOP(i, n) {
-        int64_t rem = i, off = 0;
+template <typename Vec, typename I>
+__global__ void permute_rows_kernel(const Vec* x, Vec* out, PermuteRows<I> p, I n) {
+    for (I i = (I)blockIdx.x * (I)blockDim.x + (I)threadIdx.x; i < n; i += (I)blockDim.x * (I)gridDim.x) {
+        I rem = i, off = 0;
         UNROLL_DIMS
         for (int d = kMaxDims - 1; d >= 0; d--) {
             if (d >= p.nd) continue;
@@ -44,6 +52,22 @@ __global__ void permute_generic_kernel(const float* x, float* out, PermuteGeneri
         }
         out[i] = x[off];
     }
+}
+
+// n floats in rows of size[nd − 1]; vec floats per Vec divide the row and every stride.
+template <typename Vec, typename I>
+void permute_rows(const float* x, float* out, int nd, const int64_t* size, const int64_t* in_stride, int64_t n,
+                  int vec) {
+    PermuteRows<I> p{};
+    p.nd = nd;
+    for (int i = 0; i < nd; i++) {
+        const bool last = i == nd - 1;  // its stride is 1 float, i.e. 1 Vec
+        p.size[i] = (I)(last ? size[i] / vec : size[i]);
+        p.in_stride[i] = (I)(last ? 1 : in_stride[i] / vec);
+    }
+    const I nv = (I)(n / vec);
+    KERNEL_LAUNCH((permute_rows_kernel<Vec, I>), blocks_for(nv), kBlockSize, 0, reinterpret_cast<const Vec*>(x),
+                  reinterpret_cast<Vec*>(out), p, nv);
 }
 
 constexpr int kTile = 32, kTileRows = 8;  // 32x8 threads move a 32x32 tile
@@ -133,10 +157,15 @@ void permute(const float* x, const Shape& xs, const int* perm, float* out) {
     for (int i = ng - 1; i >= 0; i--) { ostride[i] = s; s *= osize[i]; }
 
     if (gp[ng - 1] == ng - 1) {  // last dim kept: rows move whole
-        PermuteGeneric p{};
-        p.nd = ng;
-        for (int i = 0; i < ng; i++) { p.size[i] = osize[i]; p.in_stride[i] = gstride[gp[i]]; }
-        KERNEL_LAUNCH(permute_generic_kernel, blocks_for(n), kBlockSize, 0, x, out, p, n);
+        int64_t in_stride[kMaxDims];
+        for (int i = 0; i < ng; i++) in_stride[i] = gstride[gp[i]];
+        // Every stride but the last (1) is a multiple of the row length, so float4s never straddle rows.
+        const bool vec4 = osize[ng - 1] % 4 == 0 && (reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(out)) % 16 == 0;
+        const bool small = n < (int64_t(1) << 30);  // i + the grid's stride stays below 2^31
+        if (vec4 && small) permute_rows<float4, int32_t>(x, out, ng, osize, in_stride, n, 4);
+        else if (vec4) permute_rows<float4, int64_t>(x, out, ng, osize, in_stride, n, 4);
+        else if (small) permute_rows<float, int32_t>(x, out, ng, osize, in_stride, n, 1);
+        else permute_rows<float, int64_t>(x, out, ng, osize, in_stride, n, 1);
         return;
     }
     PermuteTiled p{};

@@ -280,11 +280,12 @@ Tensor mse_loss(const Tensor& pred, const Tensor& target) {
 // attention: scores, masked softmax, dropout and the value product in one op. The forward saves
 // the probabilities P [B, H, T, S] and the dropout mask; the backward is one fused kernel.
 //
-// On CUDA without a dropout mask (dropout_p == 0, or not training) and with a head dim that has a
-// fused kernel (32, 64, 128), the fused path runs instead (engine/cuda/flash_attention.h): P is
-// never stored; the forward saves lse [B, H, T] (and the backward reads the output itself), and the
-// backward recomputes P tile by tile. The unfused path stays the reference:
-// cuda::set_fused_attention(false), or INITLAB_FUSED_ATTENTION=0 in the environment, forces it.
+// On CUDA, when the fused path is switched on (cuda::set_fused_attention(true) or
+// INITLAB_FUSED_ATTENTION=1; off by default, being the slower one on an H200, see
+// engine/cuda/flash_attention.h), without a dropout mask (dropout_p == 0, or not training) and with
+// a head dim that has a fused kernel (32, 64, 128), the fused path runs instead: P is never stored;
+// the forward saves lse [B, H, T] (and the backward reads the output itself), and the backward
+// recomputes P tile by tile. The unfused path stays the reference.
 
 #ifdef ENGINE_CUDA
 static Tensor attention_fused(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float scale) {

@@ -77,37 +77,40 @@ TEST_CASE("cuda gemm_batched: strided, and a shared operand (stride 0)", "[cuda]
             }
 }
 
-// TF32 keeps 10 mantissa bits of each input: 1 + 2^-12 becomes 1, so [1 + 2^-12]·[1] is exactly
-// 1 + 2^-12 in fp32 and exactly 1 in TF32 (on a GPU and in the emulator alike). Random products
-// stay within ~1e-2 relative of fp32.
+// TF32 keeps 10 mantissa bits of each input: 1 + 2^-12 becomes 1, so a row of 1 + 2^-12 times a
+// column of 1s sums to 128·(1 + 2^-12) = 128.03125 (exact) in fp32 and to 128 in TF32. The GEMM is
+// 128 cubed because cuBLAS is free to ignore the TF32 mode at tiny sizes: on an H200 a 1x1x1
+// product came out in fp32. Random products stay within ~1e-2 relative of fp32.
 TEST_CASE("cuda gemm: the TF32 math mode is applied and switched back", "[cuda]") {
     Tf32Guard guard;
+    const int n = 128;
     const float v = 1.f + std::ldexp(1.f, -12);
-    Tensor a = Tensor::full({1, 1}, v, engine::DType::F32, Device::CUDA);
-    Tensor b = Tensor::full({1, 1}, 1.f, engine::DType::F32, Device::CUDA);
-    Tensor c = Tensor::empty({1, 1}, engine::DType::F32, Device::CUDA);
+    Tensor a = Tensor::full({n, n}, v, engine::DType::F32, Device::CUDA);
+    Tensor b = Tensor::full({n, n}, 1.f, engine::DType::F32, Device::CUDA);
+    Tensor c = Tensor::empty({n, n}, engine::DType::F32, Device::CUDA);
+    const float fp32 = n * v, tf32 = (float)n;
     auto product = [&] {
-        engine::cuda::gemm(false, false, 1, 1, 1, 1.f, a.raw_f32(), b.raw_f32(), 0.f, c.raw_f32());
-        return c.item();
+        engine::cuda::gemm(false, false, n, n, n, 1.f, a.raw_f32(), b.raw_f32(), 0.f, c.raw_f32());
+        return c.to_vector()[0];
     };
     engine::cuda::set_tf32(false);
-    REQUIRE(product() == v);
+    REQUIRE(product() == fp32);
     engine::cuda::set_tf32(true);
-    REQUIRE(product() == 1.f);
+    REQUIRE(product() == tf32);
     engine::cuda::set_tf32(false);  // re-applied on the next call
-    REQUIRE(product() == v);
+    REQUIRE(product() == fp32);
 
     // Batched GEMMs follow the flag too.
     engine::cuda::set_tf32(true);
-    engine::cuda::gemm_batched(false, false, 1, 1, 1, 1, a.raw_f32(), 0, b.raw_f32(), 0, c.raw_f32(), 1);
-    REQUIRE(c.item() == 1.f);
+    engine::cuda::gemm_batched(false, false, 1, n, n, n, a.raw_f32(), 0, b.raw_f32(), 0, c.raw_f32(), n * n);
+    REQUIRE(c.to_vector()[0] == tf32);
 
     // Random data: TF32 within 1e-2 relative of fp32 (|C| ~ 6: atol 2e-2), yet not identical.
-    Tensor x = test::randn({7, 33}, false, 8), w = test::randn({33, 5}, false, 9);
-    Tensor want = Tensor::empty({7, 5});
-    engine::cpu::gemm(false, false, 7, 5, 33, 1.f, x.data_f32(), w.data_f32(), 0.f, want.data_f32());
-    Tensor dx = x.to(Device::CUDA), dw = w.to(Device::CUDA), got = Tensor::empty({7, 5}, engine::DType::F32, Device::CUDA);
-    engine::cuda::gemm(false, false, 7, 5, 33, 1.f, dx.raw_f32(), dw.raw_f32(), 0.f, got.raw_f32());
+    Tensor x = test::randn({n, 33}, false, 8), w = test::randn({33, n}, false, 9);
+    Tensor want = Tensor::empty({n, n});
+    engine::cpu::gemm(false, false, n, n, 33, 1.f, x.data_f32(), w.data_f32(), 0.f, want.data_f32());
+    Tensor dx = x.to(Device::CUDA), dw = w.to(Device::CUDA), got = Tensor::empty({n, n}, engine::DType::F32, Device::CUDA);
+    engine::cuda::gemm(false, false, n, n, 33, 1.f, dx.raw_f32(), dw.raw_f32(), 0.f, got.raw_f32());
     test::require_close("tf32 gemm", want, got, {2e-2f, 1e-2f});
     REQUIRE(want.to_vector() != got.to_vector());
 }

@@ -123,7 +123,11 @@ TEST_CASE("cuda graph: graph memory", "[cuda][graph]") {
         });
         for (int replay = 0; replay < 2; replay++) {
             g.launch();
-            for (float v : out.to_vector()) CHECK(std::isnan(v));  // a GPU: whatever was there; emulator: NaN
+#ifdef ENGINE_CUDA_EMU
+            // The emulator poisons graph memory with NaN at each launch; a GPU leaves whatever was
+            // there (on an H200: the 1s of the last launch), so there only the launches are checked.
+            for (float v : out.to_vector()) CHECK(std::isnan(v));
+#endif
         }
     }
     SECTION("memory the graph allocates and keeps must be freed before it runs again") {

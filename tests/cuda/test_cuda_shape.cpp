@@ -47,6 +47,8 @@ TEST_CASE("cuda permute/transpose: 2-6 dims, last dim kept or moved", "[cuda]") 
         {{2, 3, 4}, {2, 0, 1}},
         {{2, 3, 4}, {0, 2, 1}},                   // batched transpose
         {{2, 7, 3, 5}, {0, 2, 1, 3}},             // [B,T,H,D] -> [B,H,T,D]: last dim kept
+        {{2, 7, 3, 8}, {0, 2, 1, 3}},             // the same, rows of float4s
+        {{3, 5, 2, 4}, {2, 0, 1, 3}},             // float4 rows, another order
         {{2, 3, 1, 4, 5}, {4, 2, 0, 3, 1}},
         {{2, 1, 3, 2, 2, 3}, {5, 3, 1, 0, 4, 2}},
         {{2, 3, 2, 1, 2, 3}, {0, 1, 2, 3, 4, 5}},  // identity

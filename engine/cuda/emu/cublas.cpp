@@ -2,6 +2,7 @@
 // cuBLAS documents them, then the reference column-major sgemm (OpenBLAS's cblas_sgemm). The bf16
 // GemmEx forms widen their bf16 operands to fp32 first and then take the same path.
 #include "cublas_v2.h"
+#include "internal.h"
 
 #include <cblas.h>
 
@@ -15,6 +16,8 @@
 struct cublasContext {
     cudaStream_t stream = nullptr;
     cublasMath_t math = CUBLAS_DEFAULT_MATH;
+    void* workspace = nullptr;  // null: cuBLAS's own pool (the stand-in needs none either way)
+    size_t workspace_bytes = 0;
 };
 
 cublasStatus_t cublasCreate(cublasHandle_t* handle) { *handle = new cublasContext; return CUBLAS_STATUS_SUCCESS; }
@@ -22,6 +25,18 @@ cublasStatus_t cublasDestroy(cublasHandle_t handle) { delete handle; return CUBL
 cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s) {
     if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
     h->stream = s;
+    h->workspace = nullptr;  // as cuBLAS documents: setting the stream resets the workspace
+    h->workspace_bytes = 0;
+    return CUBLAS_STATUS_SUCCESS;
+}
+// cuBLAS wants device memory aligned to 256 bytes (or null and 0 for its own pool).
+cublasStatus_t cublasSetWorkspace(cublasHandle_t h, void* workspace, size_t bytes) {
+    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (workspace ? (reinterpret_cast<uintptr_t>(workspace) % 256 != 0 || !emu::is_live_allocation(workspace))
+                  : bytes != 0)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    h->workspace = workspace;
+    h->workspace_bytes = bytes;
     return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t mode) {

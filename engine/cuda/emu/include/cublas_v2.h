@@ -50,6 +50,7 @@ cublasStatus_t cublasCreate(cublasHandle_t* handle);
 cublasStatus_t cublasDestroy(cublasHandle_t handle);
 cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t stream);
 cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode);
+cublasStatus_t cublasSetWorkspace(cublasHandle_t handle, void* workspace, size_t workspaceSizeInBytes);
 cublasStatus_t cublasGetMathMode(cublasHandle_t handle, cublasMath_t* mode);
 const char* cublasGetStatusString(cublasStatus_t status);
 const char* cublasGetStatusName(cublasStatus_t status);

@@ -35,6 +35,7 @@ struct dim3 {
     constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
 };
 struct uint3 { unsigned x, y, z; };
+struct alignas(16) float4 { float x, y, z, w; };  // CUDA's vector type: 16-byte loads and stores
 
 struct CUstream_st;
 typedef CUstream_st* cudaStream_t;
