@@ -4,7 +4,8 @@
 // pointwise conv, depthwise k 9 and 5 with 'same' padding on odd sizes, batch 1 and > 1; batch norm
 // in training (running statistics too) and eval; TF32 and bf16 precision; a whole ConvMixer training
 // step with cuDNN on and off; deterministic algorithms only (the same bits twice); bad descriptors
-// (engine::Error naming the op); and, in the emulated build, the stand-in's own checks.
+// (engine::Error naming the op); a CUDA graph that captures the cuDNN calls and replays them to the
+// eager bits; and, in the emulated build, the stand-in's own checks.
 // Each comparison also checks that the cuDNN path ran (engine::cuda::cudnn_calls()), so a path that
 // silently declined cannot pass. In a build without cuDNN the tests say so and pass.
 //
@@ -17,6 +18,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include "engine/cuda/conv.h"
 #include "engine/cuda/matmul.h"
 #include "engine/cuda/runtime.h"
@@ -472,5 +474,85 @@ TEST_CASE("cuda cudnn: the emulator's stand-in", "[cuda][cudnn]") {
     cudnnDestroyTensorDescriptor(yd);
     cudnnDestroyTensorDescriptor(xd);
     cudnnDestroy(h);
+#endif
+}
+
+// cuDNN's work goes on the stream like kernels, so a CUDA graph captures it: conv2d (forward with
+// its bias, backward data, filter and bias) and batch norm (training forward with the running
+// statistics, backward; then an eval-mode forward on the moved statistics), captured and launched
+// on new inputs copied in, give the bits of the same ops run eagerly on the same state. Without the
+// capture of the cuDNN calls a launch would leave their outputs as whatever the graph's memory held.
+TEST_CASE("cuda cudnn: captured into a CUDA graph, conv2d and batch norm replay to the eager bits",
+          "[cuda][graph][cudnn]") {
+    if (!have_cudnn()) return;
+    CudnnSwitch on(true);
+    auto leaf = [](engine::Shape s, uint64_t seed) {
+        return randn(s, false, seed).to(Device::CUDA).requires_grad_(true);
+    };
+    Tensor x = leaf({2, 3, 9, 9}, 1), w = leaf({6, 3, 3, 3}, 2), b = leaf({6}, 3);
+    Tensor bn_w = leaf({6}, 4), bn_b = leaf({6}, 5);
+    Tensor rm = randn({6}, false, 6).to(Device::CUDA);
+    Tensor rv = test::rand_uniform({6}, 0.5f, 2.f, false, 7).to(Device::CUDA);
+    Tensor loss_weights = randn({2, 6, 5, 5}, false, 8).to(Device::CUDA);
+    // What the step writes, in memory that outlives the graph's temporaries.
+    Tensor y_out = Tensor::zeros({2, 6, 5, 5}, engine::DType::F32, Device::CUDA);
+    Tensor eval_out = Tensor::zeros({2, 6, 5, 5}, engine::DType::F32, Device::CUDA);
+    auto copy_into = [](const Tensor& dst, const Tensor& src) {
+        REQUIRE(dst.shape() == src.shape());
+        engine::cuda::copy_on_device(dst.raw_f32(), src.raw_f32(), src.numel() * sizeof(float));
+    };
+    const std::vector<Tensor*> leaves{&x, &w, &b, &bn_w, &bn_b};
+    // The gradients are zeroed in place (their memory is the graph's), then accumulated into.
+    auto step = [&] {
+        for (Tensor* t : leaves) engine::cuda::memset_zero(t->grad().raw_f32(), t->numel() * sizeof(float));
+        Tensor c = engine::conv2d(x, w, b, 2, 1);
+        Tensor y = engine::batch_norm(c, bn_w, bn_b, rm, rv, true, 0.1f, 1e-5f);
+        engine::sum(engine::mul(y, loss_weights)).backward();
+        copy_into(y_out, y);
+        copy_into(eval_out, engine::batch_norm(c.detach(), bn_w.detach(), bn_b.detach(), rm, rv, false, 0.1f, 1e-5f));
+    };
+    // Everything the step writes, as host copies.
+    auto state = [&] {
+        std::vector<std::vector<float>> s{y_out.to_vector(), eval_out.to_vector(), rm.to_vector(), rv.to_vector()};
+        for (Tensor* t : leaves) s.push_back(t->grad().to_vector());
+        return s;
+    };
+    // A warm-up that makes the gradients (an eager step with none would allocate them anew).
+    engine::sum(engine::mul(engine::batch_norm(engine::conv2d(x, w, b, 2, 1), bn_w, bn_b, rm, rv, true, 0.1f, 1e-5f),
+                            loss_weights))
+        .backward();
+
+    const int64_t calls = engine::cuda::cudnn_calls();
+    engine::cuda::CudaGraph g = engine::cuda::capture(step);
+    REQUIRE(engine::cuda::cudnn_calls() >= calls + 5);  // conv forward, backward; batch norm forward, backward, eval
+    for (uint64_t seed : {11, 12}) {
+        INFO("new input, seed " << seed);
+        copy_into(x, randn({2, 3, 9, 9}, false, seed).to(Device::CUDA));  // the graph reads x's memory when it runs
+        Tensor rm0 = rm.clone(), rv0 = rv.clone();
+        g.launch();
+        std::vector<std::vector<float>> replayed = state();
+        copy_into(rm, rm0);  // the same state for the eager step
+        copy_into(rv, rv0);
+        step();
+        std::vector<std::vector<float>> eager = state();
+        REQUIRE(eager[2] != rm0.to_vector());  // the running statistics moved
+        for (size_t i = 0; i < eager.size(); i++) {
+            INFO("tensor " << i << " (y, eval-mode y, running mean, running var, then the gradients of x, w, b, "
+                                   "bn weight, bn bias)");
+            for (float v : eager[i]) REQUIRE(std::isfinite(v));
+            REQUIRE(replayed[i].size() == eager[i].size());
+            CHECK(std::memcmp(replayed[i].data(), eager[i].data(), eager[i].size() * sizeof(float)) == 0);
+        }
+    }
+#ifdef ENGINE_CUDA_EMU
+    // The stand-in checks its pointers again when the graph runs: memory freed since the capture is
+    // an illegal address on a GPU, an error naming the cuDNN call here.
+    Tensor in = randn({2, 3, 9, 9}, false, 13).to(Device::CUDA);
+    engine::cuda::CudaGraph g2 =
+        engine::cuda::capture([&] { copy_into(y_out, engine::conv2d(in, w.detach(), Tensor(), 2, 1)); });
+    g2.launch();
+    in = Tensor();
+    REQUIRE_THROWS_WITH(g2.launch(), Contains("cudnnConvolutionForward") && Contains("not (all) in device memory") &&
+                                          Contains("cudaGraphLaunch"));
 #endif
 }

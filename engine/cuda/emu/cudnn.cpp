@@ -2,8 +2,15 @@
 // checks cuDNN documents, then plain loops over NCHW floats. Written from cuDNN's definitions, not
 // from the engine's kernels (engine/cpu/conv.cpp, engine/cuda/conv.cu), so that the [cuda][cudnn]
 // parity tests compare two independent implementations.
+//
+// Every call that touches device memory puts its work on the handle's stream, as the cuBLAS
+// stand-in does (enqueue below): the descriptors, arguments and pointers are checked and alpha and
+// beta (host pointers) read at the call, which returns the status then; the computation, with all
+// it needs held by value, runs now, or is recorded while the stream is captured and runs when the
+// graph does (it reads the device memory then, and checks the pointers again).
 #include "cudnn.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -196,15 +203,28 @@ std::vector<float> input(const void* p, size_t n, bool tf32) {
     return v;
 }
 
-// out = alpha·result + beta·out; beta = 0 never reads out.
-void blend(float* out, size_t i, double result, const void* alpha, const void* beta) {
-    float a = *static_cast<const float*>(alpha), b = *static_cast<const float*>(beta);
-    out[i] = b == 0.f ? (float)(a * result) : (float)(a * result + (double)b * out[i]);
+// out = alpha·result + beta·out; beta = 0 never reads out. alpha and beta are host pointers read at
+// the call (a graph replays the values of its capture).
+struct Blend {
+    float a, b;
+    Blend(const void* alpha, const void* beta)
+        : a(*static_cast<const float*>(alpha)), b(*static_cast<const float*>(beta)) {}
+    void operator()(float* out, size_t i, double result) const {
+        out[i] = b == 0.f ? (float)(a * result) : (float)(a * result + (double)b * out[i]);
+    }
+};
+
+// The work goes on the handle's stream: done now, or recorded while the stream is captured (`work`
+// holds everything by value). A stream whose capture was invalidated takes nothing: the call failed
+// to launch.
+cudnnStatus_t enqueue(cudnnHandle_t h, const char* call, std::function<void()> work) {
+    cudaError_t e = emu::on_stream(h->stream, call, std::move(work));
+    return e == cudaSuccess ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_EXECUTION_FAILED;
 }
 
 // The terms of one output element, summed: in double (deterministic algorithms), or in float
 // starting at a term that moves on every call and wrapping around (non-deterministic ones: atomics
-// make the order of the additions vary from run to run on a GPU).
+// make the order of the additions vary from run to run on a GPU; a graph's replays vary too).
 struct Sum {
     bool nondeterministic;
     size_t start;  // a call counter: the first term is terms[start mod size]
@@ -221,7 +241,7 @@ struct Sum {
     }
 };
 size_t next_start() {
-    static size_t calls = 0;
+    static std::atomic<size_t> calls{0};
     return ++calls;
 }
 
@@ -275,19 +295,19 @@ cudnnStatus_t list_algos(const std::vector<Offer<Algo>>& offers, const Conv& g, 
     return CUDNN_STATUS_SUCCESS;
 }
 
-// The algorithm must be one offered for this convolution, with at least its workspace, in device memory.
+// The algorithm must be one offered for this convolution, with at least its workspace (which must
+// be device memory: check_workspace).
 template <typename Algo>
-cudnnStatus_t check_algo(const char* call, const std::vector<Offer<Algo>>& offers, Algo a, void* workspace,
-                         size_t bytes, const Offer<Algo>** chosen) {
+cudnnStatus_t check_algo(const std::vector<Offer<Algo>>& offers, Algo a, const void* workspace, size_t bytes,
+                         Offer<Algo>& chosen) {
     const Offer<Algo>* o = find_offer(offers, a);
     if (!o) return CUDNN_STATUS_NOT_SUPPORTED;
     if (bytes < o->workspace || (o->workspace > 0 && !workspace)) return CUDNN_STATUS_BAD_PARAM;
-    if (o->workspace > 0) {
-        check_device(call, "workSpace", workspace, (o->workspace + 3) / 4);
-        emu::fill_poison(workspace, o->workspace);  // scratch: whatever was there is gone
-    }
-    *chosen = o;
+    chosen = *o;
     return CUDNN_STATUS_SUCCESS;
+}
+void check_workspace(const char* call, const void* workspace, size_t bytes) {
+    check_device(call, "workSpace", workspace, (bytes + 3) / 4);
 }
 
 }  // namespace
@@ -388,36 +408,43 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void* alpha, const 
     Conv g;
     if (!h || !alpha || !beta || !x || !w || !y) return CUDNN_STATUS_BAD_PARAM;
     if (cudnnStatus_t s = conv_of(xd, wd, cd, yd, g); s != CUDNN_STATUS_SUCCESS) return s;
-    const auto offers = forward_algos(g);  // outlives `offer`, which points into it
-    const Offer<cudnnConvolutionFwdAlgo_t>* offer;
-    if (cudnnStatus_t s = check_algo(call, offers, algo, workspace, workspace_bytes, &offer);
+    Offer<cudnnConvolutionFwdAlgo_t> offer;
+    if (cudnnStatus_t s = check_algo(forward_algos(g), algo, workspace, workspace_bytes, offer);
         s != CUDNN_STATUS_SUCCESS)
         return s;
-    check_device(call, "x", x, g.x_size());
-    check_device(call, "w", w, g.w_size());
-    check_device(call, "y", y, g.y_size());
-    std::vector<float> xv = input(x, g.x_size(), g.tf32), wv = input(w, g.w_size(), g.tf32);
-    float* out = static_cast<float*>(y);
-    for (int n = 0; n < g.N; n++)
-        for (int k = 0; k < g.K; k++) {
-            const int group = k / g.Kg();
-            for (int oh = 0; oh < g.OH; oh++)
-                for (int ow = 0; ow < g.OW; ow++) {
-                    double acc = 0;
-                    for (int c = 0; c < g.Cg; c++)
-                        for (int r = 0; r < g.R; r++) {
-                            const int ih = oh * g.u - g.pad_h + r * g.dil_h;
-                            if (ih < 0 || ih >= g.H) continue;
-                            for (int s = 0; s < g.S; s++) {
-                                const int iw = ow * g.v - g.pad_w + s * g.dil_w;
-                                if (iw < 0 || iw >= g.W) continue;
-                                acc += (double)xv[g.x_at(n, group * g.Cg + c, ih, iw)] * wv[g.w_at(k, c, r, s)];
+    auto checks = [=] {
+        check_workspace(call, workspace, offer.workspace);
+        check_device(call, "x", x, g.x_size());
+        check_device(call, "w", w, g.w_size());
+        check_device(call, "y", y, g.y_size());
+    };
+    checks();
+    const Blend blend(alpha, beta);
+    return enqueue(h, call, [=] {
+        checks();
+        emu::fill_poison(workspace, offer.workspace);  // scratch: whatever was there is gone
+        std::vector<float> xv = input(x, g.x_size(), g.tf32), wv = input(w, g.w_size(), g.tf32);
+        float* out = static_cast<float*>(y);
+        for (int n = 0; n < g.N; n++)
+            for (int k = 0; k < g.K; k++) {
+                const int group = k / g.Kg();
+                for (int oh = 0; oh < g.OH; oh++)
+                    for (int ow = 0; ow < g.OW; ow++) {
+                        double acc = 0;
+                        for (int c = 0; c < g.Cg; c++)
+                            for (int r = 0; r < g.R; r++) {
+                                const int ih = oh * g.u - g.pad_h + r * g.dil_h;
+                                if (ih < 0 || ih >= g.H) continue;
+                                for (int s = 0; s < g.S; s++) {
+                                    const int iw = ow * g.v - g.pad_w + s * g.dil_w;
+                                    if (iw < 0 || iw >= g.W) continue;
+                                    acc += (double)xv[g.x_at(n, group * g.Cg + c, ih, iw)] * wv[g.w_at(k, c, r, s)];
+                                }
                             }
-                        }
-                    blend(out, g.y_at(n, k, oh, ow), acc, alpha, beta);
-                }
-        }
-    return CUDNN_STATUS_SUCCESS;
+                        blend(out, g.y_at(n, k, oh, ow), acc);
+                    }
+            }
+    });
 }
 
 // dx(n, ch, ih, iw) = Σ over the outputs k of ch's group and the taps (r, s) whose window at some
@@ -431,37 +458,45 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void* alpha, c
     Conv g;
     if (!h || !alpha || !beta || !w || !dy || !dx) return CUDNN_STATUS_BAD_PARAM;
     if (cudnnStatus_t s = conv_of(dxd, wd, cd, dyd, g); s != CUDNN_STATUS_SUCCESS) return s;
-    const auto offers = data_algos(g);
-    const Offer<cudnnConvolutionBwdDataAlgo_t>* offer;
-    if (cudnnStatus_t s = check_algo(call, offers, algo, workspace, workspace_bytes, &offer);
+    Offer<cudnnConvolutionBwdDataAlgo_t> offer;
+    if (cudnnStatus_t s = check_algo(data_algos(g), algo, workspace, workspace_bytes, offer);
         s != CUDNN_STATUS_SUCCESS)
         return s;
-    check_device(call, "w", w, g.w_size());
-    check_device(call, "dy", dy, g.y_size());
-    check_device(call, "dx", dx, g.x_size());
-    std::vector<float> wv = input(w, g.w_size(), g.tf32), dyv = input(dy, g.y_size(), g.tf32);
-    float* out = static_cast<float*>(dx);
-    Sum sum{!offer->deterministic, next_start(), {}};
-    for (int n = 0; n < g.N; n++)
-        for (int ch = 0; ch < g.C; ch++) {
-            const int group = ch / g.Cg, c = ch % g.Cg;
-            for (int ih = 0; ih < g.H; ih++)
-                for (int iw = 0; iw < g.W; iw++) {
-                    sum.terms.clear();
-                    for (int k = group * g.Kg(); k < (group + 1) * g.Kg(); k++)
-                        for (int r = 0; r < g.R; r++) {
-                            const int th = ih + g.pad_h - r * g.dil_h;  // = oh·u
-                            if (th < 0 || th % g.u != 0 || th / g.u >= g.OH) continue;
-                            for (int s = 0; s < g.S; s++) {
-                                const int tw = iw + g.pad_w - s * g.dil_w;
-                                if (tw < 0 || tw % g.v != 0 || tw / g.v >= g.OW) continue;
-                                sum.terms.push_back(dyv[g.y_at(n, k, th / g.u, tw / g.v)] * wv[g.w_at(k, c, r, s)]);
+    auto checks = [=] {
+        check_workspace(call, workspace, offer.workspace);
+        check_device(call, "w", w, g.w_size());
+        check_device(call, "dy", dy, g.y_size());
+        check_device(call, "dx", dx, g.x_size());
+    };
+    checks();
+    const Blend blend(alpha, beta);
+    return enqueue(h, call, [=] {
+        checks();
+        emu::fill_poison(workspace, offer.workspace);
+        std::vector<float> wv = input(w, g.w_size(), g.tf32), dyv = input(dy, g.y_size(), g.tf32);
+        float* out = static_cast<float*>(dx);
+        Sum sum{!offer.deterministic, next_start(), {}};
+        for (int n = 0; n < g.N; n++)
+            for (int ch = 0; ch < g.C; ch++) {
+                const int group = ch / g.Cg, c = ch % g.Cg;
+                for (int ih = 0; ih < g.H; ih++)
+                    for (int iw = 0; iw < g.W; iw++) {
+                        sum.terms.clear();
+                        for (int k = group * g.Kg(); k < (group + 1) * g.Kg(); k++)
+                            for (int r = 0; r < g.R; r++) {
+                                const int th = ih + g.pad_h - r * g.dil_h;  // = oh·u
+                                if (th < 0 || th % g.u != 0 || th / g.u >= g.OH) continue;
+                                for (int s = 0; s < g.S; s++) {
+                                    const int tw = iw + g.pad_w - s * g.dil_w;
+                                    if (tw < 0 || tw % g.v != 0 || tw / g.v >= g.OW) continue;
+                                    sum.terms.push_back(dyv[g.y_at(n, k, th / g.u, tw / g.v)] *
+                                                        wv[g.w_at(k, c, r, s)]);
+                                }
                             }
-                        }
-                    blend(out, g.x_at(n, ch, ih, iw), sum.total(), alpha, beta);
-                }
-        }
-    return CUDNN_STATUS_SUCCESS;
+                        blend(out, g.x_at(n, ch, ih, iw), sum.total());
+                    }
+            }
+    });
 }
 
 // dw(k, c, r, s) = Σ over images and output pixels of dy(n, k, oh, ow)·x(n, group·Cg + c, ih, iw).
@@ -475,39 +510,46 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void* alpha,
     Conv g;
     if (!h || !alpha || !beta || !x || !dy || !dw) return CUDNN_STATUS_BAD_PARAM;
     if (cudnnStatus_t s = conv_of(xd, dwd, cd, dyd, g); s != CUDNN_STATUS_SUCCESS) return s;
-    const auto offers = filter_algos(g);
-    const Offer<cudnnConvolutionBwdFilterAlgo_t>* offer;
-    if (cudnnStatus_t s = check_algo(call, offers, algo, workspace, workspace_bytes, &offer);
+    Offer<cudnnConvolutionBwdFilterAlgo_t> offer;
+    if (cudnnStatus_t s = check_algo(filter_algos(g), algo, workspace, workspace_bytes, offer);
         s != CUDNN_STATUS_SUCCESS)
         return s;
-    check_device(call, "x", x, g.x_size());
-    check_device(call, "dy", dy, g.y_size());
-    check_device(call, "dw", dw, g.w_size());
-    std::vector<float> xv = input(x, g.x_size(), g.tf32), dyv = input(dy, g.y_size(), g.tf32);
-    float* out = static_cast<float*>(dw);
-    Sum sum{!offer->deterministic, next_start(), {}};
-    for (int k = 0; k < g.K; k++) {
-        const int group = k / g.Kg();
-        for (int c = 0; c < g.Cg; c++)
-            for (int r = 0; r < g.R; r++)
-                for (int s = 0; s < g.S; s++) {
-                    sum.terms.clear();
-                    for (int n = 0; n < g.N; n++)
-                        for (int oh = 0; oh < g.OH; oh++) {
-                            const int ih = oh * g.u - g.pad_h + r * g.dil_h;
-                            if (ih < 0 || ih >= g.H) continue;
-                            for (int ow = 0; ow < g.OW; ow++) {
-                                const int iw = ow * g.v - g.pad_w + s * g.dil_w;
-                                if (iw < 0 || iw >= g.W) continue;
-                                sum.terms.push_back(dyv[g.y_at(n, k, oh, ow)] *
-                                                    xv[g.x_at(n, group * g.Cg + c, ih, iw)]);
+    auto checks = [=] {
+        check_workspace(call, workspace, offer.workspace);
+        check_device(call, "x", x, g.x_size());
+        check_device(call, "dy", dy, g.y_size());
+        check_device(call, "dw", dw, g.w_size());
+    };
+    checks();
+    const Blend blend(alpha, beta);
+    return enqueue(h, call, [=] {
+        checks();
+        emu::fill_poison(workspace, offer.workspace);
+        std::vector<float> xv = input(x, g.x_size(), g.tf32), dyv = input(dy, g.y_size(), g.tf32);
+        float* out = static_cast<float*>(dw);
+        Sum sum{!offer.deterministic, next_start(), {}};
+        for (int k = 0; k < g.K; k++) {
+            const int group = k / g.Kg();
+            for (int c = 0; c < g.Cg; c++)
+                for (int r = 0; r < g.R; r++)
+                    for (int s = 0; s < g.S; s++) {
+                        sum.terms.clear();
+                        for (int n = 0; n < g.N; n++)
+                            for (int oh = 0; oh < g.OH; oh++) {
+                                const int ih = oh * g.u - g.pad_h + r * g.dil_h;
+                                if (ih < 0 || ih >= g.H) continue;
+                                for (int ow = 0; ow < g.OW; ow++) {
+                                    const int iw = ow * g.v - g.pad_w + s * g.dil_w;
+                                    if (iw < 0 || iw >= g.W) continue;
+                                    sum.terms.push_back(dyv[g.y_at(n, k, oh, ow)] *
+                                                        xv[g.x_at(n, group * g.Cg + c, ih, iw)]);
+                                }
                             }
-                        }
-                    // The flip of CUDNN_CONVOLUTION applies to the stored gradient as to the filter.
-                    blend(out, g.w_at(k, c, r, s), sum.total(), alpha, beta);
-                }
-    }
-    return CUDNN_STATUS_SUCCESS;
+                        // The flip of CUDNN_CONVOLUTION applies to the stored gradient as to the filter.
+                        blend(out, g.w_at(k, c, r, s), sum.total());
+                    }
+        }
+    });
 }
 
 // db[k] = Σ dy over images and pixels; db is 1×K×1×1.
@@ -518,40 +560,53 @@ cudnnStatus_t cudnnConvolutionBackwardBias(cudnnHandle_t h, const void* alpha, c
     if (!h || !alpha || !beta || !dy || !db || !dyd || !dbd || !dyd->set || !dbd->set) return CUDNN_STATUS_BAD_PARAM;
     if (dbd->n != 1 || dbd->c != dyd->c || dbd->h != 1 || dbd->w != 1) return CUDNN_STATUS_BAD_PARAM;
     const size_t N = dyd->n, K = dyd->c, P = (size_t)dyd->h * dyd->w;
-    check_device(call, "dy", dy, N * K * P);
-    check_device(call, "db", db, K);
-    const float* g = static_cast<const float*>(dy);
-    for (size_t k = 0; k < K; k++) {
-        double acc = 0;
-        for (size_t n = 0; n < N; n++)
-            for (size_t p = 0; p < P; p++) acc += g[(n * K + k) * P + p];
-        blend(static_cast<float*>(db), k, acc, alpha, beta);
-    }
-    return CUDNN_STATUS_SUCCESS;
+    auto checks = [=] {
+        check_device(call, "dy", dy, N * K * P);
+        check_device(call, "db", db, K);
+    };
+    checks();
+    const Blend blend(alpha, beta);
+    return enqueue(h, call, [=] {
+        checks();
+        const float* g = static_cast<const float*>(dy);
+        for (size_t k = 0; k < K; k++) {
+            double acc = 0;
+            for (size_t n = 0; n < N; n++)
+                for (size_t p = 0; p < P; p++) acc += g[(n * K + k) * P + p];
+            blend(static_cast<float*>(db), k, acc);
+        }
+    });
 }
 
 cudnnStatus_t cudnnAddTensor(cudnnHandle_t h, const void* alpha, const cudnnTensorDescriptor_t ad, const void* A,
                              const void* beta, const cudnnTensorDescriptor_t cd, void* C) {
     const char* call = "cudnnAddTensor";
     if (!h || !alpha || !beta || !A || !C || !ad || !cd || !ad->set || !cd->set) return CUDNN_STATUS_BAD_PARAM;
-    const int a_dims[4] = {ad->n, ad->c, ad->h, ad->w}, c_dims[4] = {cd->n, cd->c, cd->h, cd->w};
+    const cudnnTensorStruct a = *ad, c = *cd;  // the descriptors as they are at the call
+    const int a_dims[4] = {a.n, a.c, a.h, a.w}, c_dims[4] = {c.n, c.c, c.h, c.w};
     for (int d = 0; d < 4; d++)
         if (a_dims[d] != 1 && a_dims[d] != c_dims[d]) return CUDNN_STATUS_BAD_PARAM;
-    check_device(call, "A", A, (size_t)ad->n * ad->c * ad->h * ad->w);
-    check_device(call, "C", C, (size_t)cd->n * cd->c * cd->h * cd->w);
-    const float* a = static_cast<const float*>(A);
-    float* out = static_cast<float*>(C);
-    size_t i = 0;
-    for (int n = 0; n < cd->n; n++)
-        for (int c = 0; c < cd->c; c++)
-            for (int y = 0; y < cd->h; y++)
-                for (int x = 0; x < cd->w; x++, i++) {
-                    // A's index with its size-1 dimensions pinned to 0.
-                    size_t ai = (((size_t)(ad->n == 1 ? 0 : n) * ad->c + (ad->c == 1 ? 0 : c)) * ad->h +
-                                 (ad->h == 1 ? 0 : y)) * ad->w + (ad->w == 1 ? 0 : x);
-                    blend(out, i, a[ai], alpha, beta);
-                }
-    return CUDNN_STATUS_SUCCESS;
+    auto checks = [=] {
+        check_device(call, "A", A, (size_t)a.n * a.c * a.h * a.w);
+        check_device(call, "C", C, (size_t)c.n * c.c * c.h * c.w);
+    };
+    checks();
+    const Blend blend(alpha, beta);
+    return enqueue(h, call, [=] {
+        checks();
+        const float* in = static_cast<const float*>(A);
+        float* out = static_cast<float*>(C);
+        size_t i = 0;
+        for (int n = 0; n < c.n; n++)
+            for (int ch = 0; ch < c.c; ch++)
+                for (int y = 0; y < c.h; y++)
+                    for (int x = 0; x < c.w; x++, i++) {
+                        // A's index with its size-1 dimensions pinned to 0.
+                        size_t ai = (((size_t)(a.n == 1 ? 0 : n) * a.c + (a.c == 1 ? 0 : ch)) * a.h +
+                                     (a.h == 1 ? 0 : y)) * a.w + (a.w == 1 ? 0 : x);
+                        blend(out, i, in[ai]);
+                    }
+    });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -608,31 +663,37 @@ cudnnStatus_t cudnnBatchNormalizationForwardTraining(cudnnHandle_t h, cudnnBatch
     if ((running_mean == nullptr) != (running_var == nullptr)) return CUDNN_STATUS_BAD_PARAM;
     if ((save_mean == nullptr) != (save_inv_var == nullptr)) return CUDNN_STATUS_BAD_PARAM;
     if (cudnnStatus_t s = bn_of(mode, xd, yd, pd, epsilon, b); s != CUDNN_STATUS_SUCCESS) return s;
-    check_device(call, "x", x, b.size());
-    check_device(call, "y", y, b.size());
-    for (const void* p : {scale, bias, (const void*)running_mean, (const void*)running_var, (const void*)save_mean,
-                          (const void*)save_inv_var})
-        if (p) check_device(call, "a per-channel parameter", p, b.C);
-    const float* in = static_cast<const float*>(x);
-    float* out = static_cast<float*>(y);
-    for (size_t c = 0; c < b.C; c++) {
-        double mean, var;
-        batch_stats(b, in, c, mean, var);
-        const double inv_std = 1.0 / std::sqrt(var + epsilon);
-        const double g = static_cast<const float*>(scale)[c], bb = static_cast<const float*>(bias)[c];
-        b.for_channel(c, [&](size_t i) { blend(out, i, g * (in[i] - mean) * inv_std + bb, alpha, beta); });
-        if (running_mean) {
-            float& rm = static_cast<float*>(running_mean)[c];
-            float& rv = static_cast<float*>(running_var)[c];
-            rm = (float)((1 - factor) * rm + factor * mean);
-            rv = (float)((1 - factor) * rv + factor * var * b.M() / (b.M() - 1));
+    auto checks = [=] {
+        check_device(call, "x", x, b.size());
+        check_device(call, "y", y, b.size());
+        for (const void* p : {scale, bias, (const void*)running_mean, (const void*)running_var,
+                              (const void*)save_mean, (const void*)save_inv_var})
+            if (p) check_device(call, "a per-channel parameter", p, b.C);
+    };
+    checks();
+    const Blend blend(alpha, beta);
+    return enqueue(h, call, [=] {
+        checks();
+        const float* in = static_cast<const float*>(x);
+        float* out = static_cast<float*>(y);
+        for (size_t c = 0; c < b.C; c++) {
+            double mean, var;
+            batch_stats(b, in, c, mean, var);
+            const double inv_std = 1.0 / std::sqrt(var + epsilon);
+            const double g = static_cast<const float*>(scale)[c], bb = static_cast<const float*>(bias)[c];
+            b.for_channel(c, [&](size_t i) { blend(out, i, g * (in[i] - mean) * inv_std + bb); });
+            if (running_mean) {
+                float& rm = static_cast<float*>(running_mean)[c];
+                float& rv = static_cast<float*>(running_var)[c];
+                rm = (float)((1 - factor) * rm + factor * mean);
+                rv = (float)((1 - factor) * rv + factor * var * b.M() / (b.M() - 1));
+            }
+            if (save_mean) {
+                static_cast<float*>(save_mean)[c] = (float)mean;
+                static_cast<float*>(save_inv_var)[c] = (float)inv_std;
+            }
         }
-        if (save_mean) {
-            static_cast<float*>(save_mean)[c] = (float)mean;
-            static_cast<float*>(save_inv_var)[c] = (float)inv_std;
-        }
-    }
-    return CUDNN_STATUS_SUCCESS;
+    });
 }
 
 cudnnStatus_t cudnnBatchNormalizationForwardInference(cudnnHandle_t h, cudnnBatchNormMode_t mode, const void* alpha,
@@ -645,18 +706,24 @@ cudnnStatus_t cudnnBatchNormalizationForwardInference(cudnnHandle_t h, cudnnBatc
     Bn b;
     if (!h || !alpha || !beta || !x || !y || !scale || !bias || !mean || !var) return CUDNN_STATUS_BAD_PARAM;
     if (cudnnStatus_t s = bn_of(mode, xd, yd, pd, epsilon, b); s != CUDNN_STATUS_SUCCESS) return s;
-    check_device(call, "x", x, b.size());
-    check_device(call, "y", y, b.size());
-    for (const void* p : {scale, bias, mean, var}) check_device(call, "a per-channel parameter", p, b.C);
-    const float* in = static_cast<const float*>(x);
-    float* out = static_cast<float*>(y);
-    for (size_t c = 0; c < b.C; c++) {
-        const double m = static_cast<const float*>(mean)[c];
-        const double inv_std = 1.0 / std::sqrt((double)static_cast<const float*>(var)[c] + epsilon);
-        const double g = static_cast<const float*>(scale)[c], bb = static_cast<const float*>(bias)[c];
-        b.for_channel(c, [&](size_t i) { blend(out, i, g * (in[i] - m) * inv_std + bb, alpha, beta); });
-    }
-    return CUDNN_STATUS_SUCCESS;
+    auto checks = [=] {
+        check_device(call, "x", x, b.size());
+        check_device(call, "y", y, b.size());
+        for (const void* p : {scale, bias, mean, var}) check_device(call, "a per-channel parameter", p, b.C);
+    };
+    checks();
+    const Blend blend(alpha, beta);
+    return enqueue(h, call, [=] {
+        checks();
+        const float* in = static_cast<const float*>(x);
+        float* out = static_cast<float*>(y);
+        for (size_t c = 0; c < b.C; c++) {
+            const double m = static_cast<const float*>(mean)[c];
+            const double inv_std = 1.0 / std::sqrt((double)static_cast<const float*>(var)[c] + epsilon);
+            const double g = static_cast<const float*>(scale)[c], bb = static_cast<const float*>(bias)[c];
+            b.for_channel(c, [&](size_t i) { blend(out, i, g * (in[i] - m) * inv_std + bb); });
+        }
+    });
 }
 
 // With x̂ = (x − mean)·inv_std: dBias = Σ dy, dScale = Σ dy·x̂, and
@@ -676,36 +743,41 @@ cudnnStatus_t cudnnBatchNormalizationBackward(cudnnHandle_t h, cudnnBatchNormMod
     if ((saved_mean == nullptr) != (saved_inv_var == nullptr)) return CUDNN_STATUS_BAD_PARAM;
     if (cudnnStatus_t s = bn_of(mode, xd, dxd, pd, epsilon, b); s != CUDNN_STATUS_SUCCESS) return s;
     if (cudnnStatus_t s = bn_of(mode, xd, dyd, pd, epsilon, bdy); s != CUDNN_STATUS_SUCCESS) return s;
-    check_device(call, "x", x, b.size());
-    check_device(call, "dy", dy, b.size());
-    check_device(call, "dx", dx, b.size());
-    for (const void* p : {scale, (const void*)dscale, (const void*)dbias, saved_mean, saved_inv_var})
-        if (p) check_device(call, "a per-channel parameter", p, b.C);
-    const float* in = static_cast<const float*>(x);
-    const float* g = static_cast<const float*>(dy);
-    for (size_t c = 0; c < b.C; c++) {
-        double mean, inv_std;
-        if (saved_mean) {
-            mean = static_cast<const float*>(saved_mean)[c];
-            inv_std = static_cast<const float*>(saved_inv_var)[c];
-        } else {
-            double var;
-            batch_stats(b, in, c, mean, var);
-            inv_std = 1.0 / std::sqrt(var + epsilon);
+    auto checks = [=] {
+        check_device(call, "x", x, b.size());
+        check_device(call, "dy", dy, b.size());
+        check_device(call, "dx", dx, b.size());
+        for (const void* p : {scale, (const void*)dscale, (const void*)dbias, saved_mean, saved_inv_var})
+            if (p) check_device(call, "a per-channel parameter", p, b.C);
+    };
+    checks();
+    const Blend blend_data(alpha_data, beta_data), blend_param(alpha_param, beta_param);
+    return enqueue(h, call, [=] {
+        checks();
+        const float* in = static_cast<const float*>(x);
+        const float* g = static_cast<const float*>(dy);
+        for (size_t c = 0; c < b.C; c++) {
+            double mean, inv_std;
+            if (saved_mean) {
+                mean = static_cast<const float*>(saved_mean)[c];
+                inv_std = static_cast<const float*>(saved_inv_var)[c];
+            } else {
+                double var;
+                batch_stats(b, in, c, mean, var);
+                inv_std = 1.0 / std::sqrt(var + epsilon);
+            }
+            double sum_dy = 0, sum_dy_xhat = 0;
+            b.for_channel(c, [&](size_t i) {
+                sum_dy += g[i];
+                sum_dy_xhat += g[i] * (in[i] - mean) * inv_std;
+            });
+            const double k = static_cast<const float*>(scale)[c] * inv_std, M = (double)b.M();
+            b.for_channel(c, [&](size_t i) {
+                const double xhat = (in[i] - mean) * inv_std;
+                blend_data(static_cast<float*>(dx), i, k * (g[i] - sum_dy / M - xhat * sum_dy_xhat / M));
+            });
+            blend_param(static_cast<float*>(dscale), c, sum_dy_xhat);
+            blend_param(static_cast<float*>(dbias), c, sum_dy);
         }
-        double sum_dy = 0, sum_dy_xhat = 0;
-        b.for_channel(c, [&](size_t i) {
-            sum_dy += g[i];
-            sum_dy_xhat += g[i] * (in[i] - mean) * inv_std;
-        });
-        const double k = static_cast<const float*>(scale)[c] * inv_std, M = (double)b.M();
-        b.for_channel(c, [&](size_t i) {
-            const double xhat = (in[i] - mean) * inv_std;
-            blend(static_cast<float*>(dx), i, k * (g[i] - sum_dy / M - xhat * sum_dy_xhat / M), alpha_data,
-                  beta_data);
-        });
-        blend(static_cast<float*>(dscale), c, sum_dy_xhat, alpha_param, beta_param);
-        blend(static_cast<float*>(dbias), c, sum_dy, alpha_param, beta_param);
-    }
-    return CUDNN_STATUS_SUCCESS;
+    });
 }
