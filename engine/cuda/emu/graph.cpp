@@ -1,7 +1,8 @@
 // engine/cuda/emu/graph.cpp: the emulator's stream capture and graphs (declared in
 // include/cuda_runtime.h): what a GPU does with work put on a stream that is being captured,
 // modelled closely enough that a program which would fail on a GPU fails here too:
-//   - nothing executes: kernels, async copies and memsets and the cuBLAS stand-ins' GEMMs are
+//   - nothing executes: kernels, async copies and memsets, the cuBLAS stand-ins' GEMMs and the
+//     cuDNN stand-ins' convolutions and batch norms are
 //     recorded in order with their arguments by value (a learning rate passed by value is frozen
 //     into the graph; device memory is read when the graph runs);
 //   - waiting for the stream, or a synchronous legacy call from the capturing thread, invalidates

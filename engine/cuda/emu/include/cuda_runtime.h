@@ -324,7 +324,7 @@ cudaError_t cudaGraphDestroy(cudaGraph_t graph);
 namespace emu {
 // Nodes recorded in a graph (for tests: "nothing ran during capture, it was recorded").
 size_t graph_node_count(cudaGraph_t graph);
-// Work that a library puts on a stream (the cuBLAS stand-ins): done now, or recorded while
+// Work that a library puts on a stream (the cuBLAS and cuDNN stand-ins): done now, or recorded while
 // `stream` is being captured (`work` must hold its arguments by value). Returns
 // cudaErrorStreamCaptureInvalidated, doing nothing, on a stream whose capture was invalidated.
 cudaError_t on_stream(cudaStream_t stream, const char* what, std::function<void()> work);

@@ -10,6 +10,8 @@
 //   - convolution: cross-correlation (CUDNN_CONVOLUTION flips the filter), zero padding, stride,
 //     dilation, groups (input channels = filter channels · groups); the output of [N, C, H, W] with a
 //     [K, C/g, R, S] filter is [N, K, 1 + (H + 2·pad − ((R − 1)·dil + 1)) / stride, ...];
+//   - the work goes on the handle's stream (emu::on_stream): done at the call, or recorded while the
+//     stream is captured into a CUDA graph, with alpha and beta read at the call;
 //   - every output is blended, out = alpha·result + beta·out; beta = 0 does not read out (it may hold
 //     NaN, as uninitialized device memory may), beta = 1 accumulates;
 //   - math types: CUDNN_FMA_MATH computes in fp32; CUDNN_DEFAULT_MATH and the tensor-op types round
