@@ -59,12 +59,21 @@ static void accumulate(TensorImpl* t, const Tensor& g, const char* op) {
     Device dev = t->storage->device;
     check(g.device() == dev, "backward of {}: gradient {} is on {} but its input is on {}", op, g.shape().str(),
           device_name(g.device()), device_name(dev));
+    // A leaf's .grad belongs to the user and the optimizer (which may keep and update it in place,
+    // as a captured step does): it gets memory of its own. An intermediate's gradient is only read,
+    // by its own node's backward, and then freed: it may share memory with g or with another
+    // tensor's gradient (a residual add hands the same g to both inputs), which saves a copy of
+    // every such gradient (on an H200, 99 copies a ViT-Tiny step, 1.5 of its 38 ms); adding into a
+    // shared one then makes a new tensor instead of writing into the other's.
+    const bool leaf = !t->grad_fn;
     if (!t->grad) {
-        // Take g over when nothing else can see it (the usual case: a fresh tensor the backward
-        // just computed); otherwise copy, since g may be the upstream gradient itself or be
-        // returned for two inputs at once.
-        bool sole_owner = g.impl_ptr().use_count() == 1 && g.impl()->storage.use_count() == 1 && !g.impl()->grad_fn;
-        t->grad = sole_owner ? g.impl_ptr() : g.clone().impl_ptr();
+        bool sole_owner = g.impl_ptr().use_count() == 1 && g.impl()->storage.use_count() == 1;
+        bool may_share = !g.impl()->grad_fn && (sole_owner || !leaf);
+        t->grad = may_share ? g.impl_ptr() : g.clone().impl_ptr();
+        return;
+    }
+    if (!leaf && (t->grad.use_count() > 1 || t->grad->storage.use_count() > 1)) {
+        t->grad = add(Tensor(t->grad), g).impl_ptr();  // under NoGrad (run_backward): no node
         return;
     }
     ON_DEVICE(dev, add_inplace)(Tensor(t->grad).raw_f32(), g.raw_f32(), g.numel());

@@ -92,3 +92,41 @@ TEST_CASE("backward frees intermediate gradients as it goes", "[autograd]") {
     CHECK(backward_peak < (size_t)5 << 20);
     CHECK(x.grad().defined());
 }
+
+// An intermediate's gradient may share memory with another's (no copy); a leaf's never does, and
+// adding into a shared gradient must not write into the other tensor's.
+TEST_CASE("shared gradients: intermediates share without copies, leaves own theirs", "[autograd]") {
+    SECTION("a residual add hands one gradient to both inputs; both leaves get their own") {
+        Tensor a = Tensor::from_vector(std::vector<float>{1, 2}, {2}).requires_grad_();
+        Tensor b = Tensor::from_vector(std::vector<float>{3, 4}, {2}).requires_grad_();
+        add(a, b).backward(Tensor::from_vector(std::vector<float>{5, 6}, {2}));
+        REQUIRE(a.grad().raw_f32() != b.grad().raw_f32());
+        a.grad().data_f32()[0] = 100.f;  // an optimizer may write into one
+        CHECK(b.grad().to_vector() == std::vector<float>{5, 6});
+    }
+    SECTION("adding into a shared gradient leaves the other tensor's alone") {
+        // add(h1, h2) hands the same g to h1 and h2; mul(h1, h2) then adds g·h2 to h1 and g·h1 to
+        // h2. Written in place into the shared memory, each would land in both. With h1 = 3x and
+        // h2 = 5x: dL/dx = g·(3 + 5 + 30x). Both orders of the outer add's inputs: the backward
+        // visits add and mul in either order.
+        std::vector<float> g{1, 10}, xs{1, -2}, want;
+        for (int i = 0; i < 2; i++) want.push_back(g[i] * (8.f + 30.f * xs[i]));
+        for (bool swap : {false, true}) {
+            INFO("swapped " << swap);
+            Tensor x = Tensor::from_vector(xs, {2}).requires_grad_();
+            Tensor h1 = mul(x, 3.f), h2 = mul(x, 5.f);
+            Tensor sum_h = add(h1, h2), prod = mul(h1, h2);
+            Tensor y = swap ? add(prod, sum_h) : add(sum_h, prod);
+            y.backward(Tensor::from_vector(g, {2}));
+            CHECK(x.grad().to_vector() == want);
+        }
+    }
+    SECTION("a leaf and an intermediate given the same gradient") {
+        Tensor x = Tensor::from_vector(std::vector<float>{2}, {1}).requires_grad_();
+        Tensor h = mul(x, 5.f);
+        Tensor y = add(x, h);  // backward gives the same g to the leaf x and to h
+        Tensor z = mul(y, 1.f);
+        z.backward(Tensor::from_vector(std::vector<float>{1}, {1}));
+        CHECK(x.grad().item() == 6.f);  // 1 from x directly, 5 through h, summed into x's own memory
+    }
+}
