@@ -1,7 +1,11 @@
 // engine/cuda/elementwise.cu: pointwise kernels (engine/cuda/elementwise.h). Every kernel walks
-// its OUTPUT with a 64-bit grid-stride loop, so consecutive threads write consecutive addresses;
+// its OUTPUT with a grid-stride loop (64-bit indices; bias_gelu's float4 kernels 32-bit where the
+// size allows), so consecutive threads write consecutive addresses;
 // the math of each unary op is the functor of engine/ops/pointwise.h, shared with the CPU loops.
 #include "engine/cuda/elementwise.h"
+
+#include <cstdint>
+#include <initializer_list>
 #include "engine/cuda/kernel.h"
 #include "engine/cuda/reduce.h"
 #include "engine/ops/pointwise.h"
@@ -216,11 +220,64 @@ __global__ void bias_gelu_backward_kernel(const float* x, const float* bias, con
         dx[r * n + j] = dy[r * n + j] * F::df(x[r * n + j] + b, 0.f);  // GELU's df ignores y
 }
 
+// The same over float4s, when the width is a multiple of 4 and the pointers 16-byte aligned (the
+// usual case): a flat grid-stride loop with 16-byte loads and stores and a 32-bit modulo for the
+// column. The kernels above moved 1.5 TB/s on an H200 (ViT-Tiny's [32896, 768]); the values are
+// the same bits, element by element.
+template <typename F>
+__global__ void bias_gelu_forward4_kernel(const float4* x, const float4* bias, float4* y, int n4, int total4) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total4; i += blockDim.x * gridDim.x) {
+        float4 v = x[i], b = bias[i % n4];
+        y[i] = float4{F::f(v.x + b.x), F::f(v.y + b.y), F::f(v.z + b.z), F::f(v.w + b.w)};
+    }
+}
+
+template <typename F>
+__global__ void bias_gelu_backward4_kernel(const float4* x, const float4* bias, const float4* dy, float4* dx, int n4,
+                                           int total4) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total4; i += blockDim.x * gridDim.x) {
+        float4 v = x[i], b = bias[i % n4], g = dy[i];
+        dx[i] = float4{g.x * F::df(v.x + b.x, 0.f), g.y * F::df(v.y + b.y, 0.f), g.z * F::df(v.z + b.z, 0.f),
+                       g.w * F::df(v.w + b.w, 0.f)};
+    }
+}
+
+// Whether the float4 kernels apply: n divisible by 4, every pointer 16-byte aligned, and rows·n/4
+// plus a grid's stride within int.
+static bool bias_vec4(int64_t rows, int64_t n, std::initializer_list<const void*> ptrs) {
+    uintptr_t bits = 0;
+    for (const void* p : ptrs) bits |= reinterpret_cast<uintptr_t>(p);
+    return n % 4 == 0 && bits % 16 == 0 && rows * n < (int64_t(1) << 32);
+}
+
+template <typename F>
+static void bias_gelu_forward_as(const float* x, const float* bias, float* y, int64_t rows, int64_t n) {
+    if (bias_vec4(rows, n, {x, bias, y})) {
+        int total4 = (int)(rows * n / 4);
+        KERNEL_LAUNCH(bias_gelu_forward4_kernel<F>, blocks_for(total4), kBlockSize, 0, (const float4*)x,
+                      (const float4*)bias, (float4*)y, (int)(n / 4), total4);
+    } else {
+        KERNEL_LAUNCH(bias_gelu_forward_kernel<F>, bias_grid(rows, n), dim3(kBiasTile, kBiasRows), 0, x, bias, y, rows, n);
+    }
+}
+
+template <typename F>
+static void bias_gelu_backward_as(const float* x, const float* bias, const float* dy, float* dx, int64_t rows,
+                                  int64_t n) {
+    if (bias_vec4(rows, n, {x, bias, dy, dx})) {
+        int total4 = (int)(rows * n / 4);
+        KERNEL_LAUNCH(bias_gelu_backward4_kernel<F>, blocks_for(total4), kBlockSize, 0, (const float4*)x,
+                      (const float4*)bias, (const float4*)dy, (float4*)dx, (int)(n / 4), total4);
+    } else {
+        KERNEL_LAUNCH(bias_gelu_backward_kernel<F>, bias_grid(rows, n), dim3(kBiasTile, kBiasRows), 0, x, bias, dy, dx,
+                      rows, n);
+    }
+}
+
 void bias_gelu_forward(const float* x, const float* bias, float* y, int64_t rows, int64_t n, bool approximate) {
     if (rows == 0 || n == 0) return;
-    dim3 grid = bias_grid(rows, n), block(kBiasTile, kBiasRows);
-    if (approximate) KERNEL_LAUNCH(bias_gelu_forward_kernel<pointwise::GeluTanh>, grid, block, 0, x, bias, y, rows, n);
-    else KERNEL_LAUNCH(bias_gelu_forward_kernel<pointwise::Gelu>, grid, block, 0, x, bias, y, rows, n);
+    if (approximate) bias_gelu_forward_as<pointwise::GeluTanh>(x, bias, y, rows, n);
+    else bias_gelu_forward_as<pointwise::Gelu>(x, bias, y, rows, n);
 }
 
 // dbias: the column sums of dx by reduce.cu's sum_dim (its [outer, n, inner] = [1, rows, n] layout
@@ -230,11 +287,8 @@ void bias_gelu_backward(const float* x, const float* bias, const float* dy, floa
                         int64_t n, bool approximate) {
     if (n == 0) return;
     if (rows > 0) {
-        dim3 grid = bias_grid(rows, n), block(kBiasTile, kBiasRows);
-        if (approximate)
-            KERNEL_LAUNCH(bias_gelu_backward_kernel<pointwise::GeluTanh>, grid, block, 0, x, bias, dy, dx, rows, n);
-        else
-            KERNEL_LAUNCH(bias_gelu_backward_kernel<pointwise::Gelu>, grid, block, 0, x, bias, dy, dx, rows, n);
+        if (approximate) bias_gelu_backward_as<pointwise::GeluTanh>(x, bias, dy, dx, rows, n);
+        else bias_gelu_backward_as<pointwise::Gelu>(x, bias, dy, dx, rows, n);
     }
     if (dbias) sum_dim(dx, dbias, 1, rows, n);  // rows == 0: zeros
 }
