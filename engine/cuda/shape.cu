@@ -5,8 +5,8 @@
 #include "engine/cuda/kernel.h"
 #include "engine/cuda/shape.h"
 
-// Fully unrolled loops over the (at most kMaxDims) dims index the kernels' parameter arrays with
-// constants, so nvcc keeps them in registers instead of copying them to local memory.
+// Fully unrolled loops over the (at most kMaxDims) dims, or a lane's columns, index the kernels'
+// arrays with constants, so nvcc keeps them in registers instead of copying them to local memory.
 #ifdef __CUDACC__
 #define UNROLL_DIMS _Pragma("unroll")
 #else
@@ -244,12 +244,46 @@ __global__ void index_select_kernel(const float* x, int64_t n, int64_t inner, co
     }
 }
 
+// index_add: dx[o, index[i], :] += g[o, i, :], without atomics. The warp of (o, i0), where i0 is
+// the first position of its index value v (no earlier position holds v), owns dx row (o, v): it
+// walks the positions i0 .. m − 1 in order and adds the rows of those that hold v. Each element is
+// then one sum in a fixed order, the CPU's (0 + g[i0] + g[i1] + ...: the same bits when dx starts
+// at 0). With atomics the order was the order threads arrived: two runs of an LM step differed in
+// the last bits on an H200. A lane keeps kIndexAddPerLane columns in registers, so a pass over the
+// positions covers 256 columns; wider rows take several passes. The work is O(m) per distinct
+// index (O(m²) at worst, all distinct: 8192 tokens, 67M index compares, spread over the GPU).
+constexpr unsigned kIndexAddAllLanes = 0xffffffffu;
+constexpr int kIndexAddWarp = 32, kIndexAddPerLane = 8;
+
 __global__ void index_add_kernel(const float* g, int64_t n, int64_t inner, const int32_t* index, int64_t m, float* dx,
-                                 int64_t total) {
-    GRID_STRIDE_LOOP(k, total) {
-        int64_t j = k % inner, t = k / inner;
-        int64_t i = t % m, o = t / m;
-        atomicAdd(dx + (o * n + index[i]) * inner + j, g[k]);  // repeated indices meet here
+                                 int64_t outer) {
+    const int lane = threadIdx.x % kIndexAddWarp;
+    const int64_t warps = (int64_t)gridDim.x * blockDim.x / kIndexAddWarp;
+    // w is the same for the 32 lanes of a warp, so every branch below on w, v or i is warp-uniform.
+    for (int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / kIndexAddWarp; w < outer * m; w += warps) {
+        const int64_t o = w / m, i0 = w % m;
+        const int32_t v = index[i0];
+        bool earlier = false;
+        for (int64_t i = lane; i < i0; i += kIndexAddWarp) earlier |= index[i] == v;
+        if (__any_sync(kIndexAddAllLanes, earlier)) continue;  // not the first position of v
+        float* dr = dx + (o * n + v) * inner;
+        for (int64_t j0 = 0; j0 < inner; j0 += kIndexAddWarp * kIndexAddPerLane) {
+            float acc[kIndexAddPerLane] = {};
+            for (int64_t i = i0; i < m; i++) {
+                if (index[i] != v) continue;
+                const float* gr = g + (o * m + i) * inner;
+                UNROLL_DIMS
+                for (int c = 0; c < kIndexAddPerLane; c++) {
+                    int64_t j = j0 + c * kIndexAddWarp + lane;
+                    if (j < inner) acc[c] += gr[j];
+                }
+            }
+            UNROLL_DIMS
+            for (int c = 0; c < kIndexAddPerLane; c++) {
+                int64_t j = j0 + c * kIndexAddWarp + lane;
+                if (j < inner) dr[j] += acc[c];
+            }
+        }
     }
 }
 
@@ -276,9 +310,9 @@ void index_select(const float* x, int64_t outer, int64_t n, int64_t inner, const
 }
 
 void index_add(const float* g, int64_t outer, int64_t n, int64_t inner, const int32_t* index, int64_t m, float* dx) {
-    int64_t total = outer * m * inner;
-    if (total == 0) return;
-    KERNEL_LAUNCH(index_add_kernel, blocks_for(total), kBlockSize, 0, g, n, inner, index, m, dx, total);
+    if (outer * m * inner == 0) return;
+    KERNEL_LAUNCH(index_add_kernel, blocks_for(outer * m * kIndexAddWarp), kBlockSize, 0, g, n, inner, index, m, dx,
+                  outer);
 }
 
 void gather(const float* x, int64_t outer, int64_t n, int64_t inner, const int32_t* index, int64_t m, float* out) {

@@ -12,10 +12,11 @@ void copy_middle(const float* x, int64_t outer, int64_t n, int64_t inner, int64_
 void place_middle(const float* src, int64_t outer, int64_t n, int64_t inner, int64_t start, int64_t m, float* out);
 // Indices are NOT checked here (a kernel cannot throw): the op checks them first with any_out_of_range.
 void index_select(const float* x, int64_t outer, int64_t n, int64_t inner, const int32_t* index, int64_t m, float* out);
-// Scatter-add with atomicAdd: repeated indices accumulate (in no fixed order, so float sums may
-// differ from the CPU's serial order in the last bits).
+// Scatter-add: repeated indices accumulate, in the CPU's order (the same bits on every run).
 void index_add(const float* g, int64_t outer, int64_t n, int64_t inner, const int32_t* index, int64_t m, float* dx);
 void gather(const float* x, int64_t outer, int64_t n, int64_t inner, const int32_t* index, int64_t m, float* out);
+// Scatter-add with atomicAdd: in no fixed order, so float sums may differ from the CPU's serial
+// order in the last bits (no training path uses gather).
 void gather_backward(const float* g, int64_t outer, int64_t n, int64_t inner, const int32_t* index, int64_t m, float* dx);
 void masked_fill(const float* x, const Shape& xs, const float* mask, const Shape& ms, float value, float* out);
 
