@@ -46,17 +46,25 @@ Tensor attach(Tensor out, const char* name, std::vector<Tensor> inputs,
     auto node = std::make_shared<Node>();
     node->name = name;
     node->inputs = std::move(inputs);
+    for (const Tensor& in : node->inputs)
+        if (in.defined()) in.impl()->node_refs++;
     node->backward = std::move(backward);
     out.impl()->grad_fn = std::move(node);
     out.impl()->requires_grad = true;
     return out;
 }
 
-// Add g into t's .grad (allocating it on first use), on t's device.
+Node::~Node() {
+    for (const Tensor& in : inputs)
+        if (in.defined()) in.impl()->node_refs--;
+}
+
+// Add g into t's .grad (allocating it on first use), on t's device. t may have no storage left
+// (released while only graphs held it: TensorImpl::node_refs); its gradient goes on g's device.
 static void accumulate(TensorImpl* t, const Tensor& g, const char* op) {
     check(g.shape() == t->shape, "backward of {}: gradient shape {} does not match input shape {}",
           op, g.shape().str(), t->shape.str());
-    Device dev = t->storage->device;
+    Device dev = t->storage ? t->storage->device : g.device();
     check(g.device() == dev, "backward of {}: gradient {} is on {} but its input is on {}", op, g.shape().str(),
           device_name(g.device()), device_name(dev));
     // A leaf's .grad belongs to the user and the optimizer (which may keep and update it in place,

@@ -17,7 +17,8 @@ namespace engine {
 
 struct Node {
     const char* name;  // op name, for debugging and error messages
-    std::vector<Tensor> inputs;
+    std::vector<Tensor> inputs;  // counted in each input's TensorImpl::node_refs while the node lives
+    ~Node();
     // Receives dL/d(output) and returns dL/d(input i) for each input (an undefined Tensor for an
     // input that needs no gradient). Runs with grad mode off.
     std::function<std::vector<Tensor>(const Tensor& grad_output)> backward;

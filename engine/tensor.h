@@ -82,6 +82,12 @@ struct TensorImpl {
     bool requires_grad = false;
     std::shared_ptr<TensorImpl> grad;     // accumulated gradient (same shape), or null
     std::shared_ptr<Node> grad_fn;        // the op that produced this tensor, or null for a leaf
+    // How many Node::inputs lists hold this tensor (engine/autograd.cpp keeps the count). Once the
+    // handles in those lists are all that is left of it, nothing can read its data any more (a
+    // closure that needs an input holds a handle of its own): the last other handle to let go
+    // releases the storage, and the graph keeps only shape and autograd state for the backward.
+    // Graphs are built on one thread, so a plain counter.
+    int node_refs = 0;
     ~TensorImpl();
 };
 
@@ -91,6 +97,23 @@ class Tensor {
 public:
     Tensor() = default;
     explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+    Tensor(const Tensor&) = default;
+    Tensor(Tensor&&) noexcept = default;
+    Tensor& operator=(const Tensor& o) {
+        if (impl_ != o.impl_) {
+            release_if_graph_only();
+            impl_ = o.impl_;
+        }
+        return *this;
+    }
+    Tensor& operator=(Tensor&& o) noexcept {
+        if (this != &o) {
+            release_if_graph_only();
+            impl_ = std::move(o.impl_);
+        }
+        return *this;
+    }
+    ~Tensor() { release_if_graph_only(); }
 
     // Factories. Random ones draw from the global generator (engine/rng.h).
     static Tensor empty(const Shape& shape, DType dtype = DType::F32, Device device = Device::CPU);
@@ -164,6 +187,12 @@ public:
     std::string str(int max_per_dim = 6) const;  // readable printing, used by fmt too
 
 private:
+    // As this handle lets go of impl_: if the only holders left are Node::inputs lists, free the
+    // data (see TensorImpl::node_refs). In a training step this frees, before the backward, every
+    // activation that no backward needs (a residual add's inputs, a dropout's input, ...).
+    void release_if_graph_only() noexcept {
+        if (impl_ && impl_->node_refs > 0 && impl_.use_count() - 1 == impl_->node_refs) impl_->storage.reset();
+    }
     std::shared_ptr<TensorImpl> impl_;
 };
 
