@@ -65,10 +65,12 @@ cublasHandle_t handle(const std::string& where) {
         check_cublas(cublasSetStream(h, stream()), "cublasSetStream", where);
         // A workspace of our own, set after the stream (setting the stream resets it): without
         // one, cuBLAS takes workspace from a pool it cannot grow during graph capture and may pick
-        // other kernels there, so a captured step summed in another order than the eager one (seen
-        // on an H200: train_lm --cuda-graph on and off 1 ulp apart). 32 MiB is cuBLAS's own default
-        // for Hopper. Plain cudaMalloc: the first GEMM is never inside a capture (GraphStep runs an
-        // eager step first), and the buffer lives as long as the handle, i.e. the process.
+        // other kernels there (NVIDIA's advice for graphs), so a captured step could sum in another
+        // order than the eager one. (The 1-ulp train_lm --cuda-graph on/off difference seen on an
+        // H200 came back with this in place; its cause was the embedding's atomics: shape.cu's
+        // index_add.) 32 MiB is cuBLAS's own default for Hopper. Plain cudaMalloc: the first GEMM
+        // is never inside a capture (GraphStep runs an eager step first), and the buffer lives as
+        // long as the handle, i.e. the process.
         void* workspace = nullptr;
         check_cuda(cudaMalloc(&workspace, kCublasWorkspaceBytes), "cudaMalloc (cuBLAS workspace)");
         check_cublas(cublasSetWorkspace(h, workspace, kCublasWorkspaceBytes), "cublasSetWorkspace", where);
