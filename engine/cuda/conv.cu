@@ -34,8 +34,6 @@
 
 namespace engine::cuda {
 
-constexpr unsigned kFullMask = 0xffffffffu;
-constexpr int kWarp = 32;
 constexpr int kReduceThreads = 256;  // per-channel blocks; a multiple of 32 so every warp is full
 
 static int64_t g_scratch_floats = int64_t(1) << 26;  // 256 MiB of column matrices at most

@@ -66,7 +66,6 @@
 namespace engine::cuda {
 namespace {
 
-constexpr unsigned kFullMask = 0xffffffffu;
 constexpr int kThreads = 128;    // threads per block of the tiled kernels (4 warps)
 constexpr int kGroupLanes = 8;   // consecutive lanes that share one row of a tile
 constexpr int kGroups = kThreads / kGroupLanes;  // 16 row groups

@@ -59,6 +59,10 @@ void launch(const char* name, void (*kernel)(KArgs...), dim3 grid, dim3 block, s
 
 // Threads per block for elementwise kernels, and the number of blocks covering n elements
 // (capped: the kernels loop with a grid stride beyond it).
+// A warp's width, and the mask naming all of its lanes for the __*_sync intrinsics.
+constexpr int kWarp = 32;
+constexpr unsigned kFullMask = 0xffffffffu;
+
 constexpr int kBlockSize = 256;
 inline unsigned blocks_for(int64_t n, int threads = kBlockSize) {
     int64_t b = (n + threads - 1) / threads;

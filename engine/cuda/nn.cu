@@ -29,8 +29,6 @@
 namespace engine::cuda {
 namespace {
 
-constexpr unsigned kFullMask = 0xffffffffu;
-constexpr int kWarp = 32;
 constexpr int kRowThreads = 256;      // block size of every row kernel (a multiple of 32)
 constexpr int64_t kWarpRowMax = 1024;  // rows up to this long get one warp, longer ones a block
 

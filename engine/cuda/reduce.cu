@@ -20,8 +20,6 @@
 
 namespace engine::cuda {
 
-constexpr unsigned kFullMask = 0xffffffffu;
-constexpr int kWarp = 32;
 constexpr int kReduceThreads = 256;    // rows kernels; a multiple of 32 so every warp is full
 constexpr int kColTile = 32, kColRows = 8;  // cols kernel: 32 columns x 8 row slices
 constexpr int64_t kWarpRowMax = 1024;  // rows up to this long get one warp, longer ones a block

@@ -255,41 +255,40 @@ __global__ void index_select_kernel(const float* x, int64_t n, int64_t inner, co
 // distinct index and pass. The H200 measured 0.93 ms for an
 // LM's 8192 tokens with a loop that tested one position at a time; this ballot form (32 at a
 // time) has run only in the emulator.
-constexpr unsigned kIndexAddAllLanes = 0xffffffffu;
-constexpr int kIndexAddWarp = 32, kIndexAddPerLane = 8;
+constexpr int kIndexAddPerLane = 8;
 
 __global__ void index_add_kernel(const float* g, int64_t n, int64_t inner, const int32_t* index, int64_t m, float* dx,
                                  int64_t outer) {
-    const int lane = threadIdx.x % kIndexAddWarp;
-    const int64_t warps = (int64_t)gridDim.x * blockDim.x / kIndexAddWarp;
+    const int lane = threadIdx.x % kWarp;
+    const int64_t warps = (int64_t)gridDim.x * blockDim.x / kWarp;
     // w is the same for the 32 lanes of a warp, so every branch below on w, v or i is warp-uniform.
-    for (int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / kIndexAddWarp; w < outer * m; w += warps) {
+    for (int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / kWarp; w < outer * m; w += warps) {
         const int64_t o = w / m, i0 = w % m;
         const int32_t v = index[i0];
         bool earlier = false;
-        for (int64_t i = lane; i < i0; i += kIndexAddWarp) earlier |= index[i] == v;
-        if (__any_sync(kIndexAddAllLanes, earlier)) continue;  // not the first position of v
+        for (int64_t i = lane; i < i0; i += kWarp) earlier |= index[i] == v;
+        if (__any_sync(kFullMask, earlier)) continue;  // not the first position of v
         float* dr = dx + (o * n + v) * inner;
-        for (int64_t j0 = 0; j0 < inner; j0 += kIndexAddWarp * kIndexAddPerLane) {
+        for (int64_t j0 = 0; j0 < inner; j0 += kWarp * kIndexAddPerLane) {
             float acc[kIndexAddPerLane] = {};
             // 32 positions at a time: each lane tests one, the ballot's bits name the hits, taken
             // lowest first, i.e. in increasing position.
-            for (int64_t base = i0; base < m; base += kIndexAddWarp) {
-                unsigned hits = __ballot_sync(kIndexAddAllLanes, base + lane < m && index[base + lane] == v);
+            for (int64_t base = i0; base < m; base += kWarp) {
+                unsigned hits = __ballot_sync(kFullMask, base + lane < m && index[base + lane] == v);
                 while (hits) {
                     const int b = __ffs((int)hits) - 1;
                     hits &= hits - 1;
                     const float* gr = g + (o * m + base + b) * inner;
                     UNROLL_DIMS
                     for (int c = 0; c < kIndexAddPerLane; c++) {
-                        int64_t j = j0 + c * kIndexAddWarp + lane;
+                        int64_t j = j0 + c * kWarp + lane;
                         if (j < inner) acc[c] += gr[j];
                     }
                 }
             }
             UNROLL_DIMS
             for (int c = 0; c < kIndexAddPerLane; c++) {
-                int64_t j = j0 + c * kIndexAddWarp + lane;
+                int64_t j = j0 + c * kWarp + lane;
                 if (j < inner) dr[j] += acc[c];
             }
         }
@@ -320,7 +319,7 @@ void index_select(const float* x, int64_t outer, int64_t n, int64_t inner, const
 
 void index_add(const float* g, int64_t outer, int64_t n, int64_t inner, const int32_t* index, int64_t m, float* dx) {
     if (outer * m * inner == 0) return;
-    KERNEL_LAUNCH(index_add_kernel, blocks_for(outer * m * kIndexAddWarp), kBlockSize, 0, g, n, inner, index, m, dx,
+    KERNEL_LAUNCH(index_add_kernel, blocks_for(outer * m * kWarp), kBlockSize, 0, g, n, inner, index, m, dx,
                   outer);
 }
 
