@@ -87,21 +87,10 @@ void check_operand(const char* call, const char* name, const void* p, int rows, 
                          std::to_string(cols) + ", ld " + std::to_string(ld) + ") is not (all) in device memory");
 }
 
-// Round to TF32: keep 10 mantissa bits, round to nearest even.
-float to_tf32(float x) {
-    uint32_t u;
-    std::memcpy(&u, &x, 4);
-    if ((u & 0x7f800000u) == 0x7f800000u) return x;  // inf, nan
-    u += 0xfffu + ((u >> 13) & 1u);
-    u &= 0xffffe000u;
-    std::memcpy(&x, &u, 4);
-    return x;
-}
-
 std::vector<float> rounded_copy(const float* p, int rows, int cols, int ld) {
     std::vector<float> out((size_t)ld * (cols - 1) + rows);
     for (int c = 0; c < cols; c++)
-        for (int r = 0; r < rows; r++) out[(size_t)c * ld + r] = to_tf32(p[(size_t)c * ld + r]);
+        for (int r = 0; r < rows; r++) out[(size_t)c * ld + r] = emu::to_tf32(p[(size_t)c * ld + r]);
     return out;
 }
 

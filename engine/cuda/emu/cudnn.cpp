@@ -9,6 +9,7 @@
 // it needs held by value, runs now, or is recorded while the stream is captured and runs when the
 // graph does (it reads the device memory then, and checks the pointers again).
 #include "cudnn.h"
+#include "internal.h"
 
 #include <atomic>
 #include <cmath>
@@ -183,23 +184,12 @@ void check_device(const char* call, const char* name, const void* p, size_t floa
                          " floats) is not (all) in device memory");
 }
 
-// Round to TF32: keep 10 mantissa bits, round to nearest even (what the tensor cores read).
-float to_tf32(float x) {
-    uint32_t u;
-    std::memcpy(&u, &x, 4);
-    if ((u & 0x7f800000u) == 0x7f800000u) return x;  // inf, nan
-    u += 0xfffu + ((u >> 13) & 1u);
-    u &= 0xffffe000u;
-    std::memcpy(&x, &u, 4);
-    return x;
-}
-
 // A convolution input as the math type reads it: the data itself, or its TF32 rounding.
 std::vector<float> input(const void* p, size_t n, bool tf32) {
     const float* f = static_cast<const float*>(p);
     std::vector<float> v(f, f + n);
     if (tf32)
-        for (float& e : v) e = to_tf32(e);
+        for (float& e : v) e = emu::to_tf32(e);
     return v;
 }
 

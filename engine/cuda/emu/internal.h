@@ -3,6 +3,8 @@
 #pragma once
 #include "cuda_runtime.h"
 
+#include <cstdint>
+#include <cstring>
 #include <functional>
 #include <string>
 
@@ -35,5 +37,17 @@ void* graph_alloc(size_t bytes);
 void graph_free(void* p);
 // The memory belongs to a graph: cudaFree ends its life as an allocation but does not release it.
 bool graph_owned(const void* p);
+
+// Round to TF32: keep 10 mantissa bits, round to nearest even (what the tensor cores read); the
+// cuBLAS and cuDNN stand-ins' TF32 math.
+inline float to_tf32(float x) {
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    if ((u & 0x7f800000u) == 0x7f800000u) return x;  // inf, nan
+    u += 0xfffu + ((u >> 13) & 1u);
+    u &= 0xffffe000u;
+    std::memcpy(&x, &u, 4);
+    return x;
+}
 
 }  // namespace emu
