@@ -33,6 +33,12 @@ TEST_CASE("matmul matches a direct triple loop", "[matmul]") {
     Tensor A1 = A.reshape({6, 5, 7}).narrow(0, 4, 1).reshape({5, 7}), B1 = B.reshape({6, 7, 4}).narrow(0, 4, 1).reshape({7, 4});
     auto w = naive(A1, B1, 5, 7, 4);
     for (int i = 0; i < 20; i++) CHECK(C.reshape({6, 20}).at({4, i}) == Approx(w[i]).margin(1e-5));
+    // Products above gemm_batched's across-the-batch size (M·N·K > 2^21) take its one-by-one path.
+    Tensor Ab = param({2, 130, 160}, 6), Bb = param({2, 160, 110}, 7);
+    Tensor Cb = matmul(Ab, Bb);
+    auto wb = naive(Ab.narrow(0, 1, 1).reshape({130, 160}).clone(), Bb.narrow(0, 1, 1).reshape({160, 110}).clone(),
+                    130, 160, 110);
+    for (int i = 0; i < 130 * 110; i += 97) CHECK(Cb.reshape({2, 130 * 110}).at({1, i}) == Approx(wb[i]).margin(1e-4));
     // A batch against one shared matrix.
     Tensor S = matmul(A, b.reshape({7, 3}));
     CHECK(S.shape() == Shape({2, 3, 5, 3}));
