@@ -1,5 +1,5 @@
-// nn/lstm.cpp: the LSTM layer (one GEMM for the input projections, then engine::lstm_sequence) and
-// the LSTM LM.
+// nn/lstm.cpp: the LSTM layer (engine::lstm_layer: cuDNN's LSTM, or one GEMM for the input
+// projections and then engine::lstm_sequence) and the LSTM LM.
 #include "nn/lstm.h"
 
 #include <cmath>
@@ -33,8 +33,9 @@ Tensor LSTMLayer::forward_time_major(const Tensor& x, LSTMState& state) const {
     if (!state.h.defined()) state = {x.new_zeros({B, hidden}), x.new_zeros({B, hidden})};
     check(state.h.shape() == Shape({B, hidden}) && state.c.shape() == Shape({B, hidden}),
           "LSTMLayer: state {} does not match batch {} and hidden {}", state.h.shape().str(), B, hidden);
-    // The input projections of all steps in one GEMM, then the recurrence as one op.
-    Tensor out = lstm_sequence(linear(x, weight_ih, bias_ih), state.h, state.c, weight_hh, bias_hh);  // [T+1, B, H]
+    // cuDNN's LSTM on a GPU that has it; otherwise the input projections of all steps in one GEMM,
+    // then the recurrence as one op (engine::lstm_layer).
+    Tensor out = lstm_layer(x, state.h, state.c, weight_ih, bias_ih, weight_hh, bias_hh);  // [T+1, B, H]
     state = {out.narrow(0, T - 1, 1).reshape({B, hidden}), out.narrow(0, T, 1).reshape({B, hidden})};
     return out.narrow(0, 0, T);
 }

@@ -2,9 +2,10 @@
 //
 // Parameters use PyTorch's names and layout (weight_ih [4H, in], weight_hh [4H, H], bias_ih,
 // bias_hh; gate order i, f, g, o, which is also cuDNN's), so a checkpoint maps one to one and the
-// CUDA backend can hand the same weights to cuDNN. One GEMM computes the input projections of all
-// time steps; then engine::lstm_sequence runs the recurrence (per step one GEMM h·W_hhᵀ plus the
-// fused cell) and, in the backward, gets W_hh's gradient from one GEMM over all steps.
+// CUDA backend hands the same weights to cuDNN. A layer is one engine::lstm_layer: on a GPU with
+// cuDNN, cuDNN's LSTM; otherwise one GEMM computes the input projections of all time steps, then
+// engine::lstm_sequence runs the recurrence (per step one GEMM h·W_hhᵀ plus the fused cell) and, in
+// the backward, gets W_hh's gradient from one GEMM over all steps.
 #pragma once
 #include "nn/layers.h"
 

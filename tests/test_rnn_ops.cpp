@@ -1,4 +1,5 @@
-// tests/test_rnn_ops.cpp: the fused LSTM cell against its formulas, and its gradient.
+// tests/test_rnn_ops.cpp: the fused LSTM cell against its formulas, lstm_sequence against the
+// cell-by-cell recurrence, lstm_layer; gradients and shape errors.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -101,4 +102,27 @@ TEST_CASE("lstm_sequence refuses mismatched shapes, naming them", "[rnn]") {
     CHECK_THROWS_WITH(lstm_sequence(x, h, c, test::param({8, 3}, 6), b), Catch::Contains("w_hh [8,3]"));
     CHECK_THROWS_WITH(lstm_sequence(x, h, c, w, test::param({4}, 6)), Catch::Contains("b_hh [4]"));
     CHECK_THROWS_WITH(lstm_sequence(test::param({0, 2, 8}, 6), h, c, w, b), Catch::Contains("T >= 1"));
+}
+
+// On the CPU lstm_layer is the input-projection GEMM and lstm_sequence (the CUDA build's cuDNN
+// path is compared with it in tests/cuda/test_cuda_cudnn_lstm.cpp).
+TEST_CASE("lstm_layer", "[rnn][gradcheck]") {
+    test::gradcheck("lstm_layer",
+                    [](auto& in) { return lstm_layer(in[0], in[1], in[2], in[3], in[4], in[5], in[6]); },
+                    {test::param({3, 2, 4}, 31), test::param({2, 3}, 32), test::param({2, 3}, 33),
+                     test::param({12, 4}, 34), test::param({12}, 35), test::param({12, 3}, 36),
+                     test::param({12}, 37)});
+}
+
+TEST_CASE("lstm_layer refuses mismatched shapes, naming them", "[rnn]") {
+    Tensor x = test::param({3, 2, 5}, 1), h = test::param({2, 2}, 2), c = test::param({2, 2}, 3),
+           w_ih = test::param({8, 5}, 4), b_ih = test::param({8}, 5), w_hh = test::param({8, 2}, 6),
+           b_hh = test::param({8}, 7);
+    CHECK_THROWS_WITH(lstm_layer(test::param({3, 2, 4}, 8), h, c, w_ih, b_ih, w_hh, b_hh),
+                      Catch::Contains("w_ih [8,5]") && Catch::Contains("x [3,2,4]"));
+    CHECK_THROWS_WITH(lstm_layer(x, h, c, test::param({4, 5}, 8), b_ih, w_hh, b_hh), Catch::Contains("w_ih [4,5]"));
+    CHECK_THROWS_WITH(lstm_layer(x, h, c, w_ih, test::param({7}, 8), w_hh, b_hh), Catch::Contains("b_ih [7]"));
+    CHECK_THROWS_WITH(lstm_layer(x, test::param({3, 2}, 8), c, w_ih, b_ih, w_hh, b_hh), Catch::Contains("h0 [3,2]"));
+    CHECK_THROWS_WITH(lstm_layer(x, h, c, w_ih, b_ih, test::param({8, 3}, 8), b_hh), Catch::Contains("w_hh [8,3]"));
+    CHECK_THROWS_WITH(lstm_layer(test::param({0, 2, 5}, 8), h, c, w_ih, b_ih, w_hh, b_hh), Catch::Contains("T >= 1"));
 }

@@ -41,13 +41,12 @@
 #include "engine/cuda/kernel.h"
 
 #ifdef ENGINE_CUDNN
-#include <cudnn.h>
-
 #include <array>
 #include <climits>
 #include <map>
 #include <mutex>
 #include <string>
+#include "engine/cuda/cudnn_internal.h"
 #include "engine/cuda/matmul.h"
 #endif
 
@@ -103,18 +102,18 @@ bool cudnn_batch_norm_backward(const float*, const float*, const float*, const f
 
 #else
 
-namespace {
-
-constexpr size_t kMaxWorkspace = size_t(1) << 30;
-const float kOne = 1.f, kZero = 0.f;
+namespace cudnn_detail {
 
 void check_cudnn(cudnnStatus_t st, const char* call, const std::string& where) {
     if (st != CUDNN_STATUS_SUCCESS) fail(where + ": " + call + " failed: " + cudnnGetErrorString(st));
 }
 
-std::mutex g_mu;
+std::mutex& mutex() {
+    static std::mutex mu;
+    return mu;
+}
 
-cudnnHandle_t handle(const std::string& where) {  // call with g_mu held
+cudnnHandle_t handle(const std::string& where) {
     static cudnnHandle_t h = nullptr;
     if (!h) {
         cudnnHandle_t created = nullptr;
@@ -125,25 +124,21 @@ cudnnHandle_t handle(const std::string& where) {  // call with g_mu held
     return h;
 }
 
-// Device scratch freed on scope exit (stream-ordered: after the work queued before it).
-struct Buffer {
-    void* p = nullptr;
-    explicit Buffer(size_t bytes) {
-        if (bytes > 0) p = alloc(bytes);
-    }
-    ~Buffer() {
-        if (p) free(p);
-    }
-    float* f() const { return static_cast<float*>(p); }
-    Buffer(const Buffer&) = delete;
-    Buffer& operator=(const Buffer&) = delete;
-};
+void count_call() { g_calls++; }
 
 bool fits_int(std::initializer_list<int64_t> values) {
     for (int64_t v : values)
         if (v <= 0 || v > INT_MAX) return false;
     return true;
 }
+
+}  // namespace cudnn_detail
+
+namespace {
+
+using namespace cudnn_detail;
+constexpr size_t kMaxWorkspace = size_t(1) << 30;
+const float kOne = 1.f, kZero = 0.f;
 
 std::string conv_where(const char* op, const CudnnConv& g) {
     auto s = [](int64_t v) { return std::to_string(v); };
@@ -342,7 +337,7 @@ bool cudnn_conv_forward(const char* op, const float* x, const float* w, const fl
     cudnnMathType_t math;
     if (!conv_math(g, math)) return false;
     const std::string where = conv_where(op, g);
-    std::lock_guard<std::mutex> lock(g_mu);
+    std::lock_guard<std::mutex> lock(mutex());
     cudnnHandle_t h = handle(where);
     ConvPlan& p = conv_plan(g, math, where);
     if (!p.fwd_chosen) choose_forward(h, p, where);
@@ -351,7 +346,7 @@ bool cudnn_conv_forward(const char* op, const float* x, const float* w, const fl
     check_cudnn(cudnnConvolutionForward(h, &kOne, p.x, x, p.w, w, p.conv, p.fwd, ws.p, p.fwd_ws, &kZero, p.y, y),
                 "cudnnConvolutionForward", where);
     if (b) check_cudnn(cudnnAddTensor(h, &kOne, p.bias, b, &kOne, p.y, y), "cudnnAddTensor", where);
-    g_calls++;
+    count_call();
     return true;
 }
 
@@ -360,7 +355,7 @@ bool cudnn_conv_backward(const char* op, const float* x, const float* w, const f
     cudnnMathType_t math;
     if (!conv_math(g, math)) return false;
     const std::string where = conv_where(op, g);
-    std::lock_guard<std::mutex> lock(g_mu);
+    std::lock_guard<std::mutex> lock(mutex());
     cudnnHandle_t h = handle(where);
     ConvPlan& p = conv_plan(g, math, where);
     if (dx && !p.data_chosen) choose_data(h, p, where);
@@ -381,7 +376,7 @@ bool cudnn_conv_backward(const char* op, const float* x, const float* w, const f
                                                    &kZero, p.w, dw),
                     "cudnnConvolutionBackwardFilter", where);
     }
-    g_calls++;
+    count_call();
     return true;
 }
 
@@ -393,14 +388,14 @@ bool cudnn_batch_norm_training(const float* x, const float* weight, const float*
     Buffer ones(weight ? 0 : sizeof(float) * C), zeros(bias ? 0 : sizeof(float) * C);
     const float* scale = or_filled(weight, ones, C, 1.f);
     const float* shift = or_filled(bias, zeros, C, 0.f);
-    std::lock_guard<std::mutex> lock(g_mu);
+    std::lock_guard<std::mutex> lock(mutex());
     cudnnHandle_t h = handle(where);
     BnPlan& p = bn_plan(N, C, S, where);
     check_cudnn(cudnnBatchNormalizationForwardTraining(h, CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, p.x, x, p.x, y,
                                                        p.param, scale, shift, (double)momentum, running_mean,
                                                        running_var, (double)eps, save_mean, save_rstd),
                 "cudnnBatchNormalizationForwardTraining", where);
-    g_calls++;
+    count_call();
     return true;
 }
 
@@ -411,13 +406,13 @@ bool cudnn_batch_norm_inference(const float* x, const float* weight, const float
     Buffer ones(weight ? 0 : sizeof(float) * C), zeros(bias ? 0 : sizeof(float) * C);
     const float* scale = or_filled(weight, ones, C, 1.f);
     const float* shift = or_filled(bias, zeros, C, 0.f);
-    std::lock_guard<std::mutex> lock(g_mu);
+    std::lock_guard<std::mutex> lock(mutex());
     cudnnHandle_t h = handle(where);
     BnPlan& p = bn_plan(N, C, S, where);
     check_cudnn(cudnnBatchNormalizationForwardInference(h, CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, p.x, x, p.x, y,
                                                         p.param, scale, shift, running_mean, running_var, (double)eps),
                 "cudnnBatchNormalizationForwardInference", where);
-    g_calls++;
+    count_call();
     return true;
 }
 
@@ -432,7 +427,7 @@ bool cudnn_batch_norm_backward(const float* x, const float* dy, const float* sav
     // cuDNN writes all three gradients: scratch for those not wanted.
     Buffer spare_dx(dx ? 0 : sizeof(float) * N * C * S), spare_dw(dweight ? 0 : sizeof(float) * C),
         spare_db(dbias ? 0 : sizeof(float) * C);
-    std::lock_guard<std::mutex> lock(g_mu);
+    std::lock_guard<std::mutex> lock(mutex());
     cudnnHandle_t h = handle(where);
     BnPlan& p = bn_plan(N, C, S, where);
     check_cudnn(cudnnBatchNormalizationBackward(h, CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, &kOne, &kZero, p.x, x, p.x,
@@ -440,7 +435,7 @@ bool cudnn_batch_norm_backward(const float* x, const float* dy, const float* sav
                                                 dweight ? dweight : spare_dw.f(), dbias ? dbias : spare_db.f(),
                                                 (double)eps, save_mean, save_rstd),
                 "cudnnBatchNormalizationBackward", where);
-    g_calls++;
+    count_call();
     return true;
 }
 

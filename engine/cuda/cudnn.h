@@ -1,5 +1,6 @@
-// engine/cuda/cudnn.h: conv2d, depthwise conv2d and batch norm through cuDNN (engine/cuda/cudnn.cu),
-// in plain C++ so engine/ops/conv.cpp can call it. The own kernels of engine/cuda/conv.cu stay as
+// engine/cuda/cudnn.h: the cuDNN switch, and conv2d, depthwise conv2d and batch norm through cuDNN
+// (engine/cuda/cudnn.cu), in plain C++ so engine/ops/conv.cpp can call it. (The LSTM's cuDNN path is
+// engine/cuda/cudnn_rnn.h.) The own kernels of engine/cuda/conv.cu stay as
 // the fallback and the reference: conv.cu's conv2d_* and depthwise_conv2d_* try the cuDNN path
 // first when it is switched on; batch norm, whose cuDNN calls have another shape (statistics,
 // normalization and running update in one call), is chosen by engine/ops/conv.cpp.

@@ -10,8 +10,10 @@
 #include "engine/ops/common.h"
 #include "engine/ops/dispatch.h"
 #include "engine/ops/elementwise.h"
+#include "engine/ops/matmul.h"
 #include "engine/ops/reduce.h"
 #ifdef ENGINE_CUDA
+#include "engine/cuda/cudnn_rnn.h"
 #include "engine/cuda/matmul.h"
 #include "engine/cuda/rnn.h"
 #endif
@@ -118,6 +120,64 @@ Tensor lstm_sequence(const Tensor& x_proj, const Tensor& h0, const Tensor& c0, c
         if (b_hh.requires_grad()) db_hh = sum(dgates.reshape({T * B, G}), {0});
         return std::vector<Tensor>{x_proj.requires_grad() ? dgates : Tensor(), dh0, dc0, dw_hh, db_hh};
     });
+}
+
+#ifdef ENGINE_CUDA
+// lstm_layer on cuDNN: the forward keeps cuDNN's weight space and reserve space (device tensors of
+// the sizes cuDNN asks for) for the backward, which uses the reserve space up (once).
+static Tensor lstm_layer_cudnn(const Tensor& x, const Tensor& h0, const Tensor& c0, const Tensor& w_ih,
+                               const Tensor& b_ih, const Tensor& w_hh, const Tensor& b_hh, const cuda::CudnnLstm& g,
+                               const cuda::CudnnLstmSizes& sizes) {
+    auto floats = [](size_t bytes) { return (int64_t)((bytes + sizeof(float) - 1) / sizeof(float)); };
+    Tensor weight_space = x.new_empty({floats(sizes.weight_bytes)});
+    Tensor reserve = x.new_empty({std::max<int64_t>(floats(sizes.reserve_bytes), 1)});
+    Tensor out = x.new_empty({g.T + 1, g.B, g.H});
+    cuda::cudnn_lstm_forward(g, x.raw_f32(), h0.raw_f32(), c0.raw_f32(), w_ih.raw_f32(), b_ih.raw_f32(), w_hh.raw_f32(),
+                             b_hh.raw_f32(), weight_space.raw_f32(), out.raw_f32(), reserve.raw_f32());
+    Tensor out_saved = out.detach();
+    return attach(out, "lstm_layer", {x, h0, c0, w_ih, b_ih, w_hh, b_hh},
+                  [x, h0, c0, w_ih, b_ih, w_hh, b_hh, weight_space, reserve, out_saved, g](const Tensor& grad) {
+        auto wanted = [](const Tensor& t) { return t.requires_grad() ? t.new_empty(t.shape()) : Tensor(); };
+        Tensor dx = wanted(x), dh0 = wanted(h0), dc0 = wanted(c0), dw_ih = wanted(w_ih), db_ih = wanted(b_ih),
+               dw_hh = wanted(w_hh), db_hh = wanted(b_hh);
+        Tensor reserve_used = reserve;  // the backward writes into cuDNN's reserve space
+        cuda::cudnn_lstm_backward(g, x.raw_f32(), h0.raw_f32(), c0.raw_f32(), weight_space.raw_f32(),
+                                  out_saved.raw_f32(), grad.raw_f32(), reserve_used.raw_f32(), raw_or_null(dx),
+                                  raw_or_null(dh0), raw_or_null(dc0), raw_or_null(dw_ih), raw_or_null(db_ih),
+                                  raw_or_null(dw_hh), raw_or_null(db_hh));
+        return std::vector<Tensor>{dx, dh0, dc0, dw_ih, db_ih, dw_hh, db_hh};
+    });
+}
+#endif
+
+Tensor lstm_layer(const Tensor& x, const Tensor& h0, const Tensor& c0, const Tensor& w_ih, const Tensor& b_ih,
+                  const Tensor& w_hh, const Tensor& b_hh) {
+    const char* op = "lstm_layer";
+    expect_f32(op, x, "x");
+    expect_f32(op, h0, "h0");
+    expect_f32(op, c0, "c0");
+    expect_f32(op, w_ih, "w_ih");
+    expect_f32(op, b_ih, "b_ih");
+    expect_f32(op, w_hh, "w_hh");
+    expect_f32(op, b_hh, "b_hh");
+    for (const Tensor* t : {&h0, &c0, &w_ih, &b_ih, &w_hh, &b_hh}) expect_same_device(op, x, *t);
+    check(w_hh.ndim() == 2 && w_hh.size(0) == 4 * w_hh.size(1), "{}: w_hh {} is not [4H, H]", op, w_hh.shape().str());
+    const int64_t H = w_hh.size(1);
+    check(x.ndim() == 3 && x.size(0) >= 1, "{}: x {} is not [T, B, in] with T >= 1", op, x.shape().str());
+    const int64_t T = x.size(0), B = x.size(1), in = x.size(2);
+    check(w_ih.shape() == Shape({4 * H, in}) && b_ih.shape() == Shape({4 * H}) && b_hh.shape() == Shape({4 * H}),
+          "{}: w_ih {}, b_ih {}, b_hh {} are not [4H, in] = [{}, {}], [4H] and [4H] (x {}, w_hh {})", op,
+          w_ih.shape().str(), b_ih.shape().str(), b_hh.shape().str(), 4 * H, in, x.shape().str(), w_hh.shape().str());
+    check(h0.shape() == Shape({B, H}) && c0.shape() == Shape({B, H}), "{}: h0 {} and c0 {} are not [B, H] = [{}, {}]",
+          op, h0.shape().str(), c0.shape().str(), B, H);
+#ifdef ENGINE_CUDA
+    if (x.is_cuda()) {
+        const cuda::CudnnLstm g{T, B, in, H};
+        cuda::CudnnLstmSizes sizes;
+        if (cuda::cudnn_lstm_sizes(g, sizes)) return lstm_layer_cudnn(x, h0, c0, w_ih, b_ih, w_hh, b_hh, g, sizes);
+    }
+#endif
+    return lstm_sequence(linear(x, w_ih, b_ih), h0, c0, w_hh, b_hh);
 }
 
 }  // namespace engine

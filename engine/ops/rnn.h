@@ -22,4 +22,12 @@ Tensor lstm_cell(const Tensor& gates, const Tensor& c_prev);
 // GEMMs accumulating into .grad), and dx_proj is that gate gradient itself.
 Tensor lstm_sequence(const Tensor& x_proj, const Tensor& h0, const Tensor& c0, const Tensor& w_hh, const Tensor& b_hh);
 
+// One whole LSTM layer, time-major, PyTorch's parameters: x [T, B, in], h0 and c0 [B, H],
+// w_ih [4H, in], b_ih [4H], w_hh [4H, H], b_hh [4H]. Returns [T+1, B, H] as lstm_sequence does.
+// On a CUDA tensor it runs through cuDNN's RNN API when engine/cuda/cudnn_rnn.h's
+// cudnn_lstm_sizes() takes it (cuDNN built and on, fp32 or tf32 GEMM precision); otherwise, and on
+// the CPU, it is lstm_sequence(linear(x, w_ih, b_ih), h0, c0, w_hh, b_hh), the reference.
+Tensor lstm_layer(const Tensor& x, const Tensor& h0, const Tensor& c0, const Tensor& w_ih, const Tensor& b_ih,
+                  const Tensor& w_hh, const Tensor& b_hh);
+
 }  // namespace engine

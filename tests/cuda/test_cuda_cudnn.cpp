@@ -25,6 +25,7 @@
 #include "engine/error.h"
 #include "nn/convmixer.h"
 #include "nn/optim.h"
+#include "tests/cuda/cudnn_helpers.h"
 #include "tests/cuda/parity.h"
 #ifdef ENGINE_CUDA_EMU
 #include <cudnn.h>  // the stand-in, for the test of the stand-in itself
@@ -33,7 +34,12 @@
 using Catch::Contains;
 using engine::Device;
 using engine::Tensor;
+using test::CudnnSwitch;
+using test::Fn;
+using test::have_cudnn;
+using test::PrecisionScope;
 using test::randn;
+using test::run;
 
 namespace {
 
@@ -43,92 +49,18 @@ const test::Tol kBnFwdTol{1e-5f, 1e-4f};
 const test::Tol kBnBwdTol{1e-4f, 1e-4f};
 const test::Tol kModelTol{1e-4f, 1e-3f};
 
-// Sets the cuDNN switch for a scope.
-struct CudnnSwitch {
-    bool saved;
-    explicit CudnnSwitch(bool on) : saved(engine::cuda::set_cudnn(on)) {}
-    ~CudnnSwitch() { engine::cuda::set_cudnn(saved); }
-};
-
-struct PrecisionScope {
-    engine::cuda::GemmPrecision saved = engine::cuda::gemm_precision();
-    explicit PrecisionScope(engine::cuda::GemmPrecision p) { engine::cuda::set_gemm_precision(p); }
-    ~PrecisionScope() { engine::cuda::set_gemm_precision(saved); }
-};
-
-bool have_cudnn() {
-    if (!engine::cuda::cudnn_built()) WARN("this build has no cuDNN: the cuDNN path is not tested");
-    return engine::cuda::cudnn_built();
-}
-
-using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
-
-// f on fresh leaf copies of the inputs on `dev` (cuDNN on or off), with the gradients of
-// L = Σ f·weights; the first entry is the output, then one gradient per input (undefined where none).
-std::vector<Tensor> run(const Fn& f, const std::vector<Tensor>& inputs, Device dev, bool cudnn,
-                        const Tensor& weights) {
-    CudnnSwitch sw(cudnn);
-    std::vector<Tensor> in;
-    for (const Tensor& t : inputs) {
-        if (!t.defined()) {
-            in.push_back(t);
-            continue;
-        }
-        Tensor c = t.detach().to(dev).clone();
-        if (t.requires_grad()) c.requires_grad_(true);
-        in.push_back(c);
-    }
-    Tensor out = f(in);
-    std::vector<Tensor> result{out};
-    if (weights.defined()) engine::sum(engine::mul(out, weights.to(dev))).backward();
-    for (const Tensor& t : in) result.push_back(t.defined() && t.requires_grad() ? t.grad() : Tensor());
-    return result;
-}
-
-// cuDNN against the own kernels and against the CPU: the output and every gradient; the cuDNN run
-// must have gone through cuDNN.
-void check_three_ways(const std::string& name, const Fn& f, const std::vector<Tensor>& inputs, test::Tol fwd,
-                      test::Tol bwd) {
-    INFO(name);
-    Tensor probe = f(inputs).detach();
-    engine::Generator wgen(99);
-    Tensor weights = Tensor::empty(probe.shape());
-    wgen.uniform(weights.data_f32(), weights.numel(), -1.f, 1.f);
-    bool any_grad = false;
-    for (const Tensor& t : inputs) any_grad = any_grad || (t.defined() && t.requires_grad());
-    if (!any_grad) weights = Tensor();
-
-    const int64_t calls_before = engine::cuda::cudnn_calls();
-    std::vector<Tensor> with = run(f, inputs, Device::CUDA, true, weights);
-    REQUIRE(engine::cuda::cudnn_calls() > calls_before);
-    const int64_t calls_after = engine::cuda::cudnn_calls();
-    std::vector<Tensor> own = run(f, inputs, Device::CUDA, false, weights);
-    REQUIRE(engine::cuda::cudnn_calls() == calls_after);  // switched off: not one cuDNN call
-    std::vector<Tensor> cpu = run(f, inputs, Device::CPU, false, weights);
-
-    for (size_t i = 0; i < with.size(); i++) {
-        if (!cpu[i].defined()) continue;
-        const std::string what = i == 0 ? name + " forward" : name + " gradient of input " + std::to_string(i - 1);
-        REQUIRE(with[i].defined());
-        REQUIRE(with[i].is_cuda());
-        test::Tol tol = i == 0 ? fwd : bwd;
-        test::require_close(what + ": cuDNN against the own kernels", own[i], with[i], tol);
-        test::require_close(what + ": cuDNN against the CPU", cpu[i], with[i], tol);
-    }
-}
-
 void check_conv(const std::string& name, int64_t N, int64_t Cin, int64_t H, int64_t W, int64_t Cout, int64_t k,
                 int stride, int pad, bool bias, test::Tol tol = kConvTol) {
     Tensor x = randn({N, Cin, H, W}, true, 1), w = randn({Cout, Cin, k, k}, true, 2);
     Tensor b = bias ? randn({Cout}, true, 3) : Tensor();
-    check_three_ways(name, [=](auto& in) { return engine::conv2d(in[0], in[1], in[2], stride, pad); }, {x, w, b}, tol,
+    test::check_three_ways(name, [=](auto& in) { return engine::conv2d(in[0], in[1], in[2], stride, pad); }, {x, w, b}, tol,
                      tol);
 }
 
 void check_depthwise(const std::string& name, int64_t N, int64_t C, int64_t H, int64_t W, int64_t k, bool bias) {
     Tensor x = randn({N, C, H, W}, true, 4), w = randn({C, 1, k, k}, true, 5);
     Tensor b = bias ? randn({C}, true, 6) : Tensor();
-    check_three_ways(name, [](auto& in) { return engine::depthwise_conv2d(in[0], in[1], in[2]); }, {x, w, b},
+    test::check_three_ways(name, [](auto& in) { return engine::depthwise_conv2d(in[0], in[1], in[2]); }, {x, w, b},
                      kConvTol, kConvTol);
 }
 
@@ -176,15 +108,6 @@ void check_batch_norm(const engine::Shape& shape, bool training, bool affine, bo
         if (training) REQUIRE(rv[2].to_vector() != rv0.to_vector());  // they moved
     }
 }
-
-// Device buffers of n floats (filled with 0.5) for calling the cuDNN path directly.
-struct DeviceFloats {
-    float* p;
-    explicit DeviceFloats(size_t n) : p(static_cast<float*>(engine::cuda::alloc(sizeof(float) * n))) {
-        engine::cuda::fill_f32(p, 0.5f, (int64_t)n);
-    }
-    ~DeviceFloats() { engine::cuda::free(p); }
-};
 
 }  // namespace
 
@@ -346,7 +269,7 @@ TEST_CASE("cuda cudnn: deterministic algorithms only (the same bits twice)", "[c
 TEST_CASE("cuda cudnn: a bad descriptor throws engine::Error naming the op", "[cuda][cudnn]") {
     if (!have_cudnn()) return;
     CudnnSwitch on(true);
-    DeviceFloats x(2 * 3 * 8 * 8), w(4 * 3 * 3 * 3), y(2 * 4 * 8 * 8);
+    test::DeviceFloats x(2 * 3 * 8 * 8), w(4 * 3 * 3 * 3), y(2 * 4 * 8 * 8);
     // Stride 0 (the op itself refuses it; here the cuDNN path is called directly).
     engine::cuda::CudnnConv g{2, 3, 8, 8, 4, 3, 3, 0, 1, 1, 8, 8};
     REQUIRE_THROWS_AS(engine::cuda::cudnn_conv_forward("conv2d", x.p, w.p, nullptr, y.p, g), engine::Error);
@@ -368,7 +291,7 @@ TEST_CASE("cuda cudnn: a bad descriptor throws engine::Error naming the op", "[c
 TEST_CASE("cuda cudnn: the emulator's stand-in", "[cuda][cudnn]") {
     if (!engine::cuda::emulated()) return;
     CudnnSwitch on(true);
-    DeviceFloats w(4 * 3 * 3 * 3), y(2 * 4 * 8 * 8);
+    test::DeviceFloats w(4 * 3 * 3 * 3), y(2 * 4 * 8 * 8);
     std::vector<float> host(2 * 3 * 8 * 8, 1.f);
     engine::cuda::CudnnConv g{2, 3, 8, 8, 4, 3, 3, 1, 1, 1, 8, 8};
     REQUIRE_THROWS_WITH(engine::cuda::cudnn_conv_forward("conv2d", host.data(), w.p, nullptr, y.p, g),
@@ -377,7 +300,7 @@ TEST_CASE("cuda cudnn: the emulator's stand-in", "[cuda][cudnn]") {
     // conv2d with bias: y = conv(x, w) + b, where the bias is added by cudnnAddTensor with beta = 1
     // (accumulating onto the convolution): x = w = 0.5 everywhere, so an interior pixel is
     // 27·0.25 + b and a corner 12·0.25 + b.
-    DeviceFloats x(2 * 3 * 8 * 8), b(4);
+    test::DeviceFloats x(2 * 3 * 8 * 8), b(4);
     REQUIRE(engine::cuda::cudnn_conv_forward("conv2d", x.p, w.p, b.p, y.p, g));
     std::vector<float> out(2 * 4 * 8 * 8);
     engine::cuda::copy_to_host(out.data(), y.p, sizeof(float) * out.size());
@@ -407,7 +330,7 @@ TEST_CASE("cuda cudnn: the emulator's stand-in", "[cuda][cudnn]") {
         size_t bytes = 0;
         REQUIRE(cudnnGetConvolutionBackwardFilterWorkspaceSize(h, xd, yd, cd, wd, algo, &bytes) ==
                 CUDNN_STATUS_SUCCESS);
-        DeviceFloats ws(bytes / 4 + 1);
+        test::DeviceFloats ws(bytes / 4 + 1);
         const float one = 1.f, zero = 0.f;
         REQUIRE(cudnnConvolutionBackwardFilter(h, &one, xd, xr.raw_f32(), yd, dyr.raw_f32(), cd, algo, ws.p, bytes,
                                                &zero, wd, w.p) == CUDNN_STATUS_SUCCESS);
@@ -425,13 +348,13 @@ TEST_CASE("cuda cudnn: the emulator's stand-in", "[cuda][cudnn]") {
 
     // Blending: y = alpha·conv + beta·y. beta = 0 must not read y (NaN there stays out); beta = 1
     // accumulates. x = 0.5 (DeviceFloats), w = 0.5, so pixel (1, 1) of image 0 is 27·0.25.
-    DeviceFloats half_w(4 * 3 * 3 * 3), half_x(2 * 3 * 8 * 8);
+    test::DeviceFloats half_w(4 * 3 * 3 * 3), half_x(2 * 3 * 8 * 8);
     std::vector<float> nan_y(2 * 4 * 8 * 8, std::nanf("")), got(2 * 4 * 8 * 8);
     engine::cuda::copy_to_device(y.p, nan_y.data(), sizeof(float) * nan_y.size());
     size_t fwd_bytes = 0;
     REQUIRE(cudnnGetConvolutionForwardWorkspaceSize(h, xd, wd, cd, yd, CUDNN_CONVOLUTION_FWD_ALGO_GEMM, &fwd_bytes) ==
             CUDNN_STATUS_SUCCESS);
-    DeviceFloats fwd_ws(fwd_bytes / 4 + 1);
+    test::DeviceFloats fwd_ws(fwd_bytes / 4 + 1);
     auto forward = [&](float alpha, float beta) {
         REQUIRE(cudnnConvolutionForward(h, &alpha, xd, half_x.p, wd, half_w.p, cd, CUDNN_CONVOLUTION_FWD_ALGO_GEMM,
                                         fwd_ws.p, fwd_bytes, &beta, yd, y.p) == CUDNN_STATUS_SUCCESS);
@@ -457,7 +380,7 @@ TEST_CASE("cuda cudnn: the emulator's stand-in", "[cuda][cudnn]") {
     cudnnTensorDescriptor_t param;
     cudnnCreateTensorDescriptor(&param);
     REQUIRE(cudnnSetTensor4dDescriptor(param, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, 3, 1, 1) == CUDNN_STATUS_SUCCESS);
-    DeviceFloats bn_y(2 * 3 * 8 * 8), scale(3), shift(3);
+    test::DeviceFloats bn_y(2 * 3 * 8 * 8), scale(3), shift(3);
     REQUIRE(cudnnBatchNormalizationForwardTraining(h, CUDNN_BATCHNORM_SPATIAL, &one, &zero, xd, half_x.p, xd, bn_y.p,
                                                    param, scale.p, shift.p, 0.1, nullptr, nullptr, -1e-3, nullptr,
                                                    nullptr) == CUDNN_STATUS_BAD_PARAM);

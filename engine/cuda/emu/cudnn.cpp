@@ -9,6 +9,7 @@
 // it needs held by value, runs now, or is recorded while the stream is captured and runs when the
 // graph does (it reads the device memory then, and checks the pointers again).
 #include "cudnn.h"
+#include "cudnn_internal.h"
 #include "internal.h"
 
 #include <atomic>
@@ -18,13 +19,6 @@
 #include <string>
 #include <vector>
 
-struct cudnnContext {
-    cudaStream_t stream = nullptr;
-};
-struct cudnnTensorStruct {
-    bool set = false;
-    int n = 0, c = 0, h = 0, w = 0;
-};
 struct cudnnFilterStruct {
     bool set = false;
     int k = 0, c = 0, h = 0, w = 0;
@@ -83,7 +77,34 @@ cudnnStatus_t cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t d, cudnnTensorF
                                          cudnnDataType_t type, int n, int c, int h, int w) {
     if (!d || n <= 0 || c <= 0 || h <= 0 || w <= 0) return CUDNN_STATUS_BAD_PARAM;
     if (format != CUDNN_TENSOR_NCHW || type != CUDNN_DATA_FLOAT) return CUDNN_STATUS_NOT_SUPPORTED;
-    *d = {true, n, c, h, w};
+    *d = {true, n, c, h, w, 4, {n, c, h, w}, {c * h * w, h * w, w, 1}};
+    return CUDNN_STATUS_SUCCESS;
+}
+// Any strides are recorded (cudnnGetTensorNdDescriptor gives them back); the 4-D calls above take
+// a 4-D one only when it is fully packed.
+cudnnStatus_t cudnnSetTensorNdDescriptor(cudnnTensorDescriptor_t d, cudnnDataType_t type, int nd, const int dims[],
+                                         const int strides[]) {
+    if (!d || !dims || !strides || nd < 1 || nd > CUDNN_DIM_MAX) return CUDNN_STATUS_BAD_PARAM;
+    for (int i = 0; i < nd; i++)
+        if (dims[i] <= 0 || strides[i] <= 0) return CUDNN_STATUS_BAD_PARAM;
+    if (type != CUDNN_DATA_FLOAT) return CUDNN_STATUS_NOT_SUPPORTED;
+    *d = {};
+    d->nd = nd;
+    bool packed = true;
+    for (int i = nd - 1, expect = 1; i >= 0; expect *= dims[i], i--) {
+        d->dims[i] = dims[i], d->strides[i] = strides[i];
+        packed = packed && strides[i] == expect;
+    }
+    if (nd == 4 && packed) d->set = true, d->n = dims[0], d->c = dims[1], d->h = dims[2], d->w = dims[3];
+    return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnGetTensorNdDescriptor(const cudnnTensorDescriptor_t d, int requested, cudnnDataType_t* type,
+                                         int* nd, int dims[], int strides[]) {
+    if (!d || d->nd == 0 || !type || !nd || requested < 0 || (requested > 0 && (!dims || !strides)))
+        return CUDNN_STATUS_BAD_PARAM;
+    *type = CUDNN_DATA_FLOAT;
+    *nd = d->nd;
+    for (int i = 0; i < d->nd && i < requested; i++) dims[i] = d->dims[i], strides[i] = d->strides[i];
     return CUDNN_STATUS_SUCCESS;
 }
 
@@ -134,6 +155,33 @@ cudnnStatus_t cudnnSetConvolutionMathType(cudnnConvolutionDescriptor_t d, cudnnM
     return CUDNN_STATUS_SUCCESS;
 }
 
+namespace emu::cudnn_standin {
+
+void check_device(const char* call, const char* name, const void* p, size_t floats) {
+    if (floats == 0) return;
+    const float* first = static_cast<const float*>(p);
+    if (!emu::is_device_pointer(first) || !emu::is_device_pointer(first + floats - 1))
+        throw emu::Error(std::string("CUDA emulator: ") + call + ": " + name + " (" + std::to_string(floats) +
+                         " floats) is not (all) in device memory");
+}
+
+cudnnStatus_t enqueue(cudnnHandle_t h, const char* call, std::function<void()> work) {
+    cudaError_t e = emu::on_stream(h->stream, call, std::move(work));
+    return e == cudaSuccess ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_EXECUTION_FAILED;
+}
+
+std::vector<float> input(const void* p, size_t n, bool tf32) {
+    const float* f = static_cast<const float*>(p);
+    std::vector<float> v(f, f + n);
+    if (tf32)
+        for (float& e : v) e = emu::to_tf32(e);
+    return v;
+}
+
+}  // namespace emu::cudnn_standin
+
+using namespace emu::cudnn_standin;
+
 namespace {
 
 // The extent covered by a filter of `taps` taps with dilation `dil`, and the output size along one axis.
@@ -175,23 +223,7 @@ cudnnStatus_t conv_of(const cudnnTensorStruct* x, const cudnnFilterStruct* w, co
     return CUDNN_STATUS_SUCCESS;
 }
 
-// `floats` floats from p on must lie in device memory: a GPU would fault on anything else.
-void check_device(const char* call, const char* name, const void* p, size_t floats) {
-    if (floats == 0) return;
-    const float* first = static_cast<const float*>(p);
-    if (!emu::is_device_pointer(first) || !emu::is_device_pointer(first + floats - 1))
-        throw emu::Error(std::string("CUDA emulator: ") + call + ": " + name + " (" + std::to_string(floats) +
-                         " floats) is not (all) in device memory");
-}
 
-// A convolution input as the math type reads it: the data itself, or its TF32 rounding.
-std::vector<float> input(const void* p, size_t n, bool tf32) {
-    const float* f = static_cast<const float*>(p);
-    std::vector<float> v(f, f + n);
-    if (tf32)
-        for (float& e : v) e = emu::to_tf32(e);
-    return v;
-}
 
 // out = alpha·result + beta·out; beta = 0 never reads out. alpha and beta are host pointers read at
 // the call (a graph replays the values of its capture).
@@ -204,13 +236,6 @@ struct Blend {
     }
 };
 
-// The work goes on the handle's stream: done now, or recorded while the stream is captured (`work`
-// holds everything by value). A stream whose capture was invalidated takes nothing: the call failed
-// to launch.
-cudnnStatus_t enqueue(cudnnHandle_t h, const char* call, std::function<void()> work) {
-    cudaError_t e = emu::on_stream(h->stream, call, std::move(work));
-    return e == cudaSuccess ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_EXECUTION_FAILED;
-}
 
 // The terms of one output element, summed: in double (deterministic algorithms), or in float
 // starting at a term that moves on every call and wrapping around (non-deterministic ones: atomics

@@ -30,12 +30,20 @@
 //     the variance's with the unbiased batch variance (·M/(M − 1), M = N·H·W); the backward
 //     recomputes the statistics when no saved ones are given. PER_ACTIVATION is not modelled
 //     (CUDNN_STATUS_NOT_SUPPORTED), nor is M = 1.
+//   - the RNN API (cudnnRNNForward, cudnnRNNBackwardData_v8, cudnnRNNBackwardWeights_v8 and their
+//     descriptors and size queries; engine/cuda/emu/cudnn_rnn.cpp): the CUDNN_LSTM cell as cuDNN
+//     documents it, one unidirectional layer with a linear input, no projection, float data,
+//     sequences all maxSeqLength long (other settings are CUDNN_STATUS_NOT_SUPPORTED); its weight
+//     space layout is the stand-in's own (cudnnGetRNNWeightParams is the only way to find a matrix);
+//   - Nd tensor descriptors (cudnnSetTensorNdDescriptor, cudnnGetTensorNdDescriptor) and dropout
+//     descriptors (recorded; the single-layer LSTM applies no dropout).
 // Bad parameters return the status cuDNN documents (CUDNN_STATUS_BAD_PARAM: unset or mismatched
 // descriptors, sizes <= 0, negative padding, stride or dilation < 1, a null data pointer, epsilon
 // below CUDNN_BN_MIN_EPSILON, a workspace smaller than the algorithm needs). Data pointers that are
 // not (all) in device memory throw emu::Error naming the call, as a GPU would fault.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include "cuda_runtime.h"
 
 #define CUDNN_MAJOR 9
@@ -63,6 +71,7 @@ struct cudnnConvolutionStruct;
 typedef cudnnConvolutionStruct* cudnnConvolutionDescriptor_t;
 
 typedef enum { CUDNN_DATA_FLOAT = 0, CUDNN_DATA_DOUBLE = 1, CUDNN_DATA_HALF = 2 } cudnnDataType_t;
+#define CUDNN_DIM_MAX 8
 typedef enum { CUDNN_TENSOR_NCHW = 0, CUDNN_TENSOR_NHWC = 1 } cudnnTensorFormat_t;
 typedef enum {
     CUDNN_DEFAULT_MATH = 0,
@@ -251,3 +260,100 @@ cudnnStatus_t cudnnBatchNormalizationBackward(cudnnHandle_t handle, cudnnBatchNo
                                               const cudnnTensorDescriptor_t dBnScaleBiasDesc, const void* bnScale,
                                               void* dBnScaleResult, void* dBnBiasResult, double epsilon,
                                               const void* savedMean, const void* savedInvVariance);
+
+// ---------------------------------------------------------------------------------------------
+// Nd tensor descriptors, dropout descriptors and the RNN API (engine/cuda/emu/cudnn_rnn.cpp).
+
+cudnnStatus_t cudnnSetTensorNdDescriptor(cudnnTensorDescriptor_t tensorDesc, cudnnDataType_t dataType, int nbDims,
+                                         const int dimA[], const int strideA[]);
+cudnnStatus_t cudnnGetTensorNdDescriptor(const cudnnTensorDescriptor_t tensorDesc, int nbDimsRequested,
+                                         cudnnDataType_t* dataType, int* nbDims, int dimA[], int strideA[]);
+
+struct cudnnDropoutStruct;
+typedef cudnnDropoutStruct* cudnnDropoutDescriptor_t;
+cudnnStatus_t cudnnCreateDropoutDescriptor(cudnnDropoutDescriptor_t* dropoutDesc);
+cudnnStatus_t cudnnDestroyDropoutDescriptor(cudnnDropoutDescriptor_t dropoutDesc);
+// states may be null (then only the dropout value is set, as cuDNN documents).
+cudnnStatus_t cudnnSetDropoutDescriptor(cudnnDropoutDescriptor_t dropoutDesc, cudnnHandle_t handle, float dropout,
+                                        void* states, size_t stateSizeInBytes, unsigned long long seed);
+
+typedef enum {
+    CUDNN_RNN_ALGO_STANDARD = 0,
+    CUDNN_RNN_ALGO_PERSIST_STATIC = 1,
+    CUDNN_RNN_ALGO_PERSIST_DYNAMIC = 2,
+    CUDNN_RNN_ALGO_PERSIST_STATIC_SMALL_H = 3,
+    CUDNN_RNN_ALGO_COUNT = 4,
+} cudnnRNNAlgo_t;
+typedef enum { CUDNN_FWD_MODE_INFERENCE = 0, CUDNN_FWD_MODE_TRAINING = 1 } cudnnForwardMode_t;
+typedef enum { CUDNN_RNN_RELU = 0, CUDNN_RNN_TANH = 1, CUDNN_LSTM = 2, CUDNN_GRU = 3 } cudnnRNNMode_t;
+typedef enum {
+    CUDNN_RNN_NO_BIAS = 0,
+    CUDNN_RNN_SINGLE_INP_BIAS = 1,
+    CUDNN_RNN_DOUBLE_BIAS = 2,
+    CUDNN_RNN_SINGLE_REC_BIAS = 3
+} cudnnRNNBiasMode_t;
+typedef enum { CUDNN_UNIDIRECTIONAL = 0, CUDNN_BIDIRECTIONAL = 1 } cudnnDirectionMode_t;
+typedef enum { CUDNN_LINEAR_INPUT = 0, CUDNN_SKIP_INPUT = 1 } cudnnRNNInputMode_t;
+typedef enum {
+    CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED = 0,
+    CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_PACKED = 1,
+    CUDNN_RNN_DATA_LAYOUT_BATCH_MAJOR_UNPACKED = 2,
+} cudnnRNNDataLayout_t;
+typedef enum { CUDNN_WGRAD_MODE_ADD = 0, CUDNN_WGRAD_MODE_SET = 1 } cudnnWgradMode_t;
+#define CUDNN_RNN_PADDED_IO_DISABLED 0
+#define CUDNN_RNN_PADDED_IO_ENABLED (1U << 0)
+
+struct cudnnRNNStruct;
+typedef cudnnRNNStruct* cudnnRNNDescriptor_t;
+struct cudnnRNNDataStruct;
+typedef cudnnRNNDataStruct* cudnnRNNDataDescriptor_t;
+
+cudnnStatus_t cudnnCreateRNNDescriptor(cudnnRNNDescriptor_t* rnnDesc);
+cudnnStatus_t cudnnDestroyRNNDescriptor(cudnnRNNDescriptor_t rnnDesc);
+cudnnStatus_t cudnnSetRNNDescriptor_v8(cudnnRNNDescriptor_t rnnDesc, cudnnRNNAlgo_t algo, cudnnRNNMode_t cellMode,
+                                       cudnnRNNBiasMode_t biasMode, cudnnDirectionMode_t dirMode,
+                                       cudnnRNNInputMode_t inputMode, cudnnDataType_t dataType,
+                                       cudnnDataType_t mathPrec, cudnnMathType_t mathType, int32_t inputSize,
+                                       int32_t hiddenSize, int32_t projSize, int32_t numLayers,
+                                       cudnnDropoutDescriptor_t dropoutDesc, uint32_t auxFlags);
+cudnnStatus_t cudnnCreateRNNDataDescriptor(cudnnRNNDataDescriptor_t* rnnDataDesc);
+cudnnStatus_t cudnnDestroyRNNDataDescriptor(cudnnRNNDataDescriptor_t rnnDataDesc);
+cudnnStatus_t cudnnSetRNNDataDescriptor(cudnnRNNDataDescriptor_t rnnDataDesc, cudnnDataType_t dataType,
+                                        cudnnRNNDataLayout_t layout, int maxSeqLength, int batchSize, int vectorSize,
+                                        const int seqLengthArray[], void* paddingFill);
+
+cudnnStatus_t cudnnGetRNNWeightSpaceSize(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc,
+                                         size_t* weightSpaceSize);
+cudnnStatus_t cudnnGetRNNTempSpaceSizes(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc,
+                                        cudnnForwardMode_t fwdMode, cudnnRNNDataDescriptor_t xDesc,
+                                        size_t* workSpaceSize, size_t* reserveSpaceSize);
+// Linear layer linLayerID's matrix (rows = hiddenSize; columns inputSize for IDs 0-3, the input
+// gates i, f, g, o, and hiddenSize for IDs 4-7, the recurrent ones, row-major) and bias (bW for 0-3,
+// bR for 4-7): their addresses inside weightSpace and their shapes ([1, rows, cols] and
+// [1, rows, 1]) in mDesc and bDesc.
+cudnnStatus_t cudnnGetRNNWeightParams(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc, int32_t pseudoLayer,
+                                      size_t weightSpaceSize, const void* weightSpace, int32_t linLayerID,
+                                      cudnnTensorDescriptor_t mDesc, void** mAddr, cudnnTensorDescriptor_t bDesc,
+                                      void** bAddr);
+
+cudnnStatus_t cudnnRNNForward(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc, cudnnForwardMode_t fwdMode,
+                              const int32_t devSeqLengths[], cudnnRNNDataDescriptor_t xDesc, const void* x,
+                              cudnnRNNDataDescriptor_t yDesc, void* y, cudnnTensorDescriptor_t hDesc, const void* hx,
+                              void* hy, cudnnTensorDescriptor_t cDesc, const void* cx, void* cy,
+                              size_t weightSpaceSize, const void* weightSpace, size_t workSpaceSize, void* workSpace,
+                              size_t reserveSpaceSize, void* reserveSpace);
+cudnnStatus_t cudnnRNNBackwardData_v8(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc,
+                                      const int32_t devSeqLengths[], cudnnRNNDataDescriptor_t yDesc, const void* y,
+                                      const void* dy, cudnnRNNDataDescriptor_t xDesc, void* dx,
+                                      cudnnTensorDescriptor_t hDesc, const void* hx, const void* dhy, void* dhx,
+                                      cudnnTensorDescriptor_t cDesc, const void* cx, const void* dcy, void* dcx,
+                                      size_t weightSpaceSize, const void* weightSpace, size_t workSpaceSize,
+                                      void* workSpace, size_t reserveSpaceSize, void* reserveSpace);
+// Only CUDNN_WGRAD_MODE_ADD, as cuDNN 9 (SET is CUDNN_STATUS_NOT_SUPPORTED); must follow the
+// cudnnRNNBackwardData_v8 of the same reserve space, which leaves the gate gradients there.
+cudnnStatus_t cudnnRNNBackwardWeights_v8(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc, cudnnWgradMode_t addGrad,
+                                         const int32_t devSeqLengths[], cudnnRNNDataDescriptor_t xDesc,
+                                         const void* x, cudnnTensorDescriptor_t hDesc, const void* hx,
+                                         cudnnRNNDataDescriptor_t yDesc, const void* y, size_t weightSpaceSize,
+                                         void* dweightSpace, size_t workSpaceSize, void* workSpace,
+                                         size_t reserveSpaceSize, void* reserveSpace);

@@ -1,0 +1,100 @@
+// tests/cuda/cudnn_helpers.h: what the cuDNN tests share (tests/cuda/test_cuda_cudnn.cpp: conv and
+// batch norm; tests/cuda/test_cuda_cudnn_lstm.cpp: the LSTM): scoped switches for cuDNN and the GEMM
+// precision, and a run of one function with cuDNN on, off and on the CPU, outputs and gradients.
+#pragma once
+#include <catch2/catch.hpp>
+
+#include <functional>
+#include <string>
+#include <vector>
+#include "engine/cuda/cudnn.h"
+#include "engine/cuda/matmul.h"
+#include "engine/cuda/runtime.h"
+#include "tests/cuda/parity.h"
+
+namespace test {
+
+// Sets the cuDNN switch for a scope.
+struct CudnnSwitch {
+    bool saved;
+    explicit CudnnSwitch(bool on) : saved(engine::cuda::set_cudnn(on)) {}
+    ~CudnnSwitch() { engine::cuda::set_cudnn(saved); }
+};
+
+struct PrecisionScope {
+    engine::cuda::GemmPrecision saved = engine::cuda::gemm_precision();
+    explicit PrecisionScope(engine::cuda::GemmPrecision p) { engine::cuda::set_gemm_precision(p); }
+    ~PrecisionScope() { engine::cuda::set_gemm_precision(saved); }
+};
+
+inline bool have_cudnn() {
+    if (!engine::cuda::cudnn_built()) WARN("this build has no cuDNN: the cuDNN path is not tested");
+    return engine::cuda::cudnn_built();
+}
+
+using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
+
+// f on fresh leaf copies of the inputs on `dev` (cuDNN on or off), with the gradients of
+// L = Σ f·weights; the first entry is the output, then one gradient per input (undefined where none).
+inline std::vector<Tensor> run(const Fn& f, const std::vector<Tensor>& inputs, Device dev, bool cudnn,
+                               const Tensor& weights) {
+    CudnnSwitch sw(cudnn);
+    std::vector<Tensor> in;
+    for (const Tensor& t : inputs) {
+        if (!t.defined()) {
+            in.push_back(t);
+            continue;
+        }
+        Tensor c = t.detach().to(dev).clone();
+        if (t.requires_grad()) c.requires_grad_(true);
+        in.push_back(c);
+    }
+    Tensor out = f(in);
+    std::vector<Tensor> result{out};
+    if (weights.defined()) engine::sum(engine::mul(out, weights.to(dev))).backward();
+    for (const Tensor& t : in) result.push_back(t.defined() && t.requires_grad() ? t.grad() : Tensor());
+    return result;
+}
+
+// cuDNN against the own kernels and against the CPU: the output and every gradient; the cuDNN run
+// must have gone through cuDNN.
+inline void check_three_ways(const std::string& name, const Fn& f, const std::vector<Tensor>& inputs, Tol fwd,
+                             Tol bwd) {
+    INFO(name);
+    Tensor probe = f(inputs).detach();
+    engine::Generator wgen(99);
+    Tensor weights = Tensor::empty(probe.shape());
+    wgen.uniform(weights.data_f32(), weights.numel(), -1.f, 1.f);
+    bool any_grad = false;
+    for (const Tensor& t : inputs) any_grad = any_grad || (t.defined() && t.requires_grad());
+    if (!any_grad) weights = Tensor();
+
+    const int64_t calls_before = engine::cuda::cudnn_calls();
+    std::vector<Tensor> with = run(f, inputs, Device::CUDA, true, weights);
+    REQUIRE(engine::cuda::cudnn_calls() > calls_before);
+    const int64_t calls_after = engine::cuda::cudnn_calls();
+    std::vector<Tensor> own = run(f, inputs, Device::CUDA, false, weights);
+    REQUIRE(engine::cuda::cudnn_calls() == calls_after);  // switched off: not one cuDNN call
+    std::vector<Tensor> cpu = run(f, inputs, Device::CPU, false, weights);
+
+    for (size_t i = 0; i < with.size(); i++) {
+        if (!cpu[i].defined()) continue;
+        const std::string what = i == 0 ? name + " forward" : name + " gradient of input " + std::to_string(i - 1);
+        REQUIRE(with[i].defined());
+        REQUIRE(with[i].is_cuda());
+        test::Tol tol = i == 0 ? fwd : bwd;
+        test::require_close(what + ": cuDNN against the own kernels", own[i], with[i], tol);
+        test::require_close(what + ": cuDNN against the CPU", cpu[i], with[i], tol);
+    }
+}
+
+// Device buffers of n floats (filled with 0.5) for calling the cuDNN path directly.
+struct DeviceFloats {
+    float* p;
+    explicit DeviceFloats(size_t n) : p(static_cast<float*>(engine::cuda::alloc(sizeof(float) * n))) {
+        engine::cuda::fill_f32(p, 0.5f, (int64_t)n);
+    }
+    ~DeviceFloats() { engine::cuda::free(p); }
+};
+
+}  // namespace test
