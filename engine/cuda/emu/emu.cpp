@@ -373,12 +373,17 @@ std::string where(const Fiber& f) {
 
 std::string site(const Fiber& f) { return std::string(f.barrier_file) + ":" + std::to_string(f.barrier_line); }
 
-// Every live thread waits: complete the warp ops whose lanes are all there, else the block
-// barrier; returns false when nothing could be released (a deadlock).
+// Every live thread waits: complete the warp op of one warp whose lanes are all there (the first
+// such warp from a random one on), else the block barrier; returns false when nothing could be
+// released (a deadlock). One warp at a time: its lanes then run on to their next wait while the
+// other warps stay where they are, so a warp that reads what another warp writes between two warp
+// ops, without a __syncthreads() between, can see it unwritten (as on a GPU, where warps drift
+// apart), instead of every warp passing each warp op in lockstep.
 bool release_waiting(std::vector<Fiber>& fs, const Launch& L) {
-    bool released = false;
     int nwarps = (int)((fs.size() + 31) / 32);
-    for (int w = 0; w < nwarps; w++) {
+    const int start = (int)(g_order_rng() % (uint64_t)nwarps);
+    for (int i = 0; i < nwarps; i++) {
+        const int w = (start + i) % nwarps;
         Fiber* lanes[32] = {};
         int first = w * 32, count = std::min<int>(32, (int)fs.size() - first);
         for (int l = 0; l < count; l++) lanes[l] = &fs[first + l];
@@ -415,8 +420,7 @@ bool release_waiting(std::vector<Fiber>& fs, const Launch& L) {
             if (!err.empty())
                 fail(std::string("kernel ") + L.name + ": " + waiting->warp_kind + " at " + where(*waiting) + ": " + err);
             for (int l = 0; l < 32; l++) lanes[l]->state = State::Ready;
-            released = true;
-            continue;
+            return true;
         }
         unsigned ballot = 0;
         for (int l = 0; l < 32; l++)
@@ -434,9 +438,8 @@ bool release_waiting(std::vector<Fiber>& fs, const Launch& L) {
             }
             o.state = State::Ready;
         }
-        released = true;
+        return true;
     }
-    if (released) return true;
     // Block barrier: every live thread must be there.
     bool any_barrier = false;
     for (Fiber& f : fs) {
