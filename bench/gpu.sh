@@ -11,13 +11,18 @@
 #   bash bench/gpu.sh --smoke --emulated    # the same on the CUDA emulator (make emu): CI's check
 #                                           # that the kit runs, with no GPU anywhere
 # Options: --out FILE (the table), --no-build, --no-tests, --models "vit lm gau lstm" and
-# --precisions "fp32 tf32 bf16" (a subset, for a short lease). Budget: the full kit is sized to
+# --precisions "fp32 tf32 bf16" (a subset, for a short lease), --fused-attention off|on|both (the
+# attention path: off, the default, is the unfused one (INITLAB_FUSED_ATTENTION=0); on the fused
+# kernels (=1), which under tf32/bf16 are the tensor-core ones; both: two rows per model and
+# precision, same call, same card; e.g. a short comparison:
+#   bash bench/gpu.sh --no-tests --models "vit lm lm4k" --precisions tf32 --fused-attention both
+# where lm4k, not in the default list, is the LM 512/4/8 at seq 4096, batch 2). Budget: the full kit is sized to
 # finish within 10 minutes on an H100 (the [cuda] suite ~30 s on an H200, then per model and
 # precision our run and PyTorch eager ~8 s each, torch.compile ~25 s with its compilation).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-smoke=0 emulated=0 build=1 tests=1 out="" models="vit lm gau lstm" only_precisions=""
+smoke=0 emulated=0 build=1 tests=1 out="" models="vit lm gau lstm" only_precisions="" fused_attention=off
 while [ $# -gt 0 ]; do
     case "$1" in
         --smoke) smoke=1 ;;
@@ -27,11 +32,18 @@ while [ $# -gt 0 ]; do
         --out) out="$2"; shift ;;
         --models) models="$2"; shift ;;
         --precisions) only_precisions="$2"; shift ;;
-        -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+        --fused-attention) fused_attention="$2"; shift ;;
+        -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
         *) echo "bench/gpu.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
 done
+case "$fused_attention" in
+    off) fused_modes="0" ;;
+    on) fused_modes="1" ;;
+    both) fused_modes="0 1" ;;
+    *) echo "bench/gpu.sh: --fused-attention off|on|both, not $fused_attention" >&2; exit 2 ;;
+esac
 date_tag=$(date -u +%Y-%m-%d)
 [ -n "$out" ] || out="bench/results/gpu-$date_tag$([ $smoke = 1 ] && echo -smoke).md"
 mkdir -p "$(dirname "$out")"
@@ -80,7 +92,12 @@ else
     fi
 fi
 [ -n "$only_precisions" ] && precisions="$only_precisions"
-sizes_for() { if [ "$1" = vit ]; then echo "$sizes_vit"; else echo "$sizes_lm"; fi; }  # gau, lstm ignore --heads
+sizes_lm4k="--dim 512 --depth 4 --heads 8 --seq 4096 --batch 2 --vocab 10000"
+[ $smoke = 1 ] && sizes_lm4k="--dim 32 --depth 1 --heads 1 --seq 64 --batch 1 --vocab 11"  # head dim 32: the fused kernels run
+sizes_for() {  # gau, lstm ignore --heads
+    case "$1" in vit) echo "$sizes_vit" ;; lm4k) echo "$sizes_lm4k" ;; *) echo "$sizes_lm" ;; esac
+}
+app_model() { if [ "$1" = lm4k ]; then echo lm; else echo "$1"; fi; }
 # One field of a JSON line (numbers and strings), without jq.
 field() { python3 -c 'import json,sys; v=json.loads(sys.argv[1]).get(sys.argv[2]); print("" if v is None else (f"{v:.4g}" if isinstance(v,float) else v))' "$1" "$2"; }
 ratio() { python3 -c 'import sys; a,b=sys.argv[1],sys.argv[2]; print(f"{float(b)/float(a):.2f}" if a and b else "")' "$1" "$2"; }
@@ -89,18 +106,27 @@ device=""
 rows=""
 for model in $models; do
     for prec in $precisions; do
-        args="$model $(sizes_for $model) $steps --device cuda --precision $prec --profile 2"
-        line=$("$bin/bench" $args 2> "$logdir/$model-$prec.profile" | tail -n1) || {
-            cat "$logdir/$model-$prec.profile" >&2; echo "bench/gpu.sh: apps/bench $args failed" >&2; exit 1; }
+        first=1
+        for fa in $fused_modes; do
+        fa_name=$([ "$fa" = 1 ] && echo on || echo off)
+        args="$(app_model $model) $(sizes_for $model) $steps --device cuda --precision $prec --profile 2"
+        line=$(INITLAB_FUSED_ATTENTION=$fa "$bin/bench" $args 2> "$logdir/$model-$prec-fused-$fa_name.profile" | tail -n1) || {
+            cat "$logdir/$model-$prec-fused-$fa_name.profile" >&2
+            echo "bench/gpu.sh: INITLAB_FUSED_ATTENTION=$fa apps/bench $args failed" >&2; exit 1; }
         device=$(field "$line" device)
         ms=$(field "$line" ms_per_step)
-        eager="" compiled=""
-        if [ $torch_ok = 1 ]; then
-            targs="$model $(sizes_for $model) $steps --device cuda --precision $prec"
-            eager=$(field "$(python3 tools/bench_torch.py $targs --mode eager | tail -n1)" ms_per_step) || eager=""
-            compiled=$(field "$(python3 tools/bench_torch.py $targs --mode compile | tail -n1)" ms_per_step) || compiled=""
+        # PyTorch once per model and precision (its attention does not change with ours).
+        if [ $first = 1 ]; then
+            eager="" compiled=""
+            if [ $torch_ok = 1 ]; then
+                targs="$(app_model $model) $(sizes_for $model) $steps --device cuda --precision $prec"
+                eager=$(field "$(python3 tools/bench_torch.py $targs --mode eager | tail -n1)" ms_per_step) || eager=""
+                compiled=$(field "$(python3 tools/bench_torch.py $targs --mode compile | tail -n1)" ms_per_step) || compiled=""
+            fi
         fi
-        rows+="| $model | $prec | $ms | $(field "$line" ms_per_step_eager) | $(field "$line" items_per_s) | $(field "$line" peak_device_mb) | $(field "$line" params) | ${eager:-–} | ${compiled:-–} | $(ratio "$ms" "$eager") | $(ratio "$ms" "$compiled") |"$'\n'
+        first=0
+        rows+="| $model | $prec | $fa_name | $ms | $(field "$line" ms_per_step_eager) | $(field "$line" items_per_s) | $(field "$line" peak_device_mb) | $(field "$line" params) | ${eager:-–} | ${compiled:-–} | $(ratio "$ms" "$eager") | $(ratio "$ms" "$compiled") |"$'\n'
+        done
     done
 done
 
@@ -111,11 +137,14 @@ done
     echo "[cuda] suite on this device: $suite."
     [ $torch_ok = 1 ] || echo "PyTorch with CUDA: not importable here (or a smoke run): no PyTorch columns."
     echo
-    echo "| model | precision | ms/step | without CUDA graph | items/s | peak device MB | params | PyTorch eager ms | torch.compile ms | eager / ours | compile / ours |"
-    echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    echo "| model | precision | fused attention | ms/step | without CUDA graph | items/s | peak device MB | params | PyTorch eager ms | torch.compile ms | eager / ours | compile / ours |"
+    echo "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     printf "%s" "$rows"
     echo
-    echo "Sizes: vit \`$sizes_vit\`, lm/gau/lstm \`$sizes_lm\`, $steps."
+    lm4k_note=""
+    case " $models " in *" lm4k "*) lm4k_note=", lm4k \`$sizes_lm4k\`" ;; esac
+    echo "Sizes: vit \`$sizes_vit\`, lm/gau/lstm \`$sizes_lm\`$lm4k_note, $steps."
+    echo "fused attention: INITLAB_FUSED_ATTENTION=0 (off: two batched GEMMs and a softmax kernel) or 1 (on: engine/cuda/flash_attention.cu; fp32 kernels under fp32, the TF32 tensor-core kernels under tf32 and bf16)."
     echo "ms/step: the step replayed from a CUDA graph where it applies (vit, lm, gau), else eager. A ratio above 1 means this engine is faster. Op profiles (apps/bench --profile 2, eager, device time from events):"
     for f in "$logdir"/*.profile; do
         echo

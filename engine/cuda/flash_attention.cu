@@ -1,5 +1,7 @@
-// engine/cuda/flash_attention.cu: fused ("flash") attention, fp32, forward and backward
-// (engine/cuda/flash_attention.h says what each entry point computes).
+// engine/cuda/flash_attention.cu: fused ("flash") attention, forward and backward
+// (engine/cuda/flash_attention.h says what each entry point computes). Two sets of kernels: the
+// fp32-core ones described here (gemm_precision() fp32), and further down the tensor-core ones
+// (flash_tc_*: TF32 wmma products, taken under tf32 and bf16; never run on a GPU yet).
 //
 // Why: the unfused path (engine/cuda/nn.cu) writes the scores and the probabilities P [BH, T, S]
 // to device memory, rewrites them in the softmax, keeps P for the backward and reads it (and dP,
@@ -51,8 +53,12 @@
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <mma.h>
+
 #include <string>
+#include <type_traits>
 #include "engine/cuda/kernel.h"
+#include "engine/cuda/matmul.h"
 #include "engine/profile.h"
 
 // nvcc must unroll the loops over a thread's rows and columns to keep those arrays in registers
@@ -406,9 +412,337 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // ---------------------------------------------------------------------------------------------
+// Tensor-core kernels (gemm_precision() tf32 or bf16). Same entry points, same semantics, same
+// lse; every matrix product of a tile (q·kᵀ and P·v forward; k·qᵀ, v·doutᵀ, Pᵀ·dout, dSᵀ·q in dk/dv;
+// q·kᵀ, dout·vᵀ, dS·k in dq) runs on the tensor cores through nvcuda::wmma with TF32 inputs
+// (m16n16k8, fp32 accumulators). NEVER RUN ON A GPU YET: checked only in the emulator, whose <mma.h>
+// stand-in (engine/cuda/emu/include/mma.h) scrambles the fragment layout.
+//
+// Layout: every operand and every result lives in shared memory, in tiles of row stride D + 4
+// (cols + 4 for score tiles: a multiple of 4 floats, as wmma's ldm must be, and a skew of 4 banks
+// per row). tc_gemm deals the 16×16 output tiles of one product round-robin to the block's 4 warps;
+// a warp loads its A and B fragments from shared memory, multiplies, and stores the accumulator
+// back. Nothing of a fragment is touched element by element (its element-to-lane mapping is
+// unspecified). The softmax, the masks, exp and the rescaling run on regular threads in fp32 on the
+// score tiles in shared memory; block barriers separate the phases (a product's tiles are read by
+// threads of other warps). Values that feed a product are rounded to TF32 once, when they are
+// written to shared memory (wmma::__float_to_tf32, what the tensor cores would otherwise truncate).
+//
+// The output accumulators (o forward, dk and dv, dq) live in shared memory too: the forward must
+// rescale o's rows by exp(m_old − m_new), which needs the row of each element, and a fragment does
+// not say which row an element is in. Everything in shared memory needs more than 48 KiB for
+// D = 128, so the kernels take dynamic shared memory (tc_launch opts in per kernel).
+//
+// Deterministic: each output tile is summed by one warp in a fixed k order, no atomics.
+
+namespace wmma = nvcuda::wmma;
+
+// The element loops of the tensor-core kernels have trip counts known at compile time; unrolled
+// (fully, or even 4 at a time) ptxas hoists their loads and spills a few bytes (CUDA 13, sm_80 and
+// sm_90). Not unrolled they take 48-66 registers and spill nothing; the k loop of a product two
+// steps at a time.
+#ifdef ENGINE_CUDA_EMU
+#define TC_UNROLL
+#define TC_UNROLL_K
+#else
+#define TC_UNROLL _Pragma("unroll 1")
+#define TC_UNROLL_K _Pragma("unroll 2")
+#endif
+
+constexpr int kTcWarps = kThreads / kWarp;
+
+template <int D>
+struct TcTiles {
+    static_assert(D == 32 || D == 64 || D == 128, "flash attention is compiled for head dims 32, 64, 128");
+    static constexpr int kLd = D + 4;  // row stride of a [rows × D] tile
+    // Forward: R queries per block (2 or 4 threads per row in the softmax), C keys per step.
+    static constexpr int kFwdRows = D == 128 ? 32 : 64, kFwdCols = 32;
+    // Backward: R rows owned (keys in dk/dv, queries in dq), C streamed.
+    static constexpr int kBwdRows = 32, kBwdCols = 32;
+    static constexpr int kFwdLds = kFwdCols + 4, kBwdLds = kBwdCols + 4;
+    static_assert(kFwdRows % 16 == 0 && kFwdCols % 16 == 0 && kBwdRows % 16 == 0 && kBwdCols % 16 == 0, "16×16 tiles");
+    static_assert(kThreads % kFwdRows == 0 && kWarp % (kThreads / kFwdRows) == 0, "a row's threads in one warp");
+    // Shared floats (each array a multiple of 8 floats, so every one starts 32-byte aligned):
+    // forward q, k, v, scores/P, o, 1/l; dk/dv k, v, q, dout, Pᵀ, dSᵀ, dk, dv, lse and Δ of the
+    // streamed queries; dq q, dout, k, v, S/dS, dP, dq, lse and Δ of the rows.
+    static constexpr int kFwdShared = (2 * kFwdRows + 2 * kFwdCols) * kLd + kFwdRows * kFwdLds + kFwdRows;
+    static constexpr int kDkdvShared = (4 * kBwdRows + 2 * kBwdCols) * kLd + 2 * kBwdRows * kBwdLds + 2 * kBwdCols;
+    static constexpr int kDqShared = (3 * kBwdRows + 2 * kBwdCols) * kLd + 2 * kBwdRows * kBwdLds + 2 * kBwdRows;
+    static_assert(kLd % 4 == 0, "wmma: ldm a multiple of 4 floats");
+};
+
+__device__ __forceinline__ float* tc_shared() {
+#ifdef ENGINE_CUDA_EMU
+    return static_cast<float*>(::emu::dynamic_shared());
+#else
+    extern __shared__ __align__(128) float flash_tc_smem[];
+    return flash_tc_smem;
+#endif
+}
+
+// Rows [row0, row0 + ROWS) of a row-major [n, D] matrix into a shared tile of row stride D + 4,
+// rounded to TF32; rows past n are zeros.
+template <int D, int ROWS>
+__device__ __forceinline__ void tc_load_rows(float* tile, const float* src, int64_t row0, int64_t n) {
+    TC_UNROLL
+    for (int e = (int)threadIdx.x; e < ROWS * D; e += kThreads) {
+        const int r = e / D, c = e % D;
+        tile[r * (D + 4) + c] = row0 + r < n ? wmma::__float_to_tf32(src[(row0 + r) * D + c]) : 0.f;
+    }
+}
+
+// Zeros the first D columns of ROWS rows of stride D + 4 (the padding is never read).
+template <int D, int ROWS>
+__device__ __forceinline__ void tc_zero_rows(float* tile) {
+    TC_UNROLL
+    for (int e = (int)threadIdx.x; e < ROWS * D; e += kThreads) tile[e / D * (D + 4) + e % D] = 0.f;
+}
+
+// C[M×N] = (or +=, Accumulate) A[M×K]·B[K×N] on the tensor cores, all in shared memory: A row-major
+// with row stride lda; B row-major [K][ldb], or with BLayout col_major stored transposed as [N][ldb]
+// (so A·Bᵀ of two row-major tiles); C row-major, stride ldc. The (M/16)·(N/16) output tiles go
+// round-robin to the warps; each is summed over K in steps of 8 in that order.
+template <int M, int N, int K, typename BLayout, bool Accumulate>
+__device__ __forceinline__ void tc_gemm(const float* A, int lda, const float* B, int ldb, float* C, int ldc) {
+    constexpr bool kBt = std::is_same<BLayout, wmma::col_major>::value;
+    const int warp = (int)threadIdx.x / kWarp;
+    for (int t = warp; t < (M / 16) * (N / 16); t += kTcWarps) {
+        const int i = t / (N / 16) * 16, j = t % (N / 16) * 16;
+        wmma::fragment<wmma::accumulator, 16, 16, 8, float> acc;
+        if (Accumulate) wmma::load_matrix_sync(acc, C + i * ldc + j, (unsigned)ldc, wmma::mem_row_major);
+        else wmma::fill_fragment(acc, 0.f);
+        TC_UNROLL_K
+        for (int kk = 0; kk < K; kk += 8) {
+            wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major> a;
+            wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, BLayout> b;
+            wmma::load_matrix_sync(a, A + i * lda + kk, (unsigned)lda);
+            wmma::load_matrix_sync(b, kBt ? B + j * ldb + kk : B + kk * ldb + j, (unsigned)ldb);
+            wmma::mma_sync(acc, a, b, acc);
+        }
+        wmma::store_matrix_sync(C + i * ldc + j, acc, (unsigned)ldc, wmma::mem_row_major);
+    }
+}
+
+// Max and sum over the N consecutive lanes that share a row (xor butterflies inside the group).
+template <int N>
+__device__ __forceinline__ float lanes_max(float v) {
+    for (int off = N / 2; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, off));
+    return v;
+}
+template <int N>
+__device__ __forceinline__ float lanes_sum(float v) {
+    for (int off = N / 2; off > 0; off >>= 1) v += __shfl_xor_sync(kFullMask, v, off);
+    return v;
+}
+
+// Forward. Grid: BH · q_tiles blocks. Thread t keeps the running max m and sum l of row t / TPR
+// (TPR = threads per row, consecutive lanes) and does that row's softmax on columns
+// t % TPR, t % TPR + TPR, ...
+template <int D>
+__global__ void __launch_bounds__(kThreads)
+    flash_tc_forward_kernel(const float* q, const float* k, const float* v, float* out, float* lse, int64_t T,
+                            int64_t S, bool causal, float scale, int64_t q_tiles) {
+    using Tl = TcTiles<D>;
+    constexpr int R = Tl::kFwdRows, C = Tl::kFwdCols, LD = Tl::kLd, LDS = Tl::kFwdLds, TPR = kThreads / R;
+    float* q_s = tc_shared();
+    float* k_s = q_s + R * LD;
+    float* v_s = k_s + C * LD;
+    float* s_s = v_s + C * LD;  // scores, then P (TF32)
+    float* o_s = s_s + R * LDS;
+    float* inv_s = o_s + R * LD;
+    const int64_t bh = (int64_t)blockIdx.x / q_tiles, q0 = (int64_t)blockIdx.x % q_tiles * R;
+    q += bh * T * D;
+    out += bh * T * D;
+    lse += bh * T;
+    k += bh * S * D;
+    v += bh * S * D;
+
+    tc_load_rows<D, R>(q_s, q, q0, T);
+    tc_zero_rows<D, R>(o_s);
+    const int row = (int)threadIdx.x / TPR, part = (int)threadIdx.x % TPR;
+    const int64_t i = q0 + row;
+    float m = -INFINITY, l = 0.f;
+    const int64_t k_end = keys_seen_by(q0, R, T, S, causal);
+    for (int64_t k0 = 0; k0 < k_end; k0 += C) {
+        __syncthreads();  // the previous step's k, v and P are no longer read (first time: q and o are in place)
+        tc_load_rows<D, C>(k_s, k, k0, S);
+        tc_load_rows<D, C>(v_s, v, k0, S);
+        __syncthreads();
+        tc_gemm<R, C, D, wmma::col_major, false>(q_s, LD, k_s, LD, s_s, LDS);  // q·kᵀ
+        __syncthreads();
+        float* srow = s_s + row * LDS;
+        float tile_max = -INFINITY;
+        TC_UNROLL
+        for (int c = part; c < C; c += TPR) {
+            const float s = sees(i, k0 + c, T, S, causal) ? srow[c] * scale : -INFINITY;
+            srow[c] = s;
+            tile_max = fmaxf(tile_max, s);
+        }
+        const float m_new = fmaxf(m, lanes_max<TPR>(tile_max));
+        // A row that has seen no key yet keeps m = −inf; exponents relative to 0 then give
+        // exp(−inf) = 0 instead of exp(−inf + inf) = NaN.
+        const float base = m_new == -INFINITY ? 0.f : m_new;
+        const float alpha = expf(m - base);
+        float tile_sum = 0.f;
+        TC_UNROLL
+        for (int c = part; c < C; c += TPR) {
+            const float p = expf(srow[c] - base);
+            tile_sum += p;
+            srow[c] = wmma::__float_to_tf32(p);
+        }
+        l = l * alpha + lanes_sum<TPR>(tile_sum);
+        m = m_new;
+        TC_UNROLL
+        for (int d = part; d < D; d += TPR) o_s[row * LD + d] *= alpha;
+        __syncthreads();
+        tc_gemm<R, D, C, wmma::row_major, true>(s_s, LDS, v_s, LD, o_s, LD);  // o += P·v
+    }
+    // l >= 1 once a key is seen (the max contributes exp(0)); 0 means none was.
+    if (part == 0) {
+        inv_s[row] = l > 0.f ? 1.f / l : 0.f;
+        if (i < T) lse[i] = l > 0.f ? m + logf(l) : INFINITY;
+    }
+    __syncthreads();
+    TC_UNROLL
+    for (int e = (int)threadIdx.x; e < R * D; e += kThreads) {
+        const int r = e / D, d = e % D;
+        if (q0 + r < T) out[(q0 + r) * D + d] = o_s[r * LD + d] * inv_s[r];
+    }
+}
+
+// dk and dv of a tile of R keys. Grid: BH · k_tiles blocks. Rows of its score tiles are keys,
+// columns queries (Pᵀ, dSᵀ).
+template <int D>
+__global__ void __launch_bounds__(kThreads)
+    flash_tc_dkdv_kernel(const float* q, const float* k, const float* v, const float* dout, const float* lse,
+                         const float* delta, float* dk, float* dv, int64_t T, int64_t S, bool causal, float scale,
+                         int64_t k_tiles) {
+    using Tl = TcTiles<D>;
+    constexpr int R = Tl::kBwdRows, C = Tl::kBwdCols, LD = Tl::kLd, LDS = Tl::kBwdLds;
+    float* k_s = tc_shared();
+    float* v_s = k_s + R * LD;
+    float* dk_s = v_s + R * LD;
+    float* dv_s = dk_s + R * LD;
+    float* q_s = dv_s + R * LD;
+    float* do_s = q_s + C * LD;
+    float* p_s = do_s + C * LD;   // Sᵀ, then Pᵀ: [key][query]
+    float* ds_s = p_s + R * LDS;  // dPᵀ, then dSᵀ
+    float* lse_s = ds_s + R * LDS;
+    float* delta_s = lse_s + C;
+    const int64_t bh = (int64_t)blockIdx.x / k_tiles, k0 = (int64_t)blockIdx.x % k_tiles * R;
+    q += bh * T * D;
+    dout += bh * T * D;
+    lse += bh * T;
+    delta += bh * T;
+    k += bh * S * D;
+    v += bh * S * D;
+
+    tc_load_rows<D, R>(k_s, k, k0, S);
+    tc_load_rows<D, R>(v_s, v, k0, S);
+    tc_zero_rows<D, R>(dk_s);
+    tc_zero_rows<D, R>(dv_s);
+    // The first query that sees key k0 (the block's smallest); causal, earlier queries see none of the tile.
+    int64_t i_begin = causal ? k0 - (S - T) : 0;
+    if (i_begin < 0) i_begin = 0;
+    for (int64_t i0 = i_begin; i0 < T; i0 += C) {
+        __syncthreads();  // the previous step's q, dout, Pᵀ and dSᵀ are no longer read
+        tc_load_rows<D, C>(q_s, q, i0, T);
+        tc_load_rows<D, C>(do_s, dout, i0, T);
+        TC_UNROLL
+        for (int c = (int)threadIdx.x; c < C; c += kThreads) {
+            lse_s[c] = i0 + c < T ? lse[i0 + c] : INFINITY;
+            delta_s[c] = i0 + c < T ? delta[i0 + c] : 0.f;
+        }
+        __syncthreads();
+        tc_gemm<R, C, D, wmma::col_major, false>(k_s, LD, q_s, LD, p_s, LDS);    // (k·qᵀ)[key][query]
+        tc_gemm<R, C, D, wmma::col_major, false>(v_s, LD, do_s, LD, ds_s, LDS);  // (v·doutᵀ) = dPᵀ
+        __syncthreads();
+        TC_UNROLL
+        for (int e = (int)threadIdx.x; e < R * C; e += kThreads) {
+            const int r = e / C, c = e % C, at = r * LDS + c;
+            const float p = sees(i0 + c, k0 + r, T, S, causal) ? expf(p_s[at] * scale - lse_s[c]) : 0.f;
+            ds_s[at] = wmma::__float_to_tf32(p * (ds_s[at] - delta_s[c]));
+            p_s[at] = wmma::__float_to_tf32(p);
+        }
+        __syncthreads();
+        tc_gemm<R, D, C, wmma::row_major, true>(p_s, LDS, do_s, LD, dv_s, LD);  // dv += Pᵀ·dout
+        tc_gemm<R, D, C, wmma::row_major, true>(ds_s, LDS, q_s, LD, dk_s, LD);  // dk += dSᵀ·q
+    }
+    __syncthreads();
+    TC_UNROLL
+    for (int e = (int)threadIdx.x; e < R * D; e += kThreads) {
+        const int r = e / D, d = e % D;
+        const int64_t j = k0 + r;
+        if (j >= S) continue;
+        const int64_t at = (bh * S + j) * D + d;
+        if (dv) dv[at] = dv_s[r * LD + d];
+        if (dk) dk[at] = dk_s[r * LD + d] * scale;
+    }
+}
+
+// dq of a tile of R queries. Grid: BH · q_tiles blocks. Rows of its score tiles are queries, columns keys.
+template <int D>
+__global__ void __launch_bounds__(kThreads)
+    flash_tc_dq_kernel(const float* q, const float* k, const float* v, const float* dout, const float* lse,
+                       const float* delta, float* dq, int64_t T, int64_t S, bool causal, float scale, int64_t q_tiles) {
+    using Tl = TcTiles<D>;
+    constexpr int R = Tl::kBwdRows, C = Tl::kBwdCols, LD = Tl::kLd, LDS = Tl::kBwdLds;
+    float* q_s = tc_shared();
+    float* do_s = q_s + R * LD;
+    float* dq_s = do_s + R * LD;
+    float* k_s = dq_s + R * LD;
+    float* v_s = k_s + C * LD;
+    float* s_s = v_s + C * LD;     // S, then dS
+    float* dp_s = s_s + R * LDS;   // dP
+    float* lse_s = dp_s + R * LDS;
+    float* delta_s = lse_s + R;
+    const int64_t bh = (int64_t)blockIdx.x / q_tiles, q0 = (int64_t)blockIdx.x % q_tiles * R;
+    q += bh * T * D;
+    dout += bh * T * D;
+    dq += bh * T * D;
+    lse += bh * T;
+    delta += bh * T;
+    k += bh * S * D;
+    v += bh * S * D;
+
+    tc_load_rows<D, R>(q_s, q, q0, T);
+    tc_load_rows<D, R>(do_s, dout, q0, T);
+    tc_zero_rows<D, R>(dq_s);
+    TC_UNROLL
+    for (int r = (int)threadIdx.x; r < R; r += kThreads) {
+        lse_s[r] = q0 + r < T ? lse[q0 + r] : INFINITY;
+        delta_s[r] = q0 + r < T ? delta[q0 + r] : 0.f;
+    }
+    const int64_t k_end = keys_seen_by(q0, R, T, S, causal);
+    for (int64_t k0 = 0; k0 < k_end; k0 += C) {
+        __syncthreads();  // the previous step's k, v and dS are no longer read
+        tc_load_rows<D, C>(k_s, k, k0, S);
+        tc_load_rows<D, C>(v_s, v, k0, S);
+        __syncthreads();
+        tc_gemm<R, C, D, wmma::col_major, false>(q_s, LD, k_s, LD, s_s, LDS);    // q·kᵀ
+        tc_gemm<R, C, D, wmma::col_major, false>(do_s, LD, v_s, LD, dp_s, LDS);  // dP = dout·vᵀ
+        __syncthreads();
+        TC_UNROLL
+        for (int e = (int)threadIdx.x; e < R * C; e += kThreads) {
+            const int r = e / C, c = e % C, at = r * LDS + c;
+            const float p = sees(q0 + r, k0 + c, T, S, causal) ? expf(s_s[at] * scale - lse_s[r]) : 0.f;
+            s_s[at] = wmma::__float_to_tf32(p * (dp_s[at] - delta_s[r]));
+        }
+        __syncthreads();
+        tc_gemm<R, D, C, wmma::row_major, true>(s_s, LDS, k_s, LD, dq_s, LD);  // dq += dS·k
+    }
+    __syncthreads();
+    TC_UNROLL
+    for (int e = (int)threadIdx.x; e < R * D; e += kThreads) {
+        const int r = e / D, d = e % D;
+        if (q0 + r < T) dq[(q0 + r) * D + d] = dq_s[r * LD + d] * scale;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Host side.
 
-std::atomic<uint64_t> g_forward_calls{0}, g_backward_calls{0};
+std::atomic<uint64_t> g_forward_calls{0}, g_backward_calls{0}, g_tc_forward_calls{0}, g_tc_backward_calls{0};
 std::atomic<int> g_fused{-1};  // -1: not decided yet (the environment is read at the first question)
 
 // Blocks of a [BH × tiles] grid, as one grid dimension (x allows 2^31 − 1; y and z only 65535).
@@ -443,6 +777,49 @@ void backward_for(const float* q, const float* k, const float* v, const float* d
     }
 }
 
+// The tensor-core kernels' dynamic shared memory: above 48 KiB a kernel must opt in (once).
+template <typename... A>
+void tc_opt_in(void (*kernel)(A...), size_t bytes, const char* what) {
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes), what);
+}
+
+template <int D>
+void tc_forward_for(const float* q, const float* k, const float* v, float* out, float* lse, int64_t BH, int64_t T,
+                    int64_t S, bool causal, float scale) {
+    const int64_t tiles = (T + TcTiles<D>::kFwdRows - 1) / TcTiles<D>::kFwdRows;
+    const size_t smem = sizeof(float) * TcTiles<D>::kFwdShared;
+    static const bool opted = (tc_opt_in(flash_tc_forward_kernel<D>, smem, "flash attention (tensor cores) forward"), true);
+    (void)opted;
+    KERNEL_LAUNCH(flash_tc_forward_kernel<D>, grid_of(BH, tiles, "flash attention forward"), kThreads, smem, q, k, v,
+                  out, lse, T, S, causal, scale, tiles);
+}
+
+template <int D>
+void tc_backward_for(const float* q, const float* k, const float* v, const float* dout, const float* lse,
+                     const float* delta, float* dq, float* dk, float* dv, int64_t BH, int64_t T, int64_t S, bool causal,
+                     float scale) {
+    constexpr int R = TcTiles<D>::kBwdRows;
+    if (dk || dv) {
+        const int64_t tiles = (S + R - 1) / R;
+        const size_t smem = sizeof(float) * TcTiles<D>::kDkdvShared;
+        static const bool opted = (tc_opt_in(flash_tc_dkdv_kernel<D>, smem, "flash attention (tensor cores) dk/dv"), true);
+        (void)opted;
+        KERNEL_LAUNCH(flash_tc_dkdv_kernel<D>, grid_of(BH, tiles, "flash attention dk/dv"), kThreads, smem, q, k, v,
+                      dout, lse, delta, dk, dv, T, S, causal, scale, tiles);
+    }
+    if (dq) {
+        const int64_t tiles = (T + R - 1) / R;
+        const size_t smem = sizeof(float) * TcTiles<D>::kDqShared;
+        static const bool opted = (tc_opt_in(flash_tc_dq_kernel<D>, smem, "flash attention (tensor cores) dq"), true);
+        (void)opted;
+        KERNEL_LAUNCH(flash_tc_dq_kernel<D>, grid_of(BH, tiles, "flash attention dq"), kThreads, smem, q, k, v, dout,
+                      lse, delta, dq, T, S, causal, scale, tiles);
+    }
+}
+
+// The tensor-core kernels run when the GEMMs may round (tf32 or bf16); fp32 keeps the fp32 kernels.
+bool use_tensor_cores() { return gemm_precision() != GemmPrecision::fp32; }
+
 [[noreturn]] void unsupported(int64_t D) {
     fail("flash attention: head dim " + std::to_string(D) + " has no kernel (32, 64 or 128; attention falls back " +
          "to the unfused path for the others)");
@@ -469,6 +846,8 @@ FlashAttentionCalls flash_attention_calls() {
     FlashAttentionCalls c;
     c.forward = g_forward_calls.load(std::memory_order_relaxed);
     c.backward = g_backward_calls.load(std::memory_order_relaxed);
+    c.tc_forward = g_tc_forward_calls.load(std::memory_order_relaxed);
+    c.tc_backward = g_tc_backward_calls.load(std::memory_order_relaxed);
     return c;
 }
 
@@ -484,6 +863,15 @@ void flash_attention_forward(const float* q, const float* k, const float* v, flo
     }
     // The FLOPs of the unfused path's two GEMMs (scores, P·v): the work the model asks for.
     profile::note_flops(4.0 * (double)BH * (double)T * (double)S * (double)D);
+    if (use_tensor_cores()) {
+        g_tc_forward_calls.fetch_add(1, std::memory_order_relaxed);
+        switch (D) {
+            case 32: tc_forward_for<32>(q, k, v, out, lse, BH, T, S, causal, scale); break;
+            case 64: tc_forward_for<64>(q, k, v, out, lse, BH, T, S, causal, scale); break;
+            default: tc_forward_for<128>(q, k, v, out, lse, BH, T, S, causal, scale); break;
+        }
+        return;
+    }
     switch (D) {
         case 32: forward_for<32>(q, k, v, out, lse, BH, T, S, causal, scale); break;
         case 64: forward_for<64>(q, k, v, out, lse, BH, T, S, causal, scale); break;
@@ -512,10 +900,19 @@ void flash_attention_backward(const float* q, const float* k, const float* v, co
     float* delta = static_cast<float*>(alloc(sizeof(float) * (size_t)rows));
     try {
         KERNEL_LAUNCH(flash_delta_kernel, blocks_for(rows * 32), kBlockSize, 0, out, dout, delta, rows, D);
-        switch (D) {
-            case 32: backward_for<32>(q, k, v, dout, lse, delta, dq, dk, dv, BH, T, S, causal, scale); break;
-            case 64: backward_for<64>(q, k, v, dout, lse, delta, dq, dk, dv, BH, T, S, causal, scale); break;
-            default: backward_for<128>(q, k, v, dout, lse, delta, dq, dk, dv, BH, T, S, causal, scale); break;
+        if (use_tensor_cores()) {
+            g_tc_backward_calls.fetch_add(1, std::memory_order_relaxed);
+            switch (D) {
+                case 32: tc_backward_for<32>(q, k, v, dout, lse, delta, dq, dk, dv, BH, T, S, causal, scale); break;
+                case 64: tc_backward_for<64>(q, k, v, dout, lse, delta, dq, dk, dv, BH, T, S, causal, scale); break;
+                default: tc_backward_for<128>(q, k, v, dout, lse, delta, dq, dk, dv, BH, T, S, causal, scale); break;
+            }
+        } else {
+            switch (D) {
+                case 32: backward_for<32>(q, k, v, dout, lse, delta, dq, dk, dv, BH, T, S, causal, scale); break;
+                case 64: backward_for<64>(q, k, v, dout, lse, delta, dq, dk, dv, BH, T, S, causal, scale); break;
+                default: backward_for<128>(q, k, v, dout, lse, delta, dq, dk, dv, BH, T, S, causal, scale); break;
+            }
         }
     } catch (...) {
         free(delta);

@@ -1,4 +1,4 @@
-// engine/cuda/flash_attention.h: fused ("flash") attention on the GPU, fp32, forward and backward
+// engine/cuda/flash_attention.h: fused ("flash") attention on the GPU, forward and backward
 // (engine/cuda/flash_attention.cu). Same semantics as engine/cuda/nn.h's attention_forward and
 // attention_backward without dropout: q [BH, T, D], k and v [BH, S, D], scores q·kᵀ·scale, causal
 // meaning query i sees keys j <= i + S − T, a query that sees no key gets an all-zero output row
@@ -9,6 +9,18 @@
 // CUDA only (no CPU twin): engine/ops/nn.cpp's `attention` picks this path on a CUDA tensor when
 // there is no dropout mask, the head dim is supported and the fused path is enabled; otherwise the
 // unfused path of engine/cuda/nn.cu (batched GEMMs, P saved) runs, which stays the reference.
+//
+// Two sets of kernels, picked at each call by gemm_precision() (engine/cuda/matmul.h):
+//   fp32        the fp32-core kernels (every product on the CUDA cores, in fp32); they have run on
+//               an H200 (docs/results/gpu-h200-2026-11-26.md) and stay the reference;
+//   tf32, bf16  the tensor-core kernels: every matrix product of a tile (q·kᵀ, P·v; dout·vᵀ, Pᵀ·dout,
+//               dSᵀ·q, dS·k) through nvcuda::wmma with TF32 inputs (m16n16k8, fp32 accumulators),
+//               the softmax, masks and rescaling in fp32 on regular threads. THEY HAVE NEVER RUN ON
+//               A GPU: they compile with nvcc (sm_80, sm_90; make cuda-check: no spills) and pass the
+//               [cuda][flash] suite in the CUDA emulator (whose <mma.h> stand-in scrambles the
+//               fragment layout), nothing more. Their speed is unmeasured (bench/gpu.sh
+//               --fused-attention both), so the fused path stays off by default.
+// Same semantics and the same lse either way (a backward may follow a forward of the other kind).
 //
 // Deterministic: no atomics; every sum has an order fixed by the shape, so the same input gives
 // the same bits on every run.
@@ -46,8 +58,10 @@ void flash_attention_backward(const float* q, const float* k, const float* v, co
 
 // Calls of the two entry points since the process started (tests check that `attention` took the
 // fused path; host-side counters, so they work on a GPU as in the emulator).
+// tc_forward / tc_backward: of those, the calls that ran the tensor-core kernels.
 struct FlashAttentionCalls {
     uint64_t forward = 0, backward = 0;
+    uint64_t tc_forward = 0, tc_backward = 0;
 };
 FlashAttentionCalls flash_attention_calls();
 

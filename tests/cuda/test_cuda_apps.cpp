@@ -238,6 +238,28 @@ TEST_CASE("cuda apps: bench/gpu.sh --smoke runs end to end and writes its table"
     CHECK(table.find("--profile: 2 steps on cuda") != std::string::npos);
 }
 
+TEST_CASE("cuda apps: bench/gpu.sh --fused-attention both gives a row with the fused path off and one on",
+          "[cuda]") {
+    // lm4k in a smoke run: head dim 32, so the fused (under tf32: tensor-core) kernels run.
+#ifdef ENGINE_CUDA_EMU
+    const std::string flags = "--smoke --emulated --no-build";
+#else
+    const std::string flags = "--smoke --no-build";
+#endif
+    test::TempDir tmp;
+    int rc = run("bash bench/gpu.sh " + flags + " --no-tests --models lm4k --precisions tf32 --fused-attention both --out " +
+                     (tmp / "table.md"),
+                 tmp / "log");
+    INFO(slurp(tmp / "log"));
+    REQUIRE(rc == 0);
+    std::string table = slurp(tmp / "table.md");
+    INFO(table);
+    CHECK(table.find("| lm4k | tf32 | off |") != std::string::npos);
+    CHECK(table.find("| lm4k | tf32 | on |") != std::string::npos);
+    CHECK(table.find("lm4k `--dim 32") != std::string::npos);
+    CHECK(run("bash bench/gpu.sh " + flags + " --fused-attention sometimes", tmp / "log2") != 0);
+}
+
 // bench's JSON line (stdout) out of its log (stderr may hold notes).
 json bench_json(const std::string& log) {
     std::istringstream lines(log);

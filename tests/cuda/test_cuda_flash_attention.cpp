@@ -6,15 +6,22 @@
 // (head split and merge around the op, weight gradients); repeatability; a head dim
 // without a kernel (20) going through the fallback; and proof that the fused path is the one
 // taken (its call counters, the device memory the forward keeps, and under the emulator the launch
-// count). The unfused path is itself checked against the CPU in test_cuda_nn.cpp.
+// count). The unfused path is itself checked against the CPU in test_cuda_nn.cpp. At the end, the
+// tensor-core kernels (TF32 wmma, taken when gemm_precision() is tf32 or bf16) against the unfused
+// path in fp32, with tolerances from TF32 rounding (explained there).
 //
 // Tolerances: fp32 summation-order differences only (online softmax and tiles against the GEMMs'
 // order): forward atol 5e-6, rtol 1e-5; gradients atol 1e-5, rtol 1e-5 (sums of T or S terms of
 // order 1).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include "engine/cuda/flash_attention.h"
+#include "engine/cuda/matmul.h"
 #include "engine/cuda/runtime.h"
 #include "nn/attention.h"
 #include "tests/cuda/parity.h"
@@ -238,4 +245,143 @@ TEST_CASE("cuda flash attention: the op takes the fused path (calls, memory kept
     Tensor out = engine::attention(q, k, v, true);
     REQUIRE(engine::cuda::flash_attention_calls().forward == before.forward + 1);
 #endif
+}
+
+// ---------------------------------------------------------------------------------------------
+// The tensor-core kernels (gemm_precision() tf32 or bf16: TF32 wmma products, fp32 softmax),
+// against the unfused path in full fp32.
+//
+// Tolerance from TF32 rounding: each product's inputs carry 10 mantissa bits (a relative error up
+// to 2^-11 each), so a sum of K products is off by about 2^-11·sqrt(2K)·rms(term): a few 2^-11 of
+// the output's scale, whatever the element's own size (an element near 0 is as far off as a large
+// one), plus a relative part for the large elements (a causal dv of the first keys sums many
+// terms of one sign). The forward has two rounded products in a row (q·kᵀ, then P·v), the
+// gradients three (q·kᵀ and dout·vᵀ, then dS·k etc.), and the score errors pass through exp. So
+// each element may be off by bound · 2^-10 · (rms of the output + |element|), bound 4 forward and
+// 6 for the gradients (seen in these cases, emulated: at most 2.5 and 2.8); a wrong mask, tile
+// offset or scale is off by the rms itself (hundreds of units).
+namespace {
+
+struct TensorCoreAttention {
+    bool saved_fused = engine::cuda::fused_attention_enabled();
+    engine::cuda::GemmPrecision saved = engine::cuda::gemm_precision();
+    explicit TensorCoreAttention(engine::cuda::GemmPrecision p) {
+        engine::cuda::set_fused_attention(true);
+        engine::cuda::set_gemm_precision(p);
+    }
+    ~TensorCoreAttention() {
+        engine::cuda::set_fused_attention(saved_fused);
+        engine::cuda::set_gemm_precision(saved);
+    }
+};
+
+Run run_tc(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, const Tensor& w,
+           engine::cuda::GemmPrecision p = engine::cuda::GemmPrecision::tf32) {
+    TensorCoreAttention mode(p);
+    Tensor qc = to_cuda(q), kc = to_cuda(k), vc = to_cuda(v);
+    Tensor out = engine::attention(qc, kc, vc, causal);
+    engine::sum(engine::mul(out, w.to(Device::CUDA))).backward();
+    return {out.detach(), qc.grad(), kc.grad(), vc.grad()};
+}
+
+double rms_of(const Tensor& t) {
+    std::vector<float> v = t.to_vector();
+    double sq = 0;
+    for (float x : v) sq += (double)x * x;
+    return std::sqrt(sq / (double)std::max<size_t>(v.size(), 1));
+}
+
+// max over the elements of |got − want| / (2^-10 · (rms(want) + floor + |want|)); requires it at
+// most `bound`. Returns the ratio.
+double require_close_rms(const std::string& what, const Tensor& want, const Tensor& got, double bound,
+                         double floor = 0) {
+    INFO(what);
+    REQUIRE(got.defined());
+    REQUIRE(want.shape() == got.shape());
+    std::vector<float> w = want.to_vector(), g = got.to_vector();
+    double sq = 0;
+    for (float x : w) sq += (double)x * x;
+    const double rms = std::sqrt(sq / (double)std::max<size_t>(w.size(), 1)) + floor;
+    double worst = 0;
+    size_t at = 0;
+    for (size_t i = 0; i < w.size(); i++) {
+        REQUIRE(std::isfinite(g[i]));
+        const double e = std::fabs((double)g[i] - w[i]), unit = std::ldexp(rms + std::fabs((double)w[i]), -10);
+        const double r = unit > 0 ? e / unit : (e > 0 ? 1e30 : 0);
+        if (r > worst) { worst = r; at = i; }
+    }
+    INFO("rms " << rms << ", worst element " << at << ": want " << (w.empty() ? 0.f : w[at]) << ", got "
+                << (g.empty() ? 0.f : g[at]) << ": " << worst << " units of 2^-10·(rms + |want|), bound " << bound);
+    if (std::getenv("INITLAB_TC_TOL")) std::fprintf(stderr, "tc-tol %s %.3f\n", what.c_str(), worst);
+    REQUIRE(worst <= bound);
+    return worst;
+}
+
+constexpr double kTcFwdBound = 4, kTcBwdBound = 6;
+
+void compare_tc(int64_t B, int64_t H, int64_t T, int64_t S, int64_t D, bool causal) {
+    INFO("tensor cores: B " << B << " H " << H << " T " << T << " S " << S << " D " << D << " causal " << causal);
+    Tensor q = randn({B, H, T, D}, true, 161), k = randn({B, H, S, D}, true, 162), v = randn({B, H, S, D}, true, 163);
+    Tensor w = weights_like({B, H, T, D});
+    auto before = engine::cuda::flash_attention_calls();
+    Run tc = run_tc(q, k, v, causal, w);
+    auto after = engine::cuda::flash_attention_calls();
+    REQUIRE(after.tc_forward == before.tc_forward + 1);
+    REQUIRE(after.tc_backward == before.tc_backward + 1);
+    Run ref = run(false, q, k, v, causal, w);  // unfused, fp32 GEMMs
+    require_close_rms("forward", ref.out, tc.out, kTcFwdBound);
+    // A gradient can cancel to exactly 0 (one key: dS = P·(dP − Δ) = 0), where TF32's dP − Δ leaves
+    // about 2^-10·|dout|·|v|: the gradients' floor is the rms of dv (|dout| weighted by P), their scale.
+    const double floor = rms_of(ref.dv);
+    require_close_rms("dq", ref.dq, tc.dq, kTcBwdBound, floor);
+    require_close_rms("dk", ref.dk, tc.dk, kTcBwdBound, floor);
+    require_close_rms("dv", ref.dv, tc.dv, kTcBwdBound, floor);
+}
+
+}  // namespace
+
+TEST_CASE("cuda flash attention, tensor cores: against unfused fp32, D 32, 64, 128, causal and not, T != S",
+          "[cuda][flash]") {
+    struct Case { int64_t B, H, T, S; };
+    // 257: ViT-Tiny's length (not a multiple of any tile); 37/45 and 45/37; 5/9 and 9/5 (T = 9,
+    // S = 5 causal: queries 0-3 see no key); 1/1: a single key; 70/41: several tiles, T > S.
+    for (int64_t D : {32, 64, 128})
+        for (Case c : {Case{1, 1, 257, 257}, Case{2, 1, 37, 45}, Case{1, 2, 45, 37}, Case{1, 2, 5, 9}, Case{2, 1, 9, 5},
+                       Case{1, 1, 1, 1}, Case{1, 1, 70, 41}})
+            for (bool causal : {false, true}) compare_tc(c.B, c.H, c.T, c.S, D, causal);
+}
+
+TEST_CASE("cuda flash attention, tensor cores: queries that see no key give zero rows and gradients", "[cuda][flash]") {
+    Tensor q = randn({1, 2, 7, 32}, true, 171), k = randn({1, 2, 4, 32}, true, 172), v = randn({1, 2, 4, 32}, true, 173);
+    Run r = run_tc(q, k, v, true, weights_like({1, 2, 7, 32}));
+    for (int64_t h = 0; h < 2; h++)
+        for (int64_t i = 0; i < 3; i++)
+            for (int64_t d = 0; d < 32; d++) {
+                REQUIRE(r.out.at({0, h, i, d}) == 0.f);
+                REQUIRE(r.dq.at({0, h, i, d}) == 0.f);
+            }
+}
+
+TEST_CASE("cuda flash attention, tensor cores: the same bits on every run; bf16 precision takes them too",
+          "[cuda][flash]") {
+    Tensor q = randn({2, 2, 37, 64}, true, 181), k = randn({2, 2, 45, 64}, true, 182), v = randn({2, 2, 45, 64}, true, 183);
+    Tensor w = weights_like({2, 2, 37, 64});
+    auto before = engine::cuda::flash_attention_calls();
+    Run a = run_tc(q, k, v, true, w), b = run_tc(q, k, v, true, w);
+    REQUIRE(bits_of(a.out) == bits_of(b.out));
+    REQUIRE(bits_of(a.dq) == bits_of(b.dq));
+    REQUIRE(bits_of(a.dk) == bits_of(b.dk));
+    REQUIRE(bits_of(a.dv) == bits_of(b.dv));
+    // gemm_precision bf16: the same TF32 kernels (the fused kernel's inputs stay fp32), same bits.
+    Run c = run_tc(q, k, v, true, w, engine::cuda::GemmPrecision::bf16);
+    REQUIRE(bits_of(a.out) == bits_of(c.out));
+    REQUIRE(bits_of(a.dk) == bits_of(c.dk));
+    auto after = engine::cuda::flash_attention_calls();
+    REQUIRE(after.tc_forward == before.tc_forward + 3);
+    REQUIRE(after.tc_backward == before.tc_backward + 3);
+    // fp32 precision: the fp32 kernels, not the tensor-core ones.
+    Run d = run(true, q, k, v, true, w);
+    REQUIRE(d.out.defined());
+    REQUIRE(engine::cuda::flash_attention_calls().tc_forward == after.tc_forward);
+    REQUIRE(engine::cuda::flash_attention_calls().forward == after.forward + 1);
 }

@@ -103,6 +103,9 @@ struct Fiber {
     uint64_t warp_value = 0, warp_result = 0;
     int warp_src = 0;
     bool warp_is_ballot = false;
+    // A warp-collective op (the WMMA stand-in, include/mma.h): run once for the whole warp when
+    // every lane is there, with each lane's argument (warp_value holds its pointer).
+    WarpCollective warp_collective = nullptr;
     // The __syncthreads() this thread waits at.
     const char* barrier_file = nullptr;
     unsigned barrier_line = 0;
@@ -119,6 +122,25 @@ struct Launch {
     bool reached_sync;   // some thread reached a barrier or warp op
 };
 
+// Shared memory with the alignment a GPU gives (WMMA loads need 32 bytes), the exact size asked
+// (so AddressSanitizer sees an access past its end).
+struct SharedBuffer {
+    unsigned char* p = nullptr;
+    size_t bytes = 0;
+    SharedBuffer() = default;
+    SharedBuffer(const SharedBuffer&) = delete;
+    SharedBuffer& operator=(const SharedBuffer&) = delete;
+    ~SharedBuffer() { std::free(p); }
+    void allocate(size_t n) {
+        std::free(p);
+        p = nullptr;
+        bytes = n;
+        if (n && posix_memalign(reinterpret_cast<void**>(&p), 128, n) != 0) fail("cannot allocate shared memory");
+        fill_poison(p, n);
+    }
+    bool empty() const { return bytes == 0; }
+};
+
 struct BlockRun {
     std::vector<Fiber>* fibers = nullptr;
     Fiber* current = nullptr;  // the fiber running now (fiber mode)
@@ -126,9 +148,9 @@ struct BlockRun {
     void* sched_sp = nullptr;
     std::exception_ptr error;
     // Shared memory of this block: one buffer per declaration site, plus the dynamic buffer.
-    std::unordered_map<const void*, std::vector<unsigned char>> shared;
+    std::unordered_map<const void*, SharedBuffer> shared;
     size_t static_shared_bytes = 0;
-    std::vector<unsigned char> dynamic;
+    SharedBuffer dynamic;
     const void* sched_stack_bottom = nullptr;
     size_t sched_stack_size = 0;
     void* sched_fake_stack = nullptr;
@@ -351,12 +373,17 @@ std::string where(const Fiber& f) {
 
 std::string site(const Fiber& f) { return std::string(f.barrier_file) + ":" + std::to_string(f.barrier_line); }
 
-// Every live thread waits: complete the warp ops whose lanes are all there, else the block
-// barrier; returns false when nothing could be released (a deadlock).
+// Every live thread waits: complete the warp op of one warp whose lanes are all there (the first
+// such warp from a random one on), else the block barrier; returns false when nothing could be
+// released (a deadlock). One warp at a time: its lanes then run on to their next wait while the
+// other warps stay where they are, so a warp that reads what another warp writes between two warp
+// ops, without a __syncthreads() between, can see it unwritten (as on a GPU, where warps drift
+// apart), instead of every warp passing each warp op in lockstep.
 bool release_waiting(std::vector<Fiber>& fs, const Launch& L) {
-    bool released = false;
     int nwarps = (int)((fs.size() + 31) / 32);
-    for (int w = 0; w < nwarps; w++) {
+    const int start = (int)(g_order_rng() % (uint64_t)nwarps);
+    for (int i = 0; i < nwarps; i++) {
+        const int w = (start + i) % nwarps;
         Fiber* lanes[32] = {};
         int first = w * 32, count = std::min<int>(32, (int)fs.size() - first);
         for (int l = 0; l < count; l++) lanes[l] = &fs[first + l];
@@ -382,6 +409,19 @@ bool release_waiting(std::vector<Fiber>& fs, const Launch& L) {
                      waiting->warp_kind + " at " + where(*waiting) + ", " + o.warp_kind + " at " + where(o) + ")");
         }
         if (!all_there) continue;
+        if (waiting->warp_collective) {
+            // Every lane named (wmma ops are whole-warp) and at the same op (checked above).
+            if (mask != 0xffffffffu)
+                fail(std::string("kernel ") + L.name + ": " + waiting->warp_kind + " at " + where(*waiting) +
+                     " from a partial warp");
+            void* args[32];
+            for (int l = 0; l < 32; l++) args[l] = reinterpret_cast<void*>(lanes[l]->warp_value);
+            std::string err = waiting->warp_collective(args);
+            if (!err.empty())
+                fail(std::string("kernel ") + L.name + ": " + waiting->warp_kind + " at " + where(*waiting) + ": " + err);
+            for (int l = 0; l < 32; l++) lanes[l]->state = State::Ready;
+            return true;
+        }
         unsigned ballot = 0;
         for (int l = 0; l < 32; l++)
             if ((mask >> l & 1u) && lanes[l]->warp_value) ballot |= 1u << l;
@@ -398,9 +438,8 @@ bool release_waiting(std::vector<Fiber>& fs, const Launch& L) {
             }
             o.state = State::Ready;
         }
-        released = true;
+        return true;
     }
-    if (released) return true;
     // Block barrier: every live thread must be there.
     bool any_barrier = false;
     for (Fiber& f : fs) {
@@ -446,10 +485,7 @@ std::string deadlock_report(const std::vector<Fiber>& fs, const Launch& L) {
 void run_block(Launch& L, uint3 block_idx, std::vector<Fiber>& fs, std::vector<int>& order) {
     BlockRun b;
     b.fibers = &fs;
-    if (L.dynamic_smem) {
-        b.dynamic.resize(L.dynamic_smem);
-        fill_poison(b.dynamic.data(), b.dynamic.size());
-    }
+    if (L.dynamic_smem) b.dynamic.allocate(L.dynamic_smem);
     g_block = &b;
     unsigned n = L.block.x * L.block.y * L.block.z;
     for (unsigned t = 0; t < n; t++) {
@@ -557,6 +593,7 @@ uint64_t warp_exchange(const char* kind, unsigned mask, uint64_t value, int src_
     f.warp_value = value;
     f.warp_src = f.warp * 32 + src_lane;
     f.warp_is_ballot = false;
+    f.warp_collective = nullptr;
     yield_to_scheduler(*g_block, f, false);
     return f.warp_result;
 }
@@ -571,16 +608,28 @@ unsigned warp_ballot(const char* kind, unsigned mask, bool pred) {
     f.warp_mask = mask;
     f.warp_value = pred;
     f.warp_is_ballot = true;
+    f.warp_collective = nullptr;
     yield_to_scheduler(*g_block, f, false);
     return (unsigned)f.warp_result;
+}
+
+void warp_collective(const char* kind, void* arg, WarpCollective run) {
+    Fiber& f = current_fiber(kind);
+    f.state = State::AtWarpOp;
+    f.warp_kind = kind;
+    f.warp_mask = 0xffffffffu;
+    f.warp_value = reinterpret_cast<uint64_t>(arg);
+    f.warp_is_ballot = false;
+    f.warp_collective = run;
+    yield_to_scheduler(*g_block, f, false);
 }
 
 void* shared_array(const void* site, size_t bytes) {
     if (!g_launch || !g_block) fail("shared memory declared outside a kernel");
     auto it = g_block->shared.find(site);
     if (it != g_block->shared.end()) {
-        if (it->second.size() != bytes) fail(std::string("kernel ") + g_launch->name + ": one shared array declared with two sizes");
-        return it->second.data();
+        if (it->second.bytes != bytes) fail(std::string("kernel ") + g_launch->name + ": one shared array declared with two sizes");
+        return it->second.p;
     }
     size_t total = g_block->static_shared_bytes + bytes + g_launch->dynamic_smem;
     if (total > g_launch->smem_limit)
@@ -591,17 +640,16 @@ void* shared_array(const void* site, size_t bytes) {
                   ? " without cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes)"
                   : ""));
     g_block->static_shared_bytes += bytes;
-    std::vector<unsigned char>& buf = g_block->shared[site];
-    buf.resize(bytes);
-    fill_poison(buf.data(), bytes);
-    return buf.data();
+    SharedBuffer& buf = g_block->shared[site];
+    buf.allocate(bytes);
+    return buf.p;
 }
 
 void* dynamic_shared() {
     if (!g_launch || !g_block) fail("dynamic shared memory used outside a kernel");
     if (g_block->dynamic.empty())
         fail(std::string("kernel ") + g_launch->name + " uses dynamic shared memory but was launched with 0 bytes of it");
-    return g_block->dynamic.data();
+    return g_block->dynamic.p;
 }
 
 void fill_poison(void* p, size_t bytes) {

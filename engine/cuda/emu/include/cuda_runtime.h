@@ -78,6 +78,14 @@ void syncthreads(const char* file, unsigned line);
 // lane `src_lane` (its own if that lane is outside the width segment); kind names the op for errors.
 uint64_t warp_exchange(const char* kind, unsigned mask, uint64_t value, int src_lane);
 unsigned warp_ballot(const char* kind, unsigned mask, bool pred);
+// A warp-collective op (the WMMA stand-in, include/mma.h): the calling lane deposits `arg` and
+// waits until all 32 lanes of its warp are at the same op (`kind`); then `run` is called once, on
+// the scheduler's side while every lane is parked, with the 32 lanes' args (in lane order), and
+// does the op for the whole warp at once. A non-empty string it returns is an error (reported with
+// the kernel's name and the thread). Lanes at a different op, exited or missing are reported as
+// for the shuffles.
+using WarpCollective = std::string (*)(void* const* args);
+void warp_collective(const char* kind, void* arg, WarpCollective run);
 
 constexpr uint32_t kPoison = 0x7FBADBADu;  // a NaN as float32, 2142952365 as int32
 void fill_poison(void* p, size_t bytes);
