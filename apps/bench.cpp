@@ -10,7 +10,8 @@
 // Prints one JSON line: the config, ms_per_step (median over --steps timed steps after --warmup
 // untimed ones), items_per_s (images or tokens), peak_rss_mb, peak_tensor_mb (the host memory
 // CPU tensors held at their peak: peak_rss_mb less the libraries and the allocator's slack), and
-// peak_device_mb on a GPU (the device memory pool's peak in use). tools/bench_torch.py builds
+// peak_device_mb on a GPU (the device memory pool's peak in use), and there cudnn_calls (calls that
+// went through cuDNN in the whole run: 0 where the own kernels ran). tools/bench_torch.py builds
 // the same models in PyTorch and prints the same fields, for a same-machine comparison.
 //
 // --profile N: after the timed steps, N more steps under the op-level profiler (engine/profile.h):
@@ -41,6 +42,7 @@
 #include "nn/optim.h"
 #include "nn/transformer.h"
 #ifdef ENGINE_CUDA
+#include "engine/cuda/cudnn.h"
 #include "engine/cuda/runtime.h"
 #endif
 
@@ -192,6 +194,9 @@ int main(int argc, char** argv) {
                                       {"peak_rss_mb", apps::peak_rss_mb()},
                                       {"peak_tensor_mb", (double)engine::host_peak_memory() / (1 << 20)}};
         apps::add_peak_device_mb(out, dev);
+#ifdef ENGINE_CUDA
+        if (dev == Device::CUDA) out["cudnn_calls"] = engine::cuda::cudnn_calls();
+#endif
         if (graph) {
             out["cuda_graph"] = true;
             out["ms_per_step_eager"] = median_eager;

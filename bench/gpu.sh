@@ -14,11 +14,13 @@
 # --precisions "fp32 tf32 bf16" (a subset, for a short lease), --fused-attention off|on|both (the
 # attention path: off, the default, is the unfused one (INITLAB_FUSED_ATTENTION=0); on the fused
 # kernels (=1), which under tf32/bf16 are the tensor-core ones; both: two rows per model and
-# precision, same call, same card; e.g. a short comparison:
-#   bash bench/gpu.sh --no-tests --models "vit lm lm4k" --precisions tf32 --fused-attention both
-# where lm4k, not in the default list, is the LM 512/4/8 at seq 4096, batch 2). Budget: the full kit is sized to
-# finish within 10 minutes on an H100 (the [cuda] suite ~30 s on an H200, then per model and
-# precision our run and PyTorch eager ~8 s each, torch.compile ~25 s with its compilation).
+# precision, same call, same card). Two models are not in the default list: lm4k, the LM 512/4/8
+# at seq 4096, batch 2; lstm-own, the lstm model with INITLAB_CUDNN=0 (the own LSTM kernels and
+# cuBLAS instead of cuDNN's LSTM). E.g. a short comparison of the paths:
+#   bash bench/gpu.sh --no-tests --models "vit lm lm4k lstm lstm-own" --precisions tf32 --fused-attention both
+# Budget: the full kit is sized to finish within 10 minutes on an H100 (the [cuda] suite ~30 s on
+# an H200, then per model and precision our run and PyTorch eager ~8 s each, torch.compile ~25 s
+# with its compilation).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -97,7 +99,8 @@ sizes_lm4k="--dim 512 --depth 4 --heads 8 --seq 4096 --batch 2 --vocab 10000"
 sizes_for() {  # gau, lstm ignore --heads
     case "$1" in vit) echo "$sizes_vit" ;; lm4k) echo "$sizes_lm4k" ;; *) echo "$sizes_lm" ;; esac
 }
-app_model() { if [ "$1" = lm4k ]; then echo lm; else echo "$1"; fi; }
+app_model() { case "$1" in lm4k) echo lm ;; lstm-own) echo lstm ;; *) echo "$1" ;; esac; }
+model_env() { if [ "$1" = lstm-own ]; then echo INITLAB_CUDNN=0; fi; }  # extra environment of a model
 # One field of a JSON line (numbers and strings), without jq.
 field() { python3 -c 'import json,sys; v=json.loads(sys.argv[1]).get(sys.argv[2]); print("" if v is None else (f"{v:.4g}" if isinstance(v,float) else v))' "$1" "$2"; }
 ratio() { python3 -c 'import sys; a,b=sys.argv[1],sys.argv[2]; print(f"{float(b)/float(a):.2f}" if a and b else "")' "$1" "$2"; }
@@ -108,24 +111,25 @@ for model in $models; do
     for prec in $precisions; do
         first=1
         for fa in $fused_modes; do
-        fa_name=$([ "$fa" = 1 ] && echo on || echo off)
-        args="$(app_model $model) $(sizes_for $model) $steps --device cuda --precision $prec --profile 2"
-        line=$(INITLAB_FUSED_ATTENTION=$fa "$bin/bench" $args 2> "$logdir/$model-$prec-fused-$fa_name.profile" | tail -n1) || {
-            cat "$logdir/$model-$prec-fused-$fa_name.profile" >&2
-            echo "bench/gpu.sh: INITLAB_FUSED_ATTENTION=$fa apps/bench $args failed" >&2; exit 1; }
-        device=$(field "$line" device)
-        ms=$(field "$line" ms_per_step)
-        # PyTorch once per model and precision (its attention does not change with ours).
-        if [ $first = 1 ]; then
-            eager="" compiled=""
-            if [ $torch_ok = 1 ]; then
-                targs="$(app_model $model) $(sizes_for $model) $steps --device cuda --precision $prec"
-                eager=$(field "$(python3 tools/bench_torch.py $targs --mode eager | tail -n1)" ms_per_step) || eager=""
-                compiled=$(field "$(python3 tools/bench_torch.py $targs --mode compile | tail -n1)" ms_per_step) || compiled=""
+            fa_name=$([ "$fa" = 1 ] && echo on || echo off)
+            args="$(app_model $model) $(sizes_for $model) $steps --device cuda --precision $prec --profile 2"
+            line=$(env $(model_env $model) INITLAB_FUSED_ATTENTION=$fa "$bin/bench" $args 2> "$logdir/$model-$prec-fused-$fa_name.profile" | tail -n1) || {
+                cat "$logdir/$model-$prec-fused-$fa_name.profile" >&2
+                echo "bench/gpu.sh: INITLAB_FUSED_ATTENTION=$fa apps/bench $args failed" >&2; exit 1; }
+            device=$(field "$line" device)
+            ms=$(field "$line" ms_per_step)
+            # PyTorch once per model and precision (its attention does not change with ours; lstm-own
+            # is compared with the lstm row's).
+            if [ $first = 1 ]; then
+                eager="" compiled=""
+                if [ $torch_ok = 1 ] && [ "$model" != lstm-own ]; then
+                    targs="$(app_model $model) $(sizes_for $model) $steps --device cuda --precision $prec"
+                    eager=$(field "$(python3 tools/bench_torch.py $targs --mode eager | tail -n1)" ms_per_step) || eager=""
+                    compiled=$(field "$(python3 tools/bench_torch.py $targs --mode compile | tail -n1)" ms_per_step) || compiled=""
+                fi
             fi
-        fi
-        first=0
-        rows+="| $model | $prec | $fa_name | $ms | $(field "$line" ms_per_step_eager) | $(field "$line" items_per_s) | $(field "$line" peak_device_mb) | $(field "$line" params) | ${eager:-–} | ${compiled:-–} | $(ratio "$ms" "$eager") | $(ratio "$ms" "$compiled") |"$'\n'
+            first=0
+            rows+="| $model | $prec | $fa_name | $ms | $(field "$line" ms_per_step_eager) | $(field "$line" items_per_s) | $(field "$line" peak_device_mb) | $(field "$line" cudnn_calls) | $(field "$line" params) | ${eager:-–} | ${compiled:-–} | $(ratio "$ms" "$eager") | $(ratio "$ms" "$compiled") |"$'\n'
         done
     done
 done
@@ -137,13 +141,13 @@ done
     echo "[cuda] suite on this device: $suite."
     [ $torch_ok = 1 ] || echo "PyTorch with CUDA: not importable here (or a smoke run): no PyTorch columns."
     echo
-    echo "| model | precision | fused attention | ms/step | without CUDA graph | items/s | peak device MB | params | PyTorch eager ms | torch.compile ms | eager / ours | compile / ours |"
-    echo "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    echo "| model | precision | fused attention | ms/step | without CUDA graph | items/s | peak device MB | cuDNN calls | params | PyTorch eager ms | torch.compile ms | eager / ours | compile / ours |"
+    echo "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     printf "%s" "$rows"
     echo
     lm4k_note=""
     case " $models " in *" lm4k "*) lm4k_note=", lm4k \`$sizes_lm4k\`" ;; esac
-    echo "Sizes: vit \`$sizes_vit\`, lm/gau/lstm \`$sizes_lm\`$lm4k_note, $steps."
+    echo "Sizes: vit \`$sizes_vit\`, lm/gau/lstm/lstm-own \`$sizes_lm\`$lm4k_note, $steps. lstm: cuDNN's LSTM where the build has cuDNN (fp32, tf32); lstm-own: INITLAB_CUDNN=0."
     echo "fused attention: INITLAB_FUSED_ATTENTION=0 (off: two batched GEMMs and a softmax kernel) or 1 (on: engine/cuda/flash_attention.cu; fp32 kernels under fp32, the TF32 tensor-core kernels under tf32 and bf16)."
     echo "ms/step: the step replayed from a CUDA graph where it applies (vit, lm, gau), else eager. A ratio above 1 means this engine is faster. Op profiles (apps/bench --profile 2, eager, device time from events):"
     for f in "$logdir"/*.profile; do

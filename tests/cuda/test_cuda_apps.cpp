@@ -16,7 +16,10 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <vector>
 #include <nlohmann/json.hpp>
+#include "engine/cuda/cudnn.h"
 #include "engine/rng.h"
 #include "tests/test_data_helpers.h"
 
@@ -258,6 +261,39 @@ TEST_CASE("cuda apps: bench/gpu.sh --fused-attention both gives a row with the f
     CHECK(table.find("| lm4k | tf32 | on |") != std::string::npos);
     CHECK(table.find("lm4k `--dim 32") != std::string::npos);
     CHECK(run("bash bench/gpu.sh " + flags + " --fused-attention sometimes", tmp / "log2") != 0);
+}
+
+TEST_CASE("cuda apps: bench/gpu.sh lstm and lstm-own: cuDNN's LSTM and the own kernels, side by side", "[cuda]") {
+#ifdef ENGINE_CUDA_EMU
+    const std::string flags = "--smoke --emulated --no-build";
+#else
+    const std::string flags = "--smoke --no-build";
+#endif
+    if (!engine::cuda::cudnn_built()) {
+        WARN("this build has no cuDNN: lstm-own is the only LSTM path");
+        return;
+    }
+    test::TempDir tmp;
+    int rc = run("bash bench/gpu.sh " + flags + " --no-tests --models 'lstm lstm-own' --precisions fp32 --out " +
+                     (tmp / "table.md"),
+                 tmp / "log");
+    INFO(slurp(tmp / "log"));
+    REQUIRE(rc == 0);
+    std::string table = slurp(tmp / "table.md");
+    INFO(table);
+    // The cuDNN calls column: a smoke lstm step (1 layer; warm-up, timed and profiled steps) calls
+    // cuDNN; lstm-own (INITLAB_CUDNN=0) never does.
+    auto cudnn_calls = [&](const std::string& row) {
+        size_t at = table.find(row);
+        REQUIRE(at != std::string::npos);
+        std::string line = table.substr(at, table.find('\n', at) - at);
+        std::vector<std::string> cells;
+        for (size_t p = 1, q; (q = line.find('|', p)) != std::string::npos; p = q + 1) cells.push_back(line.substr(p, q - p));
+        REQUIRE(cells.size() >= 8);
+        return std::stol(cells[7]);  // model, precision, fused, ms, eager ms, items/s, MB, cuDNN calls
+    };
+    CHECK(cudnn_calls("| lstm | fp32 |") > 0);
+    CHECK(cudnn_calls("| lstm-own | fp32 |") == 0);
 }
 
 // bench's JSON line (stdout) out of its log (stderr may hold notes).
