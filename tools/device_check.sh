@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# tools/device_check.sh: one call on a lent GPU machine (see tools/device_pack.sh, which packs what
+# it needs): the [cuda] suite on the device, then bench/gpu.sh's comparisons in TF32, each ours
+# against PyTorch eager and torch.compile where the machine's PyTorch has CUDA:
+#   - vit, lm, lm4k with the fused attention off and on (under tf32 the fused path is the
+#     tensor-core flash kernels);
+#   - gau, lstm (cuDNN's LSTM) and lstm-own (the own kernels).
+# Writes under $OUT (the device tool's folder; /tmp/out elsewhere): log.txt, suite.txt and the two
+# tables. Sized for about 6 minutes on an H100 or H200; SUITE_S and BENCH_S bound each part.
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+exec > >(tee "$OUT/log.txt") 2>&1
+date -u
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+git log -1 --format='commit %h %s' 2>/dev/null || true
+mkdir -p /tmp/lib && tar -xJf .dev/libs.tar.xz -C /tmp/lib
+# cuBLAS and cuDNN: the toolkit's if it has them, else the nvidia-* wheels of the machine's PyTorch.
+wheel_lib() { python3 -c "import importlib; print(list(importlib.import_module('$1').__path__)[0] + '/lib')" 2>/dev/null; }
+export LD_LIBRARY_PATH=/tmp/lib:/usr/local/cuda/lib64:$(wheel_lib nvidia.cudnn):$(wheel_lib nvidia.cublas):${LD_LIBRARY_PATH:-}
+if ldd tests/run_tests | grep "not found"; then echo "device_check: libraries missing (above)"; exit 1; fi
+
+echo "== [cuda] suite"
+timeout "${SUITE_S:-150}" tests/run_tests "[cuda]" -r compact > "$OUT/suite.txt" 2>&1
+echo "suite rc=$?"
+grep -E "failed|passed" "$OUT/suite.txt" | tail -n 20
+
+echo "== attention models, fused off and on (tf32)"
+timeout "${BENCH_S:-300}" bash bench/gpu.sh --no-build --no-tests --models "vit lm lm4k" --precisions tf32 \
+    --fused-attention both --out "$OUT/gpu-attention-tf32.md"
+echo "rc=$?"
+echo "== gau, lstm with cuDNN and with the own kernels (tf32)"
+timeout "${BENCH_S:-300}" bash bench/gpu.sh --no-build --no-tests --models "gau lstm lstm-own" --precisions tf32 \
+    --out "$OUT/gpu-gau-lstm-tf32.md"
+echo "rc=$?"
+grep -h '^| ' "$OUT"/gpu-*.md
+date -u
