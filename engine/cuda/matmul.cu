@@ -108,11 +108,12 @@ struct Bf16Copy {
     Bf16Copy& operator=(const Bf16Copy&) = delete;
 };
 
-// Elements a batched operand spans: `batch` matrices of rows×cols elements, `stride` apart (0: one
-// shared matrix). Empty or negative sizes give 0: nothing to convert (cuBLAS refuses negatives).
-int64_t span(int64_t batch, int64_t rows, int64_t cols, int64_t stride) {
+// Elements a batched operand spans: `batch` matrices of rows×cols elements with row stride ld
+// (>= cols), `stride` apart (0: one shared matrix). Empty or negative sizes give 0: nothing to
+// convert (cuBLAS refuses negatives).
+int64_t span(int64_t batch, int64_t rows, int64_t cols, int64_t stride, int64_t ld) {
     if (batch <= 0 || rows <= 0 || cols <= 0) return 0;
-    return stride * (batch - 1) + rows * cols;
+    return stride * (batch - 1) + (rows - 1) * ld + cols;
 }
 
 }  // namespace
@@ -140,7 +141,7 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const 
     std::lock_guard<std::mutex> lock(g_mu);
     cublasHandle_t h = handle(at());
     if (gemm_precision() == GemmPrecision::bf16) {
-        Bf16Copy a(A, span(1, M, K, 0)), b(B, span(1, K, N, 0));
+        Bf16Copy a(A, span(1, M, K, 0, K)), b(B, span(1, K, N, 0, N));
         cublasStatus_t st = cublasGemmEx(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N,
                                          (int)M, (int)K, &alpha, b.p, CUDA_R_16BF, ld(tb ? K : N), a.p, CUDA_R_16BF,
                                          ld(ta ? M : K), &beta, C, CUDA_R_32F, ld(N), CUBLAS_COMPUTE_32F,
@@ -156,9 +157,21 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const 
 
 void gemm_batched(bool ta, bool tb, int64_t batch, int64_t M, int64_t N, int64_t K, const float* A, int64_t stride_a,
                   const float* B, int64_t stride_b, float* C, int64_t stride_c) {
+    gemm_batched_ld(ta, tb, batch, M, N, K, A, stride_a, 0, B, stride_b, 0, C, stride_c, 0);
+}
+
+void gemm_batched_ld(bool ta, bool tb, int64_t batch, int64_t M, int64_t N, int64_t K, const float* A,
+                     int64_t stride_a, int64_t lda, const float* B, int64_t stride_b, int64_t ldb, float* C,
+                     int64_t stride_c, int64_t ldc) {
+    // Stored shapes: A is [M, K] ([K, M] transposed), B [K, N] ([N, K]), C [M, N]; packed rows
+    // unless a leading dimension is given.
+    const int64_t a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
+    if (lda <= 0) lda = a_cols;
+    if (ldb <= 0) ldb = b_cols;
+    if (ldc <= 0) ldc = N;
     std::string where;
     auto at = [&]() -> const std::string& {
-        if (where.empty()) where = shapes("gemm_batched", ta, tb, batch, M, N, K);
+        if (where.empty()) where = shapes("gemm_batched", ta, tb, batch, M, N, K);  // (or _ld: same op)
         return where;
     };
     if (M > INT_MAX || N > INT_MAX || K > INT_MAX || batch > INT_MAX) {
@@ -167,6 +180,11 @@ void gemm_batched(bool ta, bool tb, int64_t batch, int64_t M, int64_t N, int64_t
         check_int(K, "K", at());
         check_int(batch, "batch", at());
     }
+    if (lda > INT_MAX || ldb > INT_MAX || ldc > INT_MAX) {
+        check_int(lda, "lda", at());
+        check_int(ldb, "ldb", at());
+        check_int(ldc, "ldc", at());
+    }
     if (M == 0 || N == 0 || batch == 0) return;
     profile::note_flops(2.0 * (double)batch * (double)M * (double)N * (double)K);
     const float alpha = 1.f, beta = 0.f;
@@ -174,19 +192,19 @@ void gemm_batched(bool ta, bool tb, int64_t batch, int64_t M, int64_t N, int64_t
     cublasHandle_t h = handle(at());
     if (gemm_precision() == GemmPrecision::bf16) {
         // The bf16 copies keep the layout, so the same strides (in elements) address them.
-        Bf16Copy a(A, span(batch, M, K, stride_a)), b(B, span(batch, K, N, stride_b));
+        Bf16Copy a(A, span(batch, a_rows, a_cols, stride_a, lda)), b(B, span(batch, b_rows, b_cols, stride_b, ldb));
         cublasStatus_t st = cublasGemmStridedBatchedEx(
             h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N, (int)M, (int)K, &alpha, b.p,
-            CUDA_R_16BF, ld(tb ? K : N), (long long)stride_b, a.p, CUDA_R_16BF, ld(ta ? M : K), (long long)stride_a,
-            &beta, C, CUDA_R_32F, ld(N), (long long)stride_c, (int)batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+            CUDA_R_16BF, ld(ldb), (long long)stride_b, a.p, CUDA_R_16BF, ld(lda), (long long)stride_a, &beta, C,
+            CUDA_R_32F, ld(ldc), (long long)stride_c, (int)batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
         if (st != CUBLAS_STATUS_SUCCESS) check_cublas(st, "cublasGemmStridedBatchedEx", at());
         return;
     }
     // Strides are long long in cuBLAS: a stride of 0 reuses that operand for every batch entry.
-    cublasStatus_t st = cublasSgemmStridedBatched(
-        h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N, (int)M, (int)K, &alpha, B,
-        ld(tb ? K : N), (long long)stride_b, A, ld(ta ? M : K), (long long)stride_a, &beta, C, ld(N),
-        (long long)stride_c, (int)batch);
+    cublasStatus_t st = cublasSgemmStridedBatched(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                                  (int)N, (int)M, (int)K, &alpha, B, ld(ldb), (long long)stride_b, A,
+                                                  ld(lda), (long long)stride_a, &beta, C, ld(ldc), (long long)stride_c,
+                                                  (int)batch);
     if (st != CUBLAS_STATUS_SUCCESS) check_cublas(st, "cublasSgemmStridedBatched", at());
 }
 

@@ -38,5 +38,12 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
 // stride of 0 shares that operand.
 void gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, const float* A,
                   int64_t stride_a, const float* B, int64_t stride_b, float* C, int64_t stride_c);
+// The same with row strides (leading dimensions, in floats, at least the stored row length; 0:
+// packed rows) for each operand: a matrix's rows may be padded, e.g. to 16 bytes, which cuBLAS's
+// fastest tensor-core kernels need of every row and every matrix of the batch (engine/cuda/nn.cu's
+// attention pads P's rows for that reason).
+void gemm_batched_ld(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, const float* A,
+                     int64_t stride_a, int64_t lda, const float* B, int64_t stride_b, int64_t ldb, float* C,
+                     int64_t stride_c, int64_t ldc);
 
 }  // namespace engine::cuda

@@ -464,11 +464,11 @@ __global__ void mse_backward_kernel(const float* pred, const float* target, cons
 // dropped = P ⊙ mask, the operand of the value product.
 template <bool kBlock>
 __global__ void attention_softmax_kernel(float* p, const float* mask, float* dropped, int64_t rows, int64_t T,
-                                         int64_t S, bool causal, float scale) {
+                                         int64_t S, int64_t ldp, bool causal, float scale) {
     SHARED_ARRAY(float, scratch, kRowThreads / kWarp);
     RowGroup g = row_group<kBlock>();
     for (int64_t r = g.first; r < rows; r += g.stride) {
-        float* pr = p + r * S;
+        float* pr = p + r * ldp;
         int64_t visible = S;
         if (causal) {
             int64_t i = r % T;
@@ -489,7 +489,7 @@ __global__ void attention_softmax_kernel(float* p, const float* mask, float* dro
         for (int64_t j = g.tid; j < S; j += g.width) {
             float v = j < visible ? pr[j] * inv : 0.f;
             pr[j] = v;
-            if (mask) dropped[r * S + j] = v * mask[r * S + j];
+            if (mask) dropped[r * ldp + j] = v * mask[r * S + j];
         }
     }
 }
@@ -498,12 +498,12 @@ __global__ void attention_softmax_kernel(float* p, const float* mask, float* dro
 // of the dq and dk GEMMs on the CPU).
 template <bool kBlock>
 __global__ void attention_softmax_backward_kernel(const float* p, const float* mask, float* ds, int64_t rows,
-                                                  int64_t S, float scale) {
+                                                  int64_t S, int64_t ldp, float scale) {
     SHARED_ARRAY(float, scratch, kRowThreads / kWarp);
     RowGroup g = row_group<kBlock>();
     for (int64_t r = g.first; r < rows; r += g.stride) {
-        const float* pr = p + r * S;
-        float* dr = ds + r * S;
+        const float* pr = p + r * ldp;
+        float* dr = ds + r * ldp;
         float dot = 0.f;
         for (int64_t j = g.tid; j < S; j += g.width) {
             float d = mask ? dr[j] * mask[r * S + j] : dr[j];
@@ -710,6 +710,21 @@ void mse_backward(const float* pred, const float* target, const float* dloss, fl
     KERNEL_LAUNCH(mse_backward_kernel, blocks_for(n), kBlockSize, 0, pred, target, dloss, dpred, dtarget, n);
 }
 
+int64_t attention_p_stride(int64_t S) { return (S + 3) / 4 * 4; }
+
+// P (and the dropped P and dS of the same shape) with rows of ldp = S rounded up to 4 floats: then
+// every row and every head's matrix starts 16-byte aligned whatever S is (257 for ViT-Tiny's
+// patch-2 tokens), which cuBLAS's fastest TF32 tensor-core kernels require of all operands; the
+// padding columns are never written nor read (each GEMM's K or N is S, its leading dimension ldp).
+// dropped[r, j] = P[r, j]·mask[r, j] for the dv GEMM of the backward (mask rows unpadded).
+__global__ void mask_rows_kernel(const float* p, const float* mask, float* dropped, int64_t rows, int64_t S,
+                                 int64_t ldp) {
+    GRID_STRIDE_LOOP(e, rows * S) {
+        const int64_t r = e / S, j = e % S;
+        dropped[r * ldp + j] = p[r * ldp + j] * mask[e];
+    }
+}
+
 void attention_forward(const float* q, const float* k, const float* v, const float* mask, float* p, float* out,
                        int64_t BH, int64_t T, int64_t S, int64_t D, bool causal, float scale) {
     if (BH * T == 0 || D == 0) return;
@@ -717,10 +732,11 @@ void attention_forward(const float* q, const float* k, const float* v, const flo
         memset_zero(out, sizeof(float) * BH * T * D);
         return;
     }
-    gemm_batched(false, true, BH, T, S, D, q, T * D, k, S * D, p, T * S);  // raw scores q·kᵀ
-    Scratch<float> dropped(mask ? BH * T * S : 0);
-    ROWS_LAUNCH(attention_softmax_kernel, BH * T, S, p, mask, dropped.p, BH * T, T, S, causal, scale);
-    gemm_batched(false, false, BH, T, D, S, mask ? dropped.p : p, T * S, v, S * D, out, T * D);
+    const int64_t ldp = attention_p_stride(S), p_stride = T * ldp;
+    gemm_batched_ld(false, true, BH, T, S, D, q, T * D, 0, k, S * D, 0, p, p_stride, ldp);  // raw scores q·kᵀ
+    Scratch<float> dropped(mask ? BH * p_stride : 0);
+    ROWS_LAUNCH(attention_softmax_kernel, BH * T, S, p, mask, dropped.p, BH * T, T, S, ldp, causal, scale);
+    gemm_batched_ld(false, false, BH, T, D, S, mask ? dropped.p : p, p_stride, ldp, v, S * D, 0, out, T * D, 0);
 }
 
 void attention_backward(const float* q, const float* k, const float* v, const float* mask, const float* p,
@@ -732,17 +748,18 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
         if (dv) memset_zero(dv, sizeof(float) * BH * S * D);
         return;
     }
+    const int64_t ldp = attention_p_stride(S), p_stride = T * ldp;
     if (dv) {  // dv = (P ⊙ mask)ᵀ·dout
-        Scratch<float> dropped(mask ? BH * T * S : 0);
-        if (mask) KERNEL_LAUNCH(mul_kernel, blocks_for(BH * T * S), kBlockSize, 0, p, mask, dropped.p, BH * T * S);
-        gemm_batched(true, false, BH, S, D, T, mask ? dropped.p : p, T * S, dout, T * D, dv, S * D);
+        Scratch<float> dropped(mask ? BH * p_stride : 0);
+        if (mask) KERNEL_LAUNCH(mask_rows_kernel, blocks_for(BH * T * S), kBlockSize, 0, p, mask, dropped.p, BH * T, S, ldp);
+        gemm_batched_ld(true, false, BH, S, D, T, mask ? dropped.p : p, p_stride, ldp, dout, T * D, 0, dv, S * D, 0);
     }
     if (!dq && !dk) return;
-    Scratch<float> ds(BH * T * S);
-    gemm_batched(false, true, BH, T, S, D, dout, T * D, v, S * D, ds.p, T * S);  // dP = dout·vᵀ
-    ROWS_LAUNCH(attention_softmax_backward_kernel, BH * T, S, p, mask, ds.p, BH * T, S, scale);
-    if (dq) gemm_batched(false, false, BH, T, D, S, ds.p, T * S, k, S * D, dq, T * D);  // dq = dS·k
-    if (dk) gemm_batched(true, false, BH, S, D, T, ds.p, T * S, q, T * D, dk, S * D);   // dk = dSᵀ·q
+    Scratch<float> ds(BH * p_stride);
+    gemm_batched_ld(false, true, BH, T, S, D, dout, T * D, 0, v, S * D, 0, ds.p, p_stride, ldp);  // dP = dout·vᵀ
+    ROWS_LAUNCH(attention_softmax_backward_kernel, BH * T, S, p, mask, ds.p, BH * T, S, ldp, scale);
+    if (dq) gemm_batched_ld(false, false, BH, T, D, S, ds.p, p_stride, ldp, k, S * D, 0, dq, T * D, 0);  // dq = dS·k
+    if (dk) gemm_batched_ld(true, false, BH, S, D, T, ds.p, p_stride, ldp, q, T * D, 0, dk, S * D, 0);  // dk = dSᵀ·q
 }
 
 void rope_forward(const float* x, float* y, int64_t outer, int64_t T, int64_t D, float base, int64_t start_pos) {

@@ -65,9 +65,12 @@ void mse_backward(const float* pred, const float* target, const float* dloss, fl
 // Attention over BH = B·H independent heads: q [BH, T, D], k and v [BH, S, D]. The unfused path,
 // and the reference of the fused one (engine/cuda/flash_attention.h: no P stored), which the op
 // uses without dropout for head dims 32, 64 and 128.
-// P = softmax(q·kᵀ·scale, causal: query i sees keys j <= i + S − T), written to p [BH, T, S]
-// (masked entries exactly 0; a query that sees no key gets an all-zero row).
+// P = softmax(q·kᵀ·scale, causal: query i sees keys j <= i + S − T), written to p [BH, T, ldp]
+// with ldp = attention_p_stride(S) (rows padded to 16 bytes for cuBLAS's tensor cores; the padding
+// is never written nor read); masked entries exactly 0; a query that sees no key gets an all-zero
+// row. The mask, when there is one, is unpadded [BH, T, S].
 // out = (P ⊙ mask)·v, with mask [BH, T, S] the scaled dropout mask, or null for no dropout.
+int64_t attention_p_stride(int64_t S);  // S rounded up to a multiple of 4
 void attention_forward(const float* q, const float* k, const float* v, const float* mask, float* p, float* out,
                        int64_t BH, int64_t T, int64_t S, int64_t D, bool causal, float scale);
 // From the saved P and mask: dv = (P⊙mask)ᵀ·dout, dP = (dout·vᵀ)⊙mask, dS = P⊙(dP − rowsum(dP⊙P)),

@@ -343,7 +343,12 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
         draw_uniform(mask);
         ON_DEVICE(dev, dropout_forward)(nullptr, mask.raw_f32(), nullptr, mask.numel(), dropout_p);
     }
-    Tensor p = q.new_empty({B, H, T, S});
+    // The CUDA path pads P's rows to 16 bytes (engine/cuda/nn.h: attention_p_stride).
+    int64_t ldp = S;
+#ifdef ENGINE_CUDA
+    if (dev == Device::CUDA) ldp = cuda::attention_p_stride(S);
+#endif
+    Tensor p = q.new_empty({B, H, T, ldp});
     Tensor out = q.new_empty(qs);
     const float* pm = mask.defined() ? mask.raw_f32() : nullptr;
     ON_DEVICE(dev, attention_forward)(q.raw_f32(), k.raw_f32(), v.raw_f32(), pm, p.raw_f32(), out.raw_f32(), BH, T,
