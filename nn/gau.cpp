@@ -26,7 +26,22 @@ GAU::GAU(int64_t d, int64_t expansion, int64_t s_, bool causal, bool rope, bool 
 Tensor GAU::forward(const Tensor& x) const {
     check(x.ndim() == 3 && x.size(2) == dim, "GAU: input {} is not [B, n, {}]", x.shape().str(), dim);
     int64_t n = x.size(1);
-    auto parts = split(silu(hidden->forward(x)), {e, e, s}, 2);
+    std::vector<Tensor> parts;
+    if (hidden->forward_hook || hidden->input_hook) {
+        // A data-dependent initializer observes hidden's whole output: one GEMM, then a split.
+        parts = split(silu(hidden->forward(x)), {e, e, s}, 2);
+    } else {
+        // One GEMM per row block of hidden's weight (views, no copies): the same products as the
+        // single GEMM, without splitting its [tokens, 2e + s] output. That split copied the
+        // activations, and its backward made three zero-filled gradients of that size and added
+        // them: 39% of a GAU step's non-GEMM bytes (apps/bench gau --profile). The views' backward
+        // does the same to the weight's gradient, (2e + s)·dim floats instead of tokens·(2e + s).
+        auto block = [&](int64_t start, int64_t rows) {
+            Tensor b = hidden->bias.defined() ? hidden->bias.narrow(0, start, rows) : Tensor();
+            return silu(linear(x, hidden->weight.narrow(0, start, rows), b));
+        };
+        parts = {block(0, e), block(e, e), block(2 * e, s)};
+    }
     Tensor u = parts[0], v = parts[1], z = parts[2];
     Tensor q = add(mul(z, gamma_q), beta_q), k = add(mul(z, gamma_k), beta_k);
     if (use_rope) {

@@ -81,6 +81,32 @@ TEST_CASE("GAU: names, causality, and the near-identity scale s·ν⁶/n at init
                              b.narrow(0, 0, 1).reshape({n, d}).narrow(0, 0, n - 1)) == 0.f);
 }
 
+// GAU::forward takes u, v and z from one GEMM per row block of hidden's weight, or, when a
+// data-dependent initializer hooks hidden, from one GEMM and a split: the same values and gradients.
+TEST_CASE("GAU: the per-block GEMMs equal the one GEMM and its split, values and every gradient", "[models]") {
+    manual_seed(7);
+    GAU gau(16, 24, 8, true, true, true);  // causal, rope, biases
+    Tensor x = Tensor::normal({2, 5, 16});
+    auto run = [&](bool hooked) {
+        gau.hidden->forward_hook = hooked ? [](const Module&, const Tensor&) {} : std::function<void(const Module&, const Tensor&)>();
+        for (auto& p : gau.named_parameters()) p.tensor->zero_grad();
+        Tensor xi = x.detach().requires_grad_(true);
+        Tensor y = gau.forward(xi);
+        sum(mul(y, y)).backward();
+        std::vector<Tensor> r{y.detach(), xi.grad()};
+        for (auto& p : gau.named_parameters()) r.push_back(p.tensor->grad());
+        return r;
+    };
+    std::vector<Tensor> blocks = run(false), split_path = run(true);
+    gau.hidden->forward_hook = nullptr;
+    REQUIRE(blocks.size() == split_path.size());
+    for (size_t i = 0; i < blocks.size(); i++) {
+        INFO("tensor " << i << " (output, input gradient, then the parameters' gradients)");
+        REQUIRE(blocks[i].defined());
+        CHECK(test::max_abs_diff(blocks[i], split_path[i]) < 1e-5f);
+    }
+}
+
 TEST_CASE("GAU LM: Post-Norm and Pre-Norm memorize a sequence", "[models][overfit]") {
     for (bool post : {true, false}) {
         manual_seed(6);
