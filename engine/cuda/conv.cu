@@ -25,12 +25,6 @@
 #include "engine/cuda/kernel.h"
 #include "engine/cuda/matmul.h"
 
-// Fully unrolled loops over small fixed-size arrays keep them in registers under nvcc.
-#ifdef __CUDACC__
-#define UNROLL _Pragma("unroll")
-#else
-#define UNROLL
-#endif
 
 namespace engine::cuda {
 

@@ -10,13 +10,8 @@
 #include "engine/cuda/reduce.h"
 #include "engine/ops/pointwise.h"
 
-// Fully unrolled loops over the (at most kMaxDims) dims index the kernel's parameter arrays with
-// constants, so nvcc keeps them in registers instead of copying them to local memory.
-#ifdef __CUDACC__
-#define UNROLL_DIMS _Pragma("unroll")
-#else
-#define UNROLL_DIMS
-#endif
+// Loops over the (at most kMaxDims) dims are UNROLLed (engine/cuda/kernel.h): they index the
+// kernel's parameter arrays with constants, which nvcc then keeps in registers.
 
 namespace engine::cuda {
 
@@ -68,7 +63,7 @@ __global__ void binary_broadcast_kernel(const float* a, const float* b, float* o
     Op op;
     GRID_STRIDE_LOOP(i, n) {
         int64_t rem = i, oa = 0, ob = 0;
-        UNROLL_DIMS
+        UNROLL
         for (int d = kMaxDims - 1; d >= 0; d--) {
             if (d >= p.nd) continue;
             int64_t k = rem % p.size[d];

@@ -62,12 +62,7 @@
 #include "engine/profile.h"
 
 // nvcc must unroll the loops over a thread's rows and columns to keep those arrays in registers
-// (not local memory); g++ (the emulated build) does not know the pragma and would warn.
-#ifdef ENGINE_CUDA_EMU
-#define FLASH_UNROLL
-#else
-#define FLASH_UNROLL _Pragma("unroll")
-#endif
+// (not local memory): UNROLL (engine/cuda/kernel.h).
 
 namespace engine::cuda {
 namespace {
@@ -133,22 +128,22 @@ __device__ __forceinline__ void load_rows(float* tile, const float* src, int64_t
 // 8 addresses in 8 different banks).
 template <int D, int RPT, int CPT>
 __device__ __forceinline__ void tile_dots(const float* A, const float* B, int g, int l, float (&acc)[RPT][CPT]) {
-    FLASH_UNROLL
+    UNROLL
     for (int r = 0; r < RPT; r++) {
-        FLASH_UNROLL
+        UNROLL
         for (int c = 0; c < CPT; c++) acc[r][c] = 0.f;
     }
     const float* a = A + g * RPT * (D + 1);
     const float* b = B + l * (D + 1);
     for (int d = 0; d < D; d++) {
         float av[RPT], bv[CPT];
-        FLASH_UNROLL
+        UNROLL
         for (int r = 0; r < RPT; r++) av[r] = a[r * (D + 1) + d];
-        FLASH_UNROLL
+        UNROLL
         for (int c = 0; c < CPT; c++) bv[c] = b[c * kGroupLanes * (D + 1) + d];
-        FLASH_UNROLL
+        UNROLL
         for (int r = 0; r < RPT; r++) {
-            FLASH_UNROLL
+            UNROLL
             for (int c = 0; c < CPT; c++) acc[r][c] = fmaf(av[r], bv[c], acc[r][c]);
         }
     }
@@ -163,12 +158,12 @@ __device__ __forceinline__ void tile_accumulate(const float* W, const float* X, 
     const float* x = X + l;
     for (int j = 0; j < COLS; j++) {
         float wv[RPT];
-        FLASH_UNROLL
+        UNROLL
         for (int r = 0; r < RPT; r++) wv[r] = w[r * (COLS + 1) + j];
-        FLASH_UNROLL
+        UNROLL
         for (int e = 0; e < D / kGroupLanes; e++) {
             const float xv = x[j * (D + 1) + e * kGroupLanes];
-            FLASH_UNROLL
+            UNROLL
             for (int r = 0; r < RPT; r++) acc[r][e] = fmaf(wv[r], xv, acc[r][e]);
         }
     }
@@ -198,11 +193,11 @@ __global__ void __launch_bounds__(kThreads)
 
     load_rows<D, R>(q_s, q, q0, T);
     float m[RPT], sum[RPT], o[RPT][DPT];
-    FLASH_UNROLL
+    UNROLL
     for (int r = 0; r < RPT; r++) {
         m[r] = -INFINITY;
         sum[r] = 0.f;
-        FLASH_UNROLL
+        UNROLL
         for (int e = 0; e < DPT; e++) o[r][e] = 0.f;
     }
     const int64_t k_end = keys_seen_by(q0, R, T, S, causal);
@@ -213,11 +208,11 @@ __global__ void __launch_bounds__(kThreads)
         __syncthreads();
         float s[RPT][CPT];
         tile_dots<D, RPT, CPT>(q_s, k_s, g, l, s);
-        FLASH_UNROLL
+        UNROLL
         for (int r = 0; r < RPT; r++) {
             const int64_t i = q0 + g * RPT + r;
             float tile_max = -INFINITY;
-            FLASH_UNROLL
+            UNROLL
             for (int c = 0; c < CPT; c++) {
                 s[r][c] = sees(i, k0 + l + c * kGroupLanes, T, S, causal) ? s[r][c] * scale : -INFINITY;
                 tile_max = fmaxf(tile_max, s[r][c]);
@@ -228,7 +223,7 @@ __global__ void __launch_bounds__(kThreads)
             const float base = m_new == -INFINITY ? 0.f : m_new;
             const float alpha = expf(m[r] - base);  // rescales what was summed against the old max
             float tile_sum = 0.f;
-            FLASH_UNROLL
+            UNROLL
             for (int c = 0; c < CPT; c++) {
                 const float p = expf(s[r][c] - base);
                 p_s[(g * RPT + r) * (C + 1) + l + c * kGroupLanes] = p;
@@ -236,20 +231,20 @@ __global__ void __launch_bounds__(kThreads)
             }
             sum[r] = sum[r] * alpha + group_sum(tile_sum);
             m[r] = m_new;
-            FLASH_UNROLL
+            UNROLL
             for (int e = 0; e < DPT; e++) o[r][e] *= alpha;
         }
         __syncwarp();  // this thread's P rows are written (by its group's lanes, in its own warp)
         tile_accumulate<D, C, RPT>(p_s, v_s, g, l, o);
     }
 
-    FLASH_UNROLL
+    UNROLL
     for (int r = 0; r < RPT; r++) {
         const int64_t i = q0 + g * RPT + r;
         if (i >= T) continue;
         // sum >= 1 once a key is seen (the max contributes exp(0)); 0 means none was.
         const float inv = sum[r] > 0.f ? 1.f / sum[r] : 0.f;
-        FLASH_UNROLL
+        UNROLL
         for (int e = 0; e < DPT; e++) out[i * D + l + e * kGroupLanes] = o[r][e] * inv;
         if (l == 0) lse[i] = sum[r] > 0.f ? m[r] + logf(sum[r]) : INFINITY;
     }
@@ -296,9 +291,9 @@ __global__ void __launch_bounds__(kThreads)
     load_rows<D, R>(k_s, k, k0, S);
     load_rows<D, R>(v_s, v, k0, S);
     float dk_acc[RPT][DPT], dv_acc[RPT][DPT];
-    FLASH_UNROLL
+    UNROLL
     for (int r = 0; r < RPT; r++) {
-        FLASH_UNROLL
+        UNROLL
         for (int e = 0; e < DPT; e++) dk_acc[r][e] = dv_acc[r][e] = 0.f;
     }
     // The first query that sees key k0 (the block's smallest); causal, earlier queries see none of the tile.
@@ -312,15 +307,15 @@ __global__ void __launch_bounds__(kThreads)
         float s[RPT][CPT], dp[RPT][CPT], col_lse[CPT], col_delta[CPT];
         tile_dots<D, RPT, CPT>(k_s, q_s, g, l, s);    // (k·qᵀ)[key][query]
         tile_dots<D, RPT, CPT>(v_s, do_s, g, l, dp);  // (v·doutᵀ)[key][query] = dPᵀ
-        FLASH_UNROLL
+        UNROLL
         for (int c = 0; c < CPT; c++) {
             const int64_t i = i0 + l + c * kGroupLanes;
             col_lse[c] = i < T ? lse[i] : INFINITY;
             col_delta[c] = i < T ? delta[i] : 0.f;
         }
-        FLASH_UNROLL
+        UNROLL
         for (int r = 0; r < RPT; r++) {
-            FLASH_UNROLL
+            UNROLL
             for (int c = 0; c < CPT; c++) {
                 const bool seen = sees(i0 + l + c * kGroupLanes, k0 + g * RPT + r, T, S, causal);
                 const float p = seen ? expf(s[r][c] * scale - col_lse[c]) : 0.f;
@@ -334,11 +329,11 @@ __global__ void __launch_bounds__(kThreads)
         tile_accumulate<D, C, RPT>(ds_s, q_s, g, l, dk_acc);   // dk += dSᵀ·q
     }
 
-    FLASH_UNROLL
+    UNROLL
     for (int r = 0; r < RPT; r++) {
         const int64_t j = k0 + g * RPT + r;
         if (j >= S) continue;
-        FLASH_UNROLL
+        UNROLL
         for (int e = 0; e < DPT; e++) {
             const int64_t at = (bh * S + j) * D + l + e * kGroupLanes;
             if (dv) dv[at] = dv_acc[r][e];
@@ -372,12 +367,12 @@ __global__ void __launch_bounds__(kThreads)
     load_rows<D, R>(q_s, q, q0, T);
     load_rows<D, R>(do_s, dout, q0, T);
     float row_lse[RPT], row_delta[RPT], acc[RPT][DPT];
-    FLASH_UNROLL
+    UNROLL
     for (int r = 0; r < RPT; r++) {
         const int64_t i = q0 + g * RPT + r;
         row_lse[r] = i < T ? lse[i] : INFINITY;
         row_delta[r] = i < T ? delta[i] : 0.f;
-        FLASH_UNROLL
+        UNROLL
         for (int e = 0; e < DPT; e++) acc[r][e] = 0.f;
     }
     const int64_t k_end = keys_seen_by(q0, R, T, S, causal);
@@ -389,9 +384,9 @@ __global__ void __launch_bounds__(kThreads)
         float s[RPT][CPT], dp[RPT][CPT];
         tile_dots<D, RPT, CPT>(q_s, k_s, g, l, s);    // q·kᵀ
         tile_dots<D, RPT, CPT>(do_s, v_s, g, l, dp);  // dP = dout·vᵀ
-        FLASH_UNROLL
+        UNROLL
         for (int r = 0; r < RPT; r++) {
-            FLASH_UNROLL
+            UNROLL
             for (int c = 0; c < CPT; c++) {
                 const bool seen = sees(q0 + g * RPT + r, k0 + l + c * kGroupLanes, T, S, causal);
                 const float p = seen ? expf(s[r][c] * scale - row_lse[r]) : 0.f;
@@ -402,11 +397,11 @@ __global__ void __launch_bounds__(kThreads)
         tile_accumulate<D, C, RPT>(ds_s, k_s, g, l, acc);  // dq += dS·k
     }
 
-    FLASH_UNROLL
+    UNROLL
     for (int r = 0; r < RPT; r++) {
         const int64_t i = q0 + g * RPT + r;
         if (i >= T) continue;
-        FLASH_UNROLL
+        UNROLL
         for (int e = 0; e < DPT; e++) dq[i * D + l + e * kGroupLanes] = acc[r][e] * scale;
     }
 }

@@ -85,6 +85,15 @@ inline unsigned blocks_for(int64_t n, int threads = kBlockSize) {
     T* name = reinterpret_cast<T*>(name##_raw)
 #endif
 
+// `UNROLL for (...)`: a fully unrolled loop over a small fixed-size array, which nvcc then keeps in
+// registers (indexed by constants) instead of local memory. g++ (the emulated build) does not know
+// the pragma and would warn.
+#ifdef __CUDACC__
+#define UNROLL _Pragma("unroll")
+#else
+#define UNROLL
+#endif
+
 // A grid-stride loop over [0, n) with 64-bit indices (tensors may pass 2^31 elements).
 #define GRID_STRIDE_LOOP(i, n)                                                                     \
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (int64_t)(n); \

@@ -279,6 +279,75 @@ __global__ void layer_norm_backward_dx_kernel(const float* x, const float* weigh
     }
 }
 
+// dx and the dweight/dbias chunk sums in one pass, for rows of n <= 32·kCols <= 256 (the two
+// kernels below read x and dy a second time: 2/5 of the backward's traffic). Block c (256 threads,
+// 8 warps) takes chunk c of the rows; warp w its rows w, w + 8, ...; lane l the columns l + 32·i,
+// whose x and dy stay in registers for the row's two passes, and whose Σ dy·x̂ and Σ dy it adds up
+// over the warp's rows. The 8 warps' sums then meet in shared memory in warp order and go to
+// partial [chunks, 2, n] as the two-kernel path writes it: fixed orders, the same bits every run.
+// Up to 8 columns a lane (ViT-Tiny's 192 take 6): 103-113 registers, two blocks an SM. 16 columns
+// took 121-143 registers, one block (8 warps) an SM: too few loads in flight for a memory-bound
+// pass, so wider rows keep the two-kernel path (make cuda-check has the figures).
+constexpr int64_t kLnFusedMax = 8 * kWarp;
+template <int kCols>
+__global__ void __launch_bounds__(kRowThreads)
+    layer_norm_backward_fused_kernel(const float* x, const float* weight, const float* mean, const float* rstd,
+                                     const float* dy, float* dx, float* partial, int64_t rows, int n,
+                                     int64_t chunk_rows) {
+    constexpr int kWarps = kRowThreads / kWarp;
+    SHARED_ARRAY(float, sums, kWarps * 2 * kWarp * kCols);  // [warp][Σ dy·x̂ | Σ dy][column]
+    const int lane = (int)threadIdx.x % kWarp, warp = (int)threadIdx.x / kWarp;
+    const int64_t begin = (int64_t)blockIdx.x * chunk_rows;
+    const int64_t end = begin + chunk_rows < rows ? begin + chunk_rows : rows;
+    float w[kCols], sw[kCols], sb[kCols];
+    UNROLL
+    for (int i = 0; i < kCols; i++) {
+        const int j = lane + i * kWarp;
+        w[i] = j < n ? (weight ? weight[j] : 1.f) : 0.f;
+        sw[i] = sb[i] = 0.f;
+    }
+    for (int64_t r = begin + warp; r < end; r += kWarps) {
+        const float mu = mean[r], rs = rstd[r];
+        float xhat[kCols], g[kCols], a = 0.f, b = 0.f;  // a = Σ dx̂, b = Σ dx̂·x̂
+        UNROLL
+        for (int i = 0; i < kCols; i++) {
+            const int j = lane + i * kWarp;
+            xhat[i] = j < n ? (x[r * n + j] - mu) * rs : 0.f;
+            g[i] = j < n ? dy[r * n + j] : 0.f;
+            a += g[i] * w[i];
+            b += g[i] * w[i] * xhat[i];
+            sw[i] += g[i] * xhat[i];
+            sb[i] += g[i];
+        }
+        const float mean_dxhat = warp_sum(a) / (float)n, mean_dxhat_xhat = warp_sum(b) / (float)n;
+        UNROLL
+        for (int i = 0; i < kCols; i++) {
+            const int j = lane + i * kWarp;
+            if (j < n) dx[r * n + j] = rs * (g[i] * w[i] - mean_dxhat - xhat[i] * mean_dxhat_xhat);
+        }
+    }
+    UNROLL
+    for (int i = 0; i < kCols; i++) {
+        sums[(warp * 2 + 0) * kWarp * kCols + lane + i * kWarp] = sw[i];
+        sums[(warp * 2 + 1) * kWarp * kCols + lane + i * kWarp] = sb[i];
+    }
+    __syncthreads();
+    for (int e = (int)threadIdx.x; e < 2 * n; e += kRowThreads) {
+        const int which = e / n, j = e % n;
+        float total = 0.f;
+        for (int k = 0; k < kWarps; k++) total += sums[(k * 2 + which) * kWarp * kCols + j];
+        partial[(int64_t)blockIdx.x * 2 * n + e] = total;
+    }
+}
+
+template <int kCols>
+void layer_norm_backward_fused(const float* x, const float* weight, const float* mean, const float* rstd,
+                               const float* dy, float* dx, float* partial, int64_t rows, int64_t n, int64_t chunk_rows,
+                               int64_t chunks) {
+    KERNEL_LAUNCH(layer_norm_backward_fused_kernel<kCols>, dim3((unsigned)chunks), kRowThreads, 0, x, weight, mean,
+                  rstd, dy, dx, partial, rows, (int)n, chunk_rows);
+}
+
 // dweight/dbias, pass 1: block (32, 8) per (chunk of rows, tile of 32 columns). The 32 threads of a
 // warp read 32 consecutive columns of a row (coalesced), the 8 warps take every 8th row of the
 // chunk; the 8 partial sums per column meet in shared memory, in order. partial is [chunks, 2, n]:
@@ -606,7 +675,10 @@ void add_layer_norm_forward(const float* x, const float* residual, const float* 
 void layer_norm_backward(const float* x, const float* weight, const float* mean, const float* rstd,
                          const float* dy, float* dx, float* dweight, float* dbias, int64_t rows, int64_t n) {
     if (n == 0) return;
-    if (dx && rows > 0) ROWS_LAUNCH(layer_norm_backward_dx_kernel, rows, n, x, weight, mean, rstd, dy, dx, rows, n);
+    // dx with the parameters' gradients in one pass where the row fits a warp's registers.
+    const bool fused = dx && (dweight || dbias) && rows > 0 && n <= kLnFusedMax;
+    if (dx && rows > 0 && !fused)
+        ROWS_LAUNCH(layer_norm_backward_dx_kernel, rows, n, x, weight, mean, rstd, dy, dx, rows, n);
     if (!dweight && !dbias) return;
     if (rows == 0) {  // empty sums
         if (dweight) memset_zero(dweight, sizeof(float) * n);
@@ -619,8 +691,19 @@ void layer_norm_backward(const float* x, const float* weight, const float* mean,
     int64_t chunks = (rows + chunk_rows - 1) / chunk_rows;
     int64_t tiles = (n + kLnTile - 1) / kLnTile;
     Scratch<float> partial(chunks * 2 * n);
-    KERNEL_LAUNCH(layer_norm_params_partial_kernel, blocks_for(tiles * chunks, 1), dim3(kLnTile, kLnRowsPerBlock), 0,
-                  x, mean, rstd, dy, partial.p, rows, n, chunk_rows, chunks);
+    if (fused) {
+        // The fewest registers a lane needs for its columns: 32·kCols >= n.
+        auto run = [&](auto launch_cols) {
+            launch_cols(x, weight, mean, rstd, dy, dx, partial.p, rows, n, chunk_rows, chunks);
+        };
+        if (n <= 32) run(layer_norm_backward_fused<1>);
+        else if (n <= 64) run(layer_norm_backward_fused<2>);
+        else if (n <= 128) run(layer_norm_backward_fused<4>);
+        else run(layer_norm_backward_fused<8>);
+    } else {
+        KERNEL_LAUNCH(layer_norm_params_partial_kernel, blocks_for(tiles * chunks, 1), dim3(kLnTile, kLnRowsPerBlock),
+                      0, x, mean, rstd, dy, partial.p, rows, n, chunk_rows, chunks);
+    }
     KERNEL_LAUNCH(layer_norm_params_final_kernel, blocks_for(n * kWarp), kBlockSize, 0, partial.p, dweight, dbias, n,
                   chunks);
 }

@@ -5,13 +5,8 @@
 #include "engine/cuda/kernel.h"
 #include "engine/cuda/shape.h"
 
-// Fully unrolled loops over the (at most kMaxDims) dims, or a lane's columns, index the kernels'
-// arrays with constants, so nvcc keeps them in registers instead of copying them to local memory.
-#ifdef __CUDACC__
-#define UNROLL_DIMS _Pragma("unroll")
-#else
-#define UNROLL_DIMS
-#endif
+// Loops over the (at most kMaxDims) dims, or a lane's columns, are UNROLLed (engine/cuda/kernel.h):
+// they index the kernels' arrays with constants, which nvcc then keeps in registers.
 
 namespace engine::cuda {
 
@@ -44,7 +39,7 @@ template <typename Vec, typename I>
 __global__ void permute_rows_kernel(const Vec* x, Vec* out, PermuteRows<I> p, I n) {
     for (I i = (I)blockIdx.x * (I)blockDim.x + (I)threadIdx.x; i < n; i += (I)blockDim.x * (I)gridDim.x) {
         I rem = i, off = 0;
-        UNROLL_DIMS
+        UNROLL
         for (int d = kMaxDims - 1; d >= 0; d--) {
             if (d >= p.nd) continue;
             off += (rem % p.size[d]) * p.in_stride[d];
@@ -90,7 +85,7 @@ __global__ void permute_tiled_kernel(const float* x, float* out, PermuteTiled p)
         int64_t tb = rem % p.tiles_b;
         rem /= p.tiles_b;
         int64_t base_in = 0, base_out = 0;
-        UNROLL_DIMS
+        UNROLL
         for (int d = kMaxDims - 1; d >= 0; d--) {
             if (d >= p.rest_nd) continue;
             int64_t k = rem % p.rest_size[d];
@@ -279,14 +274,14 @@ __global__ void index_add_kernel(const float* g, int64_t n, int64_t inner, const
                     const int b = __ffs((int)hits) - 1;
                     hits &= hits - 1;
                     const float* gr = g + (o * m + base + b) * inner;
-                    UNROLL_DIMS
+                    UNROLL
                     for (int c = 0; c < kIndexAddPerLane; c++) {
                         int64_t j = j0 + c * kWarp + lane;
                         if (j < inner) acc[c] += gr[j];
                     }
                 }
             }
-            UNROLL_DIMS
+            UNROLL
             for (int c = 0; c < kIndexAddPerLane; c++) {
                 int64_t j = j0 + c * kWarp + lane;
                 if (j < inner) dr[j] += acc[c];
@@ -348,7 +343,7 @@ struct MaskIndex {
 __global__ void masked_fill_kernel(const float* x, const float* mask, MaskIndex p, float value, float* out, int64_t n) {
     GRID_STRIDE_LOOP(i, n) {
         int64_t rem = i, off = 0;
-        UNROLL_DIMS
+        UNROLL
         for (int d = kMaxDims - 1; d >= 0; d--) {
             if (d >= p.nd) continue;
             off += (rem % p.size[d]) * p.mstride[d];

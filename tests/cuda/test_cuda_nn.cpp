@@ -99,8 +99,11 @@ TEST_CASE("cuda softmax: large logits do not overflow (row max subtracted)", "[c
 // layer_norm
 
 TEST_CASE("cuda layer_norm: with and without weight/bias, n = 1, 7, 33, 1025", "[cuda]") {
-    // [3000, 12]: 47 dweight chunks, more than a warp's 32 lanes take in one pass.
-    for (Shape s : {Shape{5, 1}, Shape{4, 7}, Shape{3, 33}, Shape{3, 1025}, Shape{2, 3, 33}, Shape{130, 7}, Shape{3000, 12}}) {
+    // [3000, 12]: 47 dweight chunks, more than a warp's 32 lanes take in one pass. n <= 256 takes
+    // the one-pass backward (dx with the dweight/dbias chunk sums): 192 (ViT-Tiny's width) at 700
+    // rows, 11 chunks; 512 (the LM's) and 1025 the two-kernel one.
+    for (Shape s : {Shape{5, 1}, Shape{4, 7}, Shape{3, 33}, Shape{3, 1025}, Shape{2, 3, 33}, Shape{130, 7}, Shape{3000, 12},
+                    Shape{700, 192}, Shape{700, 512}, Shape{70, 100}}) {
         int64_t n = s[s.ndim - 1];
         for (int variant = 0; variant < 4; variant++) {
             bool with_w = variant & 1, with_b = variant & 2;
