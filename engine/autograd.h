@@ -40,6 +40,15 @@ private:
 bool any_requires_grad(std::initializer_list<const Tensor*> inputs);
 bool any_requires_grad(const std::vector<Tensor>& inputs);
 
+// Inside a backward closure: the gradient accumulated so far for `input` (one of the node's
+// inputs) when the closure may add its own contribution into it in place (a GEMM with beta = 1)
+// and return that same tensor as the input's gradient, which autograd then does not add again.
+// Undefined when there is none yet, or when it shares memory with another tensor's gradient (a
+// residual add hands one gradient to both its inputs). Saves the add, and the gradient-sized
+// buffer, where several ops consume one tensor (the q, k and v projections of one input) or
+// where a parameter's .grad is kept between steps (a captured step zeroes it in place).
+Tensor accumulated_grad(const Tensor& input);
+
 // Attach a Node to `out` if any input requires grad and grad mode is on; returns `out`.
 Tensor attach(Tensor out, const char* name, std::vector<Tensor> inputs,
               std::function<std::vector<Tensor>(const Tensor&)> backward);

@@ -164,3 +164,62 @@ TEST_CASE("an intermediate only the graph holds gives its memory back before the
         CHECK(gy[5] == Approx(2.f * yv[5]));
     }
 }
+
+// accumulated_grad (engine/autograd.h): a backward adds into the gradient its input has so far,
+// when nothing else holds that gradient's memory, and returns it; autograd then adds nothing.
+TEST_CASE("accumulated_grad: a closure adds into an input's gradient in place, never into a shared one",
+          "[autograd]") {
+    SECTION("the second of two consumers gets the first one's gradient to add into") {
+        Tensor leaf = Tensor::from_vector(std::vector<float>{1, 2, 3}, {3}).requires_grad_();
+        Tensor x = mul(leaf, 2.f);
+        std::vector<bool> saw;
+        auto consume = [&saw](const Tensor& in) {
+            Tensor out = in.detach().clone();
+            return attach(out, "consume", {in}, [&saw, in](const Tensor& g) {
+                Tensor acc = accumulated_grad(in);
+                saw.push_back(acc.defined());
+                if (!acc.defined()) return std::vector<Tensor>{g.clone()};
+                for (int64_t i = 0; i < g.numel(); i++) acc.data_f32()[i] += g.data_f32()[i];
+                return std::vector<Tensor>{acc};
+            });
+        };
+        mul(add(consume(x), consume(x)), 3.f).backward(Tensor::from_vector(std::vector<float>{1, 10, 100}, {3}));
+        CHECK(saw == std::vector<bool>{false, true});
+        CHECK(leaf.grad().to_vector() == std::vector<float>{12, 120, 1200});  // 2 · (3 + 3) · g
+    }
+    SECTION("linears of one input, with a residual add that shares its gradient, in both orders") {
+        // h feeds two linears and a residual add: r = (h·Waᵀ + h) + h·Wbᵀ. Reference: each use of h
+        // a leaf of its own, their gradients summed.
+        Tensor x = test::param({4, 3}, 1), wa = test::param({3, 3}, 2), wb = test::param({3, 3}, 3);
+        Tensor G = test::param({4, 3}, 4).detach();
+        for (bool swap : {false, true}) {
+            INFO("swapped " << swap);
+            for (Tensor* t : {&x, &wa, &wb}) t->zero_grad();
+            Tensor h = mul(x, 1.5f);
+            Tensor inner = swap ? add(h, linear(h, wa)) : add(linear(h, wa), h);
+            Tensor r = swap ? add(linear(h, wb), inner) : add(inner, linear(h, wb));
+            sum(mul(r, G)).backward();
+            std::vector<Tensor> got{x.grad(), wa.grad(), wb.grad()};
+
+            Tensor h1 = mul(x, 1.5f).detach().requires_grad_(), h2 = h1.detach().requires_grad_(),
+                   h3 = h1.detach().requires_grad_();
+            Tensor wa2 = wa.detach().requires_grad_(), wb2 = wb.detach().requires_grad_();
+            sum(mul(add(add(linear(h1, wa2), h2), linear(h3, wb2)), G)).backward();
+            Tensor dh = add(add(h1.grad(), h2.grad()), h3.grad());
+            CHECK(test::max_abs_diff(got[0], mul(dh, 1.5f)) < 1e-5f);
+            CHECK(test::max_abs_diff(got[1], wa2.grad()) < 1e-5f);
+            CHECK(test::max_abs_diff(got[2], wb2.grad()) < 1e-5f);
+        }
+    }
+    SECTION("a weight's kept .grad, zeroed in place, is added into where it is") {
+        Tensor x = test::param({5, 4}, 5), z = test::param({5, 4}, 6), w = test::param({2, 4}, 7);
+        auto loss = [&] { return sum(add(linear(x, w), mul(linear(z, w), 2.f))); };
+        loss().backward();
+        std::vector<float> once = w.grad().to_vector();
+        float* kept = w.grad().raw_f32();
+        for (int64_t i = 0; i < w.numel(); i++) kept[i] = 0.f;  // as a captured step zeroes it
+        loss().backward();
+        CHECK(w.grad().raw_f32() == kept);
+        CHECK(w.grad().to_vector() == once);
+    }
+}

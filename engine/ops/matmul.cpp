@@ -102,13 +102,21 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
     return attach(y, "linear", {x, w, b}, [x, w, b, rows, in, out_f](const Tensor& g) {
         Tensor dx, dw, db;
         Device dev = g.device();
+        // Each GEMM adds into the gradient already accumulated for its input where autograd allows
+        // it (beta = 1: engine/autograd.h, accumulated_grad), else writes a new one.
+        auto grad_for = [&g](const Tensor& t, float& beta) {
+            Tensor acc = accumulated_grad(t);
+            beta = acc.defined() ? 1.f : 0.f;
+            return acc.defined() ? acc : g.new_empty(t.shape());
+        };
+        float beta;
         if (x.requires_grad()) {
-            dx = g.new_empty(x.shape());
-            ON_DEVICE(dev, gemm)(false, false, rows, in, out_f, 1.f, g.raw_f32(), w.raw_f32(), 0.f, dx.raw_f32());
+            dx = grad_for(x, beta);
+            ON_DEVICE(dev, gemm)(false, false, rows, in, out_f, 1.f, g.raw_f32(), w.raw_f32(), beta, dx.raw_f32());
         }
         if (w.requires_grad()) {
-            dw = g.new_empty(w.shape());
-            ON_DEVICE(dev, gemm)(true, false, out_f, in, rows, 1.f, g.raw_f32(), x.raw_f32(), 0.f, dw.raw_f32());
+            dw = grad_for(w, beta);
+            ON_DEVICE(dev, gemm)(true, false, out_f, in, rows, 1.f, g.raw_f32(), x.raw_f32(), beta, dw.raw_f32());
         }
         if (b.defined() && b.requires_grad()) {
             db = g.new_empty(b.shape());
