@@ -91,10 +91,11 @@ static void accumulate(TensorImpl* t, const Tensor& g, const char* op) {
 Tensor accumulated_grad(const Tensor& input) {
     TensorImpl* t = input.impl();
     if (!t || !t->requires_grad || !t->grad || !t->grad->storage) return Tensor();
-    // As accumulate() above: a leaf's .grad is added into in place; an intermediate's only when
-    // nothing else holds it or its memory.
-    const bool leaf = !t->grad_fn;
-    if (!leaf && (t->grad.use_count() > 1 || t->grad->storage.use_count() > 1)) return Tensor();
+    // Intermediates only, and only when nothing else holds the gradient or its memory. A leaf's
+    // .grad is left to accumulate(): a captured step keeps it and zeroes it in place while an eager
+    // step starts without one, so the first GEMM would add (beta = 1) in one and write in the
+    // other, and cuBLAS may choose another kernel, with other bits, for each; the two must agree.
+    if (!t->grad_fn || t->grad.use_count() > 1 || t->grad->storage.use_count() > 1) return Tensor();
     return Tensor(t->grad);
 }
 

@@ -43,10 +43,11 @@ bool any_requires_grad(const std::vector<Tensor>& inputs);
 // Inside a backward closure: the gradient accumulated so far for `input` (one of the node's
 // inputs) when the closure may add its own contribution into it in place (a GEMM with beta = 1)
 // and return that same tensor as the input's gradient, which autograd then does not add again.
-// Undefined when there is none yet, or when it shares memory with another tensor's gradient (a
-// residual add hands one gradient to both its inputs). Saves the add, and the gradient-sized
-// buffer, where several ops consume one tensor (the q, k and v projections of one input) or
-// where a parameter's .grad is kept between steps (a captured step zeroes it in place).
+// Undefined when there is none yet, when it shares memory with another tensor's gradient (a
+// residual add hands one gradient to both its inputs), and for leaves (their .grad is added into
+// by autograd, the same way in an eager and in a captured step). Saves an add and a
+// gradient-sized buffer where several ops consume one intermediate (the q, k and v projections of
+// one LayerNorm output).
 Tensor accumulated_grad(const Tensor& input);
 
 // Attach a Node to `out` if any input requires grad and grad mode is on; returns `out`.

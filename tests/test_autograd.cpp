@@ -211,13 +211,20 @@ TEST_CASE("accumulated_grad: a closure adds into an input's gradient in place, n
             CHECK(test::max_abs_diff(got[2], wb2.grad()) < 1e-5f);
         }
     }
-    SECTION("a weight's kept .grad, zeroed in place, is added into where it is") {
+    SECTION("not for a leaf: a weight's kept .grad, zeroed in place, is added into by autograd") {
         Tensor x = test::param({5, 4}, 5), z = test::param({5, 4}, 6), w = test::param({2, 4}, 7);
         auto loss = [&] { return sum(add(linear(x, w), mul(linear(z, w), 2.f))); };
         loss().backward();
         std::vector<float> once = w.grad().to_vector();
         float* kept = w.grad().raw_f32();
         for (int64_t i = 0; i < w.numel(); i++) kept[i] = 0.f;  // as a captured step zeroes it
+        bool leaf_offered = true;
+        Tensor probe = attach(w.detach().clone(), "probe", {w}, [&leaf_offered, w](const Tensor&) {
+            leaf_offered = accumulated_grad(w).defined();
+            return std::vector<Tensor>{Tensor()};
+        });
+        sum(probe).backward();
+        CHECK(!leaf_offered);  // w has a .grad, but it is a leaf's
         loss().backward();
         CHECK(w.grad().raw_f32() == kept);
         CHECK(w.grad().to_vector() == once);

@@ -103,7 +103,8 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
         Tensor dx, dw, db;
         Device dev = g.device();
         // Each GEMM adds into the gradient already accumulated for its input where autograd allows
-        // it (beta = 1: engine/autograd.h, accumulated_grad), else writes a new one.
+        // it (beta = 1: engine/autograd.h, accumulated_grad; intermediates only, so in practice
+        // dX), else writes a new one.
         auto grad_for = [&g](const Tensor& t, float& beta) {
             Tensor acc = accumulated_grad(t);
             beta = acc.defined() ? 1.f : 0.f;
