@@ -219,14 +219,19 @@ TEST_CASE("cuda apps: --precision bf16 runs train_vit, train_lm and bench on the
     CHECK(slurp(tmp / "log").find("--precision bf16 has no effect on the CPU") != std::string::npos);
 }
 
-TEST_CASE("cuda apps: bench/gpu.sh --smoke runs end to end and writes its table", "[cuda]") {
-    // The GPU benchmark kit, on tiny models and without PyTorch: under the emulator here (CI), on
-    // the device in an nvcc build. Run from the repository root, with the apps already built.
+// bench/gpu.sh's flags for a smoke run of the apps already built: under the emulator here (CI),
+// on the device in an nvcc build. Run from the repository root.
+static std::string gpu_sh_smoke_flags() {
 #ifdef ENGINE_CUDA_EMU
-    const std::string flags = "--smoke --emulated --no-build";
+    return "--smoke --emulated --no-build";
 #else
-    const std::string flags = "--smoke --no-build";
+    return "--smoke --no-build";
 #endif
+}
+
+TEST_CASE("cuda apps: bench/gpu.sh --smoke runs end to end and writes its table", "[cuda]") {
+    // The GPU benchmark kit, on tiny models and without PyTorch.
+    const std::string flags = gpu_sh_smoke_flags();
     test::TempDir tmp;
     int rc = run("bash bench/gpu.sh " + flags + " --out " + (tmp / "table.md"), tmp / "log");
     INFO(slurp(tmp / "log"));
@@ -244,11 +249,7 @@ TEST_CASE("cuda apps: bench/gpu.sh --smoke runs end to end and writes its table"
 TEST_CASE("cuda apps: bench/gpu.sh --fused-attention both gives a row with the fused path off and one on",
           "[cuda]") {
     // lm4k in a smoke run: head dim 32, so the fused (under tf32: tensor-core) kernels run.
-#ifdef ENGINE_CUDA_EMU
-    const std::string flags = "--smoke --emulated --no-build";
-#else
-    const std::string flags = "--smoke --no-build";
-#endif
+    const std::string flags = gpu_sh_smoke_flags();
     test::TempDir tmp;
     int rc = run("bash bench/gpu.sh " + flags + " --no-tests --models lm4k --precisions tf32 --fused-attention both --out " +
                      (tmp / "table.md"),
@@ -264,11 +265,7 @@ TEST_CASE("cuda apps: bench/gpu.sh --fused-attention both gives a row with the f
 }
 
 TEST_CASE("cuda apps: bench/gpu.sh lstm and lstm-own: cuDNN's LSTM and the own kernels, side by side", "[cuda]") {
-#ifdef ENGINE_CUDA_EMU
-    const std::string flags = "--smoke --emulated --no-build";
-#else
-    const std::string flags = "--smoke --no-build";
-#endif
+    const std::string flags = gpu_sh_smoke_flags();
     if (!engine::cuda::cudnn_built()) {
         WARN("this build has no cuDNN: lstm-own is the only LSTM path");
         return;
