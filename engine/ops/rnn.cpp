@@ -140,9 +140,9 @@ static Tensor lstm_layer_cudnn(const Tensor& x, const Tensor& h0, const Tensor& 
         auto wanted = [](const Tensor& t) { return t.requires_grad() ? t.new_empty(t.shape()) : Tensor(); };
         Tensor dx = wanted(x), dh0 = wanted(h0), dc0 = wanted(c0), dw_ih = wanted(w_ih), db_ih = wanted(b_ih),
                dw_hh = wanted(w_hh), db_hh = wanted(b_hh);
-        Tensor reserve_used = reserve;  // the backward writes into cuDNN's reserve space
+        // cuDNN's backward writes into the reserve space: this node's backward runs once.
         cuda::cudnn_lstm_backward(g, x.raw_f32(), h0.raw_f32(), c0.raw_f32(), weight_space.raw_f32(),
-                                  out_saved.raw_f32(), grad.raw_f32(), reserve_used.raw_f32(), raw_or_null(dx),
+                                  out_saved.raw_f32(), grad.raw_f32(), reserve.raw_f32(), raw_or_null(dx),
                                   raw_or_null(dh0), raw_or_null(dc0), raw_or_null(dw_ih), raw_or_null(db_ih),
                                   raw_or_null(dw_hh), raw_or_null(db_hh));
         return std::vector<Tensor>{dx, dh0, dc0, dw_ih, db_ih, dw_hh, db_hh};
