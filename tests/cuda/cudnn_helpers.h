@@ -1,6 +1,6 @@
 // tests/cuda/cudnn_helpers.h: what the cuDNN tests share (tests/cuda/test_cuda_cudnn.cpp: conv and
-// batch norm; tests/cuda/test_cuda_cudnn_lstm.cpp: the LSTM): scoped switches for cuDNN and the GEMM
-// precision, and a run of one function with cuDNN on, off and on the CPU, outputs and gradients.
+// batch norm; tests/cuda/test_cuda_cudnn_lstm.cpp: the LSTM): a scoped cuDNN switch (the GEMM
+// precision's is test::PrecisionScope, tests/cuda/parity.h), and a run of one function with cuDNN on, off and on the CPU, outputs and gradients.
 #pragma once
 #include <catch2/catch.hpp>
 
@@ -19,12 +19,6 @@ struct CudnnSwitch {
     bool saved;
     explicit CudnnSwitch(bool on) : saved(engine::cuda::set_cudnn(on)) {}
     ~CudnnSwitch() { engine::cuda::set_cudnn(saved); }
-};
-
-struct PrecisionScope {
-    engine::cuda::GemmPrecision saved = engine::cuda::gemm_precision();
-    explicit PrecisionScope(engine::cuda::GemmPrecision p) { engine::cuda::set_gemm_precision(p); }
-    ~PrecisionScope() { engine::cuda::set_gemm_precision(saved); }
 };
 
 inline bool have_cudnn() {

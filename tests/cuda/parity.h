@@ -14,6 +14,8 @@
 #include <functional>
 #include <string>
 #include <vector>
+#include "engine/cuda/flash_attention.h"
+#include "engine/cuda/matmul.h"
 #include "engine/ops.h"
 #include "engine/rng.h"
 
@@ -99,6 +101,33 @@ inline Tensor randn(const engine::Shape& s, bool grad = true, uint64_t seed = 7)
     if (grad) t.requires_grad_(true);
     return t;
 }
+// The root mean square of a tensor's values (0 for an empty one), on any device.
+inline double rms(const Tensor& t) {
+    std::vector<float> v = t.to_vector();
+    double sq = 0;
+    for (float e : v) sq += (double)e * e;
+    return v.empty() ? 0.0 : std::sqrt(sq / (double)v.size());
+}
+
+// Scoped switches: each restores the setting it found when the scope ends (or a REQUIRE fails).
+// Made without an argument they only restore, for tests that change the setting as they go.
+struct PrecisionScope {  // engine/cuda/matmul.h: the GEMM precision
+    engine::cuda::GemmPrecision saved = engine::cuda::gemm_precision();
+    PrecisionScope() = default;
+    explicit PrecisionScope(engine::cuda::GemmPrecision p) { engine::cuda::set_gemm_precision(p); }
+    ~PrecisionScope() { engine::cuda::set_gemm_precision(saved); }
+    PrecisionScope(const PrecisionScope&) = delete;
+    PrecisionScope& operator=(const PrecisionScope&) = delete;
+};
+struct FusedAttentionScope {  // engine/cuda/flash_attention.h: the fused attention path
+    bool saved = engine::cuda::fused_attention_enabled();
+    FusedAttentionScope() = default;
+    explicit FusedAttentionScope(bool on) { engine::cuda::set_fused_attention(on); }
+    ~FusedAttentionScope() { engine::cuda::set_fused_attention(saved); }
+    FusedAttentionScope(const FusedAttentionScope&) = delete;
+    FusedAttentionScope& operator=(const FusedAttentionScope&) = delete;
+};
+
 inline Tensor rand_uniform(const engine::Shape& s, float lo, float hi, bool grad = true, uint64_t seed = 11) {
     engine::Generator g(seed + (uint64_t)s.numel());
     Tensor t = Tensor::empty(s);

@@ -31,16 +31,6 @@ using engine::cuda::GemmPrecision;
 
 namespace {
 
-// Restores the GEMM precision and the fused-attention switch when a test ends (or fails).
-struct PrecisionGuard {
-    GemmPrecision saved = engine::cuda::gemm_precision();
-    bool fused = engine::cuda::fused_attention_enabled();
-    ~PrecisionGuard() {
-        engine::cuda::set_gemm_precision(saved);
-        engine::cuda::set_fused_attention(fused);
-    }
-};
-
 // bf16 keeps 8 significant bits. Reference rounding by arithmetic, not by bits: x = m·2^e with
 // 0.5 <= |m| < 1, and m·2^8 rounded to the nearest integer, ties to even (nearbyint in the default
 // rounding mode). Enough for the normal, finite values these tests use.
@@ -98,7 +88,8 @@ TEST_CASE("bf16: the reference rounding is round-to-nearest-even on 8 significan
 // Exact cases: op(A) = [v_i] (M×1) times op(B) = [1] gives [round(v_i)] with nothing to add, so the
 // device result must be the rounded values bit for bit; swapping the roles checks B's rounding.
 TEST_CASE("cuda bf16 gemm: both inputs are rounded to nearest even, bit for bit", "[cuda]") {
-    PrecisionGuard guard;
+    test::PrecisionScope precision;  // restores both when the test ends
+    test::FusedAttentionScope fused_switch;
     const float u = std::ldexp(1.f, -8);
     const std::array<float, 5> v = {1.f + u, 1.f + 3 * u, 1.f + u + std::ldexp(1.f, -20),
                                     -(1.f + u + std::ldexp(1.f, -20)), 0.3f};
@@ -134,7 +125,8 @@ TEST_CASE("cuda bf16 gemm: both inputs are rounded to nearest even, bit for bit"
 //     exceed this bound; the next test catches it by its bias.)
 //  3. Not zero: bf16 really happened (random inputs have bits below bf16's).
 TEST_CASE("cuda bf16 gemm: equals fp32 on rounded inputs; within bf16 rounding of fp32", "[cuda]") {
-    PrecisionGuard guard;
+    test::PrecisionScope precision;  // restores both when the test ends
+    test::FusedAttentionScope fused_switch;
     const double unit = std::ldexp(1.0, -8), per_product = 2 * unit + unit * unit;
     for (bool ta : {false, true})
         for (bool tb : {false, true})
@@ -163,7 +155,8 @@ TEST_CASE("cuda bf16 gemm: equals fp32 on rounded inputs; within bf16 rounding o
 // input, a mean relative error near −5e-3 for the product; rounding's mean is ~0 (a few 1e-5 of
 // sampling noise over 1024 outputs of 256 terms).
 TEST_CASE("cuda bf16 gemm: the rounding is unbiased (a truncating conversion would not be)", "[cuda]") {
-    PrecisionGuard guard;
+    test::PrecisionScope precision;  // restores both when the test ends
+    test::FusedAttentionScope fused_switch;
     const int64_t M = 32, N = 32, K = 256;
     Tensor a = absolute(test::randn({M, K}, false, 41)), b = absolute(test::randn({K, N}, false, 42));
     std::vector<float> g = device_gemm(GemmPrecision::bf16, false, false, M, N, K, a, b).to_vector();
@@ -176,7 +169,8 @@ TEST_CASE("cuda bf16 gemm: the rounding is unbiased (a truncating conversion wou
 }
 
 TEST_CASE("cuda bf16 gemm_batched: strided and shared operands against fp32 on rounded inputs", "[cuda]") {
-    PrecisionGuard guard;
+    test::PrecisionScope precision;  // restores both when the test ends
+    test::FusedAttentionScope fused_switch;
     const int64_t batch = 3, M = 7, N = 5, K = 33;
     for (bool ta : {false, true})
         for (bool tb : {false, true})
@@ -197,7 +191,8 @@ TEST_CASE("cuda bf16 gemm_batched: strided and shared operands against fp32 on r
 
 TEST_CASE("cuda bf16 gemm: alpha, beta, K = 0, empty outputs, and errors naming cublasGemmEx", "[cuda]") {
     using Catch::Contains;
-    PrecisionGuard guard;
+    test::PrecisionScope precision;  // restores both when the test ends
+    test::FusedAttentionScope fused_switch;
     engine::cuda::set_gemm_precision(GemmPrecision::bf16);
     // alpha and beta stay fp32 (only A and B are rounded): C = 0.5·A·B − 2·C.
     Tensor a = test::randn({4, 9}, false, 51), b = test::randn({9, 6}, false, 52), c = test::randn({4, 6}, false, 53);
@@ -366,7 +361,8 @@ double norm2(const std::vector<float>& v) {
 }  // namespace
 
 TEST_CASE("cuda bf16: one training step of each model family within bf16 rounding of fp32", "[cuda]") {
-    PrecisionGuard guard;
+    test::PrecisionScope precision;  // restores both when the test ends
+    test::FusedAttentionScope fused_switch;
     const double kLossRel = 1e-2, kUpdateRel = 5e-2;
     for (const Family& f : families())
         for (bool fused : {true, false}) {

@@ -174,10 +174,7 @@ TEST_CASE("cuda cudnn: TF32 convs, and bf16 left to the own kernels", "[cuda][cu
         // channel is off by the rms itself.
         for (size_t i = 0; i < with.size(); i++) {
             INFO("output " << i);
-            std::vector<float> v = own[i].to_vector();
-            double sq = 0;
-            for (float e : v) sq += (double)e * e;
-            const float rms = (float)std::sqrt(sq / (double)v.size());
+            const float rms = (float)test::rms(own[i]);
             test::require_close("tf32 conv2d: cuDNN against the own kernels", own[i], with[i],
                                 test::Tol{std::max(kTf32Tol.atol, 4e-3f * rms), kTf32Tol.rtol});
         }

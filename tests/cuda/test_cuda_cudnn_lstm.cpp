@@ -58,12 +58,6 @@ const Fn kLayer = [](const std::vector<Tensor>& x) {
     return engine::lstm_layer(x[0], x[1], x[2], x[3], x[4], x[5], x[6]);
 };
 
-float rms(const Tensor& t) {
-    double sq = 0;
-    for (float e : t.to_vector()) sq += (double)e * e;
-    return (float)std::sqrt(sq / (double)t.numel());
-}
-
 }  // namespace
 
 TEST_CASE("cuda cudnn lstm: lstm_layer against the own path and the CPU, forward and every gradient",
@@ -91,7 +85,7 @@ TEST_CASE("cuda cudnn lstm: TF32, and bf16 left to the own path", "[cuda][cudnn]
         for (size_t i = 0; i < with.size(); i++) {
             INFO("output " << i << " (the layer's output, then the gradients of x, h0, c0, w_ih, b_ih, w_hh, b_hh)");
             test::require_close("tf32 lstm_layer: cuDNN against the own path", own[i], with[i],
-                                test::Tol{std::max(2e-3f, 4e-3f * rms(own[i])), 1e-3f});
+                                test::Tol{std::max(2e-3f, 4e-3f * (float)test::rms(own[i])), 1e-3f});
         }
     }
     {

@@ -42,16 +42,9 @@ const test::Tol kFwd{5e-6f, 1e-5f}, kBwd{1e-5f, 1e-5f};
 // Sets the fused-attention switch for a scope (and the GEMMs to full fp32, so the reference path
 // is fp32 on a GPU too).
 struct FusedAttention {
-    bool saved_fused = engine::cuda::fused_attention_enabled();
-    bool saved_tf32 = engine::cuda::tf32();
-    explicit FusedAttention(bool on) {
-        engine::cuda::set_fused_attention(on);
-        engine::cuda::set_tf32(false);
-    }
-    ~FusedAttention() {
-        engine::cuda::set_fused_attention(saved_fused);
-        engine::cuda::set_tf32(saved_tf32);
-    }
+    test::FusedAttentionScope fused;
+    test::PrecisionScope precision;
+    explicit FusedAttention(bool on) : fused(on), precision(engine::cuda::GemmPrecision::fp32) {}
 };
 
 struct Run {
@@ -262,33 +255,15 @@ TEST_CASE("cuda flash attention: the op takes the fused path (calls, memory kept
 // offset or scale is off by the rms itself (hundreds of units).
 namespace {
 
-struct TensorCoreAttention {
-    bool saved_fused = engine::cuda::fused_attention_enabled();
-    engine::cuda::GemmPrecision saved = engine::cuda::gemm_precision();
-    explicit TensorCoreAttention(engine::cuda::GemmPrecision p) {
-        engine::cuda::set_fused_attention(true);
-        engine::cuda::set_gemm_precision(p);
-    }
-    ~TensorCoreAttention() {
-        engine::cuda::set_fused_attention(saved_fused);
-        engine::cuda::set_gemm_precision(saved);
-    }
-};
 
 Run run_tc(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, const Tensor& w,
            engine::cuda::GemmPrecision p = engine::cuda::GemmPrecision::tf32) {
-    TensorCoreAttention mode(p);
+    test::FusedAttentionScope fused(true);
+    test::PrecisionScope precision(p);
     Tensor qc = to_cuda(q), kc = to_cuda(k), vc = to_cuda(v);
     Tensor out = engine::attention(qc, kc, vc, causal);
     engine::sum(engine::mul(out, w.to(Device::CUDA))).backward();
     return {out.detach(), qc.grad(), kc.grad(), vc.grad()};
-}
-
-double rms_of(const Tensor& t) {
-    std::vector<float> v = t.to_vector();
-    double sq = 0;
-    for (float x : v) sq += (double)x * x;
-    return std::sqrt(sq / (double)std::max<size_t>(v.size(), 1));
 }
 
 // max over the elements of |got − want| / (2^-10 · (rms(want) + floor + |want|)); requires it at
@@ -299,9 +274,7 @@ double require_close_rms(const std::string& what, const Tensor& want, const Tens
     REQUIRE(got.defined());
     REQUIRE(want.shape() == got.shape());
     std::vector<float> w = want.to_vector(), g = got.to_vector();
-    double sq = 0;
-    for (float x : w) sq += (double)x * x;
-    const double rms = std::sqrt(sq / (double)std::max<size_t>(w.size(), 1)) + floor;
+    const double rms = test::rms(want) + floor;
     double worst = 0;
     size_t at = 0;
     for (size_t i = 0; i < w.size(); i++) {
@@ -332,7 +305,7 @@ void compare_tc(int64_t B, int64_t H, int64_t T, int64_t S, int64_t D, bool caus
     require_close_rms("forward", ref.out, tc.out, kTcFwdBound);
     // A gradient can cancel to exactly 0 (one key: dS = P·(dP − Δ) = 0), where TF32's dP − Δ leaves
     // about 2^-10·|dout|·|v|: the gradients' floor is the rms of dv (|dout| weighted by P), their scale.
-    const double floor = rms_of(ref.dv);
+    const double floor = test::rms(ref.dv);
     require_close_rms("dq", ref.dq, tc.dq, kTcBwdBound, floor);
     require_close_rms("dk", ref.dk, tc.dk, kTcBwdBound, floor);
     require_close_rms("dv", ref.dv, tc.dv, kTcBwdBound, floor);

@@ -59,12 +59,6 @@ Tensor targets_for(int64_t rows, int64_t C, int ignore_every, int32_t ignore_ind
     return ints(t, {rows});
 }
 
-struct Tf32Off {  // the GEMMs in full fp32 for the parity tests
-    bool saved = engine::cuda::tf32();
-    Tf32Off() { engine::cuda::set_tf32(false); }
-    ~Tf32Off() { engine::cuda::set_tf32(saved); }
-};
-
 std::vector<uint32_t> bits_of(const Tensor& t) {
     std::vector<float> v = t.to_vector();
     std::vector<uint32_t> b(v.size());
@@ -283,7 +277,7 @@ TEST_CASE("cuda mse_loss: forward and both gradients, several chunks", "[cuda]")
 // S not a multiple of 4 (P's rows are padded on the device: engine/cuda/nn.h) in most cases, 257
 // as ViT-Tiny's patch-2 tokens.
 TEST_CASE("cuda attention: causal and not, T != S, D 8 and 64", "[cuda]") {
-    Tf32Off fp32;
+    test::PrecisionScope fp32(engine::cuda::GemmPrecision::fp32);  // the GEMMs in full fp32
     struct Case { int64_t B, H, T, S, D; };
     for (Case c : {Case{1, 2, 5, 7, 8}, Case{2, 1, 7, 5, 8}, Case{1, 2, 6, 6, 64}, Case{1, 2, 5, 9, 64},
                    Case{1, 1, 1, 1, 8}, Case{1, 1, 3, 1025, 8}, Case{1, 2, 257, 257, 64}})
@@ -297,7 +291,7 @@ TEST_CASE("cuda attention: causal and not, T != S, D 8 and 64", "[cuda]") {
 }
 
 TEST_CASE("cuda attention: causal with queries that see no key gives all-zero rows", "[cuda]") {
-    Tf32Off fp32;
+    test::PrecisionScope fp32(engine::cuda::GemmPrecision::fp32);  // the GEMMs in full fp32
     // T = 7, S = 4: query i sees keys j <= i - 3, so queries 0, 1, 2 see none.
     Tensor q = randn({1, 2, 7, 8}, true, 41), k = randn({1, 2, 4, 8}, true, 42), v = randn({1, 2, 4, 8}, true, 43);
     check_parity("attention no-key queries", [](auto& in) { return engine::attention(in[0], in[1], in[2], true); },
@@ -309,7 +303,7 @@ TEST_CASE("cuda attention: causal with queries that see no key gives all-zero ro
 }
 
 TEST_CASE("cuda attention: dropout with the same seed on both sides", "[cuda]") {
-    Tf32Off fp32;
+    test::PrecisionScope fp32(engine::cuda::GemmPrecision::fp32);  // the GEMMs in full fp32
     for (bool causal : {false, true}) {
         INFO("causal " << causal);
         Tensor q = randn({2, 2, 5, 8}, true, 51), k = randn({2, 2, 7, 8}, true, 52), v = randn({2, 2, 7, 8}, true, 53);
