@@ -189,6 +189,46 @@ TEST_CASE("cuda bf16 gemm_batched: strided and shared operands against fp32 on r
             }
 }
 
+// gemm_batched_ld (rows padded, as attention pads P's): the padding of A and B holds NaN and must
+// never be read; C's holds a sentinel and must never be written. fp32 and bf16 (bf16 rounds the
+// operands it copies by their row strides).
+TEST_CASE("cuda gemm_batched_ld: padded rows of A, B and C, in fp32 and bf16", "[cuda]") {
+    test::PrecisionScope precision;
+    const int64_t batch = 2, M = 5, N = 7, K = 9, pad = 3;
+    for (GemmPrecision p : {GemmPrecision::fp32, GemmPrecision::bf16})
+        for (bool ta : {false, true})
+            for (bool tb : {false, true}) {
+                INFO("precision " << engine::cuda::gemm_precision_name(p) << " ta " << ta << " tb " << tb);
+                const int64_t a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
+                const int64_t lda = a_cols + pad, ldb = b_cols + pad, ldc = N + pad;
+                Tensor a = test::randn({batch, a_rows, a_cols}, false, 61), b = test::randn({batch, b_rows, b_cols}, false, 62);
+                if (p == GemmPrecision::bf16) a = rounded(a), b = rounded(b);
+                Tensor want = Tensor::empty({batch, M, N});
+                engine::cpu::gemm_batched(ta, tb, batch, M, N, K, a.data_f32(), a_rows * a_cols, b.data_f32(),
+                                          b_rows * b_cols, want.data_f32(), M * N);
+                // The padded copies: NaN in A's and B's padding, 7 in C's.
+                auto padded = [&](const Tensor& t, int64_t rows, int64_t cols, int64_t ld, float fill) {
+                    std::vector<float> v((size_t)(batch * rows * ld), fill);
+                    for (int64_t i = 0; i < batch * rows; i++)
+                        for (int64_t j = 0; j < cols; j++) v[(size_t)(i * ld + j)] = t.data_f32()[i * cols + j];
+                    return Tensor::from_vector(v, {batch * rows * ld}).to(Device::CUDA);
+                };
+                Tensor da = padded(a, a_rows, a_cols, lda, NAN), db = padded(b, b_rows, b_cols, ldb, NAN);
+                Tensor dc = padded(Tensor::zeros({batch, M, N}), M, N, ldc, 7.f);
+                engine::cuda::set_gemm_precision(p);
+                engine::cuda::gemm_batched_ld(ta, tb, batch, M, N, K, da.raw_f32(), a_rows * lda, lda, db.raw_f32(),
+                                              b_rows * ldb, ldb, dc.raw_f32(), M * ldc, ldc);
+                engine::cuda::set_gemm_precision(GemmPrecision::fp32);
+                std::vector<float> c = dc.to_vector(), got;
+                for (int64_t i = 0; i < batch * M; i++)
+                    for (int64_t j = 0; j < ldc; j++) {
+                        if (j < N) got.push_back(c[(size_t)(i * ldc + j)]);
+                        else REQUIRE(c[(size_t)(i * ldc + j)] == 7.f);  // padding untouched
+                    }
+                test::require_close("gemm_batched_ld", want, Tensor::from_vector(got, {batch, M, N}), {1e-4f, 1e-4f});
+            }
+}
+
 TEST_CASE("cuda bf16 gemm: alpha, beta, K = 0, empty outputs, and errors naming cublasGemmEx", "[cuda]") {
     using Catch::Contains;
     test::PrecisionScope precision;  // restores both when the test ends
