@@ -2,7 +2,7 @@
 #
 #   make              optimized build (-O3 -march=native, OpenMP); CUDA backend when nvcc is found
 #   make CUDA=0       CPU only
-#   make CUDNN=0      the CUDA build without cuDNN (linked when found: conv2d, depthwise, batch norm)
+#   make CUDNN=0      the CUDA build without cuDNN (linked when found: conv2d, depthwise, batch norm, LSTM)
 #   make DEBUG=1      -g -O0
 #   make JOBS=1       a serial build (default: one job per core)
 #   make test         build and run the test suite (ends with "N passed, N failed")
@@ -111,14 +111,14 @@ ifeq ($(CUDA),1)
     LDLIBS    += -lcublas -Wl,-rpath,$(CUDA_LIBDIR)
     CUDA_OBJ  := $(CUDA_SRC:%.cu=$(BUILD)/%.o)
     $(info ✓ CUDA: $(NVCC), runtime in $(CUDA_LIBDIR) (make CUDA=0 to build CPU only))
-    # cuDNN (conv2d, depthwise conv2d, batch norm; engine/cuda/cudnn.cu) when its header and library
+    # cuDNN (conv2d, depthwise conv2d, batch norm: engine/cuda/cudnn.cu; the LSTM: cudnn_rnn.cu) when its header and library
     # are there; without it the own kernels run and nothing else changes.
     ifeq ($(CUDNN),0)
-      $(info - cuDNN: off (CUDNN=0): the own conv and batch-norm kernels)
+      $(info - cuDNN: off (CUDNN=0): the own conv, batch-norm and LSTM kernels)
     else ifeq ($(wildcard $(CUDA_HOME)/include/cudnn.h),)
-      $(info ✗ cuDNN: no cudnn.h in $(CUDA_HOME)/include, building without it (the own conv and batch-norm kernels; install cuDNN 9 into the toolkit to use it))
+      $(info ✗ cuDNN: no cudnn.h in $(CUDA_HOME)/include, building without it (the own conv, batch-norm and LSTM kernels; install cuDNN 9 into the toolkit to use it))
     else ifeq ($(wildcard $(CUDA_LIBDIR)/libcudnn.so),)
-      $(info ✗ cuDNN: no libcudnn.so in $(CUDA_LIBDIR), building without it (the own conv and batch-norm kernels; install cuDNN 9 into the toolkit to use it))
+      $(info ✗ cuDNN: no libcudnn.so in $(CUDA_LIBDIR), building without it (the own conv, batch-norm and LSTM kernels; install cuDNN 9 into the toolkit to use it))
     else
       CUDNN_DEFINE := -DENGINE_CUDNN
       CXXFLAGS  += $(CUDNN_DEFINE)
