@@ -82,7 +82,8 @@ Activation parse_activation(const std::string& name);  // "gelu" | "relu" | "rel
 Tensor activate(const Tensor& x, Activation a);
 
 // fc1 -> activation -> dropout -> fc2 (the transformer MLP); with GELU, fc1's bias and the GELU are one
-// fused op (bias_gelu) unless fc1 has a hook.
+// fused op (bias_gelu) unless fc1 has a hook, and the GELU and fc2 one op (gelu_linear, which does
+// not keep the GELU's output) unless dropout is active or fc2 has a hook.
 class MLP : public Module {
 public:
     MLP(int64_t dim, int64_t hidden, Activation act = Activation::GELU, float dropout = 0.f);

@@ -1,12 +1,14 @@
-// tests/test_fused_ops.cpp: the two fused ops of the transformer block, bias_gelu
-// (engine/ops/elementwise.h) and add_layer_norm (engine/ops/nn.h), against the unfused ops they
-// replace (gelu(add(x, bias)); add then layer_norm), their gradients by finite differences, the
-// thread-count independence of dbias, argument errors, and the modules that use them: the MLP (its
-// fused path against the hook path, which is unfused) and the Pre-LN and Post-LN blocks (fused
-// against the path a hook on the norm takes).
+// tests/test_fused_ops.cpp: the fused ops of the transformer block, bias_gelu
+// (engine/ops/elementwise.h), gelu_linear (engine/ops/matmul.h) and add_layer_norm
+// (engine/ops/nn.h), against the unfused ops they replace (gelu(add(x, bias)); bias_gelu then
+// linear; add then layer_norm), their gradients by finite differences, the thread-count
+// independence of dbias, gelu_linear's memory, argument errors, and the modules that use them: the
+// MLP (its fused paths against the hook and dropout paths, which are unfused) and the Pre-LN and
+// Post-LN blocks (fused against the path a hook on the norm takes).
 #include <catch2/catch.hpp>
 
 #include <omp.h>
+#include <array>
 #include <cstring>
 #include <vector>
 #include "engine/error.h"
@@ -167,6 +169,100 @@ TEST_CASE("add_layer_norm: argument errors", "[nnops][fused]") {
 }
 
 // ---------------------------------------------------------------------------------------------
+// gelu_linear: linear(bias_gelu(h, b1), w, b) keeping h, not the GELU's output
+
+namespace {
+
+// The gradients of h, b1, w and b after gelu_linear or the two ops it replaces, with the same
+// weighting of the output.
+std::vector<std::vector<uint32_t>> gelu_linear_grads(bool fused, const std::vector<Tensor>& leaves, bool approximate,
+                                                     std::vector<uint32_t>* out_bits = nullptr) {
+    std::vector<Tensor> in;
+    for (const Tensor& t : leaves) in.push_back(t.defined() ? t.detach().requires_grad_(t.requires_grad()) : t);
+    Tensor h = in[0].requires_grad() ? mul(in[0], 1.f) : in[0];  // an intermediate, as fc1's output is
+    Tensor y = fused ? gelu_linear(h, in[1], in[2], in[3], approximate)
+                     : linear(bias_gelu(h, in[1], approximate), in[2], in[3]);
+    if (out_bits) *out_bits = bits_of(y);
+    sum(mul(y, weights_like(y, 50))).backward();
+    std::vector<std::vector<uint32_t>> g;
+    for (const Tensor& t : in)
+        g.push_back(t.defined() && t.requires_grad() ? bits_of(t.grad()) : std::vector<uint32_t>{});
+    return g;
+}
+
+}  // namespace
+
+TEST_CASE("gelu_linear: the bits of bias_gelu then linear, forward and every gradient", "[matmul][fused]") {
+    for (bool approximate : {false, true})
+        for (int64_t hidden : {96, 37}) {  // 37: the vectorized loops' scalar remainder too
+            INFO("approximate " << approximate << " hidden " << hidden);
+            std::vector<Tensor> leaves{param({3, 7, hidden}, 51, -3.f, 3.f), param({hidden}, 52),
+                                       param({10, hidden}, 53), param({10}, 54)};
+            std::vector<uint32_t> fused_out, plain_out;
+            auto fused = gelu_linear_grads(true, leaves, approximate, &fused_out);
+            auto plain = gelu_linear_grads(false, leaves, approximate, &plain_out);
+            CHECK(fused_out == plain_out);
+            for (size_t i = 0; i < fused.size(); i++) {
+                INFO("input " << i);
+                CHECK(fused[i] == plain[i]);
+            }
+        }
+}
+
+TEST_CASE("gelu_linear: some inputs without a gradient, no bias", "[matmul][fused]") {
+    auto leaves = [](bool h, bool b1, bool w, bool b) {
+        return std::vector<Tensor>{param({4, 12}, 55, -3.f, 3.f).requires_grad_(h), param({12}, 56).requires_grad_(b1),
+                                   param({5, 12}, 57).requires_grad_(w), param({5}, 58).requires_grad_(b)};
+    };
+    for (auto flags : std::vector<std::array<bool, 4>>{{true, false, false, false}, {false, true, false, false},
+                                                       {false, false, true, false}, {false, false, false, true},
+                                                       {false, true, true, false}}) {
+        INFO("h " << flags[0] << " b1 " << flags[1] << " w " << flags[2] << " b " << flags[3]);
+        auto in = leaves(flags[0], flags[1], flags[2], flags[3]);
+        CHECK(gelu_linear_grads(true, in, false) == gelu_linear_grads(false, in, false));
+    }
+    std::vector<Tensor> no_bias{param({4, 12}, 59, -3.f, 3.f), param({12}, 60), param({5, 12}, 61), Tensor()};
+    CHECK(gelu_linear_grads(true, no_bias, false) == gelu_linear_grads(false, no_bias, false));
+}
+
+TEST_CASE("gelu_linear", "[matmul][gradcheck]") {
+    gradcheck("gelu_linear", [](auto& in) { return gelu_linear(in[0], in[1], in[2], in[3]); },
+              {param({2, 3, 6}, 62, -3.f, 3.f), param({6}, 63), param({4, 6}, 64), param({4}, 65)});
+    gradcheck("gelu_linear tanh, no bias", [](auto& in) { return gelu_linear(in[0], in[1], in[2], Tensor(), true); },
+              {param({5, 7}, 66, -3.f, 3.f), param({7}, 67), param({3, 7}, 68)});
+}
+
+// What the op is for: from the forward to the backward it keeps h and the weights, not also the
+// GELU's [rows, hidden] output, as bias_gelu then linear do.
+TEST_CASE("gelu_linear: one [rows, hidden] tensor less alive between forward and backward", "[matmul][fused]") {
+    const int64_t rows = 64, hidden = 256, out = 16;
+    Tensor x = param({rows, 32}, 69), w1 = param({hidden, 32}, 70), b1 = param({hidden}, 71),
+           w2 = param({out, hidden}, 72), b2 = param({out}, 73);
+    auto kept = [&](bool fused) {
+        size_t before = host_memory_in_use();
+        Tensor h = linear(x, w1, Tensor());
+        Tensor y = fused ? gelu_linear(h, b1, w2, b2) : linear(bias_gelu(h, b1), w2, b2);
+        h = Tensor();  // held by the graph only
+        size_t held = host_memory_in_use() - before;
+        sum(y).backward();
+        return held;
+    };
+    size_t fused = kept(true), plain = kept(false);
+    CHECK(plain - fused == (size_t)rows * hidden * sizeof(float));
+}
+
+TEST_CASE("gelu_linear: argument errors", "[matmul][fused]") {
+    Tensor h = Tensor::zeros({2, 3}), w = Tensor::zeros({4, 3});
+    CHECK_THROWS_WITH(gelu_linear(h, Tensor::zeros({4}), w),
+                      Catch::Contains("gelu_linear: gelu bias [4] does not match the last dim of input [2,3]"));
+    CHECK_THROWS_WITH(gelu_linear(h, Tensor::zeros({3}), Tensor::zeros({4, 5})),
+                      Catch::Contains("gelu_linear: input [2,3] does not end in in_features=5"));
+    CHECK_THROWS_WITH(gelu_linear(h, Tensor::zeros({3}), w, Tensor::zeros({3})),
+                      Catch::Contains("gelu_linear: bias [3] does not match weight [4,3]"));
+    CHECK_THROWS_WITH(gelu_linear(h, Tensor(), w), Catch::Contains("gelu_linear: gelu bias is undefined"));
+}
+
+// ---------------------------------------------------------------------------------------------
 // The modules: a hook on fc1 or on a norm takes the unfused path, which must compute the same.
 
 namespace {
@@ -214,6 +310,29 @@ TEST_CASE("MLP: bias_gelu path against the hooked (unfused) path", "[nn][fused]"
         std::memcpy(b.data(), hooked.grads[i].data(), b.size() * 4);
         for (size_t k = 0; k < a.size(); k++) CHECK(a[k] == Approx(b[k]).epsilon(1e-5).margin(1e-6));
     }
+}
+
+// fc2's hook and an active dropout take bias_gelu then fc2; otherwise gelu_linear runs, with the
+// same bits.
+TEST_CASE("MLP: gelu_linear path against the fc2-hooked and dropout paths", "[nn][fused]") {
+    nn::MLP mlp(24, 96, nn::Activation::GELU, 0.5f);
+    Tensor x = param({2, 5, 24}, 42).detach();
+    mlp.eval();  // dropout off: gelu_linear
+    Run fused = run_model(mlp, [&] { return mlp.forward(x); });
+    int seen = 0;
+    mlp.fc2->input_hook = [&](const nn::Module&, const Tensor& in) {
+        seen++;
+        CHECK(in.shape() == Shape({2, 5, 96}));  // the GELU's output
+    };
+    Run hooked = run_model(mlp, [&] { return mlp.forward(x); });
+    mlp.fc2->input_hook = nullptr;
+    CHECK(seen == 1);
+    CHECK(fused.out == hooked.out);
+    CHECK(fused.grads == hooked.grads);
+    // Training with p = 0.5: the dropout between the GELU and fc2 is applied.
+    mlp.train();
+    Run dropped = run_model(mlp, [&] { return mlp.forward(x); });
+    CHECK(dropped.out != fused.out);
 }
 
 TEST_CASE("TransformerBlock: add_layer_norm against the hooked (unfused) path, Pre-LN and Post-LN", "[nn][fused]") {

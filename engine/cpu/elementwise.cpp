@@ -106,9 +106,9 @@ static void bias_gelu_forward_loop(const float* x, const float* bias, float* y, 
 // `rows` only (as layer_norm_backward's), so the bits do not depend on the number of threads.
 constexpr int64_t kBiasChunks = 64;
 
-template <typename F>
+template <typename F, bool kRecompute>
 static void bias_gelu_backward_loop(const float* x, const float* bias, const float* dy, float* dx, float* dbias,
-                                    int64_t rows, int64_t n) {
+                                    float* y, int64_t rows, int64_t n) {
     int64_t chunks = std::min(rows, kBiasChunks);
     std::vector<double> partial(dbias ? chunks * n : 0, 0.0);  // [chunks, n]
     #pragma omp parallel for schedule(static) if (rows * n > kParallelMin)
@@ -117,8 +117,18 @@ static void bias_gelu_backward_loop(const float* x, const float* bias, const flo
         for (int64_t r = c * rows / chunks; r < (c + 1) * rows / chunks; r++) {
             const float *xr = x + r * n, *gr = dy + r * n;
             float* dr = dx + r * n;
-            #pragma omp simd
-            for (int64_t j = 0; j < n; j++) dr[j] = gr[j] * F::df(xr[j] + bias[j], 0.f);  // df ignores y
+            if (kRecompute) {
+                float* yr = y + r * n;  // may be gr: gr[j] is read before yr[j] is written
+                #pragma omp simd
+                for (int64_t j = 0; j < n; j++) {
+                    float v = xr[j] + bias[j], g = gr[j];
+                    dr[j] = g * F::df(v, 0.f);
+                    yr[j] = F::f(v);
+                }
+            } else {
+                #pragma omp simd
+                for (int64_t j = 0; j < n; j++) dr[j] = gr[j] * F::df(xr[j] + bias[j], 0.f);  // df ignores y
+            }
             if (!acc) continue;
             #pragma omp simd
             for (int64_t j = 0; j < n; j++) acc[j] += dr[j];
@@ -131,15 +141,22 @@ static void bias_gelu_backward_loop(const float* x, const float* bias, const flo
     for (int64_t j = 0; j < n; j++) dbias[j] = chunks > 0 ? (float)partial[j] : 0.f;
 }
 
+template <typename F>
+static void bias_gelu_backward_as(const float* x, const float* bias, const float* dy, float* dx, float* dbias,
+                                  float* y, int64_t rows, int64_t n) {
+    if (y) bias_gelu_backward_loop<F, true>(x, bias, dy, dx, dbias, y, rows, n);
+    else bias_gelu_backward_loop<F, false>(x, bias, dy, dx, dbias, nullptr, rows, n);
+}
+
 void bias_gelu_forward(const float* x, const float* bias, float* y, int64_t rows, int64_t n, bool approximate) {
     if (approximate) bias_gelu_forward_loop<pointwise::GeluTanh>(x, bias, y, rows, n);
     else bias_gelu_forward_loop<pointwise::Gelu>(x, bias, y, rows, n);
 }
 
-void bias_gelu_backward(const float* x, const float* bias, const float* dy, float* dx, float* dbias, int64_t rows,
-                        int64_t n, bool approximate) {
-    if (approximate) bias_gelu_backward_loop<pointwise::GeluTanh>(x, bias, dy, dx, dbias, rows, n);
-    else bias_gelu_backward_loop<pointwise::Gelu>(x, bias, dy, dx, dbias, rows, n);
+void bias_gelu_backward(const float* x, const float* bias, const float* dy, float* dx, float* dbias, float* y,
+                        int64_t rows, int64_t n, bool approximate) {
+    if (approximate) bias_gelu_backward_as<pointwise::GeluTanh>(x, bias, dy, dx, dbias, y, rows, n);
+    else bias_gelu_backward_as<pointwise::Gelu>(x, bias, dy, dx, dbias, y, rows, n);
 }
 
 void pow_forward(const float* x, float p, float* y, int64_t n) {

@@ -22,9 +22,12 @@ template <typename F> void unary_backward(const float* x, const float* y, const 
 // engine/ops/pointwise.h; else the exact Gelu): y = gelu(x + bias).
 void bias_gelu_forward(const float* x, const float* bias, float* y, int64_t rows, int64_t n, bool approximate);
 // dx = dy·gelu'(x + bias) (dx always written) and dbias = Σ_rows dx (written, not accumulated; null
-// when not wanted), x + bias recomputed. The sum's order depends on the sizes only.
-void bias_gelu_backward(const float* x, const float* bias, const float* dy, float* dx, float* dbias, int64_t rows,
-                        int64_t n, bool approximate);
+// when not wanted), x + bias recomputed. The sum's order depends on the sizes only. y (null: not
+// wanted) gets the forward's output gelu(x + bias) again, the same bits; it may be dy itself (each
+// element of dy is read before its place is written), which is how gelu_linear recomputes the
+// GELU's output for its weight gradient without a buffer of its own (engine/ops/matmul.cpp).
+void bias_gelu_backward(const float* x, const float* bias, const float* dy, float* dx, float* dbias, float* y,
+                        int64_t rows, int64_t n, bool approximate);
 
 void pow_forward(const float* x, float p, float* y, int64_t n);
 void pow_backward(const float* x, float p, const float* dy, float* dx, int64_t n);

@@ -205,14 +205,19 @@ __global__ void bias_gelu_forward_kernel(const float* x, const float* bias, floa
         y[r * n + j] = F::f(x[r * n + j] + b);
 }
 
+// y (null: not wanted) gets gelu(x + bias) again, the forward's bits; it may be dy (each thread
+// reads its element of dy before it writes that element of y).
 template <typename F>
-__global__ void bias_gelu_backward_kernel(const float* x, const float* bias, const float* dy, float* dx, int64_t rows,
-                                          int64_t n) {
+__global__ void bias_gelu_backward_kernel(const float* x, const float* bias, const float* dy, float* dx, float* y,
+                                          int64_t rows, int64_t n) {
     int64_t j = (int64_t)blockIdx.x * kBiasTile + threadIdx.x;
     if (j >= n) return;
     float b = bias[j];
-    for (int64_t r = (int64_t)blockIdx.y * kBiasRows + threadIdx.y; r < rows; r += (int64_t)gridDim.y * kBiasRows)
-        dx[r * n + j] = dy[r * n + j] * F::df(x[r * n + j] + b, 0.f);  // GELU's df ignores y
+    for (int64_t r = (int64_t)blockIdx.y * kBiasRows + threadIdx.y; r < rows; r += (int64_t)gridDim.y * kBiasRows) {
+        float v = x[r * n + j] + b, g = dy[r * n + j];
+        dx[r * n + j] = g * F::df(v, 0.f);  // GELU's df ignores y
+        if (y) y[r * n + j] = F::f(v);
+    }
 }
 
 // The same over float4s, when the width is a multiple of 4 and the pointers 16-byte aligned (the
@@ -228,12 +233,13 @@ __global__ void bias_gelu_forward4_kernel(const float4* x, const float4* bias, f
 }
 
 template <typename F>
-__global__ void bias_gelu_backward4_kernel(const float4* x, const float4* bias, const float4* dy, float4* dx, int n4,
-                                           int total4) {
+__global__ void bias_gelu_backward4_kernel(const float4* x, const float4* bias, const float4* dy, float4* dx,
+                                           float4* y, int n4, int total4) {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total4; i += blockDim.x * gridDim.x) {
         float4 v = x[i], b = bias[i % n4], g = dy[i];
-        dx[i] = float4{g.x * F::df(v.x + b.x, 0.f), g.y * F::df(v.y + b.y, 0.f), g.z * F::df(v.z + b.z, 0.f),
-                       g.w * F::df(v.w + b.w, 0.f)};
+        v = float4{v.x + b.x, v.y + b.y, v.z + b.z, v.w + b.w};
+        dx[i] = float4{g.x * F::df(v.x, 0.f), g.y * F::df(v.y, 0.f), g.z * F::df(v.z, 0.f), g.w * F::df(v.w, 0.f)};
+        if (y) y[i] = float4{F::f(v.x), F::f(v.y), F::f(v.z), F::f(v.w)};
     }
 }
 
@@ -257,15 +263,15 @@ static void bias_gelu_forward_as(const float* x, const float* bias, float* y, in
 }
 
 template <typename F>
-static void bias_gelu_backward_as(const float* x, const float* bias, const float* dy, float* dx, int64_t rows,
-                                  int64_t n) {
-    if (bias_vec4(rows, n, {x, bias, dy, dx})) {
+static void bias_gelu_backward_as(const float* x, const float* bias, const float* dy, float* dx, float* y,
+                                  int64_t rows, int64_t n) {
+    if (bias_vec4(rows, n, {x, bias, dy, dx, y})) {  // a null y is 16-byte aligned
         int total4 = (int)(rows * n / 4);
         KERNEL_LAUNCH(bias_gelu_backward4_kernel<F>, blocks_for(total4), kBlockSize, 0, (const float4*)x,
-                      (const float4*)bias, (const float4*)dy, (float4*)dx, (int)(n / 4), total4);
+                      (const float4*)bias, (const float4*)dy, (float4*)dx, (float4*)y, (int)(n / 4), total4);
     } else {
         KERNEL_LAUNCH(bias_gelu_backward_kernel<F>, bias_grid(rows, n), dim3(kBiasTile, kBiasRows), 0, x, bias, dy, dx,
-                      rows, n);
+                      y, rows, n);
     }
 }
 
@@ -278,12 +284,12 @@ void bias_gelu_forward(const float* x, const float* bias, float* y, int64_t rows
 // dbias: the column sums of dx by reduce.cu's sum_dim (its [outer, n, inner] = [1, rows, n] layout
 // is the 32-column kernel, chunked along the rows when there are few columns), a second read of dx
 // in exchange for its fixed, shape-only summation tree.
-void bias_gelu_backward(const float* x, const float* bias, const float* dy, float* dx, float* dbias, int64_t rows,
-                        int64_t n, bool approximate) {
+void bias_gelu_backward(const float* x, const float* bias, const float* dy, float* dx, float* dbias, float* y,
+                        int64_t rows, int64_t n, bool approximate) {
     if (n == 0) return;
     if (rows > 0) {
-        if (approximate) bias_gelu_backward_as<pointwise::GeluTanh>(x, bias, dy, dx, rows, n);
-        else bias_gelu_backward_as<pointwise::Gelu>(x, bias, dy, dx, rows, n);
+        if (approximate) bias_gelu_backward_as<pointwise::GeluTanh>(x, bias, dy, dx, y, rows, n);
+        else bias_gelu_backward_as<pointwise::Gelu>(x, bias, dy, dx, y, rows, n);
     }
     if (dbias) sum_dim(dx, dbias, 1, rows, n);  // rows == 0: zeros
 }

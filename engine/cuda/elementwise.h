@@ -19,10 +19,12 @@ template <typename F> void unary_forward(const float* x, float* y, int64_t n);
 template <typename F> void unary_backward(const float* x, const float* y, const float* dy, float* dx, int64_t n);
 
 // y = gelu(x + bias) over [rows, n]; dx = dy·gelu'(x + bias) and dbias = Σ_rows dx (null: not
-// wanted), the sum by sum_dim (engine/cuda/reduce.h) over dx: deterministic.
+// wanted), the sum by sum_dim (engine/cuda/reduce.h) over dx: deterministic. The backward's y (null:
+// not wanted) gets the forward's output again, the same bits, and may be dy itself (as the CPU's,
+// engine/cpu/elementwise.h).
 void bias_gelu_forward(const float* x, const float* bias, float* y, int64_t rows, int64_t n, bool approximate);
-void bias_gelu_backward(const float* x, const float* bias, const float* dy, float* dx, float* dbias, int64_t rows,
-                        int64_t n, bool approximate);
+void bias_gelu_backward(const float* x, const float* bias, const float* dy, float* dx, float* dbias, float* y,
+                        int64_t rows, int64_t n, bool approximate);
 
 void pow_forward(const float* x, float p, float* y, int64_t n);
 void pow_backward(const float* x, float p, const float* dy, float* dx, int64_t n);

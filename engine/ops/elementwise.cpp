@@ -149,8 +149,8 @@ Tensor bias_gelu(const Tensor& x, const Tensor& bias, bool approximate) {
         Tensor dx = x.new_empty(x.shape());  // also when only dbias is wanted: CUDA sums it from dx
         Tensor dbias = bias.requires_grad() ? bias.new_empty(bias.shape()) : Tensor();
         ON_DEVICE(x.device(), bias_gelu_backward)(x.raw_f32(), bias.raw_f32(), g.raw_f32(), dx.raw_f32(),
-                                                  dbias.defined() ? dbias.raw_f32() : nullptr, rows, n,
-                                                  approximate);
+                                                  dbias.defined() ? dbias.raw_f32() : nullptr, nullptr, rows,
+                                                  n, approximate);
         return std::vector<Tensor>{x.requires_grad() ? dx : Tensor(), dbias};
     });
 }

@@ -1,15 +1,17 @@
-// engine/ops/matmul.cpp: matmul and linear, forward and backward side by side. The GEMMs run on
+// engine/ops/matmul.cpp: matmul, linear and gelu_linear, forward and backward side by side. The GEMMs run on
 // the operands' device (ON_DEVICE: OpenBLAS on the CPU, cuBLAS on the GPU, engine/cuda/matmul.cu);
 // every tensor made here is on that device.
 #include "engine/ops/matmul.h"
 
 #include "engine/autograd.h"
+#include "engine/cpu/elementwise.h"
 #include "engine/cpu/matmul.h"
 #include "engine/cpu/reduce.h"
 #include "engine/ops/common.h"
 #include "engine/ops/dispatch.h"
 #include "engine/ops/reduce.h"
 #ifdef ENGINE_CUDA
+#include "engine/cuda/elementwise.h"
 #include "engine/cuda/matmul.h"
 #endif
 
@@ -67,21 +69,29 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
 // y = x·Wᵀ + b over rows R = numel(x)/in:  dx = dy·W,  dW = dyᵀ·x,  db = Σ_rows dy.
 // On the GPU the bias rows and db are GEMMs too, with a column of ones (1_R): y = 1_R·bᵀ first
 // (a rank-1 product, K = 1), then += x·Wᵀ (beta = 1); db = 1_Rᵀ·dy.
-Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
-    expect_f32("linear", x, "x");
-    expect_f32("linear", w, "weight");
-    expect_same_device("linear", x, w);
-    if (b.defined()) expect_same_device("linear", x, b);
-    check(w.ndim() == 2, "linear: weight must be [out, in], got {}", w.shape().str());
+namespace {
+
+// linear's argument checks (messages name `op`); returns the rows of x.
+int64_t check_linear_args(const char* op, const Tensor& x, const Tensor& w, const Tensor& b) {
+    expect_f32(op, x, "x");
+    expect_f32(op, w, "weight");
+    expect_same_device(op, x, w);
+    if (b.defined()) expect_same_device(op, x, b);
+    check(w.ndim() == 2, "{}: weight must be [out, in], got {}", op, w.shape().str());
     int64_t in = w.size(1), out_f = w.size(0);
-    check(x.ndim() >= 1 && x.size(-1) == in, "linear: input {} does not end in in_features={} (weight {})",
+    check(x.ndim() >= 1 && x.size(-1) == in, "{}: input {} does not end in in_features={} (weight {})", op,
           x.shape().str(), in, w.shape().str());
     if (b.defined()) {
-        expect_f32("linear", b, "bias");
-        check(b.ndim() == 1 && b.size(0) == out_f, "linear: bias {} does not match weight {}", b.shape().str(),
+        expect_f32(op, b, "bias");
+        check(b.ndim() == 1 && b.size(0) == out_f, "{}: bias {} does not match weight {}", op, b.shape().str(),
               w.shape().str());
     }
-    int64_t rows = x.numel() / in;
+    return in > 0 ? x.numel() / in : 0;
+}
+
+// y = x·Wᵀ + b, shaped as x with the last dim out_features. No node.
+Tensor linear_product(const Tensor& x, const Tensor& w, const Tensor& b, int64_t rows) {
+    int64_t in = w.size(1), out_f = w.size(0);
     Shape os = x.shape();
     os[os.ndim - 1] = out_f;
     Tensor y = x.new_empty(os);
@@ -98,37 +108,95 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
         }
     }
     ON_DEVICE(dev, gemm)(false, true, rows, out_f, in, 1.f, x.raw_f32(), w.raw_f32(), b.defined() ? 1.f : 0.f, py);
+    return y;
+}
 
-    return attach(y, "linear", {x, w, b}, [x, w, b, rows, in, out_f](const Tensor& g) {
-        Tensor dx, dw, db;
-        Device dev = g.device();
-        // Each GEMM adds into the gradient already accumulated for its input where autograd allows
-        // it (beta = 1: engine/autograd.h, accumulated_grad; intermediates only, so in practice
-        // dX), else writes a new one.
-        auto grad_for = [&g](const Tensor& t, float& beta) {
-            Tensor acc = accumulated_grad(t);
-            beta = acc.defined() ? 1.f : 0.f;
-            return acc.defined() ? acc : g.new_empty(t.shape());
-        };
+// Where a backward GEMM writes the gradient of input t: into the gradient autograd has already
+// accumulated for t, adding to it (beta = 1; engine/autograd.h, accumulated_grad: intermediates
+// only, so in practice dX), else into a new tensor (beta = 0).
+Tensor grad_buffer(const Tensor& g, const Tensor& t, float& beta) {
+    Tensor acc = accumulated_grad(t);
+    beta = acc.defined() ? 1.f : 0.f;
+    return acc.defined() ? acc : g.new_empty(t.shape());
+}
+
+// linear's parameter gradients, dW = gᵀ·x and db = Σ_rows g (undefined where not wanted), for x
+// viewed as [rows, in].
+void linear_param_grads(const Tensor& g, const Tensor& x, const Tensor& w, const Tensor& b, int64_t rows, Tensor& dw,
+                        Tensor& db) {
+    Device dev = g.device();
+    int64_t in = w.size(1), out_f = w.size(0);
+    if (w.requires_grad()) {
         float beta;
+        dw = grad_buffer(g, w, beta);
+        ON_DEVICE(dev, gemm)(true, false, out_f, in, rows, 1.f, g.raw_f32(), x.raw_f32(), beta, dw.raw_f32());
+    }
+    if (b.defined() && b.requires_grad()) {
+        db = g.new_empty(b.shape());
+        if (dev == Device::CPU) {
+            cpu::sum_dim(g.data_f32(), db.data_f32(), 1, rows, out_f);
+        } else {
+            Tensor ones = g.new_full({rows}, 1.f);
+            ON_DEVICE(dev, gemm)(false, false, 1, out_f, rows, 1.f, ones.raw_f32(), g.raw_f32(), 0.f, db.raw_f32());
+        }
+    }
+}
+
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
+    int64_t rows = check_linear_args("linear", x, w, b);
+    Tensor y = linear_product(x, w, b, rows);
+    return attach(y, "linear", {x, w, b}, [x, w, b, rows](const Tensor& g) {
+        Tensor dx, dw, db;
         if (x.requires_grad()) {
-            dx = grad_for(x, beta);
-            ON_DEVICE(dev, gemm)(false, false, rows, in, out_f, 1.f, g.raw_f32(), w.raw_f32(), beta, dx.raw_f32());
+            float beta;
+            dx = grad_buffer(g, x, beta);
+            ON_DEVICE(g.device(), gemm)(false, false, rows, w.size(1), w.size(0), 1.f, g.raw_f32(), w.raw_f32(), beta,
+                                        dx.raw_f32());
         }
-        if (w.requires_grad()) {
-            dw = grad_for(w, beta);
-            ON_DEVICE(dev, gemm)(true, false, out_f, in, rows, 1.f, g.raw_f32(), x.raw_f32(), beta, dw.raw_f32());
-        }
-        if (b.defined() && b.requires_grad()) {
-            db = g.new_empty(b.shape());
-            if (dev == Device::CPU) {
-                cpu::sum_dim(g.data_f32(), db.data_f32(), 1, rows, out_f);
-            } else {
-                Tensor ones = g.new_full({rows}, 1.f);
-                ON_DEVICE(dev, gemm)(false, false, 1, out_f, rows, 1.f, ones.raw_f32(), g.raw_f32(), 0.f, db.raw_f32());
-            }
-        }
+        linear_param_grads(g, x, w, b, rows, dw, db);
         return std::vector<Tensor>{dx, dw, db};
+    });
+}
+
+// The GELU's output A = gelu(h + b1) is what fc2's weight gradient needs (dW = dyᵀ·A), and it is
+// as large as h (4·width per token in a transformer MLP). Keeping h and recomputing A in the
+// backward costs one more write of A, done by the pass that computes dh anyway (the GELU's erf is
+// shared by gelu and gelu'), and no buffer: A is written over dA once dA is read.
+Tensor gelu_linear(const Tensor& h, const Tensor& b1, const Tensor& w, const Tensor& b, bool approximate) {
+    const char* name = "gelu_linear";
+    int64_t rows = check_linear_args(name, h, w, b);
+    expect_f32(name, b1, "gelu bias");
+    expect_same_device(name, h, b1);
+    check(b1.ndim() == 1 && b1.size(0) == h.size(-1), "gelu_linear: gelu bias {} does not match the last dim of input {}",
+          b1.shape().str(), h.shape().str());
+    int64_t hidden = h.size(-1);
+    Tensor y;
+    {
+        Tensor a = h.new_empty(h.shape());  // freed here, not kept for the backward
+        ON_DEVICE(h.device(), bias_gelu_forward)(h.raw_f32(), b1.raw_f32(), a.raw_f32(), rows, hidden, approximate);
+        y = linear_product(a, w, b, rows);
+    }
+    return attach(y, name, {h, b1, w, b}, [h, b1, w, b, rows, hidden, approximate](const Tensor& g) {
+        expect_same_device("gelu_linear", h, g);
+        Device dev = g.device();
+        Tensor buf = h.new_empty(h.shape());  // dA, then A
+        Tensor dh, db1, dw, db;
+        if (h.requires_grad() || b1.requires_grad()) {
+            ON_DEVICE(dev, gemm)(false, false, rows, hidden, w.size(0), 1.f, g.raw_f32(), w.raw_f32(), 0.f,
+                                 buf.raw_f32());
+            dh = h.new_empty(h.shape());  // also when only db1 is wanted: CUDA sums it from dh
+            if (b1.requires_grad()) db1 = b1.new_empty(b1.shape());
+            ON_DEVICE(dev, bias_gelu_backward)(h.raw_f32(), b1.raw_f32(), buf.raw_f32(), dh.raw_f32(),
+                                               db1.defined() ? db1.raw_f32() : nullptr,
+                                               w.requires_grad() ? buf.raw_f32() : nullptr, rows, hidden, approximate);
+            if (!h.requires_grad()) dh = Tensor();
+        } else if (w.requires_grad()) {
+            ON_DEVICE(dev, bias_gelu_forward)(h.raw_f32(), b1.raw_f32(), buf.raw_f32(), rows, hidden, approximate);
+        }
+        linear_param_grads(g, buf, w, b, rows, dw, db);
+        return std::vector<Tensor>{dh, db1, dw, db};
     });
 }
 

@@ -11,5 +11,11 @@ namespace engine {
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
 // y = x·Wᵀ + b with PyTorch's layout: W [out, in], b [out] (optional), x [..., in].
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = Tensor());
+// y = linear(bias_gelu(h, b1, approximate), w, b): a transformer MLP's GELU and second linear as one
+// op that keeps h, not the GELU's output, for its backward, which recomputes that output (the same
+// bits) where it needs it. The same values and gradients as the two ops, and one [rows, hidden]
+// tensor less alive from the forward to the backward.
+Tensor gelu_linear(const Tensor& h, const Tensor& b1, const Tensor& w, const Tensor& b = Tensor(),
+                   bool approximate = false);
 
 }  // namespace engine

@@ -1,5 +1,5 @@
-// tests/cuda/test_cuda_fused.cpp: the fused bias_gelu and add_layer_norm on the device against the
-// CPU (check_parity), forward and backward: bias_gelu exact and tanh, widths that leave the last
+// tests/cuda/test_cuda_fused.cpp: the fused bias_gelu, add_layer_norm and gelu_linear on the device
+// against the CPU (check_parity), forward and backward: bias_gelu exact and tanh, widths that leave the last
 // 32-column tile partial, one column, enough rows for sum_dim's chunked column sums (the dbias)
 // and for the kernels' loop over the rows beyond one pass of the grid, a gradient for the bias or
 // x only; add_layer_norm with and without weight/bias, warp- and block-per-row lengths, both
@@ -15,6 +15,7 @@
 
 #include <cstring>
 #include "engine/autograd.h"
+#include "engine/cuda/runtime.h"
 #include "tests/cuda/parity.h"
 
 using engine::Device;
@@ -124,3 +125,62 @@ TEST_CASE("cuda bias_gelu: more rows than one pass of the grid covers (4096 x 8)
     check_parity("bias_gelu many rows", [](auto& in) { return engine::bias_gelu(in[0], in[1]); }, {x, b}, kPointwise,
                  {1e-4f, 1e-4f});
 }
+
+// gelu_linear (engine/ops/matmul.h): linear(bias_gelu(h, b1), w, b), keeping h and recomputing the
+// GELU's output in the backward, where the kernel that computes dh writes it over dA (the float4
+// kernel at width 96, the per-element one at 37). Tolerances as linear's (tests/cuda/test_cuda_matmul.cpp).
+TEST_CASE("cuda gelu_linear: against the CPU, exact and tanh, widths 96 and 37, gradients of some inputs", "[cuda]") {
+    const test::Tol kGemm{1e-4f, 1e-4f};
+    for (bool approximate : {false, true})
+        for (int64_t hidden : {96, 37}) {
+            INFO("approximate " << approximate << " hidden " << hidden);
+            Tensor h = scaled({3, 11, hidden}, 2.f, 20), b1 = randn({hidden}, true, 21),
+                   w = randn({10, hidden}, true, 22), b = randn({10}, true, 23);
+            check_parity("gelu_linear",
+                         [approximate](auto& in) { return engine::gelu_linear(in[0], in[1], in[2], in[3], approximate); },
+                         {h, b1, w, b}, kGemm, kGemm);
+        }
+    auto f = [](auto& in) { return engine::gelu_linear(in[0], in[1], in[2], in[3]); };
+    // Only the weight: the GELU's output recomputed by the forward kernel, no dA.
+    check_parity("gelu_linear weight only", f,
+                 {scaled({9, 40}, 2.f, 24, false), randn({40}, false, 25), randn({6, 40}, true, 26), randn({6}, false, 27)},
+                 kGemm, kGemm);
+    // h and b1 only: dh and db1 without the recomputed output.
+    check_parity("gelu_linear h and b1 only", f,
+                 {scaled({9, 40}, 2.f, 28), randn({40}, true, 29), randn({6, 40}, false, 30), Tensor()}, kGemm, kGemm);
+}
+
+TEST_CASE("cuda gelu_linear: bias_gelu then linear on the device, one [rows, hidden] tensor less kept", "[cuda]") {
+    const int64_t rows = 64, hidden = 256, out = 16;
+    Tensor x = test::to_cuda(randn({rows, 32}, true, 31)), w1 = test::to_cuda(randn({hidden, 32}, true, 32)),
+           b1 = test::to_cuda(randn({hidden}, true, 33)), w2 = test::to_cuda(randn({out, hidden}, true, 34)),
+           b2 = test::to_cuda(randn({out}, true, 35));
+    Tensor g = test::to_cuda(randn({rows, out}, false, 36));
+    std::vector<Tensor> leaves{x, w1, b1, w2, b2};
+    struct Run {
+        Tensor y;
+        std::vector<Tensor> grads;
+        size_t held;
+    };
+    auto run = [&](bool fused) {
+        for (Tensor& t : leaves) t.zero_grad();
+        size_t before = engine::cuda::memory_in_use();
+        Tensor h = engine::linear(x, w1);
+        Tensor y = fused ? engine::gelu_linear(h, b1, w2, b2) : engine::linear(engine::bias_gelu(h, b1), w2, b2);
+        h = Tensor();  // held by the graph only
+        Run r{y.detach(), {}, engine::cuda::memory_in_use() - before};
+        y.backward(g);
+        for (Tensor& t : leaves) r.grads.push_back(t.grad().detach().to(Device::CPU));
+        return r;
+    };
+    Run fused = run(true), plain = run(false);
+    CHECK(plain.held - fused.held == (size_t)rows * hidden * sizeof(float));
+    // The same GEMMs and the same GELU functor, here in two kernels each (nvcc may contract the
+    // functor differently in the backward kernel that recomputes it): within rounding.
+    test::require_close("forward", plain.y, fused.y, kPointwise);
+    for (size_t i = 0; i < leaves.size(); i++) {
+        INFO("input " << i);
+        test::require_close("gradient", plain.grads[i], fused.grads[i], kPointwise);
+    }
+}
+
