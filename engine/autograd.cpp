@@ -61,7 +61,8 @@ Node::~Node() {
 
 // Add g into t's .grad (allocating it on first use), on t's device. t may have no storage left
 // (released while only graphs held it: TensorImpl::node_refs); its gradient goes on g's device.
-static void accumulate(TensorImpl* t, const Tensor& g, const char* op) {
+// Returns the bytes an add read and wrote (0 where g became the gradient as it is), for the profile.
+static double accumulate(TensorImpl* t, const Tensor& g, const char* op) {
     check(g.shape() == t->shape, "backward of {}: gradient shape {} does not match input shape {}",
           op, g.shape().str(), t->shape.str());
     Device dev = t->storage ? t->storage->device : g.device();
@@ -74,18 +75,20 @@ static void accumulate(TensorImpl* t, const Tensor& g, const char* op) {
     // every such gradient (on an H200, 99 copies a ViT-Tiny step, 1.5 of its 38 ms); adding into a
     // shared one then makes a new tensor instead of writing into the other's.
     const bool leaf = !t->grad_fn;
-    if (t->grad && g.impl() == t->grad.get()) return;  // the closure added into it (accumulated_grad)
+    if (t->grad && g.impl() == t->grad.get()) return 0;  // the closure added into it (accumulated_grad)
+    const double add_bytes = 3.0 * (double)g.numel() * sizeof(float);
     if (!t->grad) {
         bool sole_owner = g.impl_ptr().use_count() == 1 && g.impl()->storage.use_count() == 1;
         bool may_share = !g.impl()->grad_fn && (sole_owner || !leaf);
         t->grad = may_share ? g.impl_ptr() : g.clone().impl_ptr();
-        return;
+        return may_share ? 0 : 2.0 * (double)g.numel() * sizeof(float);
     }
     if (!leaf && (t->grad.use_count() > 1 || t->grad->storage.use_count() > 1)) {
         t->grad = add(Tensor(t->grad), g).impl_ptr();  // under NoGrad (run_backward): no node
-        return;
+        return add_bytes;
     }
     ON_DEVICE(dev, add_inplace)(Tensor(t->grad).raw_f32(), g.raw_f32(), g.numel());
+    return add_bytes;
 }
 
 Tensor accumulated_grad(const Tensor& input) {
@@ -146,9 +149,10 @@ void run_backward(const Tensor& root, const Tensor& grad_output) {
             for (size_t i = 0; i < grads.size(); i++) bytes += tensor_bytes(node.inputs[i]) + tensor_bytes(grads[i]);
             profile::boundary(node.name, profile::Phase::Backward, bytes);
         }
+        double added_bytes = 0;
         for (size_t i = 0; i < grads.size(); i++) {
             TensorImpl* in = node.inputs[i].impl();
-            if (in && in->requires_grad && grads[i].defined()) accumulate(in, grads[i], node.name);
+            if (in && in->requires_grad && grads[i].defined()) added_bytes += accumulate(in, grads[i], node.name);
         }
         // Every consumer of t came earlier in this order, so t's gradient is complete and has now
         // reached t's inputs: free it, and the node with what its closure saved, right away. Kept
@@ -156,7 +160,7 @@ void run_backward(const Tensor& root, const Tensor& grad_output) {
         grads.clear();
         t->grad.reset();
         t->grad_fn.reset();
-        if (profiling) profile::boundary("accumulate gradients", profile::Phase::Backward);
+        if (profiling) profile::boundary("accumulate gradients", profile::Phase::Backward, added_bytes);
     }
     // Release the rest of the graph (nodes no gradient reached); leaves keep their .grad.
     for (const std::shared_ptr<TensorImpl>& t : order) {

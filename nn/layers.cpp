@@ -131,7 +131,7 @@ MLP::MLP(int64_t dim, int64_t hidden, Activation a, float p) : act(a) {
 // see or rewrite (the data-dependent inits set fc1's bias from it), so while fc1 has a hook the
 // unfused path runs. Where nothing comes between the GELU and fc2 (no active dropout, no hook on
 // fc2), the GELU and fc2 are one op, gelu_linear, which does not keep the GELU's output for the
-// backward: a quarter less activation memory in a ViT block (engine/ops/matmul.h).
+// backward: a fifth less activation memory in a ViT step (engine/ops/matmul.h).
 Tensor MLP::forward(const Tensor& x) const {
     bool fuse = act == Activation::GELU && fc1->bias.defined() && !fc1->forward_hook && !fc1->input_hook;
     if (!fuse) return fc2->forward(drop->forward(activate(fc1->forward(x), act)));

@@ -7,6 +7,7 @@
 #pragma once
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <string>
@@ -87,6 +88,34 @@ inline Tensor param(const engine::Shape& shape, uint64_t seed, float lo = -1.f, 
     g.uniform(t.data_f32(), t.numel(), lo, hi);
     t.requires_grad_();
     return t;
+}
+
+// A residual around a LayerNorm, r = h + 2·layer_norm(h, w, b) with h = 1.5·x: the add hands its
+// gradient to h first, and layer_norm's backward then adds its dx into that gradient in place
+// (engine/ops/nn.cpp, accumulated_grad). The largest difference, over x's, w's and b's gradients,
+// from the same function with h's two uses as leaves of their own and their gradients added
+// afterwards. Not zero: the kernels may fuse dx's last multiply with the add (an FMA, rounded
+// once). On x's device; w and b may be undefined.
+inline float residual_layer_norm_grad_diff(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& g) {
+    using namespace engine;
+    auto grads = [&](bool separate_uses) {
+        std::vector<Tensor> leaves;
+        for (const Tensor& t : {x, w, b}) leaves.push_back(t.defined() ? t.detach().requires_grad_() : Tensor());
+        Tensor h = mul(leaves[0], 1.5f);
+        if (!separate_uses) {
+            sum(mul(add(h, mul(layer_norm(h, leaves[1], leaves[2]), 2.f)), g)).backward();
+        } else {
+            Tensor h1 = h.detach().requires_grad_(), h2 = h.detach().requires_grad_();
+            sum(mul(add(h1, mul(layer_norm(h2, leaves[1], leaves[2]), 2.f)), g)).backward();
+            h.backward(add(h1.grad(), h2.grad()));
+        }
+        return leaves;
+    };
+    std::vector<Tensor> in_place = grads(false), separate = grads(true);
+    float worst = 0.f;
+    for (size_t i = 0; i < in_place.size(); i++)
+        if (in_place[i].defined()) worst = std::max(worst, max_abs_diff(in_place[i].grad(), separate[i].grad()));
+    return worst;
 }
 
 // Trains `steps` Adam steps (no weight decay) of `model` on `loss_fn()`, one fixed batch;

@@ -118,6 +118,13 @@ TEST_CASE("layer_norm", "[nnops][gradcheck]") {
               {param({4, 6}, 12, -2.f, 2.f), param({6}, 13, 0.5f, 1.5f)});
 }
 
+TEST_CASE("layer_norm: dx added into the gradient a residual gave its input, as adding afterwards", "[nnops]") {
+    Tensor x = param({37, 24}, 30, -2.f, 2.f), w = param({24}, 31, 0.5f, 1.5f), b = param({24}, 32);
+    Tensor g = param({37, 24}, 33).detach();
+    CHECK(test::residual_layer_norm_grad_diff(x, w, b, g) < 1e-5f);  // gradients of magnitude up to ~5
+    CHECK(test::residual_layer_norm_grad_diff(x, Tensor(), Tensor(), g) < 1e-5f);
+}
+
 TEST_CASE("layer_norm backward is deterministic across thread counts", "[nnops]") {
     // Big enough that the kernels run in parallel; dweight/dbias must not depend on the threads.
     Tensor x = param({300, 128}, 14), w = param({128}, 15), b = param({128}, 16);

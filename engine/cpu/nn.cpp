@@ -136,7 +136,8 @@ void add_layer_norm_forward(const float* x, const float* residual, const float* 
 constexpr int64_t kLayerNormChunks = 64;
 
 void layer_norm_backward(const float* x, const float* weight, const float* mean, const float* rstd,
-                         const float* dy, float* dx, float* dweight, float* dbias, int64_t rows, int64_t n) {
+                         const float* dy, float* dx, bool add_dx, float* dweight, float* dbias, int64_t rows,
+                         int64_t n) {
     bool want_params = dweight || dbias;
     int64_t chunks = std::min(rows, kLayerNormChunks);
     // partial[c] holds chunk c's Σ dy·x̂ (first n) and Σ dy (next n).
@@ -168,7 +169,8 @@ void layer_norm_backward(const float* x, const float* weight, const float* mean,
             for (int64_t j = 0; j < n; j++) {
                 float xhat = (xr[j] - mu) * rs;
                 float dxhat = weight ? gr[j] * weight[j] : gr[j];
-                dr[j] = rs * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat);
+                float v = rs * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat);
+                dr[j] = add_dx ? dr[j] + v : v;
             }
         }
     }

@@ -25,9 +25,12 @@ void layer_norm_forward(const float* x, const float* weight, const float* bias, 
 // Pre-LN residual add fused with the LayerNorm after it. Its backward is layer_norm_backward on sum.
 void add_layer_norm_forward(const float* x, const float* residual, const float* weight, const float* bias,
                             float* sum, float* y, float* mean, float* rstd, int64_t rows, int64_t n, float eps);
-// dx, and dweight/dbias [n] (each written, not accumulated; null when not wanted) in one pass.
+// dx, and dweight/dbias [n] (null when not wanted) in one pass. dweight and dbias are written; dx is
+// written, or with add_dx added to (the gradient its input already has: engine/autograd.h,
+// accumulated_grad; the bits of writing it and adding afterwards).
 void layer_norm_backward(const float* x, const float* weight, const float* mean, const float* rstd,
-                         const float* dy, float* dx, float* dweight, float* dbias, int64_t rows, int64_t n);
+                         const float* dy, float* dx, bool add_dx, float* dweight, float* dbias, int64_t rows,
+                         int64_t n);
 
 // On entry mask holds n uniforms in [0, 1); on exit the scaled keep mask: 1/(1−p) where u >= p,
 // else 0 (all 0 when p == 1). y = x·mask (y may be null: attention only needs the mask).

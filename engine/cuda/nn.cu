@@ -254,8 +254,8 @@ __global__ void add_layer_norm_forward_kernel(const float* x, const float* resid
 // dx = rstd·(dx̂ − mean(dx̂) − x̂·mean(dx̂·x̂)), with dx̂ = dy·weight.
 template <bool kBlock>
 __global__ void layer_norm_backward_dx_kernel(const float* x, const float* weight, const float* mean,
-                                              const float* rstd, const float* dy, float* dx, int64_t rows,
-                                              int64_t n) {
+                                              const float* rstd, const float* dy, float* dx, bool add_dx,
+                                              int64_t rows, int64_t n) {
     SHARED_ARRAY(float, scratch, kRowThreads / kWarp);
     RowGroup g = row_group<kBlock>();
     for (int64_t r = g.first; r < rows; r += g.stride) {
@@ -274,7 +274,8 @@ __global__ void layer_norm_backward_dx_kernel(const float* x, const float* weigh
         for (int64_t j = g.tid; j < n; j += g.width) {
             float xhat = (xr[j] - mu) * rs;
             float dxhat = weight ? gr[j] * weight[j] : gr[j];
-            dr[j] = rs * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat);
+            float v = rs * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat);
+            dr[j] = add_dx ? dr[j] + v : v;
         }
     }
 }
@@ -292,8 +293,8 @@ constexpr int64_t kLnFusedMax = 8 * kWarp;
 template <int kCols>
 __global__ void __launch_bounds__(kRowThreads)
     layer_norm_backward_fused_kernel(const float* x, const float* weight, const float* mean, const float* rstd,
-                                     const float* dy, float* dx, float* partial, int64_t rows, int n,
-                                     int64_t chunk_rows) {
+                                     const float* dy, float* dx, bool add_dx, float* partial, int64_t rows,
+                                     int n, int64_t chunk_rows) {
     constexpr int kWarps = kRowThreads / kWarp;
     SHARED_ARRAY(float, sums, kWarps * 2 * kWarp * kCols);  // [warp][Σ dy·x̂ | Σ dy][column]
     const int lane = (int)threadIdx.x % kWarp, warp = (int)threadIdx.x / kWarp;
@@ -323,7 +324,9 @@ __global__ void __launch_bounds__(kRowThreads)
         UNROLL
         for (int i = 0; i < kCols; i++) {
             const int j = lane + i * kWarp;
-            if (j < n) dx[r * n + j] = rs * (g[i] * w[i] - mean_dxhat - xhat[i] * mean_dxhat_xhat);
+            if (j >= n) continue;
+            const float v = rs * (g[i] * w[i] - mean_dxhat - xhat[i] * mean_dxhat_xhat);
+            dx[r * n + j] = add_dx ? dx[r * n + j] + v : v;
         }
     }
     UNROLL
@@ -342,10 +345,10 @@ __global__ void __launch_bounds__(kRowThreads)
 
 template <int kCols>
 void layer_norm_backward_fused(const float* x, const float* weight, const float* mean, const float* rstd,
-                               const float* dy, float* dx, float* partial, int64_t rows, int64_t n, int64_t chunk_rows,
-                               int64_t chunks) {
+                               const float* dy, float* dx, bool add_dx, float* partial, int64_t rows, int64_t n,
+                               int64_t chunk_rows, int64_t chunks) {
     KERNEL_LAUNCH(layer_norm_backward_fused_kernel<kCols>, dim3((unsigned)chunks), kRowThreads, 0, x, weight, mean,
-                  rstd, dy, dx, partial, rows, (int)n, chunk_rows);
+                  rstd, dy, dx, add_dx, partial, rows, (int)n, chunk_rows);
 }
 
 // dweight/dbias, pass 1: block (32, 8) per (chunk of rows, tile of 32 columns). The 32 threads of a
@@ -673,12 +676,13 @@ void add_layer_norm_forward(const float* x, const float* residual, const float* 
 }
 
 void layer_norm_backward(const float* x, const float* weight, const float* mean, const float* rstd,
-                         const float* dy, float* dx, float* dweight, float* dbias, int64_t rows, int64_t n) {
+                         const float* dy, float* dx, bool add_dx, float* dweight, float* dbias, int64_t rows,
+                         int64_t n) {
     if (n == 0) return;
     // dx with the parameters' gradients in one pass where the row fits a warp's registers.
     const bool fused = dx && (dweight || dbias) && rows > 0 && n <= kLnFusedMax;
     if (dx && rows > 0 && !fused)
-        ROWS_LAUNCH(layer_norm_backward_dx_kernel, rows, n, x, weight, mean, rstd, dy, dx, rows, n);
+        ROWS_LAUNCH(layer_norm_backward_dx_kernel, rows, n, x, weight, mean, rstd, dy, dx, add_dx, rows, n);
     if (!dweight && !dbias) return;
     if (rows == 0) {  // empty sums
         if (dweight) memset_zero(dweight, sizeof(float) * n);
@@ -694,7 +698,7 @@ void layer_norm_backward(const float* x, const float* weight, const float* mean,
     if (fused) {
         // The fewest registers a lane needs for its columns: 32·kCols >= n.
         auto run = [&](auto launch_cols) {
-            launch_cols(x, weight, mean, rstd, dy, dx, partial.p, rows, n, chunk_rows, chunks);
+            launch_cols(x, weight, mean, rstd, dy, dx, add_dx, partial.p, rows, n, chunk_rows, chunks);
         };
         if (n <= 32) run(layer_norm_backward_fused<1>);
         else if (n <= 64) run(layer_norm_backward_fused<2>);

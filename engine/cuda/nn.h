@@ -27,9 +27,11 @@ void layer_norm_forward(const float* x, const float* weight, const float* bias, 
 // the thread that wrote it, not by a second kernel).
 void add_layer_norm_forward(const float* x, const float* residual, const float* weight, const float* bias,
                             float* sum, float* y, float* mean, float* rstd, int64_t rows, int64_t n, float eps);
-// dx, and dweight/dbias [n] (each written, not accumulated; null when not wanted) in one pass.
+// dx, and dweight/dbias [n] (null when not wanted) in one pass. dweight and dbias are written; dx is
+// written, or with add_dx added to (as the CPU's, engine/cpu/nn.h).
 void layer_norm_backward(const float* x, const float* weight, const float* mean, const float* rstd,
-                         const float* dy, float* dx, float* dweight, float* dbias, int64_t rows, int64_t n);
+                         const float* dy, float* dx, bool add_dx, float* dweight, float* dbias, int64_t rows,
+                         int64_t n);
 
 // On entry mask holds n uniforms in [0, 1); on exit the scaled keep mask: 1/(1−p) where u >= p,
 // else 0 (all 0 when p == 1). y = x·mask (y may be null: attention only needs the mask).

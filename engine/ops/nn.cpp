@@ -109,12 +109,19 @@ static Tensor attach_layer_norm(Tensor y, const Tensor& x, const Tensor& weight,
     const Device dev = x.device();
     return attach(y, "layer_norm", {x, weight, bias}, [x, weight, bias, mean, rstd, r, dev](const Tensor& g) {
         Tensor dx, dw, db;
-        if (x.requires_grad()) dx = x.new_empty(x.shape());
+        // dx adds into the gradient x already has where autograd allows it (engine/autograd.h): in a
+        // Pre-LN block the residual add's gradient, which autograd would otherwise add dx to.
+        bool add_dx = false;
+        if (x.requires_grad()) {
+            dx = accumulated_grad(x);
+            add_dx = dx.defined();
+            if (!add_dx) dx = x.new_empty(x.shape());
+        }
         if (weight.defined() && weight.requires_grad()) dw = x.new_empty(weight.shape());
         if (bias.defined() && bias.requires_grad()) db = x.new_empty(bias.shape());
         ON_DEVICE(dev, layer_norm_backward)(x.raw_f32(), weight.defined() ? weight.raw_f32() : nullptr,
                                             mean.raw_f32(), rstd.raw_f32(), g.raw_f32(),
-                                            dx.defined() ? dx.raw_f32() : nullptr,
+                                            dx.defined() ? dx.raw_f32() : nullptr, add_dx,
                                             dw.defined() ? dw.raw_f32() : nullptr,
                                             db.defined() ? db.raw_f32() : nullptr, r.rows, r.n);
         return std::vector<Tensor>{dx, dw, db};

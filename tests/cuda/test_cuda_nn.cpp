@@ -22,6 +22,7 @@
 #include "engine/cuda/philox.h"
 #include "engine/cuda/runtime.h"
 #include "tests/cuda/parity.h"
+#include "tests/helpers.h"
 
 using engine::Device;
 using engine::DType;
@@ -120,6 +121,19 @@ TEST_CASE("cuda layer_norm: gradient for the parameters only, and for x only", "
     Tensor w2 = test::rand_uniform({33}, 0.5f, 1.5f, false);
     check_parity("layer_norm x only", [](auto& in) { return engine::layer_norm(in[0], in[1], Tensor()); }, {x2, w2},
                  kLnFwd, kLnBwd);
+}
+
+// The one-pass backward (n <= 256 with parameter gradients), the dx kernel alone (no parameter
+// gradients) and the two-kernel path (n = 512), each adding dx into the residual's gradient.
+TEST_CASE("cuda layer_norm: dx added into the gradient a residual gave its input, as adding afterwards", "[cuda]") {
+    for (int64_t n : {192, 512})
+        for (bool params : {true, false}) {
+            INFO("n " << n << " parameter gradients " << params);
+            Tensor x = test::to_cuda(scaled_randn({70, n}, 2.f, 20)), g = test::to_cuda(randn({70, n}, false, 21));
+            Tensor w = test::to_cuda(test::rand_uniform({n}, 0.5f, 1.5f)), b = test::to_cuda(randn({n}, true, 22));
+            if (!params) w = b = Tensor();
+            CHECK(test::residual_layer_norm_grad_diff(x, w, b, g) < 1e-4f);  // dweight sums 70 rows
+        }
 }
 
 TEST_CASE("cuda layer_norm: backward bitwise repeatable", "[cuda]") {
