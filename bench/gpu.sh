@@ -4,7 +4,8 @@
 # of every model family with apps/bench (fp32, tf32 and bf16; --profile for the op table), and
 # with tools/bench_torch.py in PyTorch eager and torch.compile where a CUDA PyTorch is importable
 # (it has twins of all four families; its bf16 is autocast). Writes one markdown table (ms/step,
-# items/s, peak device memory, ratios to each PyTorch mode) with the device name and date.
+# items/s, peak device memory, ours and PyTorch's, ratios to each PyTorch mode) with the device
+# name and date.
 #
 #   bash bench/gpu.sh                       # the full kit, table in bench/results/gpu-<date>.md
 #   bash bench/gpu.sh --smoke               # tiny models, one [cuda] test, no PyTorch
@@ -121,15 +122,23 @@ for model in $models; do
             # PyTorch once per model and precision (its attention does not change with ours; lstm-own
             # is compared with the lstm row's).
             if [ $first = 1 ]; then
-                eager="" compiled=""
+                eager="" compiled="" eager_mb="" compiled_mb=""
                 if [ $torch_ok = 1 ] && [ "$model" != lstm-own ]; then
                     targs="$(app_model $model) $(sizes_for $model) $steps --device cuda --precision $prec"
-                    eager=$(field "$(python3 tools/bench_torch.py $targs --mode eager | tail -n1)" ms_per_step) || eager=""
-                    compiled=$(field "$(python3 tools/bench_torch.py $targs --mode compile | tail -n1)" ms_per_step) || compiled=""
+                    tline=$(python3 tools/bench_torch.py $targs --mode eager | tail -n1) || tline=""
+                    if [ -n "$tline" ]; then
+                        eager=$(field "$tline" ms_per_step) || eager=""
+                        eager_mb=$(field "$tline" peak_device_mb) || eager_mb=""
+                    fi
+                    tline=$(python3 tools/bench_torch.py $targs --mode compile | tail -n1) || tline=""
+                    if [ -n "$tline" ]; then
+                        compiled=$(field "$tline" ms_per_step) || compiled=""
+                        compiled_mb=$(field "$tline" peak_device_mb) || compiled_mb=""
+                    fi
                 fi
             fi
             first=0
-            rows+="| $model | $prec | $fa_name | $ms | $(field "$line" ms_per_step_eager) | $(field "$line" items_per_s) | $(field "$line" peak_device_mb) | $(field "$line" cudnn_calls) | $(field "$line" params) | ${eager:-–} | ${compiled:-–} | $(ratio "$ms" "$eager") | $(ratio "$ms" "$compiled") |"$'\n'
+            rows+="| $model | $prec | $fa_name | $ms | $(field "$line" ms_per_step_eager) | $(field "$line" items_per_s) | $(field "$line" peak_device_mb) | ${eager_mb:-–} | ${compiled_mb:-–} | $(field "$line" cudnn_calls) | $(field "$line" params) | ${eager:-–} | ${compiled:-–} | $(ratio "$ms" "$eager") | $(ratio "$ms" "$compiled") |"$'\n'
         done
     done
 done
@@ -141,8 +150,8 @@ done
     echo "[cuda] suite on this device: $suite."
     [ $torch_ok = 1 ] || echo "PyTorch with CUDA: not importable here (or a smoke run): no PyTorch columns."
     echo
-    echo "| model | precision | fused attention | ms/step | without CUDA graph | items/s | peak device MB | cuDNN calls | params | PyTorch eager ms | torch.compile ms | eager / ours | compile / ours |"
-    echo "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    echo "| model | precision | fused attention | ms/step | without CUDA graph | items/s | peak device MB | PyTorch eager peak MB | torch.compile peak MB | cuDNN calls | params | PyTorch eager ms | torch.compile ms | eager / ours | compile / ours |"
+    echo "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     printf "%s" "$rows"
     echo
     lm4k_note=""
