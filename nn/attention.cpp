@@ -26,13 +26,14 @@ Tensor MultiHeadAttention::split_heads(const Tensor& x) const {
 Tensor MultiHeadAttention::forward(const Tensor& x) const {
     check(x.ndim() == 3 && x.size(2) == dim, "MultiHeadAttention: input {} is not [B, T, {}]", x.shape().str(), dim);
     int64_t B = x.size(0), T = x.size(1);
-    Tensor qh = split_heads(q->forward(x)), kh = split_heads(k->forward(x)), vh = split_heads(v->forward(x));
-    if (rope_base > 0.f) {
-        qh = rope(qh, rope_base);
-        kh = rope(kh, rope_base);
+    Tensor o;
+    if (rope_base > 0.f) {  // rope rotates [B, H, T, D] heads
+        Tensor qh = rope(split_heads(q->forward(x)), rope_base), kh = rope(split_heads(k->forward(x)), rope_base);
+        o = attention(qh, kh, split_heads(v->forward(x)), causal, attn_dropout, training_);
+        o = permute(o, {0, 2, 1, 3}).reshape({B, T, dim});
+    } else {  // the linears' [B, T, dim] outputs as they are
+        o = attention_tokens(q->forward(x), k->forward(x), v->forward(x), heads, causal, attn_dropout, training_);
     }
-    Tensor o = attention(qh, kh, vh, causal, attn_dropout, training_);
-    o = permute(o, {0, 2, 1, 3}).reshape({B, T, dim});
     return hooked(proj_drop->forward(proj->forward(o)));
 }
 

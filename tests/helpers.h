@@ -118,6 +118,17 @@ inline float residual_layer_norm_grad_diff(const Tensor& x, const Tensor& w, con
     return worst;
 }
 
+// attention_tokens's reference: q, k, v [B, T, H·D] permuted to [B, H, T, D], engine::attention,
+// and its output permuted back to [B, T, H·D].
+inline Tensor attention_by_permutes(const Tensor& q, const Tensor& k, const Tensor& v, int64_t heads, bool causal,
+                                    float dropout_p = 0.f, bool training = false) {
+    using namespace engine;
+    const int64_t B = q.size(0), D = q.size(2) / heads;
+    auto heads_first = [&](const Tensor& x) { return permute(x.reshape({B, x.size(1), heads, D}), {0, 2, 1, 3}); };
+    Tensor o = attention(heads_first(q), heads_first(k), heads_first(v), causal, dropout_p, training);
+    return permute(o, {0, 2, 1, 3}).reshape(q.shape());
+}
+
 // Trains `steps` Adam steps (no weight decay) of `model` on `loss_fn()`, one fixed batch;
 // returns the first and the last loss. The overfit tests of every model family use it.
 template <typename LossFn>

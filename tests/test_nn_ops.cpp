@@ -369,6 +369,49 @@ TEST_CASE("attention argument errors", "[nnops]") {
     CHECK_THROWS_WITH(attention(q, k, k, false, 1.5f, true), Catch::Contains("dropout_p must be in [0, 1]"));
 }
 
+// attention_tokens: the heads addressed in place in [B, T, H·D] against the permutes around
+// attention, forward and the three gradients, causal and not, T != S, dropout from one seed.
+TEST_CASE("attention_tokens: the permutes around attention", "[nnops]") {
+    struct Case { int64_t B, T, S, H, D; bool causal; float dropout; };
+    for (Case c : {Case{2, 5, 5, 3, 8, false, 0.f}, Case{2, 5, 5, 3, 8, true, 0.f}, Case{1, 4, 7, 2, 6, true, 0.f},
+                   Case{2, 7, 4, 2, 6, true, 0.f}, Case{2, 5, 6, 3, 4, false, 0.3f}}) {
+        INFO("B " << c.B << " T " << c.T << " S " << c.S << " H " << c.H << " D " << c.D << " causal " << c.causal
+                  << " dropout " << c.dropout);
+        auto run = [&](bool tokens) {
+            Tensor q = param({c.B, c.T, c.H * c.D}, 80), k = param({c.B, c.S, c.H * c.D}, 81),
+                   v = param({c.B, c.S, c.H * c.D}, 82);
+            manual_seed(5);
+            Tensor o = tokens ? attention_tokens(q, k, v, c.H, c.causal, c.dropout, true)
+                              : test::attention_by_permutes(q, k, v, c.H, c.causal, c.dropout, true);
+            sum(mul(o, param(o.shape(), 83).detach())).backward();
+            return std::vector<Tensor>{o, q.grad(), k.grad(), v.grad()};
+        };
+        std::vector<Tensor> got = run(true), want = run(false);
+        for (size_t i = 0; i < got.size(); i++) {
+            INFO("output (0) or gradient of q, k, v (1-3): " << i);
+            CHECK(got[i].shape() == want[i].shape());
+            CHECK(test::max_abs_diff(got[i], want[i]) < 1e-6f);
+        }
+    }
+}
+
+TEST_CASE("attention_tokens", "[nnops][gradcheck]") {
+    gradcheck("attention_tokens causal", [](auto& in) { return attention_tokens(in[0], in[1], in[2], 2, true); },
+              {param({2, 3, 8}, 84), param({2, 5, 8}, 85), param({2, 5, 8}, 86)});
+}
+
+TEST_CASE("attention_tokens argument errors", "[nnops]") {
+    Tensor q = param({2, 4, 12}, 87), k = param({2, 6, 12}, 88);
+    CHECK_THROWS_WITH(attention_tokens(q, k, k, 5, false),
+                      Catch::Contains("attention_tokens: the width of q [2,4,12] is not divisible by 5 heads"));
+    CHECK_THROWS_WITH(attention_tokens(q.reshape({2, 4, 3, 4}), k, k, 3, false),
+                      Catch::Contains("attention_tokens: q [B,T,H·D] must be 3-d"));
+    CHECK_THROWS_WITH(attention_tokens(q, param({2, 6, 8}, 89), k, 2, false),
+                      Catch::Contains("attention_tokens: q [2,4,12] and k [2,6,8] must agree on B and the width"));
+    CHECK_THROWS_WITH(attention_tokens(q, k, param({2, 5, 12}, 90), 3, false),
+                      Catch::Contains("attention_tokens: v [2,5,12] must have the shape of k [2,6,12]"));
+}
+
 TEST_CASE("attention", "[nnops][gradcheck]") {
     auto inputs = [] {
         return std::vector<Tensor>{param({2, 2, 3, 4}, 64), param({2, 2, 5, 4}, 65), param({2, 2, 5, 4}, 66)};

@@ -9,10 +9,18 @@ namespace engine::cpu {
 
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, const float* B,
           float beta, float* C) {
+    gemm_ld(ta, tb, M, N, K, alpha, A, 0, B, 0, beta, C, 0);
+}
+
+void gemm_ld(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+             const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
     if (M == 0 || N == 0) return;
     profile::note_flops(2.0 * (double)M * (double)N * (double)K);
+    if (lda <= 0) lda = ta ? M : K;
+    if (ldb <= 0) ldb = tb ? K : N;
+    if (ldc <= 0) ldc = N;
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N,
-                (int)K, alpha, A, ta ? (int)M : (int)K, B, tb ? (int)K : (int)N, beta, C, (int)N);
+                (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
 }
 
 void gemm_batched(bool ta, bool tb, int64_t batch, int64_t M, int64_t N, int64_t K, const float* A,

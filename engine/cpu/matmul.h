@@ -8,6 +8,10 @@ namespace engine::cpu {
 // op(B) is [K,N] (B stored [N,K] when trans_b).
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           const float* B, float beta, float* C);
+// The same with explicit leading dimensions (elements between rows as stored; 0: packed rows), for
+// operands that are column blocks of wider matrices (attention's heads in [B, T, H·D]).
+void gemm_ld(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+             const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 // `batch` independent GEMMs; a stride of 0 shares that operand across the batch. Batches run in
 // parallel, each GEMM on one thread (OpenBLAS's OpenMP build does that inside our parallel loop).
 void gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, const float* A,

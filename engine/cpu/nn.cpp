@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <vector>
+#include "engine/attention_layout.h"
 #include "engine/cpu/matmul.h"
 #include "engine/ops/pointwise.h"
 
@@ -300,15 +301,17 @@ static void masked_softmax_row(float* row, int64_t visible, int64_t S) {
 }
 
 void attention_forward(const float* q, const float* k, const float* v, const float* mask, float* p, float* out,
-                       int64_t BH, int64_t T, int64_t S, int64_t D, bool causal, float scale) {
+                       int64_t BH, int64_t T, int64_t S, int64_t D, bool causal, float scale, int64_t heads) {
+    const AttentionHeads L{heads, D};
+    const int64_t ld = L.ld();
     #pragma omp parallel if (BH > 1 && BH * T * S * D > kParallelMin)
     {
         std::vector<float> dropped(mask ? T * S : 0);  // P ⊙ mask of the current head
         #pragma omp for schedule(static)
         for (int64_t bh = 0; bh < BH; bh++) {
-            const float *qh = q + bh * T * D, *kh = k + bh * S * D, *vh = v + bh * S * D;
+            const float *qh = q + L.offset(bh, T), *kh = k + L.offset(bh, S), *vh = v + L.offset(bh, S);
             float* ph = p + bh * T * S;
-            gemm(false, true, T, S, D, scale, qh, kh, 0.f, ph);
+            gemm_ld(false, true, T, S, D, scale, qh, ld, kh, ld, 0.f, ph, 0);
             for (int64_t i = 0; i < T; i++) masked_softmax_row(ph + i * S, causal ? i + S - T + 1 : S, S);
             const float* probs = ph;
             if (mask) {
@@ -316,14 +319,16 @@ void attention_forward(const float* q, const float* k, const float* v, const flo
                 for (int64_t i = 0; i < T * S; i++) dropped[i] = ph[i] * mh[i];
                 probs = dropped.data();
             }
-            gemm(false, false, T, D, S, 1.f, probs, vh, 0.f, out + bh * T * D);
+            gemm_ld(false, false, T, D, S, 1.f, probs, 0, vh, ld, 0.f, out + L.offset(bh, T), ld);
         }
     }
 }
 
 void attention_backward(const float* q, const float* k, const float* v, const float* mask, const float* p,
                         const float* dout, float* dq, float* dk, float* dv, int64_t BH, int64_t T, int64_t S,
-                        int64_t D, float scale) {
+                        int64_t D, float scale, int64_t heads) {
+    const AttentionHeads L{heads, D};
+    const int64_t ld = L.ld();
     bool want_ds = dq || dk;
     #pragma omp parallel if (BH > 1 && BH * T * S * D > kParallelMin)
     {
@@ -331,19 +336,20 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
         std::vector<float> ds(want_ds ? T * S : 0);          // dP, then dS in place
         #pragma omp for schedule(static)
         for (int64_t bh = 0; bh < BH; bh++) {
-            const float *qh = q + bh * T * D, *kh = k + bh * S * D, *vh = v + bh * S * D;
+            const int64_t at_t = L.offset(bh, T), at_s = L.offset(bh, S);
+            const float *qh = q + at_t, *kh = k + at_s, *vh = v + at_s;
             const float *ph = p + bh * T * S, *mh = mask ? mask + bh * T * S : nullptr;
-            const float* gh = dout + bh * T * D;
+            const float* gh = dout + at_t;
             if (dv) {
                 const float* probs = ph;
                 if (mh) {
                     for (int64_t i = 0; i < T * S; i++) dropped[i] = ph[i] * mh[i];
                     probs = dropped.data();
                 }
-                gemm(true, false, S, D, T, 1.f, probs, gh, 0.f, dv + bh * S * D);
+                gemm_ld(true, false, S, D, T, 1.f, probs, 0, gh, ld, 0.f, dv + at_s, ld);
             }
             if (!want_ds) continue;
-            gemm(false, true, T, S, D, 1.f, gh, vh, 0.f, ds.data());
+            gemm_ld(false, true, T, S, D, 1.f, gh, ld, vh, ld, 0.f, ds.data(), 0);
             if (mh)
                 for (int64_t i = 0; i < T * S; i++) ds[i] *= mh[i];
             for (int64_t i = 0; i < T; i++) {
@@ -353,8 +359,8 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
                 for (int64_t j = 0; j < S; j++) dot += dr[j] * pr[j];
                 for (int64_t j = 0; j < S; j++) dr[j] = pr[j] * (dr[j] - dot);
             }
-            if (dq) gemm(false, false, T, D, S, scale, ds.data(), kh, 0.f, dq + bh * T * D);
-            if (dk) gemm(true, false, S, D, T, scale, ds.data(), qh, 0.f, dk + bh * S * D);
+            if (dq) gemm_ld(false, false, T, D, S, scale, ds.data(), 0, kh, ld, 0.f, dq + at_t, ld);
+            if (dk) gemm_ld(true, false, S, D, T, scale, ds.data(), 0, qh, ld, 0.f, dk + at_s, ld);
         }
     }
 }

@@ -21,6 +21,7 @@
 //
 // Dropout's uniforms come from uniform_fill, Philox4x32-10 (engine/cuda/philox.h) on the counter
 // blocks the op reserved from the global generator: bitwise the CPU's mask.
+#include "engine/attention_layout.h"
 #include "engine/cuda/kernel.h"
 #include "engine/cuda/matmul.h"
 #include "engine/cuda/nn.h"
@@ -812,41 +813,78 @@ __global__ void mask_rows_kernel(const float* p, const float* mask, float* dropp
     }
 }
 
+// The attention GEMMs, each as batched GEMMs over the heads: head-major q/k/v/out take one call for
+// all BH heads; token-major ones (engine/attention_layout.h) one call per head h, batched over b,
+// since the heads of one batch entry are columns of its rows, not blocks a fixed stride apart. P
+// (and dS) are head-major [BH, T, ldp] in both.
+namespace {
+struct HeadBatches {
+    AttentionHeads L;
+    int64_t BH, T, S, ldp;
+    int64_t calls() const { return L.heads ? L.heads : 1; }
+    int64_t batch() const { return BH / calls(); }
+    // Call c's first block and the stride between its blocks: of a tensor of `rows` rows a head,
+    // and of P.
+    int64_t first(int64_t c, int64_t rows) const { return L.offset(c, rows); }
+    int64_t stride(int64_t rows) const { return L.offset(calls(), rows); }
+    int64_t p_first(int64_t c) const { return c * T * ldp; }
+    int64_t p_stride() const { return calls() * T * ldp; }
+};
+}  // namespace
+
 void attention_forward(const float* q, const float* k, const float* v, const float* mask, float* p, float* out,
-                       int64_t BH, int64_t T, int64_t S, int64_t D, bool causal, float scale) {
+                       int64_t BH, int64_t T, int64_t S, int64_t D, bool causal, float scale, int64_t heads) {
     if (BH * T == 0 || D == 0) return;
     if (S == 0) {  // no keys: an empty product
         memset_zero(out, sizeof(float) * BH * T * D);
         return;
     }
-    const int64_t ldp = attention_p_stride(S), p_stride = T * ldp;
-    gemm_batched_ld(false, true, BH, T, S, D, q, T * D, 0, k, S * D, 0, p, p_stride, ldp);  // raw scores q·kᵀ
-    Scratch<float> dropped(mask ? BH * p_stride : 0);
+    const int64_t ldp = attention_p_stride(S), ld = AttentionHeads{heads, D}.ld();
+    const HeadBatches hb{{heads, D}, BH, T, S, ldp};
+    for (int64_t c = 0; c < hb.calls(); c++)  // raw scores q·kᵀ
+        gemm_batched_ld(false, true, hb.batch(), T, S, D, q + hb.first(c, T), hb.stride(T), ld, k + hb.first(c, S),
+                        hb.stride(S), ld, p + hb.p_first(c), hb.p_stride(), ldp);
+    Scratch<float> dropped(mask ? BH * T * ldp : 0);
     ROWS_LAUNCH(attention_softmax_kernel, BH * T, S, p, mask, dropped.p, BH * T, T, S, ldp, causal, scale);
-    gemm_batched_ld(false, false, BH, T, D, S, mask ? dropped.p : p, p_stride, ldp, v, S * D, 0, out, T * D, 0);
+    const float* probs = mask ? dropped.p : p;
+    for (int64_t c = 0; c < hb.calls(); c++)
+        gemm_batched_ld(false, false, hb.batch(), T, D, S, probs + hb.p_first(c), hb.p_stride(), ldp,
+                        v + hb.first(c, S), hb.stride(S), ld, out + hb.first(c, T), hb.stride(T), ld);
 }
 
 void attention_backward(const float* q, const float* k, const float* v, const float* mask, const float* p,
                         const float* dout, float* dq, float* dk, float* dv, int64_t BH, int64_t T, int64_t S,
-                        int64_t D, float scale) {
+                        int64_t D, float scale, int64_t heads) {
     if (BH == 0 || S == 0 || D == 0) return;
     if (T == 0) {  // no queries: dk and dv are empty sums
         if (dk) memset_zero(dk, sizeof(float) * BH * S * D);
         if (dv) memset_zero(dv, sizeof(float) * BH * S * D);
         return;
     }
-    const int64_t ldp = attention_p_stride(S), p_stride = T * ldp;
+    const int64_t ldp = attention_p_stride(S), ld = AttentionHeads{heads, D}.ld();
+    const HeadBatches hb{{heads, D}, BH, T, S, ldp};
     if (dv) {  // dv = (P ⊙ mask)ᵀ·dout
-        Scratch<float> dropped(mask ? BH * p_stride : 0);
+        Scratch<float> dropped(mask ? BH * T * ldp : 0);
         if (mask) KERNEL_LAUNCH(mask_rows_kernel, blocks_for(BH * T * S), kBlockSize, 0, p, mask, dropped.p, BH * T, S, ldp);
-        gemm_batched_ld(true, false, BH, S, D, T, mask ? dropped.p : p, p_stride, ldp, dout, T * D, 0, dv, S * D, 0);
+        const float* probs = mask ? dropped.p : p;
+        for (int64_t c = 0; c < hb.calls(); c++)
+            gemm_batched_ld(true, false, hb.batch(), S, D, T, probs + hb.p_first(c), hb.p_stride(), ldp,
+                            dout + hb.first(c, T), hb.stride(T), ld, dv + hb.first(c, S), hb.stride(S), ld);
     }
     if (!dq && !dk) return;
-    Scratch<float> ds(BH * p_stride);
-    gemm_batched_ld(false, true, BH, T, S, D, dout, T * D, 0, v, S * D, 0, ds.p, p_stride, ldp);  // dP = dout·vᵀ
+    Scratch<float> ds(BH * T * ldp);
+    for (int64_t c = 0; c < hb.calls(); c++)  // dP = dout·vᵀ
+        gemm_batched_ld(false, true, hb.batch(), T, S, D, dout + hb.first(c, T), hb.stride(T), ld, v + hb.first(c, S),
+                        hb.stride(S), ld, ds.p + hb.p_first(c), hb.p_stride(), ldp);
     ROWS_LAUNCH(attention_softmax_backward_kernel, BH * T, S, p, mask, ds.p, BH * T, S, ldp, scale);
-    if (dq) gemm_batched_ld(false, false, BH, T, D, S, ds.p, p_stride, ldp, k, S * D, 0, dq, T * D, 0);  // dq = dS·k
-    if (dk) gemm_batched_ld(true, false, BH, S, D, T, ds.p, p_stride, ldp, q, T * D, 0, dk, S * D, 0);  // dk = dSᵀ·q
+    for (int64_t c = 0; c < hb.calls(); c++) {
+        if (dq)  // dq = dS·k
+            gemm_batched_ld(false, false, hb.batch(), T, D, S, ds.p + hb.p_first(c), hb.p_stride(), ldp,
+                            k + hb.first(c, S), hb.stride(S), ld, dq + hb.first(c, T), hb.stride(T), ld);
+        if (dk)  // dk = dSᵀ·q
+            gemm_batched_ld(true, false, hb.batch(), S, D, T, ds.p + hb.p_first(c), hb.p_stride(), ldp,
+                            q + hb.first(c, T), hb.stride(T), ld, dk + hb.first(c, S), hb.stride(S), ld);
+    }
 }
 
 void rope_forward(const float* x, float* y, int64_t outer, int64_t T, int64_t D, float base, int64_t start_pos) {

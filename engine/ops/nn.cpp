@@ -10,6 +10,7 @@
 #include "engine/cpu/nn.h"
 #include "engine/ops/common.h"
 #include "engine/ops/dispatch.h"
+#include "engine/ops/shape.h"
 #ifdef ENGINE_CUDA
 #include "engine/cuda/flash_attention.h"
 #include "engine/cuda/nn.h"
@@ -319,6 +320,51 @@ static Tensor attention_fused(const Tensor& q, const Tensor& k, const Tensor& v,
 }
 #endif
 
+// The unfused path, q, k, v (and out) head-major or token-major (heads: engine/attention_layout.h).
+static Tensor attention_unfused(const Tensor& q, const Tensor& k, const Tensor& v, int64_t BH, int64_t T, int64_t S,
+                                int64_t D, int64_t heads, bool causal, float dropout_p, bool dropout, float scale) {
+    const Device dev = q.device();
+    Tensor mask;
+    if (dropout) {
+        mask = q.new_empty({BH, T, S});
+        draw_uniform(mask);
+        ON_DEVICE(dev, dropout_forward)(nullptr, mask.raw_f32(), nullptr, mask.numel(), dropout_p);
+    }
+    // The CUDA path pads P's rows to 16 bytes (engine/cuda/nn.h: attention_p_stride).
+    int64_t ldp = S;
+#ifdef ENGINE_CUDA
+    if (dev == Device::CUDA) ldp = cuda::attention_p_stride(S);
+#endif
+    Tensor p = q.new_empty({BH, T, ldp});
+    Tensor out = q.new_empty(q.shape());
+    const float* pm = mask.defined() ? mask.raw_f32() : nullptr;
+    ON_DEVICE(dev, attention_forward)(q.raw_f32(), k.raw_f32(), v.raw_f32(), pm, p.raw_f32(), out.raw_f32(), BH, T,
+                                      S, D, causal, scale, heads);
+
+    return attach(out, "attention", {q, k, v}, [q, k, v, p, mask, BH, T, S, D, scale, heads, dev](const Tensor& g) {
+        Tensor dq, dk, dv;
+        if (q.requires_grad()) dq = q.new_empty(q.shape());
+        if (k.requires_grad()) dk = q.new_empty(k.shape());
+        if (v.requires_grad()) dv = q.new_empty(v.shape());
+        ON_DEVICE(dev, attention_backward)(q.raw_f32(), k.raw_f32(), v.raw_f32(),
+                                           mask.defined() ? mask.raw_f32() : nullptr, p.raw_f32(), g.raw_f32(),
+                                           dq.defined() ? dq.raw_f32() : nullptr,
+                                           dk.defined() ? dk.raw_f32() : nullptr,
+                                           dv.defined() ? dv.raw_f32() : nullptr, BH, T, S, D, scale, heads);
+        return std::vector<Tensor>{dq, dk, dv};
+    });
+}
+
+// Whether the fused (flash) path takes this call (see the top of this section).
+static bool use_fused_attention(Device dev, bool dropout, int64_t D) {
+#ifdef ENGINE_CUDA
+    return dev == Device::CUDA && !dropout && cuda::flash_attention_supports(D) && cuda::fused_attention_enabled();
+#else
+    (void)dev, (void)dropout, (void)D;
+    return false;
+#endif
+}
+
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float dropout_p, bool training,
                  float scale) {
     expect_f32("attention", q, "q");
@@ -335,44 +381,42 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
     check(v.shape() == ks, "attention: v {} must have the shape of k {}", v.shape().str(), ks.str());
     check(ks[2] > 0 && qs[3] > 0, "attention: q {} and k {}: no keys or empty head dim", qs.str(), ks.str());
     expect_probability("attention", dropout_p, "dropout_p");
-    int64_t B = qs[0], H = qs[1], T = qs[2], S = ks[2], D = qs[3], BH = B * H;
+    int64_t B = qs[0], H = qs[1], T = qs[2], S = ks[2], D = qs[3];
     if (scale <= 0.f) scale = 1.f / std::sqrt((float)D);
-
-    const Device dev = q.device();
     const bool dropout = training && dropout_p > 0.f;
 #ifdef ENGINE_CUDA
-    if (dev == Device::CUDA && !dropout && cuda::flash_attention_supports(D) && cuda::fused_attention_enabled())
-        return attention_fused(q, k, v, causal, scale);
+    if (use_fused_attention(q.device(), dropout, D)) return attention_fused(q, k, v, causal, scale);
 #endif
-    Tensor mask;
-    if (dropout) {
-        mask = q.new_empty({B, H, T, S});
-        draw_uniform(mask);
-        ON_DEVICE(dev, dropout_forward)(nullptr, mask.raw_f32(), nullptr, mask.numel(), dropout_p);
-    }
-    // The CUDA path pads P's rows to 16 bytes (engine/cuda/nn.h: attention_p_stride).
-    int64_t ldp = S;
-#ifdef ENGINE_CUDA
-    if (dev == Device::CUDA) ldp = cuda::attention_p_stride(S);
-#endif
-    Tensor p = q.new_empty({B, H, T, ldp});
-    Tensor out = q.new_empty(qs);
-    const float* pm = mask.defined() ? mask.raw_f32() : nullptr;
-    ON_DEVICE(dev, attention_forward)(q.raw_f32(), k.raw_f32(), v.raw_f32(), pm, p.raw_f32(), out.raw_f32(), BH, T,
-                                      S, D, causal, scale);
+    return attention_unfused(q, k, v, B * H, T, S, D, 0, causal, dropout_p, dropout, scale);
+}
 
-    return attach(out, "attention", {q, k, v}, [q, k, v, p, mask, BH, T, S, D, scale, dev](const Tensor& g) {
-        Tensor dq, dk, dv;
-        if (q.requires_grad()) dq = q.new_empty(q.shape());
-        if (k.requires_grad()) dk = q.new_empty(k.shape());
-        if (v.requires_grad()) dv = q.new_empty(v.shape());
-        ON_DEVICE(dev, attention_backward)(q.raw_f32(), k.raw_f32(), v.raw_f32(),
-                                           mask.defined() ? mask.raw_f32() : nullptr, p.raw_f32(), g.raw_f32(),
-                                           dq.defined() ? dq.raw_f32() : nullptr,
-                                           dk.defined() ? dk.raw_f32() : nullptr,
-                                           dv.defined() ? dv.raw_f32() : nullptr, BH, T, S, D, scale);
-        return std::vector<Tensor>{dq, dk, dv};
-    });
+Tensor attention_tokens(const Tensor& q, const Tensor& k, const Tensor& v, int64_t heads, bool causal,
+                        float dropout_p, bool training, float scale) {
+    expect_f32("attention_tokens", q, "q");
+    expect_f32("attention_tokens", k, "k");
+    expect_f32("attention_tokens", v, "v");
+    expect_same_device("attention_tokens", q, k);
+    expect_same_device("attention_tokens", q, v);
+    expect_ndim("attention_tokens", q, 3, "q [B,T,H·D]");
+    expect_ndim("attention_tokens", k, 3, "k [B,S,H·D]");
+    expect_ndim("attention_tokens", v, 3, "v [B,S,H·D]");
+    const Shape &qs = q.shape(), &ks = k.shape();
+    check(heads > 0 && qs[2] % heads == 0, "attention_tokens: the width of q {} is not divisible by {} heads",
+          qs.str(), heads);
+    check(qs[0] == ks[0] && qs[2] == ks[2], "attention_tokens: q {} and k {} must agree on B and the width",
+          qs.str(), ks.str());
+    check(v.shape() == ks, "attention_tokens: v {} must have the shape of k {}", v.shape().str(), ks.str());
+    check(ks[1] > 0 && qs[2] > 0, "attention_tokens: q {} and k {}: no keys or empty head dim", qs.str(), ks.str());
+    expect_probability("attention_tokens", dropout_p, "dropout_p");
+    int64_t B = qs[0], T = qs[1], S = ks[1], D = qs[2] / heads;
+    const bool dropout = training && dropout_p > 0.f;
+    if (use_fused_attention(q.device(), dropout, D)) {  // the flash kernels take [B, H, T, D]
+        auto heads_first = [&](const Tensor& x) { return permute(x.reshape({B, x.size(1), heads, D}), {0, 2, 1, 3}); };
+        Tensor o = attention(heads_first(q), heads_first(k), heads_first(v), causal, dropout_p, training, scale);
+        return permute(o, {0, 2, 1, 3}).reshape(qs);
+    }
+    if (scale <= 0.f) scale = 1.f / std::sqrt((float)D);
+    return attention_unfused(q, k, v, B * heads, T, S, D, heads, causal, dropout_p, dropout, scale);
 }
 
 // ---------------------------------------------------------------------------------------------

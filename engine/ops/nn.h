@@ -40,6 +40,13 @@ Tensor mse_loss(const Tensor& pred, const Tensor& target);  // mean of squared d
 // Dropout on the probabilities (mask drawn as in dropout) only when training and dropout_p > 0.
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float dropout_p = 0.f,
                  bool training = false, float scale = 0.f);
+// The same attention on q [B, T, H·D], k and v [B, S, H·D] as the q, k and v linears write them
+// (head h: the columns [h·D, (h+1)·D)), out [B, T, H·D] as the output linear reads it: the unfused
+// path's GEMMs address the heads in place, with no permute to [B, H, T, D] and back (four copies
+// of q's size in the forward and four in the backward). Where the fused path runs (it takes
+// [B, H, T, D]), this is the permutes around `attention`.
+Tensor attention_tokens(const Tensor& q, const Tensor& k, const Tensor& v, int64_t heads, bool causal,
+                        float dropout_p = 0.f, bool training = false, float scale = 0.f);
 // Rotary position embedding (RoFormer) on x [..., T, D], D even, rotating pairs (i, i + D/2) by
 // angle pos·base^(-2i/D) (the GPT-NeoX "rotate half" layout), positions 0..T-1 offset by
 // `start_pos`. The backward is the rotation by the negative angle.

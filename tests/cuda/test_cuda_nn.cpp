@@ -304,6 +304,54 @@ TEST_CASE("cuda attention: causal and not, T != S, D 8 and 64", "[cuda]") {
         }
 }
 
+// attention_tokens: the heads addressed in place in [B, T, H·D] (one batched GEMM per head on the
+// device), against the CPU and against the permutes around attention on the device; 257 tokens
+// (ViT-Tiny's, P's rows padded), T != S, dropout from one seed; with the fused path on it is the
+// permutes around the flash kernels.
+TEST_CASE("cuda attention_tokens: against the CPU and the permutes around attention", "[cuda]") {
+    test::PrecisionScope fp32(engine::cuda::GemmPrecision::fp32);  // the GEMMs in full fp32
+    struct Case { int64_t B, T, S, H, D; bool causal; float dropout; };
+    for (Case c : {Case{2, 5, 7, 3, 8, false, 0.f}, Case{2, 7, 5, 2, 8, true, 0.f}, Case{1, 257, 257, 3, 64, false, 0.f},
+                   Case{2, 6, 6, 2, 64, true, 0.f}, Case{2, 5, 9, 3, 8, true, 0.25f}}) {
+        INFO("B " << c.B << " T " << c.T << " S " << c.S << " H " << c.H << " D " << c.D << " causal " << c.causal
+                  << " dropout " << c.dropout);
+        Tensor q = randn({c.B, c.T, c.H * c.D}, true, 61), k = randn({c.B, c.S, c.H * c.D}, true, 62),
+               v = randn({c.B, c.S, c.H * c.D}, true, 63);
+        auto tokens = [c](auto& in) {
+            engine::manual_seed(7);
+            return engine::attention_tokens(in[0], in[1], in[2], c.H, c.causal, c.dropout, true);
+        };
+        check_parity("attention_tokens", tokens, {q, k, v}, kAttnFwd, kAttnBwd);
+        auto permutes = [c](auto& in) {
+            engine::manual_seed(7);
+            return test::attention_by_permutes(in[0], in[1], in[2], c.H, c.causal, c.dropout, true);
+        };
+        std::vector<Tensor> a{test::to_cuda(q), test::to_cuda(k), test::to_cuda(v)},
+            b{test::to_cuda(q), test::to_cuda(k), test::to_cuda(v)};
+        Tensor g = test::to_cuda(randn({c.B, c.T, c.H * c.D}, false, 64));
+        Tensor got = tokens(a), want = permutes(b);
+        test::require_close("forward", want, got, kAttnFwd);
+        got.backward(g);
+        want.backward(g);
+        for (int i = 0; i < 3; i++) test::require_close("gradient " + std::to_string(i), b[i].grad(), a[i].grad(), kAttnBwd);
+    }
+}
+
+TEST_CASE("cuda attention_tokens: with the fused path on, the flash kernels between permutes", "[cuda][flash]") {
+    test::PrecisionScope fp32(engine::cuda::GemmPrecision::fp32);
+    Tensor q = test::to_cuda(randn({2, 9, 128}, true, 65)), k = test::to_cuda(randn({2, 9, 128}, true, 66)),
+           v = test::to_cuda(randn({2, 9, 128}, true, 67));
+    Tensor unfused;
+    {
+        test::FusedAttentionScope off(false);
+        unfused = engine::attention_tokens(q, k, v, 4, true);
+    }
+    test::FusedAttentionScope on(true);
+    Tensor fused = engine::attention_tokens(q, k, v, 4, true);
+    test::require_close("fused against unfused", unfused, fused, kAttnFwd);
+    CHECK(test::max_abs_diff(fused, test::attention_by_permutes(q, k, v, 4, true)) == 0.f);  // the same kernels
+}
+
 TEST_CASE("cuda attention: causal with queries that see no key gives all-zero rows", "[cuda]") {
     test::PrecisionScope fp32(engine::cuda::GemmPrecision::fp32);  // the GEMMs in full fp32
     // T = 7, S = 4: query i sees keys j <= i - 3, so queries 0, 1, 2 see none.
