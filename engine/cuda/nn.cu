@@ -287,12 +287,13 @@ __global__ void layer_norm_backward_dx_kernel(const float* x, const float* weigh
 // whose x and dy stay in registers for the row's two passes, and whose Σ dy·x̂ and Σ dy it adds up
 // over the warp's rows. The 8 warps' sums then meet in shared memory in warp order and go to
 // partial [chunks, 2, n] as the two-kernel path writes it: fixed orders, the same bits every run.
-// Up to 8 columns a lane (ViT-Tiny's 192 take 6): 103-113 registers, two blocks an SM. 16 columns
-// took 121-143 registers, one block (8 warps) an SM: too few loads in flight for a memory-bound
-// pass, so wider rows keep the two-kernel path (make cuda-check has the figures).
+// Up to 8 columns a lane (ViT-Tiny's 192 take 6): 48-80 registers and no spills under launch
+// bounds that ask for two blocks an SM (without that minimum nvcc took up to 128). 16 columns took
+// 121-143 registers, one block (8 warps) an SM: too few loads in flight for a memory-bound pass,
+// so wider rows keep the two-kernel path (make cuda-check has the figures).
 constexpr int64_t kLnFusedMax = 8 * kWarp;
 template <int kCols>
-__global__ void __launch_bounds__(kRowThreads)
+__global__ void __launch_bounds__(kRowThreads, 2)
     layer_norm_backward_fused_kernel(const float* x, const float* weight, const float* mean, const float* rstd,
                                      const float* dy, float* dx, bool add_dx, float* partial, int64_t rows,
                                      int n, int64_t chunk_rows) {
