@@ -1,22 +1,30 @@
 // engine/attention_layout.h: where attention's heads lie in q, k, v and out (and their gradients),
 // for the CPU and CUDA attention kernels (engine/cpu/nn.h, engine/cuda/nn.h).
 //
-//   head-major, heads = 0:     [BH, rows, D]; head i is the i-th [rows, D] block.
-//   token-major, heads = H > 0: [B, rows, H·D], as the q, k and v linears write them; head
-//                              i = b·H + h is the columns [h·D, (h+1)·D) of batch b's block, its
-//                              rows H·D elements apart. No permute to head-major and back.
+//   head-major, heads = 0:      [BH, rows, D]; head i is the i-th [rows, D] block.
+//   token-major, heads = H > 0: [B, rows, ld] with ld >= H·D, as the linears write them; head
+//                               i = b·H + h is the columns [h·D, (h+1)·D) of batch b's block, its
+//                               rows ld elements apart. No permute to head-major and back. ld is
+//                               H·D for one tensor a projection ([B, T, H·D]), 3·H·D for q, k
+//                               and v as column blocks of one [B, T, 3·H·D] projection (each
+//                               then starts at its block's first column).
 #pragma once
 #include <cstdint>
 
 namespace engine {
 
 struct AttentionHeads {
-    int64_t heads;  // 0: head-major
-    int64_t D;      // head dim
-    int64_t ld() const { return heads ? heads * D : D; }  // elements between a head's rows
+    int64_t heads = 0;  // 0: head-major
+    int64_t D = 0;      // head dim
+    int64_t ld = 0;     // token-major: elements between a head's rows (0: H·D)
+
+    static AttentionHeads head_major(int64_t D) { return {0, D, D}; }
+    static AttentionHeads token_major(int64_t heads, int64_t D, int64_t ld = 0) {
+        return {heads, D, ld > 0 ? ld : heads * D};
+    }
     // Where head i's first row is, in a tensor of `rows` rows a head.
     int64_t offset(int64_t i, int64_t rows) const {
-        return heads ? ((i / heads) * rows * heads + i % heads) * D : i * rows * D;
+        return heads ? (i / heads) * rows * ld + (i % heads) * D : i * rows * D;
     }
 };
 

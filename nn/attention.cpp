@@ -31,8 +31,13 @@ Tensor MultiHeadAttention::forward(const Tensor& x) const {
         Tensor qh = rope(split_heads(q->forward(x)), rope_base), kh = rope(split_heads(k->forward(x)), rope_base);
         o = attention(qh, kh, split_heads(v->forward(x)), causal, attn_dropout, training_);
         o = permute(o, {0, 2, 1, 3}).reshape({B, T, dim});
-    } else {  // the linears' [B, T, dim] outputs as they are
+    } else if (q->forward_hook || q->input_hook || k->forward_hook || k->input_hook || v->forward_hook ||
+               v->input_hook) {  // a hook sees its own linear's input and output
         o = attention_tokens(q->forward(x), k->forward(x), v->forward(x), heads, causal, attn_dropout, training_);
+    } else {  // q, k and v from one GEMM on the three weights stacked (the parameters stay apart)
+        Tensor w = concat({q->weight, k->weight, v->weight}, 0);
+        Tensor b = q->bias.defined() ? concat({q->bias, k->bias, v->bias}, 0) : Tensor();
+        o = attention_qkv(linear(x, w, b), heads, causal, attn_dropout, training_);
     }
     return hooked(proj_drop->forward(proj->forward(o)));
 }

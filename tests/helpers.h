@@ -129,6 +129,16 @@ inline Tensor attention_by_permutes(const Tensor& q, const Tensor& k, const Tens
     return permute(o, {0, 2, 1, 3}).reshape(q.shape());
 }
 
+// q, k and v, the column blocks of qkv [B, T, 3·W], as tensors of their own (through autograd):
+// attention_qkv's reference is attention_tokens on them.
+inline std::vector<Tensor> split_qkv(const Tensor& qkv) {
+    const int64_t B = qkv.size(0), T = qkv.size(1), W = qkv.size(2) / 3;
+    Tensor parts = engine::permute(qkv.reshape({B, T, 3, W}), {2, 0, 1, 3});
+    std::vector<Tensor> qkv_parts;
+    for (int64_t i = 0; i < 3; i++) qkv_parts.push_back(parts.narrow(0, i, 1).reshape({B, T, W}));
+    return qkv_parts;
+}
+
 // Trains `steps` Adam steps (no weight decay) of `model` on `loss_fn()`, one fixed batch;
 // returns the first and the last loss. The overfit tests of every model family use it.
 template <typename LossFn>

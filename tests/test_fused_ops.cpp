@@ -335,6 +335,37 @@ TEST_CASE("MLP: gelu_linear path against the fc2-hooked and dropout paths", "[nn
     CHECK(dropped.out != fused.out);
 }
 
+// Without hooks on q, k and v, MultiHeadAttention runs them as one GEMM (attention_qkv); a hook
+// takes three linears and attention_tokens. The same values and parameter gradients, to rounding
+// (one GEMM over the stacked weights sums in other blocks than three).
+TEST_CASE("MultiHeadAttention: one q/k/v GEMM against the hooked path", "[nn][fused]") {
+    for (bool causal : {false, true}) {
+        INFO("causal " << causal);
+        nn::MultiHeadAttention mha(24, 3, causal);
+        Tensor x = param({2, 7, 24}, 43).detach();
+        Run stacked = run_model(mha, [&] { return mha.forward(x); });
+        int seen = 0;
+        mha.k->forward_hook = [&](const nn::Module&, const Tensor&) { seen++; };
+        Run hooked = run_model(mha, [&] { return mha.forward(x); });
+        mha.k->forward_hook = nullptr;
+        CHECK(seen == 1);
+        auto floats = [](const std::vector<uint32_t>& bits) {
+            std::vector<float> f(bits.size());
+            std::memcpy(f.data(), bits.data(), bits.size() * 4);
+            return f;
+        };
+        std::vector<float> a = floats(stacked.out), b = floats(hooked.out);
+        for (size_t k = 0; k < a.size(); k++) CHECK(a[k] == Approx(b[k]).epsilon(1e-5).margin(1e-6));
+        auto named = mha.named_parameters();
+        REQUIRE(stacked.grads.size() == named.size());
+        for (size_t i = 0; i < named.size(); i++) {
+            INFO(named[i].name);
+            std::vector<float> ga = floats(stacked.grads[i]), gb = floats(hooked.grads[i]);
+            for (size_t k = 0; k < ga.size(); k++) CHECK(ga[k] == Approx(gb[k]).epsilon(1e-5).margin(1e-6));
+        }
+    }
+}
+
 TEST_CASE("TransformerBlock: add_layer_norm against the hooked (unfused) path, Pre-LN and Post-LN", "[nn][fused]") {
     for (bool pre_norm : {true, false}) {
         INFO("pre_norm " << pre_norm);

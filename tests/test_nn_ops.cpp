@@ -412,6 +412,45 @@ TEST_CASE("attention_tokens argument errors", "[nnops]") {
                       Catch::Contains("attention_tokens: v [2,5,12] must have the shape of k [2,6,12]"));
 }
 
+// attention_qkv: q, k and v as column blocks of one projection, against attention_tokens on the
+// blocks split off (forward and qkv's gradient), causal and not, dropout from one seed.
+TEST_CASE("attention_qkv: attention_tokens on the column blocks", "[nnops]") {
+    struct Case { int64_t B, T, H, D; bool causal; float dropout; };
+    for (Case c : {Case{2, 5, 3, 8, false, 0.f}, Case{2, 6, 2, 6, true, 0.f}, Case{1, 7, 3, 4, true, 0.3f}}) {
+        INFO("B " << c.B << " T " << c.T << " H " << c.H << " D " << c.D << " causal " << c.causal << " dropout "
+                  << c.dropout);
+        auto run = [&](bool fused) {
+            Tensor qkv = param({c.B, c.T, 3 * c.H * c.D}, 91);
+            manual_seed(6);
+            Tensor o;
+            if (fused) {
+                o = attention_qkv(qkv, c.H, c.causal, c.dropout, true);
+            } else {
+                std::vector<Tensor> p = test::split_qkv(qkv);
+                o = attention_tokens(p[0], p[1], p[2], c.H, c.causal, c.dropout, true);
+            }
+            sum(mul(o, param(o.shape(), 92).detach())).backward();
+            return std::vector<Tensor>{o, qkv.grad()};
+        };
+        std::vector<Tensor> got = run(true), want = run(false);
+        CHECK(got[0].shape() == Shape({c.B, c.T, c.H * c.D}));
+        CHECK(test::max_abs_diff(got[0], want[0]) < 1e-6f);
+        CHECK(test::max_abs_diff(got[1], want[1]) < 1e-6f);
+    }
+}
+
+TEST_CASE("attention_qkv", "[nnops][gradcheck]") {
+    gradcheck("attention_qkv causal", [](auto& in) { return attention_qkv(in[0], 2, true); }, {param({2, 4, 12}, 93)});
+}
+
+TEST_CASE("attention_qkv argument errors", "[nnops]") {
+    CHECK_THROWS_WITH(attention_qkv(param({2, 4, 12}, 94), 3, false),
+                      Catch::Contains("attention_qkv: the width of qkv [2,4,12] is not 3 × 3 heads × a head dim"));
+    CHECK_THROWS_WITH(attention_qkv(param({2, 4, 3, 4}, 95), 1, false),
+                      Catch::Contains("attention_qkv: qkv [B,T,3·H·D] must be 3-d"));
+    CHECK_THROWS_WITH(attention_qkv(param({2, 0, 12}, 96), 2, false), Catch::Contains("no tokens"));
+}
+
 TEST_CASE("attention", "[nnops][gradcheck]") {
     auto inputs = [] {
         return std::vector<Tensor>{param({2, 2, 3, 4}, 64), param({2, 2, 5, 4}, 65), param({2, 2, 5, 4}, 66)};

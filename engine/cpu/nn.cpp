@@ -301,15 +301,15 @@ static void masked_softmax_row(float* row, int64_t visible, int64_t S) {
 }
 
 void attention_forward(const float* q, const float* k, const float* v, const float* mask, float* p, float* out,
-                       int64_t BH, int64_t T, int64_t S, int64_t D, bool causal, float scale, int64_t heads) {
-    const AttentionHeads L{heads, D};
-    const int64_t ld = L.ld();
+                       int64_t BH, int64_t T, int64_t S, int64_t D, bool causal, float scale, AttentionHeads in,
+                       AttentionHeads out_layout) {
+    const int64_t ld = in.ld, ldo = out_layout.ld;
     #pragma omp parallel if (BH > 1 && BH * T * S * D > kParallelMin)
     {
         std::vector<float> dropped(mask ? T * S : 0);  // P ⊙ mask of the current head
         #pragma omp for schedule(static)
         for (int64_t bh = 0; bh < BH; bh++) {
-            const float *qh = q + L.offset(bh, T), *kh = k + L.offset(bh, S), *vh = v + L.offset(bh, S);
+            const float *qh = q + in.offset(bh, T), *kh = k + in.offset(bh, S), *vh = v + in.offset(bh, S);
             float* ph = p + bh * T * S;
             gemm_ld(false, true, T, S, D, scale, qh, ld, kh, ld, 0.f, ph, 0);
             for (int64_t i = 0; i < T; i++) masked_softmax_row(ph + i * S, causal ? i + S - T + 1 : S, S);
@@ -319,16 +319,15 @@ void attention_forward(const float* q, const float* k, const float* v, const flo
                 for (int64_t i = 0; i < T * S; i++) dropped[i] = ph[i] * mh[i];
                 probs = dropped.data();
             }
-            gemm_ld(false, false, T, D, S, 1.f, probs, 0, vh, ld, 0.f, out + L.offset(bh, T), ld);
+            gemm_ld(false, false, T, D, S, 1.f, probs, 0, vh, ld, 0.f, out + out_layout.offset(bh, T), ldo);
         }
     }
 }
 
 void attention_backward(const float* q, const float* k, const float* v, const float* mask, const float* p,
                         const float* dout, float* dq, float* dk, float* dv, int64_t BH, int64_t T, int64_t S,
-                        int64_t D, float scale, int64_t heads) {
-    const AttentionHeads L{heads, D};
-    const int64_t ld = L.ld();
+                        int64_t D, float scale, AttentionHeads in, AttentionHeads out_layout) {
+    const int64_t ld = in.ld, ldo = out_layout.ld;
     bool want_ds = dq || dk;
     #pragma omp parallel if (BH > 1 && BH * T * S * D > kParallelMin)
     {
@@ -336,20 +335,20 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
         std::vector<float> ds(want_ds ? T * S : 0);          // dP, then dS in place
         #pragma omp for schedule(static)
         for (int64_t bh = 0; bh < BH; bh++) {
-            const int64_t at_t = L.offset(bh, T), at_s = L.offset(bh, S);
+            const int64_t at_t = in.offset(bh, T), at_s = in.offset(bh, S);
             const float *qh = q + at_t, *kh = k + at_s, *vh = v + at_s;
             const float *ph = p + bh * T * S, *mh = mask ? mask + bh * T * S : nullptr;
-            const float* gh = dout + at_t;
+            const float* gh = dout + out_layout.offset(bh, T);
             if (dv) {
                 const float* probs = ph;
                 if (mh) {
                     for (int64_t i = 0; i < T * S; i++) dropped[i] = ph[i] * mh[i];
                     probs = dropped.data();
                 }
-                gemm_ld(true, false, S, D, T, 1.f, probs, 0, gh, ld, 0.f, dv + at_s, ld);
+                gemm_ld(true, false, S, D, T, 1.f, probs, 0, gh, ldo, 0.f, dv + at_s, ld);
             }
             if (!want_ds) continue;
-            gemm_ld(false, true, T, S, D, 1.f, gh, ld, vh, ld, 0.f, ds.data(), 0);
+            gemm_ld(false, true, T, S, D, 1.f, gh, ldo, vh, ld, 0.f, ds.data(), 0);
             if (mh)
                 for (int64_t i = 0; i < T * S; i++) ds[i] *= mh[i];
             for (int64_t i = 0; i < T; i++) {

@@ -817,74 +817,90 @@ __global__ void mask_rows_kernel(const float* p, const float* mask, float* dropp
 // The attention GEMMs, each as batched GEMMs over the heads: head-major q/k/v/out take one call for
 // all BH heads; token-major ones (engine/attention_layout.h) one call per head h, batched over b,
 // since the heads of one batch entry are columns of its rows, not blocks a fixed stride apart. P
-// (and dS) are head-major [BH, T, ldp] in both.
+// (and dS) are head-major [BH, T, ldp] in both. `in` is the layout of q, k, v and their gradients,
+// `out` that of out and dout: the same kind (both head-major, or both token-major with the same
+// heads), row strides of their own.
 namespace {
 struct HeadBatches {
-    AttentionHeads L;
-    int64_t BH, T, S, ldp;
-    int64_t calls() const { return L.heads ? L.heads : 1; }
+    AttentionHeads in, out;
+    int64_t BH, T, ldp;
+    int64_t calls() const { return in.heads ? in.heads : 1; }
     int64_t batch() const { return BH / calls(); }
-    // Call c's first block and the stride between its blocks: of a tensor of `rows` rows a head,
-    // and of P.
-    int64_t first(int64_t c, int64_t rows) const { return L.offset(c, rows); }
-    int64_t stride(int64_t rows) const { return L.offset(calls(), rows); }
+    // Call c's first block and the stride between its blocks, in a tensor of layout L with `rows`
+    // rows a head; and in P.
+    int64_t first(const AttentionHeads& L, int64_t c, int64_t rows) const { return L.offset(c, rows); }
+    int64_t stride(const AttentionHeads& L, int64_t rows) const { return L.offset(calls(), rows); }
     int64_t p_first(int64_t c) const { return c * T * ldp; }
     int64_t p_stride() const { return calls() * T * ldp; }
 };
+
+HeadBatches head_batches(AttentionHeads in, AttentionHeads out, int64_t BH, int64_t T, int64_t ldp) {
+    if (in.heads != out.heads || (in.heads && BH % in.heads))
+        fail("attention: the layouts of q/k/v and out differ (" + std::to_string(in.heads) + " and " +
+             std::to_string(out.heads) + " heads, " + std::to_string(BH) + " in all)");
+    return {in, out, BH, T, ldp};
+}
 }  // namespace
 
 void attention_forward(const float* q, const float* k, const float* v, const float* mask, float* p, float* out,
-                       int64_t BH, int64_t T, int64_t S, int64_t D, bool causal, float scale, int64_t heads) {
+                       int64_t BH, int64_t T, int64_t S, int64_t D, bool causal, float scale, AttentionHeads in,
+                       AttentionHeads out_layout) {
     if (BH * T == 0 || D == 0) return;
-    if (S == 0) {  // no keys: an empty product
+    if (S == 0) {  // no keys: an empty product (out is packed: [B, T, H·D] or head-major)
         memset_zero(out, sizeof(float) * BH * T * D);
         return;
     }
-    const int64_t ldp = attention_p_stride(S), ld = AttentionHeads{heads, D}.ld();
-    const HeadBatches hb{{heads, D}, BH, T, S, ldp};
+    const int64_t ldp = attention_p_stride(S);
+    const HeadBatches hb = head_batches(in, out_layout, BH, T, ldp);
+    const AttentionHeads& L = hb.in;
+    const AttentionHeads& O = hb.out;
     for (int64_t c = 0; c < hb.calls(); c++)  // raw scores q·kᵀ
-        gemm_batched_ld(false, true, hb.batch(), T, S, D, q + hb.first(c, T), hb.stride(T), ld, k + hb.first(c, S),
-                        hb.stride(S), ld, p + hb.p_first(c), hb.p_stride(), ldp);
+        gemm_batched_ld(false, true, hb.batch(), T, S, D, q + hb.first(L, c, T), hb.stride(L, T), L.ld,
+                        k + hb.first(L, c, S), hb.stride(L, S), L.ld, p + hb.p_first(c), hb.p_stride(), ldp);
     Scratch<float> dropped(mask ? BH * T * ldp : 0);
     ROWS_LAUNCH(attention_softmax_kernel, BH * T, S, p, mask, dropped.p, BH * T, T, S, ldp, causal, scale);
     const float* probs = mask ? dropped.p : p;
     for (int64_t c = 0; c < hb.calls(); c++)
         gemm_batched_ld(false, false, hb.batch(), T, D, S, probs + hb.p_first(c), hb.p_stride(), ldp,
-                        v + hb.first(c, S), hb.stride(S), ld, out + hb.first(c, T), hb.stride(T), ld);
+                        v + hb.first(L, c, S), hb.stride(L, S), L.ld, out + hb.first(O, c, T), hb.stride(O, T), O.ld);
 }
 
 void attention_backward(const float* q, const float* k, const float* v, const float* mask, const float* p,
                         const float* dout, float* dq, float* dk, float* dv, int64_t BH, int64_t T, int64_t S,
-                        int64_t D, float scale, int64_t heads) {
+                        int64_t D, float scale, AttentionHeads in, AttentionHeads out_layout) {
     if (BH == 0 || S == 0 || D == 0) return;
-    if (T == 0) {  // no queries: dk and dv are empty sums
+    if (T == 0) {  // no queries: dk and dv are empty sums (packed: with T == 0 < S, k and v are no
+                   // column blocks of one projection with q)
         if (dk) memset_zero(dk, sizeof(float) * BH * S * D);
         if (dv) memset_zero(dv, sizeof(float) * BH * S * D);
         return;
     }
-    const int64_t ldp = attention_p_stride(S), ld = AttentionHeads{heads, D}.ld();
-    const HeadBatches hb{{heads, D}, BH, T, S, ldp};
+    const int64_t ldp = attention_p_stride(S);
+    const HeadBatches hb = head_batches(in, out_layout, BH, T, ldp);
+    const AttentionHeads& L = hb.in;
+    const AttentionHeads& O = hb.out;
     if (dv) {  // dv = (P ⊙ mask)ᵀ·dout
         Scratch<float> dropped(mask ? BH * T * ldp : 0);
         if (mask) KERNEL_LAUNCH(mask_rows_kernel, blocks_for(BH * T * S), kBlockSize, 0, p, mask, dropped.p, BH * T, S, ldp);
         const float* probs = mask ? dropped.p : p;
         for (int64_t c = 0; c < hb.calls(); c++)
             gemm_batched_ld(true, false, hb.batch(), S, D, T, probs + hb.p_first(c), hb.p_stride(), ldp,
-                            dout + hb.first(c, T), hb.stride(T), ld, dv + hb.first(c, S), hb.stride(S), ld);
+                            dout + hb.first(O, c, T), hb.stride(O, T), O.ld, dv + hb.first(L, c, S), hb.stride(L, S),
+                            L.ld);
     }
     if (!dq && !dk) return;
     Scratch<float> ds(BH * T * ldp);
     for (int64_t c = 0; c < hb.calls(); c++)  // dP = dout·vᵀ
-        gemm_batched_ld(false, true, hb.batch(), T, S, D, dout + hb.first(c, T), hb.stride(T), ld, v + hb.first(c, S),
-                        hb.stride(S), ld, ds.p + hb.p_first(c), hb.p_stride(), ldp);
+        gemm_batched_ld(false, true, hb.batch(), T, S, D, dout + hb.first(O, c, T), hb.stride(O, T), O.ld,
+                        v + hb.first(L, c, S), hb.stride(L, S), L.ld, ds.p + hb.p_first(c), hb.p_stride(), ldp);
     ROWS_LAUNCH(attention_softmax_backward_kernel, BH * T, S, p, mask, ds.p, BH * T, S, ldp, scale);
     for (int64_t c = 0; c < hb.calls(); c++) {
         if (dq)  // dq = dS·k
             gemm_batched_ld(false, false, hb.batch(), T, D, S, ds.p + hb.p_first(c), hb.p_stride(), ldp,
-                            k + hb.first(c, S), hb.stride(S), ld, dq + hb.first(c, T), hb.stride(T), ld);
+                            k + hb.first(L, c, S), hb.stride(L, S), L.ld, dq + hb.first(L, c, T), hb.stride(L, T), L.ld);
         if (dk)  // dk = dSᵀ·q
             gemm_batched_ld(true, false, hb.batch(), S, D, T, ds.p + hb.p_first(c), hb.p_stride(), ldp,
-                            q + hb.first(c, T), hb.stride(T), ld, dk + hb.first(c, S), hb.stride(S), ld);
+                            q + hb.first(L, c, T), hb.stride(L, T), L.ld, dk + hb.first(L, c, S), hb.stride(L, S), L.ld);
     }
 }
 

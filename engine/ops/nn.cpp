@@ -320,28 +320,43 @@ static Tensor attention_fused(const Tensor& q, const Tensor& k, const Tensor& v,
 }
 #endif
 
-// The unfused path, q, k, v (and out) head-major or token-major (heads: engine/attention_layout.h).
-static Tensor attention_unfused(const Tensor& q, const Tensor& k, const Tensor& v, int64_t BH, int64_t T, int64_t S,
-                                int64_t D, int64_t heads, bool causal, float dropout_p, bool dropout, float scale) {
-    const Device dev = q.device();
-    Tensor mask;
+// The unfused path's forward into out, and the probabilities and dropout mask its backward needs.
+// q, k, v are pointers: with attention_qkv, column blocks of one tensor (engine/attention_layout.h).
+struct AttentionSaved {
+    Tensor p, mask;
+};
+static AttentionSaved attention_unfused_forward(const Tensor& like, const float* q, const float* k, const float* v,
+                                                float* out, int64_t BH, int64_t T, int64_t S, int64_t D,
+                                                AttentionHeads in, AttentionHeads out_layout, bool causal,
+                                                float dropout_p, bool dropout, float scale) {
+    const Device dev = like.device();
+    AttentionSaved saved;
     if (dropout) {
-        mask = q.new_empty({BH, T, S});
-        draw_uniform(mask);
-        ON_DEVICE(dev, dropout_forward)(nullptr, mask.raw_f32(), nullptr, mask.numel(), dropout_p);
+        saved.mask = like.new_empty({BH, T, S});
+        draw_uniform(saved.mask);
+        ON_DEVICE(dev, dropout_forward)(nullptr, saved.mask.raw_f32(), nullptr, saved.mask.numel(), dropout_p);
     }
     // The CUDA path pads P's rows to 16 bytes (engine/cuda/nn.h: attention_p_stride).
     int64_t ldp = S;
 #ifdef ENGINE_CUDA
     if (dev == Device::CUDA) ldp = cuda::attention_p_stride(S);
 #endif
-    Tensor p = q.new_empty({BH, T, ldp});
-    Tensor out = q.new_empty(q.shape());
-    const float* pm = mask.defined() ? mask.raw_f32() : nullptr;
-    ON_DEVICE(dev, attention_forward)(q.raw_f32(), k.raw_f32(), v.raw_f32(), pm, p.raw_f32(), out.raw_f32(), BH, T,
-                                      S, D, causal, scale, heads);
+    saved.p = like.new_empty({BH, T, ldp});
+    ON_DEVICE(dev, attention_forward)(q, k, v, saved.mask.defined() ? saved.mask.raw_f32() : nullptr,
+                                      saved.p.raw_f32(), out, BH, T, S, D, causal, scale, in, out_layout);
+    return saved;
+}
 
-    return attach(out, "attention", {q, k, v}, [q, k, v, p, mask, BH, T, S, D, scale, heads, dev](const Tensor& g) {
+// The unfused path, q, k, v (and out) head-major or token-major ([B, rows, H·D]).
+static Tensor attention_unfused(const Tensor& q, const Tensor& k, const Tensor& v, int64_t BH, int64_t T, int64_t S,
+                                int64_t D, int64_t heads, bool causal, float dropout_p, bool dropout, float scale) {
+    const Device dev = q.device();
+    const AttentionHeads L = heads ? AttentionHeads::token_major(heads, D) : AttentionHeads::head_major(D);
+    Tensor out = q.new_empty(q.shape());
+    AttentionSaved saved = attention_unfused_forward(q, q.raw_f32(), k.raw_f32(), v.raw_f32(), out.raw_f32(), BH, T, S,
+                                                     D, L, L, causal, dropout_p, dropout, scale);
+    Tensor p = saved.p, mask = saved.mask;
+    return attach(out, "attention", {q, k, v}, [q, k, v, p, mask, BH, T, S, D, scale, L, dev](const Tensor& g) {
         Tensor dq, dk, dv;
         if (q.requires_grad()) dq = q.new_empty(q.shape());
         if (k.requires_grad()) dk = q.new_empty(k.shape());
@@ -350,7 +365,7 @@ static Tensor attention_unfused(const Tensor& q, const Tensor& k, const Tensor& 
                                            mask.defined() ? mask.raw_f32() : nullptr, p.raw_f32(), g.raw_f32(),
                                            dq.defined() ? dq.raw_f32() : nullptr,
                                            dk.defined() ? dk.raw_f32() : nullptr,
-                                           dv.defined() ? dv.raw_f32() : nullptr, BH, T, S, D, scale, heads);
+                                           dv.defined() ? dv.raw_f32() : nullptr, BH, T, S, D, scale, L, L);
         return std::vector<Tensor>{dq, dk, dv};
     });
 }
@@ -417,6 +432,41 @@ Tensor attention_tokens(const Tensor& q, const Tensor& k, const Tensor& v, int64
     }
     if (scale <= 0.f) scale = 1.f / std::sqrt((float)D);
     return attention_unfused(q, k, v, B * heads, T, S, D, heads, causal, dropout_p, dropout, scale);
+}
+
+Tensor attention_qkv(const Tensor& qkv, int64_t heads, bool causal, float dropout_p, bool training, float scale) {
+    expect_f32("attention_qkv", qkv, "qkv");
+    expect_ndim("attention_qkv", qkv, 3, "qkv [B,T,3·H·D]");
+    const Shape& qs = qkv.shape();
+    check(heads > 0 && qs[2] % (3 * heads) == 0, "attention_qkv: the width of qkv {} is not 3 × {} heads × a head dim",
+          qs.str(), heads);
+    check(qs[1] > 0 && qs[2] > 0, "attention_qkv: qkv {}: no tokens or empty head dim", qs.str());
+    expect_probability("attention_qkv", dropout_p, "dropout_p");
+    const int64_t B = qs[0], T = qs[1], W = qs[2] / 3, D = W / heads, BH = B * heads;
+    const bool dropout = training && dropout_p > 0.f;
+    if (use_fused_attention(qkv.device(), dropout, D)) {  // [B, T, 3, H, D] -> q, k, v [B, H, T, D]
+        Tensor parts = permute(qkv.reshape({B, T, 3, heads, D}), {2, 0, 3, 1, 4});
+        auto part = [&](int64_t i) { return parts.narrow(0, i, 1).reshape({B, heads, T, D}); };
+        Tensor o = attention(part(0), part(1), part(2), causal, dropout_p, training, scale);
+        return permute(o, {0, 2, 1, 3}).reshape({B, T, W});
+    }
+    if (scale <= 0.f) scale = 1.f / std::sqrt((float)D);
+    // q, k and v: the column blocks [0, W), [W, 2W) and [2W, 3W) of qkv's rows.
+    const AttentionHeads in = AttentionHeads::token_major(heads, D, 3 * W), out_layout = AttentionHeads::token_major(heads, D);
+    Tensor out = qkv.new_empty({B, T, W});
+    const float* x = qkv.raw_f32();
+    AttentionSaved saved = attention_unfused_forward(qkv, x, x + W, x + 2 * W, out.raw_f32(), BH, T, T, D, in,
+                                                     out_layout, causal, dropout_p, dropout, scale);
+    const Device dev = qkv.device();
+    return attach(out, "attention", {qkv},
+                  [qkv, p = saved.p, mask = saved.mask, BH, T, W, D, scale, in, out_layout, dev](const Tensor& g) {
+        Tensor dqkv = qkv.new_empty(qkv.shape());  // every column written: dq, dk and dv
+        const float* x = qkv.raw_f32();
+        float* d = dqkv.raw_f32();
+        ON_DEVICE(dev, attention_backward)(x, x + W, x + 2 * W, mask.defined() ? mask.raw_f32() : nullptr, p.raw_f32(),
+                                           g.raw_f32(), d, d + W, d + 2 * W, BH, T, T, D, scale, in, out_layout);
+        return std::vector<Tensor>{dqkv};
+    });
 }
 
 // ---------------------------------------------------------------------------------------------

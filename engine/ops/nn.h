@@ -47,6 +47,12 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
 // [B, H, T, D]), this is the permutes around `attention`.
 Tensor attention_tokens(const Tensor& q, const Tensor& k, const Tensor& v, int64_t heads, bool causal,
                         float dropout_p = 0.f, bool training = false, float scale = 0.f);
+// Self-attention on one projection qkv [B, T, 3·H·D] whose column blocks are q, k and v (each
+// [B, T, H·D] as in attention_tokens), out [B, T, H·D]: the q, k and v linears as one GEMM (one
+// read of the input, one dX GEMM with K = 3·H·D in the backward), the heads addressed in place.
+// Its gradient is one [B, T, 3·H·D] tensor. The fused path permutes as attention_tokens does.
+Tensor attention_qkv(const Tensor& qkv, int64_t heads, bool causal, float dropout_p = 0.f, bool training = false,
+                     float scale = 0.f);
 // Rotary position embedding (RoFormer) on x [..., T, D], D even, rotating pairs (i, i + D/2) by
 // angle pos·base^(-2i/D) (the GPT-NeoX "rotate half" layout), positions 0..T-1 offset by
 // `start_pos`. The backward is the rotation by the negative angle.

@@ -352,6 +352,46 @@ TEST_CASE("cuda attention_tokens: with the fused path on, the flash kernels betw
     CHECK(test::max_abs_diff(fused, test::attention_by_permutes(q, k, v, 4, true)) == 0.f);  // the same kernels
 }
 
+// attention_qkv: q, k and v as column blocks of one [B, T, 3·H·D] projection (rows 3·H·D apart),
+// against the CPU and against attention_tokens on the blocks split off, on the device.
+TEST_CASE("cuda attention_qkv: against the CPU and attention_tokens on the column blocks", "[cuda]") {
+    test::PrecisionScope fp32(engine::cuda::GemmPrecision::fp32);  // the GEMMs in full fp32
+    struct Case { int64_t B, T, H, D; bool causal; float dropout; };
+    for (Case c : {Case{2, 5, 3, 8, false, 0.f}, Case{1, 257, 3, 64, false, 0.f}, Case{2, 6, 2, 64, true, 0.f},
+                   Case{2, 5, 3, 8, true, 0.25f}}) {
+        INFO("B " << c.B << " T " << c.T << " H " << c.H << " D " << c.D << " causal " << c.causal << " dropout "
+                  << c.dropout);
+        Tensor qkv = randn({c.B, c.T, 3 * c.H * c.D}, true, 71);
+        auto stacked = [c](auto& in) {
+            engine::manual_seed(8);
+            return engine::attention_qkv(in[0], c.H, c.causal, c.dropout, true);
+        };
+        check_parity("attention_qkv", stacked, {qkv}, kAttnFwd, kAttnBwd);
+        std::vector<Tensor> a{test::to_cuda(qkv)}, b{test::to_cuda(qkv)};
+        Tensor got = stacked(a);
+        engine::manual_seed(8);
+        std::vector<Tensor> parts = test::split_qkv(b[0]);
+        Tensor want = engine::attention_tokens(parts[0], parts[1], parts[2], c.H, c.causal, c.dropout, true);
+        test::require_close("forward", want, got, kAttnFwd);
+        Tensor g = test::to_cuda(randn({c.B, c.T, c.H * c.D}, false, 72));
+        got.backward(g);
+        want.backward(g);
+        test::require_close("gradient", b[0].grad(), a[0].grad(), kAttnBwd);
+    }
+}
+
+TEST_CASE("cuda attention_qkv: with the fused path on, the flash kernels between permutes", "[cuda][flash]") {
+    test::PrecisionScope fp32(engine::cuda::GemmPrecision::fp32);
+    Tensor qkv = test::to_cuda(randn({2, 9, 3 * 128}, true, 73));
+    Tensor unfused;
+    {
+        test::FusedAttentionScope off(false);
+        unfused = engine::attention_qkv(qkv, 4, true);
+    }
+    test::FusedAttentionScope on(true);
+    test::require_close("fused against unfused", unfused, engine::attention_qkv(qkv, 4, true), kAttnFwd);
+}
+
 TEST_CASE("cuda attention: causal with queries that see no key gives all-zero rows", "[cuda]") {
     test::PrecisionScope fp32(engine::cuda::GemmPrecision::fp32);  // the GEMMs in full fp32
     // T = 7, S = 4: query i sees keys j <= i - 3, so queries 0, 1, 2 see none.
