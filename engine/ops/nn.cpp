@@ -5,6 +5,7 @@
 // different devices are an error naming the op and the devices.
 #include "engine/ops/nn.h"
 
+#include <array>
 #include <cmath>
 #include "engine/autograd.h"
 #include "engine/cpu/nn.h"
@@ -380,16 +381,21 @@ static bool use_fused_attention(Device dev, bool dropout, int64_t D) {
 #endif
 }
 
+// attention's and attention_tokens's first checks: float32 on one device, each of rank ndim (what:
+// the shapes expected, for the messages).
+static void expect_attention_inputs(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, int ndim,
+                                    std::array<const char*, 3> what) {
+    const Tensor* inputs[3] = {&q, &k, &v};
+    const char* names[3] = {"q", "k", "v"};
+    for (int i = 0; i < 3; i++) expect_f32(op, *inputs[i], names[i]);
+    expect_same_device(op, q, k);
+    expect_same_device(op, q, v);
+    for (int i = 0; i < 3; i++) expect_ndim(op, *inputs[i], ndim, what[i]);
+}
+
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float dropout_p, bool training,
                  float scale) {
-    expect_f32("attention", q, "q");
-    expect_f32("attention", k, "k");
-    expect_f32("attention", v, "v");
-    expect_same_device("attention", q, k);
-    expect_same_device("attention", q, v);
-    expect_ndim("attention", q, 4, "q [B,H,T,D]");
-    expect_ndim("attention", k, 4, "k [B,H,S,D]");
-    expect_ndim("attention", v, 4, "v [B,H,S,D]");
+    expect_attention_inputs("attention", q, k, v, 4, {"q [B,H,T,D]", "k [B,H,S,D]", "v [B,H,S,D]"});
     const Shape &qs = q.shape(), &ks = k.shape();
     check(qs[0] == ks[0] && qs[1] == ks[1] && qs[3] == ks[3],
           "attention: q {} and k {} must agree on B, H and D", qs.str(), ks.str());
@@ -407,14 +413,7 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
 
 Tensor attention_tokens(const Tensor& q, const Tensor& k, const Tensor& v, int64_t heads, bool causal,
                         float dropout_p, bool training, float scale) {
-    expect_f32("attention_tokens", q, "q");
-    expect_f32("attention_tokens", k, "k");
-    expect_f32("attention_tokens", v, "v");
-    expect_same_device("attention_tokens", q, k);
-    expect_same_device("attention_tokens", q, v);
-    expect_ndim("attention_tokens", q, 3, "q [B,T,H·D]");
-    expect_ndim("attention_tokens", k, 3, "k [B,S,H·D]");
-    expect_ndim("attention_tokens", v, 3, "v [B,S,H·D]");
+    expect_attention_inputs("attention_tokens", q, k, v, 3, {"q [B,T,H·D]", "k [B,S,H·D]", "v [B,S,H·D]"});
     const Shape &qs = q.shape(), &ks = k.shape();
     check(heads > 0 && qs[2] % heads == 0, "attention_tokens: the width of q {} is not divisible by {} heads",
           qs.str(), heads);
