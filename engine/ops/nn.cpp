@@ -287,7 +287,10 @@ Tensor mse_loss(const Tensor& pred, const Tensor& target) {
 
 // ---------------------------------------------------------------------------------------------
 // attention: scores, masked softmax, dropout and the value product in one op. The forward saves
-// the probabilities P [B, H, T, S] and the dropout mask; the backward is one fused kernel.
+// the probabilities P [B·H, T, S] (rows padded on CUDA) and the dropout mask; the backward is one
+// fused kernel. Three entry points, one path: attention (q, k, v [B, H, T, D]), attention_tokens
+// (q, k, v [B, T, H·D]) and attention_qkv (q, k, v column blocks of one [B, T, 3·H·D]); the
+// layouts are engine/attention_layout.h's.
 //
 // On CUDA, when the fused path is switched on (cuda::set_fused_attention(true) or
 // INITLAB_FUSED_ATTENTION=1; off by default, being the slower one on an H200, see
