@@ -826,9 +826,8 @@ struct HeadBatches {
     int64_t BH, T, ldp;
     int64_t calls() const { return in.heads ? in.heads : 1; }
     int64_t batch() const { return BH / calls(); }
-    // Call c's first block and the stride between its blocks, in a tensor of layout L with `rows`
-    // rows a head; and in P.
-    int64_t first(const AttentionHeads& L, int64_t c, int64_t rows) const { return L.offset(c, rows); }
+    // The stride between call c's blocks (the first is L.offset(c, rows)), in a tensor of layout L
+    // with `rows` rows a head; and call c's first block in P and the stride there.
     int64_t stride(const AttentionHeads& L, int64_t rows) const { return L.offset(calls(), rows); }
     int64_t p_first(int64_t c) const { return c * T * ldp; }
     int64_t p_stride() const { return calls() * T * ldp; }
@@ -855,14 +854,14 @@ void attention_forward(const float* q, const float* k, const float* v, const flo
     const AttentionHeads& L = hb.in;
     const AttentionHeads& O = hb.out;
     for (int64_t c = 0; c < hb.calls(); c++)  // raw scores q·kᵀ
-        gemm_batched_ld(false, true, hb.batch(), T, S, D, q + hb.first(L, c, T), hb.stride(L, T), L.ld,
-                        k + hb.first(L, c, S), hb.stride(L, S), L.ld, p + hb.p_first(c), hb.p_stride(), ldp);
+        gemm_batched_ld(false, true, hb.batch(), T, S, D, q + L.offset(c, T), hb.stride(L, T), L.ld,
+                        k + L.offset(c, S), hb.stride(L, S), L.ld, p + hb.p_first(c), hb.p_stride(), ldp);
     Scratch<float> dropped(mask ? BH * T * ldp : 0);
     ROWS_LAUNCH(attention_softmax_kernel, BH * T, S, p, mask, dropped.p, BH * T, T, S, ldp, causal, scale);
     const float* probs = mask ? dropped.p : p;
     for (int64_t c = 0; c < hb.calls(); c++)
         gemm_batched_ld(false, false, hb.batch(), T, D, S, probs + hb.p_first(c), hb.p_stride(), ldp,
-                        v + hb.first(L, c, S), hb.stride(L, S), L.ld, out + hb.first(O, c, T), hb.stride(O, T), O.ld);
+                        v + L.offset(c, S), hb.stride(L, S), L.ld, out + O.offset(c, T), hb.stride(O, T), O.ld);
 }
 
 void attention_backward(const float* q, const float* k, const float* v, const float* mask, const float* p,
@@ -885,22 +884,22 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
         const float* probs = mask ? dropped.p : p;
         for (int64_t c = 0; c < hb.calls(); c++)
             gemm_batched_ld(true, false, hb.batch(), S, D, T, probs + hb.p_first(c), hb.p_stride(), ldp,
-                            dout + hb.first(O, c, T), hb.stride(O, T), O.ld, dv + hb.first(L, c, S), hb.stride(L, S),
+                            dout + O.offset(c, T), hb.stride(O, T), O.ld, dv + L.offset(c, S), hb.stride(L, S),
                             L.ld);
     }
     if (!dq && !dk) return;
     Scratch<float> ds(BH * T * ldp);
     for (int64_t c = 0; c < hb.calls(); c++)  // dP = dout·vᵀ
-        gemm_batched_ld(false, true, hb.batch(), T, S, D, dout + hb.first(O, c, T), hb.stride(O, T), O.ld,
-                        v + hb.first(L, c, S), hb.stride(L, S), L.ld, ds.p + hb.p_first(c), hb.p_stride(), ldp);
+        gemm_batched_ld(false, true, hb.batch(), T, S, D, dout + O.offset(c, T), hb.stride(O, T), O.ld,
+                        v + L.offset(c, S), hb.stride(L, S), L.ld, ds.p + hb.p_first(c), hb.p_stride(), ldp);
     ROWS_LAUNCH(attention_softmax_backward_kernel, BH * T, S, p, mask, ds.p, BH * T, S, ldp, scale);
     for (int64_t c = 0; c < hb.calls(); c++) {
         if (dq)  // dq = dS·k
             gemm_batched_ld(false, false, hb.batch(), T, D, S, ds.p + hb.p_first(c), hb.p_stride(), ldp,
-                            k + hb.first(L, c, S), hb.stride(L, S), L.ld, dq + hb.first(L, c, T), hb.stride(L, T), L.ld);
+                            k + L.offset(c, S), hb.stride(L, S), L.ld, dq + L.offset(c, T), hb.stride(L, T), L.ld);
         if (dk)  // dk = dSᵀ·q
             gemm_batched_ld(true, false, hb.batch(), S, D, T, ds.p + hb.p_first(c), hb.p_stride(), ldp,
-                            q + hb.first(L, c, T), hb.stride(L, T), L.ld, dk + hb.first(L, c, S), hb.stride(L, S), L.ld);
+                            q + L.offset(c, T), hb.stride(L, T), L.ld, dk + L.offset(c, S), hb.stride(L, S), L.ld);
     }
 }
 

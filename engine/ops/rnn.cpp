@@ -4,6 +4,8 @@
 #include "engine/ops/rnn.h"
 
 #include <algorithm>
+#include <initializer_list>
+#include <utility>
 #include "engine/autograd.h"
 #include "engine/cpu/matmul.h"
 #include "engine/cpu/rnn.h"
@@ -43,17 +45,23 @@ Tensor lstm_cell(const Tensor& gates, const Tensor& c_prev) {
     });
 }
 
+// lstm_sequence's and lstm_layer's first checks: every tensor float32 on the first one's device,
+// w_hh [4H, H]. Returns H.
+static int64_t expect_lstm_args(const char* op, std::initializer_list<std::pair<const Tensor*, const char*>> named,
+                                const Tensor& w_hh) {
+    for (const auto& [t, name] : named) {
+        expect_f32(op, *t, name);
+        expect_same_device(op, *named.begin()->first, *t);
+    }
+    check(w_hh.ndim() == 2 && w_hh.size(0) == 4 * w_hh.size(1), "{}: w_hh {} is not [4H, H]", op, w_hh.shape().str());
+    return w_hh.size(1);
+}
+
 Tensor lstm_sequence(const Tensor& x_proj, const Tensor& h0, const Tensor& c0, const Tensor& w_hh,
                      const Tensor& b_hh) {
     const char* op = "lstm_sequence";
-    expect_f32(op, x_proj, "x_proj");
-    expect_f32(op, h0, "h0");
-    expect_f32(op, c0, "c0");
-    expect_f32(op, w_hh, "w_hh");
-    expect_f32(op, b_hh, "b_hh");
-    for (const Tensor* t : {&h0, &c0, &w_hh, &b_hh}) expect_same_device(op, x_proj, *t);
-    check(w_hh.ndim() == 2 && w_hh.size(0) == 4 * w_hh.size(1), "{}: w_hh {} is not [4H, H]", op, w_hh.shape().str());
-    const int64_t H = w_hh.size(1);
+    const int64_t H = expect_lstm_args(op, {{&x_proj, "x_proj"}, {&h0, "h0"}, {&c0, "c0"}, {&w_hh, "w_hh"},
+                                           {&b_hh, "b_hh"}}, w_hh);
     check(x_proj.ndim() == 3 && x_proj.size(0) >= 1 && x_proj.size(2) == 4 * H,
           "{}: x_proj {} is not [T, B, 4H] with T >= 1 and H = {} (w_hh {})", op, x_proj.shape().str(), H,
           w_hh.shape().str());
@@ -153,16 +161,8 @@ static Tensor lstm_layer_cudnn(const Tensor& x, const Tensor& h0, const Tensor& 
 Tensor lstm_layer(const Tensor& x, const Tensor& h0, const Tensor& c0, const Tensor& w_ih, const Tensor& b_ih,
                   const Tensor& w_hh, const Tensor& b_hh) {
     const char* op = "lstm_layer";
-    expect_f32(op, x, "x");
-    expect_f32(op, h0, "h0");
-    expect_f32(op, c0, "c0");
-    expect_f32(op, w_ih, "w_ih");
-    expect_f32(op, b_ih, "b_ih");
-    expect_f32(op, w_hh, "w_hh");
-    expect_f32(op, b_hh, "b_hh");
-    for (const Tensor* t : {&h0, &c0, &w_ih, &b_ih, &w_hh, &b_hh}) expect_same_device(op, x, *t);
-    check(w_hh.ndim() == 2 && w_hh.size(0) == 4 * w_hh.size(1), "{}: w_hh {} is not [4H, H]", op, w_hh.shape().str());
-    const int64_t H = w_hh.size(1);
+    const int64_t H = expect_lstm_args(op, {{&x, "x"}, {&h0, "h0"}, {&c0, "c0"}, {&w_ih, "w_ih"}, {&b_ih, "b_ih"},
+                                           {&w_hh, "w_hh"}, {&b_hh, "b_hh"}}, w_hh);
     check(x.ndim() == 3 && x.size(0) >= 1, "{}: x {} is not [T, B, in] with T >= 1", op, x.shape().str());
     const int64_t T = x.size(0), B = x.size(1), in = x.size(2);
     check(w_ih.shape() == Shape({4 * H, in}) && b_ih.shape() == Shape({4 * H}) && b_hh.shape() == Shape({4 * H}),

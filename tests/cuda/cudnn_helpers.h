@@ -82,6 +82,23 @@ inline void check_three_ways(const std::string& name, const Fn& f, const std::ve
     }
 }
 
+// Zeroes the gradients of `leaves`, runs `step` (a forward and a backward, returning its output),
+// twice, and requires the output and the leaves' gradients to have the same bits both times: the
+// deterministic algorithms the project promises (what: the tensors' names, for the message).
+inline void require_same_bits_twice(const std::vector<Tensor>& leaves, const std::function<Tensor()>& step,
+                                    const std::string& what) {
+    std::vector<std::vector<float>> runs[2];
+    for (auto& run : runs) {
+        for (const Tensor& t : leaves) Tensor(t).zero_grad();
+        run.push_back(step().to_vector());
+        for (const Tensor& t : leaves) run.push_back(t.grad().to_vector());
+    }
+    for (size_t i = 0; i < runs[0].size(); i++) {
+        INFO("tensor " << i << " (" << what << ")");
+        REQUIRE(runs[0][i] == runs[1][i]);
+    }
+}
+
 // Device buffers of n floats (filled with 0.5) for calling the cuDNN path directly.
 struct DeviceFloats {
     float* p;

@@ -230,14 +230,20 @@ static std::string gpu_sh_smoke_flags() {
 #endif
 }
 
-TEST_CASE("cuda apps: bench/gpu.sh --smoke runs end to end and writes its table", "[cuda]") {
-    // The GPU benchmark kit, on tiny models and without PyTorch.
-    const std::string flags = gpu_sh_smoke_flags();
-    test::TempDir tmp;
-    int rc = run("bash bench/gpu.sh " + flags + " --out " + (tmp / "table.md"), tmp / "log");
+// Runs a smoke bench/gpu.sh with `args` added, in tmp; requires success (its log in the message)
+// and returns the table it wrote.
+static std::string gpu_sh_table(const std::string& args, const test::TempDir& tmp) {
+    const std::string cmd = "bash bench/gpu.sh " + gpu_sh_smoke_flags() + " " + args + " --out " + (tmp / "table.md");
+    int rc = run(cmd, tmp / "log");
     INFO(slurp(tmp / "log"));
     REQUIRE(rc == 0);
-    std::string table = slurp(tmp / "table.md");
+    return slurp(tmp / "table.md");
+}
+
+TEST_CASE("cuda apps: bench/gpu.sh --smoke runs end to end and writes its table", "[cuda]") {
+    // The GPU benchmark kit, on tiny models and without PyTorch.
+    test::TempDir tmp;
+    std::string table = gpu_sh_table("", tmp);
     INFO(table);
     CHECK(table.find("# GPU benchmark: cuda: ") == 0);
     CHECK(table.find("[cuda] suite on this device: 1 passed, 0 failed.") != std::string::npos);
@@ -250,34 +256,22 @@ TEST_CASE("cuda apps: bench/gpu.sh --smoke runs end to end and writes its table"
 TEST_CASE("cuda apps: bench/gpu.sh --fused-attention both gives a row with the fused path off and one on",
           "[cuda]") {
     // lm4k in a smoke run: head dim 32, so the fused (under tf32: tensor-core) kernels run.
-    const std::string flags = gpu_sh_smoke_flags();
     test::TempDir tmp;
-    int rc = run("bash bench/gpu.sh " + flags + " --no-tests --models lm4k --precisions tf32 --fused-attention both --out " +
-                     (tmp / "table.md"),
-                 tmp / "log");
-    INFO(slurp(tmp / "log"));
-    REQUIRE(rc == 0);
-    std::string table = slurp(tmp / "table.md");
+    std::string table = gpu_sh_table("--no-tests --models lm4k --precisions tf32 --fused-attention both", tmp);
     INFO(table);
     CHECK(table.find("| lm4k | tf32 | off |") != std::string::npos);
     CHECK(table.find("| lm4k | tf32 | on |") != std::string::npos);
     CHECK(table.find("lm4k `--dim 32") != std::string::npos);
-    CHECK(run("bash bench/gpu.sh " + flags + " --fused-attention sometimes", tmp / "log2") != 0);
+    CHECK(run("bash bench/gpu.sh " + gpu_sh_smoke_flags() + " --fused-attention sometimes", tmp / "log2") != 0);
 }
 
 TEST_CASE("cuda apps: bench/gpu.sh lstm and lstm-own: cuDNN's LSTM and the own kernels, side by side", "[cuda]") {
-    const std::string flags = gpu_sh_smoke_flags();
     if (!engine::cuda::cudnn_built()) {
         WARN("this build has no cuDNN: lstm-own is the only LSTM path");
         return;
     }
     test::TempDir tmp;
-    int rc = run("bash bench/gpu.sh " + flags + " --no-tests --models 'lstm lstm-own' --precisions fp32 --out " +
-                     (tmp / "table.md"),
-                 tmp / "log");
-    INFO(slurp(tmp / "log"));
-    REQUIRE(rc == 0);
-    std::string table = slurp(tmp / "table.md");
+    std::string table = gpu_sh_table("--no-tests --models 'lstm lstm-own' --precisions fp32", tmp);
     INFO(table);
     // The cuDNN calls column: a smoke lstm step (1 layer; warm-up, timed and profiled steps) calls
     // cuDNN; lstm-own (INITLAB_CUDNN=0) never does.

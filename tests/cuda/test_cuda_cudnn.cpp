@@ -249,18 +249,12 @@ TEST_CASE("cuda cudnn: deterministic algorithms only (the same bits twice)", "[c
     Tensor wd = randn({6, 1, 5, 5}, false, 3).to(Device::CUDA).requires_grad_(true);
     Tensor bn_w = randn({6}, false, 4).to(Device::CUDA).requires_grad_(true);
     Tensor none;
-    std::vector<std::vector<float>> runs[2];
-    for (int r = 0; r < 2; r++) {
-        for (Tensor* t : {&x, &w, &wd, &bn_w}) t->zero_grad();
+    test::require_same_bits_twice({x, w, wd, bn_w}, [&] {
         Tensor y = engine::batch_norm(engine::depthwise_conv2d(engine::conv2d(x, w, Tensor(), 1, 1), wd), bn_w,
                                       Tensor(), none, none, true);
         engine::sum(engine::mul(y, y)).backward();
-        for (const Tensor& t : {y, x.grad(), w.grad(), wd.grad(), bn_w.grad()}) runs[r].push_back(t.to_vector());
-    }
-    for (size_t i = 0; i < runs[0].size(); i++) {
-        INFO("tensor " << i << " (y, dx, dw, d depthwise w, d bn weight)");
-        REQUIRE(runs[0][i] == runs[1][i]);
-    }
+        return y;
+    }, "y, dx, dw, d depthwise w, d bn weight");
 }
 
 TEST_CASE("cuda cudnn: a bad descriptor throws engine::Error naming the op", "[cuda][cudnn]") {

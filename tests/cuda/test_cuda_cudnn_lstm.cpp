@@ -149,18 +149,11 @@ TEST_CASE("cuda cudnn lstm: the same bits twice", "[cuda][cudnn]") {
     CudnnSwitch on(true);
     std::vector<Tensor> in;
     for (const Tensor& t : layer_inputs(6, 3, 5, 7, true)) in.push_back(test::to_cuda(t));
-    std::vector<std::vector<float>> runs[2];
-    for (int r = 0; r < 2; r++) {
-        for (Tensor& t : in) t.zero_grad();
+    test::require_same_bits_twice(in, [&] {
         Tensor y = kLayer(in);
         engine::sum(engine::mul(y, y)).backward();
-        runs[r].push_back(y.to_vector());
-        for (const Tensor& t : in) runs[r].push_back(t.grad().to_vector());
-    }
-    for (size_t i = 0; i < runs[0].size(); i++) {
-        INFO("tensor " << i << " (y, then the gradients of x, h0, c0, w_ih, b_ih, w_hh, b_hh)");
-        REQUIRE(runs[0][i] == runs[1][i]);
-    }
+        return y;
+    }, "y, then the gradients of x, h0, c0, w_ih, b_ih, w_hh, b_hh");
 }
 
 TEST_CASE("cuda cudnn lstm: captured into a CUDA graph, replays to the eager bits", "[cuda][graph][cudnn]") {

@@ -65,13 +65,10 @@ cudnnStatus_t cudnnSetStream(cudnnHandle_t h, cudaStream_t s) {
 // Descriptors
 
 cudnnStatus_t cudnnCreateTensorDescriptor(cudnnTensorDescriptor_t* d) {
-    if (!d) return CUDNN_STATUS_BAD_PARAM;
-    *d = new cudnnTensorStruct;
-    return CUDNN_STATUS_SUCCESS;
+    return emu::cudnn_standin::create_descriptor(d);
 }
 cudnnStatus_t cudnnDestroyTensorDescriptor(cudnnTensorDescriptor_t d) {
-    delete d;
-    return CUDNN_STATUS_SUCCESS;
+    return emu::cudnn_standin::destroy_descriptor(d);
 }
 cudnnStatus_t cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t d, cudnnTensorFormat_t format,
                                          cudnnDataType_t type, int n, int c, int h, int w) {
@@ -109,13 +106,10 @@ cudnnStatus_t cudnnGetTensorNdDescriptor(const cudnnTensorDescriptor_t d, int re
 }
 
 cudnnStatus_t cudnnCreateFilterDescriptor(cudnnFilterDescriptor_t* d) {
-    if (!d) return CUDNN_STATUS_BAD_PARAM;
-    *d = new cudnnFilterStruct;
-    return CUDNN_STATUS_SUCCESS;
+    return emu::cudnn_standin::create_descriptor(d);
 }
 cudnnStatus_t cudnnDestroyFilterDescriptor(cudnnFilterDescriptor_t d) {
-    delete d;
-    return CUDNN_STATUS_SUCCESS;
+    return emu::cudnn_standin::destroy_descriptor(d);
 }
 cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t d, cudnnDataType_t type, cudnnTensorFormat_t format,
                                          int k, int c, int h, int w) {
@@ -126,13 +120,10 @@ cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t d, cudnnDataTyp
 }
 
 cudnnStatus_t cudnnCreateConvolutionDescriptor(cudnnConvolutionDescriptor_t* d) {
-    if (!d) return CUDNN_STATUS_BAD_PARAM;
-    *d = new cudnnConvolutionStruct;
-    return CUDNN_STATUS_SUCCESS;
+    return emu::cudnn_standin::create_descriptor(d);
 }
 cudnnStatus_t cudnnDestroyConvolutionDescriptor(cudnnConvolutionDescriptor_t d) {
-    delete d;
-    return CUDNN_STATUS_SUCCESS;
+    return emu::cudnn_standin::destroy_descriptor(d);
 }
 cudnnStatus_t cudnnSetConvolution2dDescriptor(cudnnConvolutionDescriptor_t d, int pad_h, int pad_w, int u, int v,
                                               int dil_h, int dil_w, cudnnConvolutionMode_t mode,

@@ -37,4 +37,17 @@ cudnnStatus_t enqueue(cudnnHandle_t h, const char* call, std::function<void()> w
 // rounding, as Ampere and later GPUs may under CUDNN_DEFAULT_MATH and the tensor-op math types.
 std::vector<float> input(const void* p, size_t n, bool tf32);
 
+// cudnnCreate*Descriptor and cudnnDestroy*Descriptor, for every descriptor struct.
+template <typename Struct>
+cudnnStatus_t create_descriptor(Struct** d) {
+    if (!d) return CUDNN_STATUS_BAD_PARAM;
+    *d = new Struct;
+    return CUDNN_STATUS_SUCCESS;
+}
+template <typename Struct>
+cudnnStatus_t destroy_descriptor(Struct* d) {
+    delete d;
+    return CUDNN_STATUS_SUCCESS;
+}
+
 }  // namespace emu::cudnn_standin

@@ -49,15 +49,8 @@ struct cudnnRNNDataStruct {
     std::vector<int> lengths;
 };
 
-cudnnStatus_t cudnnCreateDropoutDescriptor(cudnnDropoutDescriptor_t* d) {
-    if (!d) return CUDNN_STATUS_BAD_PARAM;
-    *d = new cudnnDropoutStruct;
-    return CUDNN_STATUS_SUCCESS;
-}
-cudnnStatus_t cudnnDestroyDropoutDescriptor(cudnnDropoutDescriptor_t d) {
-    delete d;
-    return CUDNN_STATUS_SUCCESS;
-}
+cudnnStatus_t cudnnCreateDropoutDescriptor(cudnnDropoutDescriptor_t* d) { return create_descriptor(d); }
+cudnnStatus_t cudnnDestroyDropoutDescriptor(cudnnDropoutDescriptor_t d) { return destroy_descriptor(d); }
 cudnnStatus_t cudnnSetDropoutDescriptor(cudnnDropoutDescriptor_t d, cudnnHandle_t h, float dropout, void* states,
                                         size_t, unsigned long long) {
     if (!d || !h || dropout < 0.f || dropout > 1.f) return CUDNN_STATUS_BAD_PARAM;
@@ -66,15 +59,8 @@ cudnnStatus_t cudnnSetDropoutDescriptor(cudnnDropoutDescriptor_t d, cudnnHandle_
     return CUDNN_STATUS_SUCCESS;
 }
 
-cudnnStatus_t cudnnCreateRNNDescriptor(cudnnRNNDescriptor_t* d) {
-    if (!d) return CUDNN_STATUS_BAD_PARAM;
-    *d = new cudnnRNNStruct;
-    return CUDNN_STATUS_SUCCESS;
-}
-cudnnStatus_t cudnnDestroyRNNDescriptor(cudnnRNNDescriptor_t d) {
-    delete d;
-    return CUDNN_STATUS_SUCCESS;
-}
+cudnnStatus_t cudnnCreateRNNDescriptor(cudnnRNNDescriptor_t* d) { return create_descriptor(d); }
+cudnnStatus_t cudnnDestroyRNNDescriptor(cudnnRNNDescriptor_t d) { return destroy_descriptor(d); }
 cudnnStatus_t cudnnSetRNNDescriptor_v8(cudnnRNNDescriptor_t d, cudnnRNNAlgo_t algo, cudnnRNNMode_t cell,
                                        cudnnRNNBiasMode_t bias, cudnnDirectionMode_t dir,
                                        cudnnRNNInputMode_t input_mode, cudnnDataType_t type, cudnnDataType_t prec,
@@ -92,15 +78,8 @@ cudnnStatus_t cudnnSetRNNDescriptor_v8(cudnnRNNDescriptor_t d, cudnnRNNAlgo_t al
     return CUDNN_STATUS_SUCCESS;
 }
 
-cudnnStatus_t cudnnCreateRNNDataDescriptor(cudnnRNNDataDescriptor_t* d) {
-    if (!d) return CUDNN_STATUS_BAD_PARAM;
-    *d = new cudnnRNNDataStruct;
-    return CUDNN_STATUS_SUCCESS;
-}
-cudnnStatus_t cudnnDestroyRNNDataDescriptor(cudnnRNNDataDescriptor_t d) {
-    delete d;
-    return CUDNN_STATUS_SUCCESS;
-}
+cudnnStatus_t cudnnCreateRNNDataDescriptor(cudnnRNNDataDescriptor_t* d) { return create_descriptor(d); }
+cudnnStatus_t cudnnDestroyRNNDataDescriptor(cudnnRNNDataDescriptor_t d) { return destroy_descriptor(d); }
 cudnnStatus_t cudnnSetRNNDataDescriptor(cudnnRNNDataDescriptor_t d, cudnnDataType_t type, cudnnRNNDataLayout_t layout,
                                         int T, int B, int vec, const int lengths[], void*) {
     if (!d || !lengths || T <= 0 || B <= 0 || vec <= 0) return CUDNN_STATUS_BAD_PARAM;
@@ -177,7 +156,21 @@ struct Args {
                                  "] = " + std::to_string(dev_lengths[b]) + " but the data descriptor says " +
                                  std::to_string(lengths[b]));
     }
+    // The weight space (named as the call names it), the work space and, when given, the reserve
+    // space lie in device memory and are as large as the LSTM needs.
+    void check_spaces(const char* weight_name, const void* weights, const void* work, const void* reserve) const {
+        check_device(call, weight_name, weights, g.weight_floats());
+        check_device(call, "workSpace", work, g.work_floats());
+        if (reserve) check_device(call, "reserveSpace", reserve, g.reserve_floats());
+    }
 };
+
+// The byte counts the caller gives for the three spaces are at least what the LSTM needs (the
+// reserve space only when it is used).
+bool spaces_fit(const Lstm& g, size_t weight_bytes, size_t work_bytes, size_t reserve_bytes, bool reserve_used) {
+    return weight_bytes >= bytes(g.weight_floats()) && work_bytes >= bytes(g.work_floats()) &&
+           (!reserve_used || reserve_bytes >= bytes(g.reserve_floats()));
+}
 
 double sigmoid(double v) { return 1.0 / (1.0 + std::exp(-v)); }
 
@@ -249,8 +242,7 @@ cudnnStatus_t cudnnRNNForward(cudnnHandle_t h, cudnnRNNDescriptor_t rnn, cudnnFo
     if (mode != CUDNN_FWD_MODE_TRAINING && mode != CUDNN_FWD_MODE_INFERENCE) return CUDNN_STATUS_BAD_PARAM;
     if (cudnnStatus_t s = lstm_of(rnn, xd, yd, hd, cd, g); s != CUDNN_STATUS_SUCCESS) return s;
     const bool training = mode == CUDNN_FWD_MODE_TRAINING;
-    if (weight_bytes < bytes(g.weight_floats()) || work_bytes < bytes(g.work_floats()) || !work ||
-        (training && (reserve_bytes < bytes(g.reserve_floats()) || !reserve)))
+    if (!work || (training && !reserve) || !spaces_fit(g, weight_bytes, work_bytes, reserve_bytes, training))
         return CUDNN_STATUS_BAD_PARAM;
     const Args args{call, g, xd->lengths, dev_lengths};
     auto checks = [=](bool running) {
@@ -259,9 +251,7 @@ cudnnStatus_t cudnnRNNForward(cudnnHandle_t h, cudnnRNNDescriptor_t rnn, cudnnFo
         check_device(call, "y", y, g.y_floats());
         for (const void* p : {(const void*)hx, (const void*)hy, (const void*)cx, (const void*)cy})
             if (p) check_device(call, "hx, hy, cx or cy", p, g.state_floats());
-        check_device(call, "weightSpace", weights, g.weight_floats());
-        check_device(call, "workSpace", work, g.work_floats());
-        if (training) check_device(call, "reserveSpace", reserve, g.reserve_floats());
+        args.check_spaces("weightSpace", weights, work, training ? reserve : nullptr);
     };
     checks(false);
     return enqueue(h, call, [=] {
@@ -324,9 +314,7 @@ cudnnStatus_t cudnnRNNBackwardData_v8(cudnnHandle_t h, cudnnRNNDescriptor_t rnn,
     Lstm g;
     if (!h || !y || !dy || !dx || !weights || !dev_lengths || !work || !reserve) return CUDNN_STATUS_BAD_PARAM;
     if (cudnnStatus_t s = lstm_of(rnn, xd, yd, hd, cd, g); s != CUDNN_STATUS_SUCCESS) return s;
-    if (weight_bytes < bytes(g.weight_floats()) || work_bytes < bytes(g.work_floats()) ||
-        reserve_bytes < bytes(g.reserve_floats()))
-        return CUDNN_STATUS_BAD_PARAM;
+    if (!spaces_fit(g, weight_bytes, work_bytes, reserve_bytes, true)) return CUDNN_STATUS_BAD_PARAM;
     const Args args{call, g, xd->lengths, dev_lengths};
     auto checks = [=](bool running) {
         args.check(running);
@@ -335,9 +323,7 @@ cudnnStatus_t cudnnRNNBackwardData_v8(cudnnHandle_t h, cudnnRNNDescriptor_t rnn,
         check_device(call, "dx", dx, g.x_floats());
         for (const void* p : {hx, dhy, (const void*)dhx, cx, dcy, (const void*)dcx})
             if (p) check_device(call, "hx, dhy, dhx, cx, dcy or dcx", p, g.state_floats());
-        check_device(call, "weightSpace", weights, g.weight_floats());
-        check_device(call, "workSpace", work, g.work_floats());
-        check_device(call, "reserveSpace", reserve, g.reserve_floats());
+        args.check_spaces("weightSpace", weights, work, reserve);
     };
     checks(false);
     return enqueue(h, call, [=] {
@@ -407,18 +393,14 @@ cudnnStatus_t cudnnRNNBackwardWeights_v8(cudnnHandle_t h, cudnnRNNDescriptor_t r
     if (mode != CUDNN_WGRAD_MODE_ADD) return CUDNN_STATUS_BAD_PARAM;
     if (!h || !x || !y || !dweights || !dev_lengths || !work || !reserve) return CUDNN_STATUS_BAD_PARAM;
     if (cudnnStatus_t s = lstm_of(rnn, xd, yd, hd, nullptr, g); s != CUDNN_STATUS_SUCCESS) return s;
-    if (weight_bytes < bytes(g.weight_floats()) || work_bytes < bytes(g.work_floats()) ||
-        reserve_bytes < bytes(g.reserve_floats()))
-        return CUDNN_STATUS_BAD_PARAM;
+    if (!spaces_fit(g, weight_bytes, work_bytes, reserve_bytes, true)) return CUDNN_STATUS_BAD_PARAM;
     const Args args{call, g, xd->lengths, dev_lengths};
     auto checks = [=](bool running) {
         args.check(running);
         check_device(call, "x", x, g.x_floats());
         check_device(call, "y", y, g.y_floats());
         if (hx) check_device(call, "hx", hx, g.state_floats());
-        check_device(call, "dweightSpace", dweights, g.weight_floats());
-        check_device(call, "workSpace", work, g.work_floats());
-        check_device(call, "reserveSpace", reserve, g.reserve_floats());
+        args.check_spaces("dweightSpace", dweights, work, reserve);
     };
     checks(false);
     return enqueue(h, call, [=] {
