@@ -9,7 +9,8 @@
 #include "engine/tensor.h"
 #include "engine/ops/elementwise.h"  // add sub mul div (broadcasting), scalar forms, unary math, activations, bias_gelu
 #include "engine/ops/reduce.h"       // sum mean max over dims, sum_to
-#include "engine/ops/matmul.h"       // matmul, batched matmul with transposes, linear
+#include "engine/ops/matmul.h"       // matmul, batched matmul with transposes, linear,
+                                     // gelu_linear, layer_norm_linear
 #include "engine/ops/shape.h"        // transpose permute concat slice split index_select gather embedding masks
 #include "engine/ops/nn.h"           // softmax log_softmax layer_norm add_layer_norm dropout cross_entropy mse
                                      // attention rope

@@ -23,23 +23,49 @@ Tensor MultiHeadAttention::split_heads(const Tensor& x) const {
     return permute(x.reshape({B, T, heads, head_dim}), {0, 2, 1, 3});
 }
 
-Tensor MultiHeadAttention::forward(const Tensor& x) const {
+bool MultiHeadAttention::qkv_hooked() const {
+    return q->forward_hook || q->input_hook || k->forward_hook || k->input_hook || v->forward_hook || v->input_hook;
+}
+
+void MultiHeadAttention::stacked_qkv(Tensor& w, Tensor& b) const {
+    w = concat({q->weight, k->weight, v->weight}, 0);
+    b = q->bias.defined() ? concat({q->bias, k->bias, v->bias}, 0) : Tensor();
+}
+
+Tensor MultiHeadAttention::output(const Tensor& o) const { return hooked(proj_drop->forward(proj->forward(o))); }
+
+static void expect_tokens(const Tensor& x, int64_t dim) {
     check(x.ndim() == 3 && x.size(2) == dim, "MultiHeadAttention: input {} is not [B, T, {}]", x.shape().str(), dim);
+}
+
+Tensor MultiHeadAttention::forward(const Tensor& x) const {
+    expect_tokens(x, dim);
     int64_t B = x.size(0), T = x.size(1);
     Tensor o;
     if (rope_base > 0.f) {  // rope rotates [B, H, T, D] heads
         Tensor qh = rope(split_heads(q->forward(x)), rope_base), kh = rope(split_heads(k->forward(x)), rope_base);
         o = attention(qh, kh, split_heads(v->forward(x)), causal, attn_dropout, training_);
         o = permute(o, {0, 2, 1, 3}).reshape({B, T, dim});
-    } else if (q->forward_hook || q->input_hook || k->forward_hook || k->input_hook || v->forward_hook ||
-               v->input_hook) {  // a hook sees its own linear's input and output
+    } else if (qkv_hooked()) {  // a hook sees its own linear's input and output
         o = attention_tokens(q->forward(x), k->forward(x), v->forward(x), heads, causal, attn_dropout, training_);
     } else {  // q, k and v from one GEMM on the three weights stacked (the parameters stay apart)
-        Tensor w = concat({q->weight, k->weight, v->weight}, 0);
-        Tensor b = q->bias.defined() ? concat({q->bias, k->bias, v->bias}, 0) : Tensor();
+        Tensor w, b;
+        stacked_qkv(w, b);
         o = attention_qkv(linear(x, w, b), heads, causal, attn_dropout, training_);
     }
-    return hooked(proj_drop->forward(proj->forward(o)));
+    return output(o);
+}
+
+// The norm joins the q/k/v GEMM (layer_norm_linear) only where nothing must see its output: a hook
+// on the norm, or on q, k or v, and rope take forward(norm(x)).
+Tensor MultiHeadAttention::forward_normed(const LayerNorm& norm, const Tensor& x) const {
+    if (norm.forward_hook || rope_base > 0.f || qkv_hooked()) return forward(norm.forward(x));
+    expect_tokens(x, dim);
+    check(norm.dim == dim, "MultiHeadAttention: norm width {} is not the attention's {}", norm.dim, dim);
+    Tensor w, b;
+    stacked_qkv(w, b);
+    Tensor qkv = layer_norm_linear(x, norm.weight, norm.bias, norm.eps, w, b);
+    return output(attention_qkv(qkv, heads, causal, attn_dropout, training_));
 }
 
 Tensor MultiHeadAttention::attention_map(const Tensor& x) const {

@@ -16,6 +16,10 @@ public:
     std::string type_name() const override { return "MultiHeadAttention"; }
     // x [B, T, dim] -> [B, T, dim]. rope_base > 0 applies rotary embeddings to q and k.
     Tensor forward(const Tensor& x) const;
+    // forward(norm.forward(x)), the Pre-LN branch, with the norm inside the q/k/v GEMM
+    // (engine::layer_norm_linear: the norm's output is not kept for the backward) unless a hook or
+    // rope needs it apart.
+    Tensor forward_normed(const LayerNorm& norm, const Tensor& x) const;
     // The attention probabilities [B, heads, T, T] for x (no dropout), for inspection.
     Tensor attention_map(const Tensor& x) const;
     // Rows of a [dim, dim] weight that belong to head h: a [dh, dim] view sharing storage.
@@ -30,6 +34,9 @@ public:
 
 private:
     Tensor split_heads(const Tensor& x) const;  // [B,T,dim] -> [B,heads,T,dh]
+    bool qkv_hooked() const;                    // a hook on q, k or v
+    void stacked_qkv(Tensor& w, Tensor& b) const;  // [3·dim, dim] and [3·dim] (b undefined without biases)
+    Tensor output(const Tensor& o) const;       // proj, its dropout and this module's hook
 };
 
 }  // namespace nn

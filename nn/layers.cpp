@@ -133,9 +133,25 @@ MLP::MLP(int64_t dim, int64_t hidden, Activation a, float p) : act(a) {
 // fc2), the GELU and fc2 are one op, gelu_linear, which does not keep the GELU's output for the
 // backward: a fifth less activation memory in a ViT step (engine/ops/matmul.h).
 Tensor MLP::forward(const Tensor& x) const {
-    bool fuse = act == Activation::GELU && fc1->bias.defined() && !fc1->forward_hook && !fc1->input_hook;
-    if (!fuse) return fc2->forward(drop->forward(activate(fc1->forward(x), act)));
-    Tensor h = linear(x, fc1->weight, Tensor());
+    if (!gelu_fused()) return after_fc1(fc1->forward(x));
+    return after_fc1_gemm(linear(x, fc1->weight, Tensor()));
+}
+
+// The norm joins fc1's GEMM (layer_norm_linear: its output is not kept for the backward) unless a
+// hook on the norm or on fc1 must see it.
+Tensor MLP::forward_normed(const LayerNorm& norm, const Tensor& x) const {
+    if (norm.forward_hook || fc1->forward_hook || fc1->input_hook) return forward(norm.forward(x));
+    if (!gelu_fused()) return after_fc1(layer_norm_linear(x, norm.weight, norm.bias, norm.eps, fc1->weight, fc1->bias));
+    return after_fc1_gemm(layer_norm_linear(x, norm.weight, norm.bias, norm.eps, fc1->weight, Tensor()));
+}
+
+bool MLP::gelu_fused() const {
+    return act == Activation::GELU && fc1->bias.defined() && !fc1->forward_hook && !fc1->input_hook;
+}
+
+Tensor MLP::after_fc1(const Tensor& h) const { return fc2->forward(drop->forward(activate(h, act))); }
+
+Tensor MLP::after_fc1_gemm(const Tensor& h) const {
     bool dropout_active = drop->p > 0.f && drop->is_training();
     if (dropout_active || fc2->forward_hook || fc2->input_hook)
         return fc2->forward(drop->forward(bias_gelu(h, fc1->bias)));

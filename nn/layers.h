@@ -89,9 +89,18 @@ public:
     MLP(int64_t dim, int64_t hidden, Activation act = Activation::GELU, float dropout = 0.f);
     std::string type_name() const override { return "MLP"; }
     Tensor forward(const Tensor& x) const;
+    // forward(norm.forward(x)), the Pre-LN branch, with the norm inside fc1's GEMM
+    // (engine::layer_norm_linear: the norm's output is not kept for the backward) unless a hook on
+    // the norm or fc1 needs it apart.
+    Tensor forward_normed(const LayerNorm& norm, const Tensor& x) const;
     std::shared_ptr<Linear> fc1, fc2;
     std::shared_ptr<Dropout> drop;
     Activation act;
+
+private:
+    bool gelu_fused() const;                      // fc1's bias inside bias_gelu or gelu_linear
+    Tensor after_fc1(const Tensor& h) const;      // activation, dropout, fc2 on fc1's output
+    Tensor after_fc1_gemm(const Tensor& h) const; // the same on fc1's GEMM without its bias (gelu_fused)
 };
 
 // LayerScale (Touvron et al., CaiT): a learned per-channel scale on a residual branch, init ε.

@@ -56,26 +56,26 @@ TransformerBlock::TransformerBlock(const BlockConfig& c) : pre_norm(c.pre_norm) 
     }
 }
 
-// x + branch and the LayerNorm of it in one fused pass (add_layer_norm: bitwise the unfused result).
-// A hook on the norm (a data-dependent init or a test observing its output) gets the unfused path,
-// so that it sees the output through LayerNorm::forward.
-static AddLayerNorm add_then_norm(const Tensor& x, const Tensor& branch, const LayerNorm& norm) {
-    if (norm.forward_hook) {
-        Tensor sum = add(x, branch);
-        return {sum, norm.forward(sum)};
-    }
-    return add_layer_norm(x, branch, norm.weight, norm.bias, norm.eps);
+// Post-LN: x + branch and the LayerNorm of it in one fused pass (add_layer_norm: bitwise the
+// unfused result). A hook on the norm (a data-dependent init or a test observing its output) gets
+// the unfused path, so that it sees the output through LayerNorm::forward.
+static Tensor add_then_norm(const Tensor& x, const Tensor& branch, const LayerNorm& norm) {
+    if (norm.forward_hook) return norm.forward(add(x, branch));
+    return add_layer_norm(x, branch, norm.weight, norm.bias, norm.eps).norm;
 }
 
+// Pre-LN: each norm is handed to its branch, whose first GEMM takes it in (layer_norm_linear), so
+// neither norm's output is kept for the backward; with a hook on the norm or on that GEMM, the
+// branch runs on norm.forward(x) (forward_normed).
 Tensor TransformerBlock::forward(const Tensor& x) const {
     auto scaled = [](const std::shared_ptr<LayerScale>& ls, const Tensor& t) { return ls ? ls->forward(t) : t; };
     if (pre_norm) {
-        AddLayerNorm h = add_then_norm(x, scaled(ls1, attn->forward(norm1->forward(x))), *norm2);
-        return add(h.sum, scaled(ls2, drop->forward(mlp->forward(h.norm))));
+        Tensor sum = add(x, scaled(ls1, attn->forward_normed(*norm1, x)));
+        return add(sum, scaled(ls2, drop->forward(mlp->forward_normed(*norm2, sum))));
     }
     // Post-LN: the sums are used only through their norms.
-    Tensor h = add_then_norm(x, scaled(ls1, attn->forward(x)), *norm1).norm;
-    return add_then_norm(h, scaled(ls2, drop->forward(mlp->forward(h))), *norm2).norm;
+    Tensor h = add_then_norm(x, scaled(ls1, attn->forward(x)), *norm1);
+    return add_then_norm(h, scaled(ls2, drop->forward(mlp->forward(h))), *norm2);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -141,9 +141,9 @@ Tensor ViT::embed(const Tensor& images) const {
 Tensor ViT::forward(const Tensor& images) const {
     Tensor x = embed(images);
     for (auto& b : *blocks) x = b->forward(x);
-    x = norm->forward(x);
-    Tensor pooled = cls_token.defined() ? x.narrow(1, 0, 1).reshape({x.size(0), cfg.dim}) : mean(x, {1});
-    return head->forward(pooled);
+    // The norm is per token: with class-token pooling only that token is normalized.
+    if (cls_token.defined()) return head->forward(norm->forward(x.narrow(1, 0, 1).reshape({x.size(0), cfg.dim})));
+    return head->forward(mean(norm->forward(x), {1}));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -191,6 +191,11 @@ Tensor TransformerLM::forward(const Tensor& ids) const {
     if (emb_norm) x = emb_norm->forward(x);
     x = drop->forward(x);
     for (auto& b : *blocks) x = b->forward(x);
+    // The final norm joins the output GEMM (layer_norm_linear) unless a hook must see it or the head's input.
+    bool head_hooked = head && (head->forward_hook || head->input_hook);
+    if (norm && !norm->forward_hook && !head_hooked)
+        return layer_norm_linear(x, norm->weight, norm->bias, norm->eps, head ? head->weight : tok_emb->weight,
+                                 head ? head->bias : Tensor());
     if (norm) x = norm->forward(x);
     return head ? head->forward(x) : linear(x, tok_emb->weight);
 }

@@ -1,10 +1,11 @@
 // tests/test_fused_ops.cpp: the fused ops of the transformer block, bias_gelu
-// (engine/ops/elementwise.h), gelu_linear (engine/ops/matmul.h) and add_layer_norm
+// (engine/ops/elementwise.h), gelu_linear and layer_norm_linear (engine/ops/matmul.h), add_layer_norm
 // (engine/ops/nn.h), against the unfused ops they replace (gelu(add(x, bias)); bias_gelu then
 // linear; add then layer_norm), their gradients by finite differences, the thread-count
-// independence of dbias, gelu_linear's memory, argument errors, and the modules that use them: the
-// MLP (its fused paths against the hook and dropout paths, which are unfused) and the Pre-LN and
-// Post-LN blocks (fused against the path a hook on the norm takes).
+// independence of dbias, gelu_linear's and layer_norm_linear's memory, argument errors, and the
+// modules that use them: the MLP (its fused paths against the hook and dropout paths, which are
+// unfused), the Pre-LN and Post-LN blocks and the LM's final norm (fused against the path a hook on
+// the norm takes).
 #include <catch2/catch.hpp>
 
 #include <omp.h>
@@ -263,6 +264,111 @@ TEST_CASE("gelu_linear: argument errors", "[matmul][fused]") {
 }
 
 // ---------------------------------------------------------------------------------------------
+// layer_norm_linear: linear(layer_norm(x), w, b) keeping x, not the norm's output
+
+namespace {
+
+// The output and the gradients of x, the norm's weight and bias, w and b after layer_norm_linear or
+// the two ops it replaces, with the same weighting of the output. x is an intermediate (as a
+// residual sum is), so its gradient goes through autograd's accumulation as in a model.
+std::vector<std::vector<uint32_t>> layer_norm_linear_grads(bool fused, const std::vector<Tensor>& leaves,
+                                                           std::vector<uint32_t>* out_bits = nullptr) {
+    std::vector<Tensor> in;
+    for (const Tensor& t : leaves) in.push_back(t.defined() ? t.detach().requires_grad_(t.requires_grad()) : t);
+    Tensor x = in[0].requires_grad() ? mul(in[0], 1.f) : in[0];
+    Tensor y = fused ? layer_norm_linear(x, in[1], in[2], 1e-5f, in[3], in[4])
+                     : linear(layer_norm(x, in[1], in[2], 1e-5f), in[3], in[4]);
+    if (out_bits) *out_bits = bits_of(y);
+    sum(mul(y, weights_like(y, 80))).backward();
+    std::vector<std::vector<uint32_t>> g;
+    for (const Tensor& t : in)
+        g.push_back(t.defined() && t.requires_grad() ? bits_of(t.grad()) : std::vector<uint32_t>{});
+    return g;
+}
+
+}  // namespace
+
+TEST_CASE("layer_norm_linear: the bits of layer_norm then linear, forward and every gradient", "[matmul][fused]") {
+    for (int64_t n : {96, 37})  // 37: the vectorized loops' scalar remainder too
+        for (bool affine : {true, false}) {
+            INFO("n " << n << " affine " << affine);
+            std::vector<Tensor> leaves{param({3, 7, n}, 81, -3.f, 3.f), affine ? param({n}, 82) : Tensor(),
+                                       affine ? param({n}, 83) : Tensor(), param({10, n}, 84), param({10}, 85)};
+            std::vector<uint32_t> fused_out, plain_out;
+            auto fused = layer_norm_linear_grads(true, leaves, &fused_out);
+            auto plain = layer_norm_linear_grads(false, leaves, &plain_out);
+            CHECK(fused_out == plain_out);
+            for (size_t i = 0; i < fused.size(); i++) {
+                INFO("input " << i);
+                CHECK(fused[i] == plain[i]);
+            }
+        }
+}
+
+TEST_CASE("layer_norm_linear: some inputs without a gradient, no bias", "[matmul][fused]") {
+    auto leaves = [](std::array<bool, 5> f) {
+        return std::vector<Tensor>{param({6, 12}, 86, -3.f, 3.f).requires_grad_(f[0]), param({12}, 87).requires_grad_(f[1]),
+                                   param({12}, 88).requires_grad_(f[2]), param({5, 12}, 89).requires_grad_(f[3]),
+                                   param({5}, 90).requires_grad_(f[4])};
+    };
+    for (auto flags : std::vector<std::array<bool, 5>>{{true, false, false, false, false},
+                                                       {false, true, false, false, false},
+                                                       {false, false, true, false, false},
+                                                       {false, false, false, true, false},
+                                                       {false, false, false, false, true},
+                                                       {true, false, false, true, true}}) {
+        INFO("x " << flags[0] << " norm weight " << flags[1] << " norm bias " << flags[2] << " w " << flags[3]
+                  << " b " << flags[4]);
+        auto in = leaves(flags);
+        CHECK(layer_norm_linear_grads(true, in) == layer_norm_linear_grads(false, in));
+    }
+    auto no_bias = leaves({true, true, true, true, true});
+    no_bias[4] = Tensor();
+    CHECK(layer_norm_linear_grads(true, no_bias) == layer_norm_linear_grads(false, no_bias));
+}
+
+TEST_CASE("layer_norm_linear", "[matmul][gradcheck]") {
+    gradcheck("layer_norm_linear",
+              [](auto& in) { return layer_norm_linear(in[0], in[1], in[2], 1e-5f, in[3], in[4]); },
+              {param({2, 3, 6}, 91, -3.f, 3.f), param({6}, 92), param({6}, 93), param({4, 6}, 94), param({4}, 95)});
+    gradcheck("layer_norm_linear, no norm parameters, no bias",
+              [](auto& in) { return layer_norm_linear(in[0], Tensor(), Tensor(), 1e-5f, in[1]); },
+              {param({5, 7}, 96, -3.f, 3.f), param({3, 7}, 97)});
+}
+
+// What the op is for: from the forward to the backward it keeps x, its row statistics and the
+// weights, not also the norm's [rows, in] output, as layer_norm then linear do.
+TEST_CASE("layer_norm_linear: one [rows, in] tensor less alive between forward and backward", "[matmul][fused]") {
+    const int64_t rows = 64, in = 48, out = 16;
+    Tensor x0 = param({rows, in}, 98), nw = param({in}, 99), nb = param({in}, 100), w = param({out, in}, 101),
+           b = param({out}, 102);
+    auto kept = [&](bool fused) {
+        size_t before = host_memory_in_use();
+        Tensor x = mul(x0, 1.f);
+        Tensor y = fused ? layer_norm_linear(x, nw, nb, 1e-5f, w, b) : linear(layer_norm(x, nw, nb), w, b);
+        x = Tensor();  // held by the graph only
+        size_t held = host_memory_in_use() - before;
+        sum(y).backward();
+        return held;
+    };
+    size_t fused = kept(true), plain = kept(false);
+    CHECK(plain - fused == (size_t)rows * in * sizeof(float));
+}
+
+TEST_CASE("layer_norm_linear: argument errors", "[matmul][fused]") {
+    Tensor x = Tensor::zeros({2, 3}), w = Tensor::zeros({4, 3});
+    CHECK_THROWS_WITH(layer_norm_linear(x, Tensor::zeros({4}), Tensor(), 1e-5f, w),
+                      Catch::Contains("layer_norm_linear: norm weight [4] does not match the last dim of input [2,3]"));
+    CHECK_THROWS_WITH(layer_norm_linear(x, Tensor(), Tensor::zeros({2}), 1e-5f, w),
+                      Catch::Contains("layer_norm_linear: norm bias [2] does not match the last dim of input [2,3]"));
+    CHECK_THROWS_WITH(layer_norm_linear(x, Tensor(), Tensor(), 1e-5f, Tensor::zeros({4, 5})),
+                      Catch::Contains("layer_norm_linear: input [2,3] does not end in in_features=5"));
+    CHECK_THROWS_WITH(layer_norm_linear(x, Tensor(), Tensor(), 1e-5f, w, Tensor::zeros({3})),
+                      Catch::Contains("layer_norm_linear: bias [3] does not match weight [4,3]"));
+    CHECK_THROWS_WITH(layer_norm_linear(x, Tensor(), Tensor(), -1.f, w), Catch::Contains("layer_norm_linear: eps"));
+}
+
+// ---------------------------------------------------------------------------------------------
 // The modules: a hook on fc1 or on a norm takes the unfused path, which must compute the same.
 
 namespace {
@@ -366,26 +472,77 @@ TEST_CASE("MultiHeadAttention: one q/k/v GEMM against the hooked path", "[nn][fu
     }
 }
 
-TEST_CASE("TransformerBlock: add_layer_norm against the hooked (unfused) path, Pre-LN and Post-LN", "[nn][fused]") {
-    for (bool pre_norm : {true, false}) {
-        INFO("pre_norm " << pre_norm);
-        nn::BlockConfig c;
+// Pre-LN: the norms inside the q/k/v GEMM and fc1's (layer_norm_linear); Post-LN: add_layer_norm.
+// A hook on the norms takes layer_norm and add then layer_norm: the same bits.
+TEST_CASE("TransformerBlock: fused norms against the hooked (unfused) path, Pre-LN and Post-LN", "[nn][fused]") {
+    for (bool pre_norm : {true, false})
+        for (bool fc1_hook : {true, false}) {
+            INFO("pre_norm " << pre_norm << " fc1 hook " << fc1_hook);
+            nn::BlockConfig c;
+            c.dim = 32;
+            c.heads = 2;
+            c.mlp_hidden = 64;
+            c.pre_norm = pre_norm;
+            c.layerscale = 0.5f;
+            nn::TransformerBlock block(c);
+            Tensor x = param({2, 6, 32}, 42).detach();
+            // An input_hook on fc1 keeps the MLP on one path (fc1 with its bias, unfused) in both runs.
+            if (fc1_hook) block.mlp->fc1->input_hook = [](const nn::Module&, const Tensor&) {};
+            Run fused = run_model(block, [&] { return block.forward(x); });
+            int seen = 0;
+            auto count = [&](const nn::Module&, const Tensor&) { seen++; };
+            block.norm1->forward_hook = count;
+            block.norm2->forward_hook = count;
+            Run hooked = run_model(block, [&] { return block.forward(x); });
+            CHECK(seen == 2);
+            CHECK(fused.out == hooked.out);
+            CHECK(fused.grads == hooked.grads);
+        }
+}
+
+// What the Pre-LN fusion is for: neither norm's [B, T, dim] output is kept for the backward.
+TEST_CASE("TransformerBlock: Pre-LN keeps two [B, T, dim] tensors less than with its norms apart", "[nn][fused]") {
+    nn::BlockConfig c;
+    c.dim = 32;
+    c.heads = 2;
+    c.mlp_hidden = 64;
+    nn::TransformerBlock block(c);
+    const int64_t B = 2, T = 6;
+    Tensor x0 = param({B, T, c.dim}, 43);
+    auto kept = [&](bool hooked) {
+        std::function<void(const nn::Module&, const Tensor&)> hook;
+        if (hooked) hook = [](const nn::Module&, const Tensor&) {};
+        block.norm1->forward_hook = hook;
+        block.norm2->forward_hook = hook;
+        size_t before = host_memory_in_use();
+        Tensor y = block.forward(mul(x0, 1.f));
+        size_t held = host_memory_in_use() - before;
+        sum(y).backward();
+        return held;
+    };
+    size_t fused = kept(false), apart = kept(true);
+    CHECK(apart - fused == 2 * (size_t)(B * T * c.dim) * sizeof(float));
+}
+
+// The LM's final norm joins the output GEMM (tied or not) unless the norm has a hook.
+TEST_CASE("TransformerLM: the final norm inside the output GEMM against the hooked path", "[nn][fused]") {
+    for (bool tie : {true, false}) {
+        INFO("tie_weights " << tie);
+        nn::LMConfig c;
+        c.vocab = 50;
         c.dim = 32;
         c.heads = 2;
-        c.mlp_hidden = 64;
-        c.pre_norm = pre_norm;
-        c.layerscale = 0.5f;
-        nn::TransformerBlock block(c);
-        Tensor x = param({2, 6, 32}, 42).detach();
-        // An input_hook on fc1 keeps the MLP on one path in both runs: only the norms differ.
-        block.mlp->fc1->input_hook = [](const nn::Module&, const Tensor&) {};
-        Run fused = run_model(block, [&] { return block.forward(x); });
+        c.depth = 1;
+        c.max_len = 8;
+        c.tie_weights = tie;
+        nn::TransformerLM lm(c);
+        Tensor ids = Tensor::empty({2, 8}, DType::I32);
+        for (int64_t i = 0; i < ids.numel(); i++) ids.data_i32()[i] = (int32_t)((i * 7) % c.vocab);
+        Run fused = run_model(lm, [&] { return lm.forward(ids); });
         int seen = 0;
-        auto count = [&](const nn::Module&, const Tensor&) { seen++; };
-        block.norm1->forward_hook = count;
-        block.norm2->forward_hook = count;
-        Run hooked = run_model(block, [&] { return block.forward(x); });
-        CHECK(seen == 2);
+        lm.norm->forward_hook = [&](const nn::Module&, const Tensor&) { seen++; };
+        Run hooked = run_model(lm, [&] { return lm.forward(ids); });
+        CHECK(seen == 1);
         CHECK(fused.out == hooked.out);
         CHECK(fused.grads == hooked.grads);
     }

@@ -28,4 +28,14 @@ inline void expect_ndim(const char* op, const Tensor& t, int ndim, const char* w
     check(t.ndim() == ndim, "{}: {} must be {}-d, got {}", op, what, ndim, t.shape().str());
 }
 
+// An optional per-feature parameter of x's last dim (a norm's weight or bias): undefined, or f32
+// [x.size(-1)] on x's device.
+inline void expect_norm_param(const char* op, const Tensor& p, const char* what, const Tensor& x) {
+    if (!p.defined()) return;
+    expect_f32(op, p, what);
+    expect_same_device(op, x, p);
+    check(p.ndim() == 1 && p.size(0) == x.size(-1), "{}: {} {} does not match the last dim of input {}", op, what,
+          p.shape().str(), x.shape().str());
+}
+
 }  // namespace engine

@@ -1,4 +1,4 @@
-// engine/ops/matmul.cpp: matmul, linear and gelu_linear, forward and backward side by side. The GEMMs run on
+// engine/ops/matmul.cpp: matmul, linear, gelu_linear and layer_norm_linear, forward and backward side by side. The GEMMs run on
 // the operands' device (ON_DEVICE: OpenBLAS on the CPU, cuBLAS on the GPU, engine/cuda/matmul.cu);
 // every tensor made here is on that device.
 #include "engine/ops/matmul.h"
@@ -6,6 +6,7 @@
 #include "engine/autograd.h"
 #include "engine/cpu/elementwise.h"
 #include "engine/cpu/matmul.h"
+#include "engine/cpu/nn.h"
 #include "engine/cpu/reduce.h"
 #include "engine/ops/common.h"
 #include "engine/ops/dispatch.h"
@@ -13,6 +14,7 @@
 #ifdef ENGINE_CUDA
 #include "engine/cuda/elementwise.h"
 #include "engine/cuda/matmul.h"
+#include "engine/cuda/nn.h"
 #endif
 
 namespace engine {
@@ -197,6 +199,65 @@ Tensor gelu_linear(const Tensor& h, const Tensor& b1, const Tensor& w, const Ten
         }
         linear_param_grads(g, buf, w, b, rows, dw, db);
         return std::vector<Tensor>{dh, db1, dw, db};
+    });
+}
+
+// The LayerNorm's output Y = layer_norm(x) is what the linear's weight gradient needs (dW = dyᵀ·Y),
+// and it is as large as x, which the LayerNorm's own backward keeps anyway. So the op keeps x and
+// the row statistics, and the backward runs the forward kernel again to rebuild Y (the same bits:
+// the same kernel on the same x) into the buffer that then takes dY = dy·W, once dW has read Y.
+// One more LayerNorm pass per step, and no [rows, in] tensor kept from the forward to the backward.
+Tensor layer_norm_linear(const Tensor& x, const Tensor& norm_weight, const Tensor& norm_bias, float eps,
+                         const Tensor& w, const Tensor& b) {
+    const char* name = "layer_norm_linear";
+    int64_t rows = check_linear_args(name, x, w, b);
+    expect_norm_param(name, norm_weight, "norm weight", x);
+    expect_norm_param(name, norm_bias, "norm bias", x);
+    check(eps >= 0.f, "layer_norm_linear: eps must be >= 0, got {}", eps);
+    int64_t n = x.size(-1);
+    const float* pnw = norm_weight.defined() ? norm_weight.raw_f32() : nullptr;
+    const float* pnb = norm_bias.defined() ? norm_bias.raw_f32() : nullptr;
+    Tensor mean = x.new_empty({rows}), rstd = x.new_empty({rows}), y;
+    {
+        Tensor normed = x.new_empty(x.shape());  // freed here, not kept for the backward
+        ON_DEVICE(x.device(), layer_norm_forward)(x.raw_f32(), pnw, pnb, normed.raw_f32(), mean.raw_f32(),
+                                                  rstd.raw_f32(), rows, n, eps);
+        y = linear_product(normed, w, b, rows);
+    }
+    return attach(y, name, {x, norm_weight, norm_bias, w, b},
+                  [x, norm_weight, norm_bias, w, b, mean, rstd, rows, n, eps](const Tensor& g) {
+        expect_same_device("layer_norm_linear", x, g);
+        Device dev = g.device();
+        const float* pnw = norm_weight.defined() ? norm_weight.raw_f32() : nullptr;
+        const float* pnb = norm_bias.defined() ? norm_bias.raw_f32() : nullptr;
+        Tensor buf = x.new_empty(x.shape());  // the norm's output Y, then its gradient dY
+        Tensor dx, dnw, dnb, dw, db;
+        if (w.requires_grad()) {
+            // The statistics come out as the forward's; they go to scratch, not over the saved ones.
+            Tensor scratch = x.new_empty({2, rows});
+            ON_DEVICE(dev, layer_norm_forward)(x.raw_f32(), pnw, pnb, buf.raw_f32(), scratch.raw_f32(),
+                                               scratch.raw_f32() + rows, rows, n, eps);
+        }
+        linear_param_grads(g, buf, w, b, rows, dw, db);
+        bool norm_weight_grad = norm_weight.defined() && norm_weight.requires_grad();
+        bool norm_bias_grad = norm_bias.defined() && norm_bias.requires_grad();
+        if (x.requires_grad() || norm_weight_grad || norm_bias_grad) {
+            ON_DEVICE(dev, gemm)(false, false, rows, n, w.size(0), 1.f, g.raw_f32(), w.raw_f32(), 0.f, buf.raw_f32());
+            // dx adds into the gradient x already has, as layer_norm's backward does (engine/ops/nn.cpp).
+            bool add_dx = false;
+            if (x.requires_grad()) {
+                dx = accumulated_grad(x);
+                add_dx = dx.defined();
+                if (!add_dx) dx = x.new_empty(x.shape());
+            }
+            if (norm_weight_grad) dnw = x.new_empty(norm_weight.shape());
+            if (norm_bias_grad) dnb = x.new_empty(norm_bias.shape());
+            ON_DEVICE(dev, layer_norm_backward)(x.raw_f32(), pnw, mean.raw_f32(), rstd.raw_f32(), buf.raw_f32(),
+                                                dx.defined() ? dx.raw_f32() : nullptr, add_dx,
+                                                dnw.defined() ? dnw.raw_f32() : nullptr,
+                                                dnb.defined() ? dnb.raw_f32() : nullptr, rows, n);
+        }
+        return std::vector<Tensor>{dx, dnw, dnb, dw, db};
     });
 }
 

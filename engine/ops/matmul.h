@@ -17,5 +17,11 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = Tensor());
 // tensor less alive from the forward to the backward.
 Tensor gelu_linear(const Tensor& h, const Tensor& b1, const Tensor& w, const Tensor& b = Tensor(),
                    bool approximate = false);
+// y = linear(layer_norm(x, norm_weight, norm_bias, eps), w, b): a Pre-LN branch's LayerNorm and
+// first linear as one op that keeps x (as layer_norm does), not the norm's output, for its backward,
+// which recomputes that output (the same bits) for the weight gradient. The same values and
+// gradients as the two ops, and one tensor of x's size less alive from the forward to the backward.
+Tensor layer_norm_linear(const Tensor& x, const Tensor& norm_weight, const Tensor& norm_bias, float eps,
+                         const Tensor& w, const Tensor& b = Tensor());
 
 }  // namespace engine

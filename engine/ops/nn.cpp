@@ -86,14 +86,6 @@ Tensor log_softmax(const Tensor& x) {
 // ---------------------------------------------------------------------------------------------
 // layer_norm: the forward saves per-row mean and rstd, so the backward need not recompute them.
 
-static void expect_norm_param(const char* op, const Tensor& p, const char* what, const Tensor& x) {
-    if (!p.defined()) return;
-    expect_f32(op, p, what);
-    expect_same_device(op, x, p);
-    check(p.ndim() == 1 && p.size(0) == x.size(-1), "{}: {} {} does not match the last dim of input {}", op, what,
-          p.shape().str(), x.shape().str());
-}
-
 static Rows expect_layer_norm_args(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias,
                                    float eps) {
     expect_f32(op, x);
