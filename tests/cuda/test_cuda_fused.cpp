@@ -1,16 +1,16 @@
-// tests/cuda/test_cuda_fused.cpp: the fused bias_gelu, add_layer_norm and gelu_linear on the device
-// against the CPU (check_parity), forward and backward: bias_gelu exact and tanh, widths that leave the last
-// 32-column tile partial, one column, enough rows for sum_dim's chunked column sums (the dbias)
-// and for the kernels' loop over the rows beyond one pass of the grid, a gradient for the bias or
-// x only; add_layer_norm with and without weight/bias, warp- and block-per-row lengths, both
-// outputs used. On the device, add_layer_norm gives the bits of add then layer_norm (the same
-// device function normalizes the row), bias_gelu the unfused ops' values within rounding, and
-// dbias is bitwise repeatable.
+// tests/cuda/test_cuda_fused.cpp: the fused bias_gelu, add_layer_norm, gelu_linear and
+// layer_norm_linear on the device against the CPU (check_parity), forward and backward: bias_gelu
+// exact and tanh, widths that leave the last 32-column tile partial, one column, enough rows for
+// sum_dim's chunked column sums (the dbias) and for the kernels' loop over the rows beyond one pass
+// of the grid, a gradient for the bias or x only; add_layer_norm with and without weight/bias,
+// warp- and block-per-row lengths, both outputs used. On the device, add_layer_norm and
+// layer_norm_linear give the bits of the ops they fuse (the same device functions and GEMMs),
+// bias_gelu the unfused ops' values within rounding, and dbias is bitwise repeatable.
 //
 // Tolerances: bias_gelu as the unary ops (atol 1e-6, rtol 1e-5: a GPU's erff/expf/tanhf against
 // the CPU's vectorizable forms), its backward atol 1e-5, rtol 1e-4 (dbias sums up to 5000 rows in
 // another order; the 65,613 rows of the grid-loop test get atol 1e-4); add_layer_norm as
-// layer_norm (forward atol 1e-5, rtol 1e-4; backward atol 1e-4, rtol 1e-3).
+// layer_norm (forward atol 1e-5, rtol 1e-4; backward atol 1e-4, rtol 1e-3); the GEMM ops as linear.
 #include <catch2/catch.hpp>
 
 #include <cstring>
@@ -184,3 +184,63 @@ TEST_CASE("cuda gelu_linear: bias_gelu then linear on the device, one [rows, hid
     }
 }
 
+
+// layer_norm_linear (engine/ops/matmul.h): linear(layer_norm(x), w, b), keeping x and rebuilding
+// the norm's output in the backward with the forward kernel. Widths for the warp-per-row (96, 33)
+// and block-per-row (1025) LayerNorm kernels; tolerances as linear's.
+TEST_CASE("cuda layer_norm_linear: against the CPU, n = 33, 96, 1025, with and without norm parameters", "[cuda]") {
+    const test::Tol kGemm{1e-4f, 1e-4f};
+    auto f = [](auto& in) { return engine::layer_norm_linear(in[0], in[1], in[2], 1e-5f, in[3], in[4]); };
+    for (int64_t n : {33, 96, 1025})
+        for (bool affine : {true, false}) {
+            INFO("n " << n << " affine " << affine);
+            check_parity("layer_norm_linear", f,
+                         {scaled({3, 11, n}, 2.f, 40), affine ? randn({n}, true, 41) : Tensor(),
+                          affine ? randn({n}, true, 42) : Tensor(), randn({10, n}, true, 43), randn({10}, true, 44)},
+                         kGemm, kGemm);
+        }
+    // Only the weight: the norm's output rebuilt, no dY. x and the norm only: dY without the rebuild.
+    check_parity("layer_norm_linear weight only", f,
+                 {scaled({9, 40}, 2.f, 45, false), randn({40}, false, 46), randn({40}, false, 47),
+                  randn({6, 40}, true, 48), randn({6}, false, 49)},
+                 kGemm, kGemm);
+    check_parity("layer_norm_linear x and norm only", f,
+                 {scaled({9, 40}, 2.f, 50), randn({40}, true, 51), randn({40}, true, 52), randn({6, 40}, false, 53),
+                  Tensor()},
+                 kGemm, kGemm);
+}
+
+TEST_CASE("cuda layer_norm_linear: the bits of layer_norm then linear on the device, one [rows, in] tensor less kept",
+          "[cuda]") {
+    const int64_t rows = 64, in = 96, out = 16;
+    Tensor x0 = test::to_cuda(randn({rows, in}, true, 54)), nw = test::to_cuda(randn({in}, true, 55)),
+           nb = test::to_cuda(randn({in}, true, 56)), w = test::to_cuda(randn({out, in}, true, 57)),
+           b = test::to_cuda(randn({out}, true, 58));
+    Tensor g = test::to_cuda(randn({rows, out}, false, 59));
+    std::vector<Tensor> leaves{x0, nw, nb, w, b};
+    struct Run {
+        std::vector<uint32_t> y;
+        std::vector<std::vector<uint32_t>> grads;
+        size_t held;
+    };
+    auto run = [&](bool fused) {
+        for (Tensor& t : leaves) t.zero_grad();
+        size_t before = engine::cuda::memory_in_use();
+        Tensor x = engine::mul(x0, 1.f);  // an intermediate, as a residual sum is
+        Tensor y = fused ? engine::layer_norm_linear(x, nw, nb, 1e-5f, w, b)
+                         : engine::linear(engine::layer_norm(x, nw, nb), w, b);
+        x = Tensor();  // held by the graph only
+        Run r{bits_of(y), {}, engine::cuda::memory_in_use() - before};
+        y.backward(g);
+        for (Tensor& t : leaves) r.grads.push_back(bits_of(t.grad()));
+        return r;
+    };
+    Run fused = run(true), plain = run(false);
+    CHECK(plain.held - fused.held == (size_t)rows * in * sizeof(float));
+    // The same kernels and GEMMs on the same inputs (the rebuilt output is the forward kernel's).
+    CHECK(fused.y == plain.y);
+    for (size_t i = 0; i < leaves.size(); i++) {
+        INFO("input " << i);
+        CHECK(fused.grads[i] == plain.grads[i]);
+    }
+}
