@@ -165,6 +165,25 @@ TEST_CASE("an intermediate only the graph holds gives its memory back before the
     }
 }
 
+// add and sub need only their inputs' shapes: a residual add does not keep the branch output it adds
+// (nor the stream), with or without broadcasting.
+TEST_CASE("add and sub keep no input alive for the backward", "[autograd]") {
+    const int64_t n = 1 << 18;  // 1 MiB
+    Tensor x = Tensor::uniform({4, n / 4}).requires_grad_(), row = Tensor::uniform({n / 4}).requires_grad_();
+    size_t before = host_memory_in_use();
+    Tensor loss;
+    {
+        Tensor a = mul(x, 2.f), b = mul(x, 3.f);
+        Tensor s = sub(add(a, b), row);  // a, b and add's output are dropped here
+        loss = sum(mul(s, 0.5f));
+    }
+    // What is left: the loss and the graph's bookkeeping (s, a scalar product's input, is gone too).
+    CHECK(host_memory_in_use() - before < (size_t)(n * 4) / 4);
+    loss.backward();
+    CHECK(x.grad().to_vector()[7] == 2.5f);
+    CHECK(row.grad().to_vector()[3] == -2.f);
+}
+
 // accumulated_grad (engine/autograd.h): a backward adds into the gradient its input has so far,
 // when nothing else holds that gradient's memory, and returns it; autograd then adds nothing.
 TEST_CASE("accumulated_grad: a closure adds into an input's gradient in place, never into a shared one",

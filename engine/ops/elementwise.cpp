@@ -51,16 +51,21 @@ static Tensor binary(cpu::BinaryOp op, const char* name, const Tensor& a, const 
 
 // d(a+b) = (g, g); d(a-b) = (g, -g); d(a·b) = (g·b, g·a); d(a/b) = (g/b, -g·a/b²).
 // Each is summed back to its input's shape when the input was broadcast.
+// add and sub keep their inputs' shapes, not the inputs: a closure holding an input would keep its
+// data alive until the backward (engine/tensor.h, TensorImpl::node_refs), and in a residual block
+// the inputs are the branch outputs, which nothing else needs.
 Tensor add(const Tensor& a, const Tensor& b) {
-    return attach(binary(cpu::BinaryOp::Add, "add", a, b), "add", {a, b}, [a, b](const Tensor& g) {
-        return std::vector<Tensor>{sum_to(g, a.shape()), sum_to(g, b.shape())};
-    });
+    return attach(binary(cpu::BinaryOp::Add, "add", a, b), "add", {a, b},
+                  [as = a.shape(), bs = b.shape()](const Tensor& g) {
+                      return std::vector<Tensor>{sum_to(g, as), sum_to(g, bs)};
+                  });
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
-    return attach(binary(cpu::BinaryOp::Sub, "sub", a, b), "sub", {a, b}, [a, b](const Tensor& g) {
-        return std::vector<Tensor>{sum_to(g, a.shape()), sum_to(neg(g), b.shape())};
-    });
+    return attach(binary(cpu::BinaryOp::Sub, "sub", a, b), "sub", {a, b},
+                  [as = a.shape(), bs = b.shape()](const Tensor& g) {
+                      return std::vector<Tensor>{sum_to(g, as), sum_to(neg(g), bs)};
+                  });
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
