@@ -2,6 +2,7 @@
 // release, deep chains without recursion, and error messages.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include "engine/error.h"
 #include "engine/ops.h"
 #include "tests/helpers.h"
@@ -182,6 +183,39 @@ TEST_CASE("add and sub keep no input alive for the backward", "[autograd]") {
     loss.backward();
     CHECK(x.grad().to_vector()[7] == 2.5f);
     CHECK(row.grad().to_vector()[3] == -2.f);
+}
+
+// A unary op keeps x and y = f(x) only where its derivative reads them (engine/ops/pointwise.h):
+// relu2 keeps its input, tanh its output, neg neither. The gradients are unchanged.
+TEST_CASE("a unary op keeps only what its derivative reads", "[autograd]") {
+    const int64_t n = 1 << 18;  // 1 MiB
+    const size_t mib = (size_t)n * 4;
+    Tensor x = Tensor::uniform({n}, -1.f, 1.f).requires_grad_();
+    std::vector<float> xs = x.to_vector();
+    struct Case {
+        const char* name;
+        Tensor (*f)(const Tensor&);
+        size_t kept;  // MiB held from the forward to the backward
+        float (*df)(float);
+    };
+    for (const Case& c : {Case{"relu2", relu2, 1, [](float v) { return v > 0.f ? 2.f * v : 0.f; }},
+                          Case{"tanh", tanh, 1, [](float v) { return 1.f - std::tanh(v) * std::tanh(v); }},
+                          Case{"neg", neg, 0, [](float) { return -1.f; }}}) {
+        INFO(c.name);
+        x.zero_grad();
+        size_t before = host_memory_in_use();
+        Tensor loss;
+        {
+            Tensor h = mul(x, 1.f);  // an intermediate: freed unless the op keeps it
+            loss = sum(mul(c.f(h), 2.f));
+        }
+        size_t held = host_memory_in_use() - before;
+        CHECK(held >= c.kept * mib);
+        CHECK(held < c.kept * mib + mib / 4);
+        loss.backward();
+        std::vector<float> g = x.grad().to_vector();
+        for (int64_t i : {int64_t(0), n / 3, n - 1}) CHECK(g[i] == Approx(2.f * c.df(xs[i])).margin(1e-6));
+    }
 }
 
 // accumulated_grad (engine/autograd.h): a backward adds into the gradient its input has so far,

@@ -75,7 +75,7 @@ void unary_forward(const float* x, float* y, int64_t n) {
 template <typename F>
 void unary_backward(const float* x, const float* y, const float* dy, float* dx, int64_t n) {
     #pragma omp parallel for simd if (n > kParallelMin)
-    for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * F::df(x[i], y[i]);
+    for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * F::df(F::kReadsX ? x[i] : 0.f, F::kReadsY ? y[i] : 0.f);
 }
 
 #define INSTANTIATE(F)                                                      \

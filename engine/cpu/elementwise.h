@@ -16,6 +16,7 @@ void binary_scalar(BinaryOp op, const float* a, float s, float* out, int64_t n);
 
 // y = F::f(x) and dx = dy·F::df(x, y), for each functor F of engine/ops/pointwise.h.
 template <typename F> void unary_forward(const float* x, float* y, int64_t n);
+// x (y) is not read, and may be null, where F::kReadsX (F::kReadsY) is false.
 template <typename F> void unary_backward(const float* x, const float* y, const float* dy, float* dx, int64_t n);
 
 // Fused bias + GELU over x viewed as [rows, n], bias [n] (approximate: the tanh form, GeluTanh of

@@ -158,7 +158,7 @@ __global__ void unary_forward_kernel(const float* x, float* y, int64_t n) {
 
 template <typename F>
 __global__ void unary_backward_kernel(const float* x, const float* y, const float* dy, float* dx, int64_t n) {
-    GRID_STRIDE_LOOP(i, n) dx[i] = dy[i] * F::df(x[i], y[i]);
+    GRID_STRIDE_LOOP(i, n) dx[i] = dy[i] * F::df(F::kReadsX ? x[i] : 0.f, F::kReadsY ? y[i] : 0.f);
 }
 
 template <typename F>

@@ -16,6 +16,7 @@ void binary_scalar(BinaryOp op, const float* a, float s, float* out, int64_t n);
 
 // Instantiated for every functor of engine/ops/pointwise.h.
 template <typename F> void unary_forward(const float* x, float* y, int64_t n);
+// x (y) is not read, and may be null, where F::kReadsX (F::kReadsY) is false.
 template <typename F> void unary_backward(const float* x, const float* y, const float* dy, float* dx, int64_t n);
 
 // y = gelu(x + bias) over [rows, n]; dx = dy·gelu'(x + bias) and dbias = Σ_rows dx (null: not

@@ -105,18 +105,24 @@ Tensor rsub(float s, const Tensor& a) { return add(neg(a), s); }
 Tensor rdiv(float s, const Tensor& a) { return mul(pow(a, -1.f), s); }
 
 // ---------------------------------------------------------------------------------------------
-// Unary ops: y = F::f(x), dx = g·F::df(x, y).
+// Unary ops: y = F::f(x), dx = g·F::df(x, y). The backward keeps x and y only where df reads them
+// (F::kReadsX, F::kReadsY: engine/ops/pointwise.h), so relu2's output or tanh's input is not
+// held until the backward for nothing.
 
 template <typename F>
 static Tensor unary(const char* name, const Tensor& x) {
     expect_f32(name, x);
     Tensor y = x.new_empty(x.shape());
     ON_DEVICE(x.device(), unary_forward<F>)(x.raw_f32(), y.raw_f32(), x.numel());
-    Tensor y_saved = y.detach();  // not y itself: the node must not own its output
-    return attach(y, name, {x}, [name, x, y_saved](const Tensor& g) {
-        expect_same_device(name, x, g);
-        Tensor dx = x.new_empty(x.shape());
-        ON_DEVICE(x.device(), unary_backward<F>)(x.raw_f32(), y_saved.raw_f32(), g.raw_f32(), dx.raw_f32(), x.numel());
+    Tensor x_saved = F::kReadsX ? x : Tensor();
+    Tensor y_saved = F::kReadsY ? y.detach() : Tensor();  // not y itself: the node must not own its output
+    return attach(y, name, {x}, [name, x_saved, y_saved, device = x.device()](const Tensor& g) {
+        check(g.device() == device, "{}: the gradient is on {} but the input was on {}", name,
+              device_name(g.device()), device_name(device));
+        Tensor dx = g.new_empty(g.shape());
+        ON_DEVICE(device, unary_backward<F>)(x_saved.defined() ? x_saved.raw_f32() : nullptr,
+                                             y_saved.defined() ? y_saved.raw_f32() : nullptr, g.raw_f32(),
+                                             dx.raw_f32(), g.numel());
         return std::vector<Tensor>{dx};
     });
 }

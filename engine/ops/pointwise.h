@@ -1,5 +1,7 @@
 // engine/ops/pointwise.h: the math of every unary pointwise op, forward f(x) and derivative
-// df(x, y) = dy/dx (y = f(x) given, so ops like tanh and sigmoid reuse it), side by side.
+// df(x, y) = dy/dx (y = f(x) given, so ops like tanh and sigmoid reuse it), side by side. Each
+// says which of x and y its df reads (kReadsX, kReadsY): the op keeps only those for the backward
+// (engine/ops/elementwise.cpp), and the kernels pass 0 for the other.
 // Shared by the CPU loops (engine/cpu/elementwise.cpp) and the CUDA kernels (engine/cuda/elementwise.cu).
 #pragma once
 #include <cmath>
@@ -18,24 +20,33 @@ constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kInvSqrt2 = 0.7071067811865476f;
 constexpr float kInvSqrt2Pi = 0.3989422804014327f;
 
-struct Neg   { ENGINE_HD static float f(float x) { return -x; }
-               ENGINE_HD static float df(float, float) { return -1.f; } };
-struct Exp   { ENGINE_HD static float f(float x) { return expf(x); }
-               ENGINE_HD static float df(float, float y) { return y; } };
-struct Log   { ENGINE_HD static float f(float x) { return logf(x); }
-               ENGINE_HD static float df(float x, float) { return 1.f / x; } };
-struct Sqrt  { ENGINE_HD static float f(float x) { return sqrtf(x); }
-               ENGINE_HD static float df(float, float y) { return 0.5f / y; } };
-struct Rsqrt { ENGINE_HD static float f(float x) { return 1.f / sqrtf(x); }
-               ENGINE_HD static float df(float x, float y) { return -0.5f * y / x; } };
-struct Abs   { ENGINE_HD static float f(float x) { return fabsf(x); }
-               ENGINE_HD static float df(float x, float) { return (float)(x > 0) - (float)(x < 0); } };
-struct Tanh  { ENGINE_HD static float f(float x) { return tanhf(x); }
-               ENGINE_HD static float df(float, float y) { return 1.f - y * y; } };
-struct Relu  { ENGINE_HD static float f(float x) { return x > 0.f ? x : 0.f; }
-               ENGINE_HD static float df(float x, float) { return x > 0.f ? 1.f : 0.f; } };
-struct Relu2 { ENGINE_HD static float f(float x) { return x > 0.f ? x * x : 0.f; }
-               ENGINE_HD static float df(float x, float) { return x > 0.f ? 2.f * x : 0.f; } };
+template <bool kX, bool kY>
+struct Reads {
+    static constexpr bool kReadsX = kX, kReadsY = kY;
+};
+using ReadsNone = Reads<false, false>;
+using ReadsX = Reads<true, false>;
+using ReadsY = Reads<false, true>;
+using ReadsXY = Reads<true, true>;
+
+struct Neg : ReadsNone { ENGINE_HD static float f(float x) { return -x; }
+    ENGINE_HD static float df(float, float) { return -1.f; } };
+struct Exp : ReadsY { ENGINE_HD static float f(float x) { return expf(x); }
+    ENGINE_HD static float df(float, float y) { return y; } };
+struct Log : ReadsX { ENGINE_HD static float f(float x) { return logf(x); }
+    ENGINE_HD static float df(float x, float) { return 1.f / x; } };
+struct Sqrt : ReadsY { ENGINE_HD static float f(float x) { return sqrtf(x); }
+    ENGINE_HD static float df(float, float y) { return 0.5f / y; } };
+struct Rsqrt : ReadsXY { ENGINE_HD static float f(float x) { return 1.f / sqrtf(x); }
+    ENGINE_HD static float df(float x, float y) { return -0.5f * y / x; } };
+struct Abs : ReadsX { ENGINE_HD static float f(float x) { return fabsf(x); }
+    ENGINE_HD static float df(float x, float) { return (float)(x > 0) - (float)(x < 0); } };
+struct Tanh : ReadsY { ENGINE_HD static float f(float x) { return tanhf(x); }
+    ENGINE_HD static float df(float, float y) { return 1.f - y * y; } };
+struct Relu : ReadsX { ENGINE_HD static float f(float x) { return x > 0.f ? x : 0.f; }
+    ENGINE_HD static float df(float x, float) { return x > 0.f ? 1.f : 0.f; } };
+struct Relu2 : ReadsX { ENGINE_HD static float f(float x) { return x > 0.f ? x * x : 0.f; }
+    ENGINE_HD static float df(float x, float) { return x > 0.f ? 2.f * x : 0.f; } };
 // exp and erf for the CPU loops, written so that the compiler vectorizes them (libm's expf and
 // erff are calls it cannot: the exact GELU ran at ~1 GB/s and took 18 % of a ViT-Tiny step;
 // docs/BENCHMARKS.md). Branch-free arithmetic only; engine/cpu/elementwise.cpp is compiled with
@@ -88,11 +99,11 @@ ENGINE_HD float act_tanh(float x) { return 1.f - 2.f / (exp_vectorizable(2.f * x
 #endif
 
 // GELU, exact: x·Φ(x); derivative Φ(x) + x·φ(x).
-struct Gelu  { ENGINE_HD static float f(float x) { return 0.5f * x * (1.f + act_erf(x * kInvSqrt2)); }
-               ENGINE_HD static float df(float x, float) {
-                   return 0.5f * (1.f + act_erf(x * kInvSqrt2)) + x * kInvSqrt2Pi * act_exp(-0.5f * x * x); } };
+struct Gelu : ReadsX { ENGINE_HD static float f(float x) { return 0.5f * x * (1.f + act_erf(x * kInvSqrt2)); }
+    ENGINE_HD static float df(float x, float) {
+        return 0.5f * (1.f + act_erf(x * kInvSqrt2)) + x * kInvSqrt2Pi * act_exp(-0.5f * x * x); } };
 // GELU, tanh approximation (GPT-2's): 0.5x(1 + tanh(u)), u = √(2/π)(x + 0.044715x³).
-struct GeluTanh {
+struct GeluTanh : ReadsX {
     ENGINE_HD static float f(float x) {
         float u = kSqrt2OverPi * (x + 0.044715f * x * x * x);
         return 0.5f * x * (1.f + tanhf(u));
@@ -103,10 +114,10 @@ struct GeluTanh {
     }
 };
 // SiLU / Swish: x·σ(x); derivative σ(x)(1 + x(1 − σ(x))).
-struct Silu  { ENGINE_HD static float f(float x) { return x / (1.f + act_exp(-x)); }
-               ENGINE_HD static float df(float x, float) {
-                   float s = 1.f / (1.f + act_exp(-x)); return s * (1.f + x * (1.f - s)); } };
-struct Sigmoid { ENGINE_HD static float f(float x) { return 1.f / (1.f + act_exp(-x)); }
-                 ENGINE_HD static float df(float, float y) { return y * (1.f - y); } };
+struct Silu : ReadsX { ENGINE_HD static float f(float x) { return x / (1.f + act_exp(-x)); }
+    ENGINE_HD static float df(float x, float) {
+        float s = 1.f / (1.f + act_exp(-x)); return s * (1.f + x * (1.f - s)); } };
+struct Sigmoid : ReadsY { ENGINE_HD static float f(float x) { return 1.f / (1.f + act_exp(-x)); }
+    ENGINE_HD static float df(float, float y) { return y * (1.f - y); } };
 
 }  // namespace engine::pointwise
