@@ -226,6 +226,31 @@ TEST_CASE("depthwise_conv2d", "[conv][gradcheck]") {
     }
 }
 
+// Frozen filters (ConvMixer's frozen spatial layer): only dw reads x, so x is not kept for the
+// backward; dx and db are those of trainable filters.
+TEST_CASE("depthwise_conv2d with frozen filters keeps no input", "[conv]") {
+    const int64_t N = 4, C = 8, H = 32, W = 32;  // 128 KiB
+    Tensor x0 = param({N, C, H, W}, 75), b = param({C}, 76);
+    auto run = [&](bool frozen, size_t& held) {
+        Tensor w = param({C, 1, 3, 3}, 77).requires_grad_(!frozen);
+        x0.zero_grad();
+        b.zero_grad();
+        size_t before = host_memory_in_use();
+        Tensor loss;
+        {
+            Tensor x = mul(x0, 1.f);  // an intermediate, as the previous block's output
+            loss = sum(mul(depthwise_conv2d(x, w, b), 2.f));
+        }
+        held = host_memory_in_use() - before;
+        loss.backward();
+        return std::vector<std::vector<float>>{x0.grad().to_vector(), b.grad().to_vector()};
+    };
+    size_t held_frozen, held_trained;
+    auto frozen = run(true, held_frozen), trained = run(false, held_trained);
+    CHECK(held_trained - held_frozen == (size_t)(N * C * H * W) * sizeof(float));
+    CHECK(frozen == trained);
+}
+
 // ---------------------------------------------------------------------------------------------
 
 // y of batch norm with the given per-channel mean and variance, in double; x viewed as [N, C, S].

@@ -35,7 +35,7 @@ void conv2d_backward(const float* x, const float* w, const float* dy, float* dx,
 // b [C] or null.
 void depthwise_conv2d_forward(const float* x, const float* w, const float* b, float* y, int64_t N, int64_t C,
                               int64_t H, int64_t W, int64_t k);
-// Pass null for any of dx, dw, db that is not needed.
+// Pass null for any of dx, dw, db that is not needed; x is read only for dw (may be null without it).
 void depthwise_conv2d_backward(const float* x, const float* w, const float* dy, float* dx, float* dw, float* db,
                                int64_t N, int64_t C, int64_t H, int64_t W, int64_t k);
 

@@ -103,9 +103,12 @@ Tensor depthwise_conv2d(const Tensor& x, const Tensor& w, const Tensor& b) {
     Tensor y = x.new_empty(x.shape());
     ON_DEVICE(dev, depthwise_conv2d_forward)(x.raw_f32(), w.raw_f32(), raw_or_null(b), y.raw_f32(), N, C, H, W, k);
 
-    return attach(y, "depthwise_conv2d", {x, w, b}, [x, w, b, N, C, H, W, k, dev](const Tensor& dy) {
-        Tensor dx = grad_buffer(x), dw = grad_buffer(w), db = grad_buffer(b);
-        ON_DEVICE(dev, depthwise_conv2d_backward)(x.raw_f32(), w.raw_f32(), dy.raw_f32(), raw_or_null(dx),
+    // Only dw reads x: with the filters frozen (ConvMixer's frozen spatial layer) x is not kept.
+    Tensor x_saved = w.requires_grad() ? x : Tensor();
+    return attach(y, "depthwise_conv2d", {x, w, b},
+                  [x_saved, x_grad = x.requires_grad(), w, b, N, C, H, W, k, dev](const Tensor& dy) {
+        Tensor dx = x_grad ? dy.new_empty(dy.shape()) : Tensor(), dw = grad_buffer(w), db = grad_buffer(b);
+        ON_DEVICE(dev, depthwise_conv2d_backward)(raw_or_null(x_saved), w.raw_f32(), dy.raw_f32(), raw_or_null(dx),
                                                   raw_or_null(dw), raw_or_null(db), N, C, H, W, k);
         return std::vector<Tensor>{dx, dw, db};
     });

@@ -135,11 +135,15 @@ TEST_CASE("cuda depthwise_conv2d: k 1, 3, 5, 9 with and without bias", "[cuda]")
     }
 }
 
-TEST_CASE("cuda depthwise_conv2d: 33x33, dx only", "[cuda]") {
-    Tensor x = randn({1, 2, 33, 33}, true, 1), w = randn({2, 1, 3, 3}, false, 2);
+// Frozen filters: the op keeps no input, and the backward gets x = null (dw is not wanted).
+TEST_CASE("cuda depthwise_conv2d: 33x33, frozen filters (dx only; dx and db)", "[cuda]") {
+    Tensor x = randn({1, 2, 33, 33}, true, 1), w = randn({2, 1, 3, 3}, false, 2), b = randn({2}, true, 3);
     on_both_paths([&] {
         check_parity("depthwise 33x33 dx only", [](auto& in) { return engine::depthwise_conv2d(in[0], in[1]); },
                      {x, w}, kDwBwdTol, kDwBwdTol);
+        check_parity("depthwise 33x33 dx and db",
+                     [](auto& in) { return engine::depthwise_conv2d(in[0], in[1], in[2]); }, {x, w, b}, kDwBwdTol,
+                     kDwBwdTol);
     });
 }
 
