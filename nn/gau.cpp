@@ -36,9 +36,10 @@ Tensor GAU::forward(const Tensor& x) const {
         // activations, and its backward made three zero-filled gradients of that size and added
         // them: 39% of a GAU step's non-GEMM bytes (apps/bench gau --profile). The views' backward
         // does the same to the weight's gradient, (2e + s)·dim floats instead of tokens·(2e + s).
+        // The bias joins the SiLU (bias_silu: one pass instead of the GEMM's bias pass and the SiLU's).
         auto block = [&](int64_t start, int64_t rows) {
-            Tensor b = hidden->bias.defined() ? hidden->bias.narrow(0, start, rows) : Tensor();
-            return silu(linear(x, hidden->weight.narrow(0, start, rows), b));
+            Tensor h = linear(x, hidden->weight.narrow(0, start, rows));
+            return hidden->bias.defined() ? bias_silu(h, hidden->bias.narrow(0, start, rows)) : silu(h);
         };
         parts = {block(0, e), block(e, e), block(2 * e, s)};
     }

@@ -1,4 +1,4 @@
-// tests/test_fused_ops.cpp: the fused ops of the transformer block, bias_gelu
+// tests/test_fused_ops.cpp: the fused ops of the transformer block and GAU, bias_gelu and bias_silu
 // (engine/ops/elementwise.h), gelu_linear and layer_norm_linear (engine/ops/matmul.h), add_layer_norm
 // (engine/ops/nn.h), against the unfused ops they replace (gelu(add(x, bias)); bias_gelu then
 // linear; add then layer_norm), their gradients by finite differences, the thread-count
@@ -11,6 +11,7 @@
 #include <omp.h>
 #include <array>
 #include <cstring>
+#include <functional>
 #include <vector>
 #include "engine/error.h"
 #include "engine/ops.h"
@@ -46,12 +47,22 @@ Tensor unfused_bias_gelu(const Tensor& x, const Tensor& b, bool approximate) {
 // ---------------------------------------------------------------------------------------------
 // bias_gelu
 
-TEST_CASE("bias_gelu: gelu(x + bias), exact and tanh forms, the unfused gradients", "[elementwise][fused]") {
-    for (bool approximate : {false, true}) {
-        INFO("approximate " << approximate);
+// bias_gelu (exact and tanh) and bias_silu against the activation after add.
+TEST_CASE("bias_gelu, bias_silu: act(x + bias), the unfused values and gradients", "[elementwise][fused]") {
+    struct Act {
+        const char* name;
+        std::function<Tensor(const Tensor&, const Tensor&)> fused, unfused;
+    };
+    for (const Act& a : {Act{"gelu", [](auto& x, auto& b) { return bias_gelu(x, b); },
+                             [](auto& x, auto& b) { return unfused_bias_gelu(x, b, false); }},
+                         Act{"gelu_tanh", [](auto& x, auto& b) { return bias_gelu(x, b, true); },
+                             [](auto& x, auto& b) { return unfused_bias_gelu(x, b, true); }},
+                         Act{"silu", [](auto& x, auto& b) { return bias_silu(x, b); },
+                             [](auto& x, auto& b) { return silu(add(x, b)); }}}) {
+        INFO(a.name);
         Tensor x = param({3, 5, 37}, 1, -4.f, 4.f), b = param({37}, 2, -1.f, 1.f);
         Tensor x2 = x.detach().requires_grad_(true), b2 = b.detach().requires_grad_(true);
-        Tensor y = bias_gelu(x, b, approximate), want = unfused_bias_gelu(x2, b2, approximate);
+        Tensor y = a.fused(x, b), want = a.unfused(x2, b2);
         // The same functors on the same float x + b, but not necessarily the same bits: which
         // elements take the vectorized loop body and which the scalar remainder differs between
         // [rows, 37] and one flat loop, and the two may contract a·b + c into an FMA differently.
@@ -70,6 +81,8 @@ TEST_CASE("bias_gelu", "[elementwise][gradcheck]") {
               {param({4, 6}, 4, -3.f, 3.f), param({6}, 5, -1.f, 1.f)});
     gradcheck("bias_gelu_tanh", [](auto& in) { return bias_gelu(in[0], in[1], true); },
               {param({2, 3, 5}, 6, -3.f, 3.f), param({5}, 7, -1.f, 1.f)});
+    gradcheck("bias_silu", [](auto& in) { return bias_silu(in[0], in[1]); },
+              {param({3, 7}, 16, -3.f, 3.f), param({7}, 17, -1.f, 1.f)});
 }
 
 TEST_CASE("bias_gelu: only one input needing a gradient, no rows", "[elementwise][fused]") {
@@ -118,6 +131,8 @@ TEST_CASE("bias_gelu: argument errors", "[elementwise][fused]") {
                       Catch::Contains("bias_gelu: bias [4] does not match the last dim of input [2,3]"));
     CHECK_THROWS_WITH(bias_gelu(x, Tensor::zeros({1, 3})), Catch::Contains("bias_gelu: bias [1,3]"));
     CHECK_THROWS_WITH(bias_gelu(x, Tensor()), Catch::Contains("bias_gelu: bias is undefined"));
+    CHECK_THROWS_WITH(bias_silu(x, Tensor::zeros({2})),
+                      Catch::Contains("bias_silu: bias [2] does not match the last dim of input [2,3]"));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -87,11 +87,11 @@ INSTANTIATE(GeluTanh) INSTANTIATE(Silu)
 #undef INSTANTIATE
 
 // ---------------------------------------------------------------------------------------------
-// bias + GELU over [rows, n]. Here (not in nn.cpp) so that the GELU's exp/erf get this file's
-// -fno-trapping-math and vectorize as the unary gelu's do.
+// bias + activation over [rows, n]. Here (not in nn.cpp) so that the GELU's and SiLU's exp/erf get
+// this file's -fno-trapping-math and vectorize as the unary ops' do.
 
 template <typename F>
-static void bias_gelu_forward_loop(const float* x, const float* bias, float* y, int64_t rows, int64_t n) {
+static void bias_act_forward_loop(const float* x, const float* bias, float* y, int64_t rows, int64_t n) {
     #pragma omp parallel for if (rows * n > kParallelMin)
     for (int64_t r = 0; r < rows; r++) {
         const float* xr = x + r * n;
@@ -107,8 +107,8 @@ static void bias_gelu_forward_loop(const float* x, const float* bias, float* y, 
 constexpr int64_t kBiasChunks = 64;
 
 template <typename F, bool kRecompute>
-static void bias_gelu_backward_loop(const float* x, const float* bias, const float* dy, float* dx, float* dbias,
-                                    float* y, int64_t rows, int64_t n) {
+static void bias_act_backward_loop(const float* x, const float* bias, const float* dy, float* dx, float* dbias,
+                                   float* y, int64_t rows, int64_t n) {
     int64_t chunks = std::min(rows, kBiasChunks);
     std::vector<double> partial(dbias ? chunks * n : 0, 0.0);  // [chunks, n]
     #pragma omp parallel for schedule(static) if (rows * n > kParallelMin)
@@ -122,12 +122,12 @@ static void bias_gelu_backward_loop(const float* x, const float* bias, const flo
                 #pragma omp simd
                 for (int64_t j = 0; j < n; j++) {
                     float v = xr[j] + bias[j], g = gr[j];
-                    dr[j] = g * F::df(v, 0.f);
+                    dr[j] = g * F::df(v, 0.f);  // df reads x only
                     yr[j] = F::f(v);
                 }
             } else {
                 #pragma omp simd
-                for (int64_t j = 0; j < n; j++) dr[j] = gr[j] * F::df(xr[j] + bias[j], 0.f);  // df ignores y
+                for (int64_t j = 0; j < n; j++) dr[j] = gr[j] * F::df(xr[j] + bias[j], 0.f);
             }
             if (!acc) continue;
             #pragma omp simd
@@ -142,21 +142,28 @@ static void bias_gelu_backward_loop(const float* x, const float* bias, const flo
 }
 
 template <typename F>
-static void bias_gelu_backward_as(const float* x, const float* bias, const float* dy, float* dx, float* dbias,
-                                  float* y, int64_t rows, int64_t n) {
-    if (y) bias_gelu_backward_loop<F, true>(x, bias, dy, dx, dbias, y, rows, n);
-    else bias_gelu_backward_loop<F, false>(x, bias, dy, dx, dbias, nullptr, rows, n);
+static void bias_act_backward_as(const float* x, const float* bias, const float* dy, float* dx, float* dbias,
+                                 float* y, int64_t rows, int64_t n) {
+    static_assert(!F::kReadsY, "bias_act: the activation's derivative must read its input only");
+    if (y) bias_act_backward_loop<F, true>(x, bias, dy, dx, dbias, y, rows, n);
+    else bias_act_backward_loop<F, false>(x, bias, dy, dx, dbias, nullptr, rows, n);
 }
 
-void bias_gelu_forward(const float* x, const float* bias, float* y, int64_t rows, int64_t n, bool approximate) {
-    if (approximate) bias_gelu_forward_loop<pointwise::GeluTanh>(x, bias, y, rows, n);
-    else bias_gelu_forward_loop<pointwise::Gelu>(x, bias, y, rows, n);
+void bias_act_forward(const float* x, const float* bias, float* y, int64_t rows, int64_t n, BiasAct act) {
+    switch (act) {
+        case BiasAct::Gelu: return bias_act_forward_loop<pointwise::Gelu>(x, bias, y, rows, n);
+        case BiasAct::GeluTanh: return bias_act_forward_loop<pointwise::GeluTanh>(x, bias, y, rows, n);
+        case BiasAct::Silu: return bias_act_forward_loop<pointwise::Silu>(x, bias, y, rows, n);
+    }
 }
 
-void bias_gelu_backward(const float* x, const float* bias, const float* dy, float* dx, float* dbias, float* y,
-                        int64_t rows, int64_t n, bool approximate) {
-    if (approximate) bias_gelu_backward_as<pointwise::GeluTanh>(x, bias, dy, dx, dbias, y, rows, n);
-    else bias_gelu_backward_as<pointwise::Gelu>(x, bias, dy, dx, dbias, y, rows, n);
+void bias_act_backward(const float* x, const float* bias, const float* dy, float* dx, float* dbias, float* y,
+                       int64_t rows, int64_t n, BiasAct act) {
+    switch (act) {
+        case BiasAct::Gelu: return bias_act_backward_as<pointwise::Gelu>(x, bias, dy, dx, dbias, y, rows, n);
+        case BiasAct::GeluTanh: return bias_act_backward_as<pointwise::GeluTanh>(x, bias, dy, dx, dbias, y, rows, n);
+        case BiasAct::Silu: return bias_act_backward_as<pointwise::Silu>(x, bias, dy, dx, dbias, y, rows, n);
+    }
 }
 
 void pow_forward(const float* x, float p, float* y, int64_t n) {

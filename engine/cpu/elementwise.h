@@ -6,6 +6,9 @@
 namespace engine::cpu {
 
 enum class BinaryOp { Add, Sub, Mul, Div };
+// The activations of the fused bias + activation kernels (bias_act_*): each one's derivative reads
+// its input only.
+enum class BiasAct { Gelu, GeluTanh, Silu };
 
 // out = a (op) b with numpy broadcasting; a_shape and b_shape are already left-padded with 1s to
 // out_shape's ndim.
@@ -19,16 +22,16 @@ template <typename F> void unary_forward(const float* x, float* y, int64_t n);
 // x (y) is not read, and may be null, where F::kReadsX (F::kReadsY) is false.
 template <typename F> void unary_backward(const float* x, const float* y, const float* dy, float* dx, int64_t n);
 
-// Fused bias + GELU over x viewed as [rows, n], bias [n] (approximate: the tanh form, GeluTanh of
-// engine/ops/pointwise.h; else the exact Gelu): y = gelu(x + bias).
-void bias_gelu_forward(const float* x, const float* bias, float* y, int64_t rows, int64_t n, bool approximate);
-// dx = dy·gelu'(x + bias) (dx always written) and dbias = Σ_rows dx (written, not accumulated; null
+// Fused bias + activation over x viewed as [rows, n], bias [n]: y = act(x + bias), act the exact
+// GELU (Gelu of engine/ops/pointwise.h), its tanh form (GeluTanh) or SiLU (Silu).
+void bias_act_forward(const float* x, const float* bias, float* y, int64_t rows, int64_t n, BiasAct act);
+// dx = dy·act'(x + bias) (dx always written) and dbias = Σ_rows dx (written, not accumulated; null
 // when not wanted), x + bias recomputed. The sum's order depends on the sizes only. y (null: not
-// wanted) gets the forward's output gelu(x + bias) again, the same bits; it may be dy itself (each
+// wanted) gets the forward's output act(x + bias) again, the same bits; it may be dy itself (each
 // element of dy is read before its place is written), which is how gelu_linear recomputes the
 // GELU's output for its weight gradient without a buffer of its own (engine/ops/matmul.cpp).
-void bias_gelu_backward(const float* x, const float* bias, const float* dy, float* dx, float* dbias, float* y,
-                        int64_t rows, int64_t n, bool approximate);
+void bias_act_backward(const float* x, const float* bias, const float* dy, float* dx, float* dbias, float* y,
+                       int64_t rows, int64_t n, BiasAct act);
 
 void pow_forward(const float* x, float p, float* y, int64_t n);
 void pow_backward(const float* x, float p, const float* dy, float* dx, int64_t n);

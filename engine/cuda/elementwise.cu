@@ -1,5 +1,5 @@
 // engine/cuda/elementwise.cu: pointwise kernels (engine/cuda/elementwise.h). Every kernel walks
-// its OUTPUT with a grid-stride loop (64-bit indices; bias_gelu's float4 kernels 32-bit where the
+// its OUTPUT with a grid-stride loop (64-bit indices; bias_act's float4 kernels 32-bit where the
 // size allows), so consecutive threads write consecutive addresses;
 // the math of each unary op is the functor of engine/ops/pointwise.h, shared with the CPU loops.
 #include "engine/cuda/elementwise.h"
@@ -182,7 +182,7 @@ INSTANTIATE(GeluTanh) INSTANTIATE(Silu)
 #undef INSTANTIATE
 
 // ---------------------------------------------------------------------------------------------
-// bias + GELU over [rows, n]. Block (32, 8): the 32 threads of a warp take 32 consecutive columns
+// bias + activation over [rows, n]. Block (32, 8): the 32 threads of a warp take 32 consecutive columns
 // of a row (coalesced), the 8 warps and then the grid's y dim stride the rows; each thread keeps
 // its column's bias in a register, so there is no index division (a flat loop would need i % n).
 
@@ -197,7 +197,7 @@ static dim3 bias_grid(int64_t rows, int64_t n) {
 }
 
 template <typename F>
-__global__ void bias_gelu_forward_kernel(const float* x, const float* bias, float* y, int64_t rows, int64_t n) {
+__global__ void bias_act_forward_kernel(const float* x, const float* bias, float* y, int64_t rows, int64_t n) {
     int64_t j = (int64_t)blockIdx.x * kBiasTile + threadIdx.x;
     if (j >= n) return;
     float b = bias[j];
@@ -205,17 +205,17 @@ __global__ void bias_gelu_forward_kernel(const float* x, const float* bias, floa
         y[r * n + j] = F::f(x[r * n + j] + b);
 }
 
-// y (null: not wanted) gets gelu(x + bias) again, the forward's bits; it may be dy (each thread
+// y (null: not wanted) gets act(x + bias) again, the forward's bits; it may be dy (each thread
 // reads its element of dy before it writes that element of y).
 template <typename F>
-__global__ void bias_gelu_backward_kernel(const float* x, const float* bias, const float* dy, float* dx, float* y,
+__global__ void bias_act_backward_kernel(const float* x, const float* bias, const float* dy, float* dx, float* y,
                                           int64_t rows, int64_t n) {
     int64_t j = (int64_t)blockIdx.x * kBiasTile + threadIdx.x;
     if (j >= n) return;
     float b = bias[j];
     for (int64_t r = (int64_t)blockIdx.y * kBiasRows + threadIdx.y; r < rows; r += (int64_t)gridDim.y * kBiasRows) {
         float v = x[r * n + j] + b, g = dy[r * n + j];
-        dx[r * n + j] = g * F::df(v, 0.f);  // GELU's df ignores y
+        dx[r * n + j] = g * F::df(v, 0.f);  // df reads x only (BiasAct)
         if (y) y[r * n + j] = F::f(v);
     }
 }
@@ -225,7 +225,7 @@ __global__ void bias_gelu_backward_kernel(const float* x, const float* bias, con
 // column. The kernels above moved 1.5 TB/s on an H200 (ViT-Tiny's [32896, 768]); the values are
 // the same bits, element by element.
 template <typename F>
-__global__ void bias_gelu_forward4_kernel(const float4* x, const float4* bias, float4* y, int n4, int total4) {
+__global__ void bias_act_forward4_kernel(const float4* x, const float4* bias, float4* y, int n4, int total4) {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total4; i += blockDim.x * gridDim.x) {
         float4 v = x[i], b = bias[i % n4];
         y[i] = float4{F::f(v.x + b.x), F::f(v.y + b.y), F::f(v.z + b.z), F::f(v.w + b.w)};
@@ -233,7 +233,7 @@ __global__ void bias_gelu_forward4_kernel(const float4* x, const float4* bias, f
 }
 
 template <typename F>
-__global__ void bias_gelu_backward4_kernel(const float4* x, const float4* bias, const float4* dy, float4* dx,
+__global__ void bias_act_backward4_kernel(const float4* x, const float4* bias, const float4* dy, float4* dx,
                                            float4* y, int n4, int total4) {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total4; i += blockDim.x * gridDim.x) {
         float4 v = x[i], b = bias[i % n4], g = dy[i];
@@ -252,44 +252,51 @@ static bool bias_vec4(int64_t rows, int64_t n, std::initializer_list<const void*
 }
 
 template <typename F>
-static void bias_gelu_forward_as(const float* x, const float* bias, float* y, int64_t rows, int64_t n) {
+static void bias_act_forward_as(const float* x, const float* bias, float* y, int64_t rows, int64_t n) {
     if (bias_vec4(rows, n, {x, bias, y})) {
         int total4 = (int)(rows * n / 4);
-        KERNEL_LAUNCH(bias_gelu_forward4_kernel<F>, blocks_for(total4), kBlockSize, 0, (const float4*)x,
+        KERNEL_LAUNCH(bias_act_forward4_kernel<F>, blocks_for(total4), kBlockSize, 0, (const float4*)x,
                       (const float4*)bias, (float4*)y, (int)(n / 4), total4);
     } else {
-        KERNEL_LAUNCH(bias_gelu_forward_kernel<F>, bias_grid(rows, n), dim3(kBiasTile, kBiasRows), 0, x, bias, y, rows, n);
+        KERNEL_LAUNCH(bias_act_forward_kernel<F>, bias_grid(rows, n), dim3(kBiasTile, kBiasRows), 0, x, bias, y, rows, n);
     }
 }
 
 template <typename F>
-static void bias_gelu_backward_as(const float* x, const float* bias, const float* dy, float* dx, float* y,
-                                  int64_t rows, int64_t n) {
+static void bias_act_backward_as(const float* x, const float* bias, const float* dy, float* dx, float* y,
+                                 int64_t rows, int64_t n) {
+    static_assert(!F::kReadsY, "bias_act: the activation's derivative must read its input only");
     if (bias_vec4(rows, n, {x, bias, dy, dx, y})) {  // a null y is 16-byte aligned
         int total4 = (int)(rows * n / 4);
-        KERNEL_LAUNCH(bias_gelu_backward4_kernel<F>, blocks_for(total4), kBlockSize, 0, (const float4*)x,
+        KERNEL_LAUNCH(bias_act_backward4_kernel<F>, blocks_for(total4), kBlockSize, 0, (const float4*)x,
                       (const float4*)bias, (const float4*)dy, (float4*)dx, (float4*)y, (int)(n / 4), total4);
     } else {
-        KERNEL_LAUNCH(bias_gelu_backward_kernel<F>, bias_grid(rows, n), dim3(kBiasTile, kBiasRows), 0, x, bias, dy, dx,
+        KERNEL_LAUNCH(bias_act_backward_kernel<F>, bias_grid(rows, n), dim3(kBiasTile, kBiasRows), 0, x, bias, dy, dx,
                       y, rows, n);
     }
 }
 
-void bias_gelu_forward(const float* x, const float* bias, float* y, int64_t rows, int64_t n, bool approximate) {
+void bias_act_forward(const float* x, const float* bias, float* y, int64_t rows, int64_t n, BiasAct act) {
     if (rows == 0 || n == 0) return;
-    if (approximate) bias_gelu_forward_as<pointwise::GeluTanh>(x, bias, y, rows, n);
-    else bias_gelu_forward_as<pointwise::Gelu>(x, bias, y, rows, n);
+    switch (act) {
+        case BiasAct::Gelu: return bias_act_forward_as<pointwise::Gelu>(x, bias, y, rows, n);
+        case BiasAct::GeluTanh: return bias_act_forward_as<pointwise::GeluTanh>(x, bias, y, rows, n);
+        case BiasAct::Silu: return bias_act_forward_as<pointwise::Silu>(x, bias, y, rows, n);
+    }
 }
 
 // dbias: the column sums of dx by reduce.cu's sum_dim (its [outer, n, inner] = [1, rows, n] layout
 // is the 32-column kernel, chunked along the rows when there are few columns), a second read of dx
 // in exchange for its fixed, shape-only summation tree.
-void bias_gelu_backward(const float* x, const float* bias, const float* dy, float* dx, float* dbias, float* y,
-                        int64_t rows, int64_t n, bool approximate) {
+void bias_act_backward(const float* x, const float* bias, const float* dy, float* dx, float* dbias, float* y,
+                       int64_t rows, int64_t n, BiasAct act) {
     if (n == 0) return;
     if (rows > 0) {
-        if (approximate) bias_gelu_backward_as<pointwise::GeluTanh>(x, bias, dy, dx, y, rows, n);
-        else bias_gelu_backward_as<pointwise::Gelu>(x, bias, dy, dx, y, rows, n);
+        switch (act) {
+            case BiasAct::Gelu: bias_act_backward_as<pointwise::Gelu>(x, bias, dy, dx, y, rows, n); break;
+            case BiasAct::GeluTanh: bias_act_backward_as<pointwise::GeluTanh>(x, bias, dy, dx, y, rows, n); break;
+            case BiasAct::Silu: bias_act_backward_as<pointwise::Silu>(x, bias, dy, dx, y, rows, n); break;
+        }
     }
     if (dbias) sum_dim(dx, dbias, 1, rows, n);  // rows == 0: zeros
 }

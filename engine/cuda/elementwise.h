@@ -3,11 +3,12 @@
 // either. Pointers are device memory; Shapes are host values.
 #pragma once
 #include <cstdint>
-#include "engine/cpu/elementwise.h"  // BinaryOp (one enum for both backends)
+#include "engine/cpu/elementwise.h"  // BinaryOp, BiasAct (one enum each for both backends)
 #include "engine/tensor.h"
 
 namespace engine::cuda {
 
+using cpu::BiasAct;
 using cpu::BinaryOp;
 
 void binary(BinaryOp op, const float* a, const Shape& a_shape, const float* b, const Shape& b_shape,
@@ -19,13 +20,13 @@ template <typename F> void unary_forward(const float* x, float* y, int64_t n);
 // x (y) is not read, and may be null, where F::kReadsX (F::kReadsY) is false.
 template <typename F> void unary_backward(const float* x, const float* y, const float* dy, float* dx, int64_t n);
 
-// y = gelu(x + bias) over [rows, n]; dx = dy·gelu'(x + bias) and dbias = Σ_rows dx (null: not
+// y = act(x + bias) over [rows, n]; dx = dy·act'(x + bias) and dbias = Σ_rows dx (null: not
 // wanted), the sum by sum_dim (engine/cuda/reduce.h) over dx: deterministic. The backward's y (null:
 // not wanted) gets the forward's output again, the same bits, and may be dy itself (as the CPU's,
 // engine/cpu/elementwise.h).
-void bias_gelu_forward(const float* x, const float* bias, float* y, int64_t rows, int64_t n, bool approximate);
-void bias_gelu_backward(const float* x, const float* bias, const float* dy, float* dx, float* dbias, float* y,
-                        int64_t rows, int64_t n, bool approximate);
+void bias_act_forward(const float* x, const float* bias, float* y, int64_t rows, int64_t n, BiasAct act);
+void bias_act_backward(const float* x, const float* bias, const float* dy, float* dx, float* dbias, float* y,
+                       int64_t rows, int64_t n, BiasAct act);
 
 void pow_forward(const float* x, float p, float* y, int64_t n);
 void pow_backward(const float* x, float p, const float* dy, float* dx, int64_t n);

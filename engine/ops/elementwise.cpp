@@ -141,30 +141,35 @@ Tensor gelu(const Tensor& x) { return unary<pointwise::Gelu>("gelu", x); }
 Tensor gelu_tanh(const Tensor& x) { return unary<pointwise::GeluTanh>("gelu_tanh", x); }
 Tensor silu(const Tensor& x) { return unary<pointwise::Silu>("silu", x); }
 
-// bias_gelu saves nothing of its own: the backward recomputes x + bias from x and bias. The node
-// holds its inputs x and bias anyway, so that costs no memory; saving x + bias instead would keep
-// a second [rows, n] tensor alive until the backward (and write it in the forward). Nor does it
-// need the output y: GELU's derivative is a function of its input only.
-Tensor bias_gelu(const Tensor& x, const Tensor& bias, bool approximate) {
-    const char* name = "bias_gelu";
+// bias_gelu and bias_silu save nothing of their own: the backward recomputes x + bias from x and
+// bias. The node holds its inputs x and bias anyway, so that costs no memory; saving x + bias
+// instead would keep a second [rows, n] tensor alive until the backward (and write it in the
+// forward). Nor do they need the output y: the derivatives are functions of the input only.
+static Tensor bias_activation(const char* name, const Tensor& x, const Tensor& bias, cpu::BiasAct act) {
     expect_f32(name, x);
     expect_f32(name, bias, "bias");
     expect_same_device(name, x, bias);
     check(x.ndim() >= 1 && bias.ndim() == 1 && bias.size(0) == x.size(-1),
-          "bias_gelu: bias {} does not match the last dim of input {}", bias.shape().str(), x.shape().str());
+          "{}: bias {} does not match the last dim of input {}", name, bias.shape().str(), x.shape().str());
     int64_t n = x.size(-1), rows = n > 0 ? x.numel() / n : 0;
     Tensor y = x.new_empty(x.shape());
-    ON_DEVICE(x.device(), bias_gelu_forward)(x.raw_f32(), bias.raw_f32(), y.raw_f32(), rows, n, approximate);
-    return attach(y, name, {x, bias}, [x, bias, rows, n, approximate](const Tensor& g) {
-        expect_same_device("bias_gelu", x, g);
+    ON_DEVICE(x.device(), bias_act_forward)(x.raw_f32(), bias.raw_f32(), y.raw_f32(), rows, n, act);
+    return attach(y, name, {x, bias}, [name, x, bias, rows, n, act](const Tensor& g) {
+        expect_same_device(name, x, g);
         Tensor dx = x.new_empty(x.shape());  // also when only dbias is wanted: CUDA sums it from dx
         Tensor dbias = bias.requires_grad() ? bias.new_empty(bias.shape()) : Tensor();
-        ON_DEVICE(x.device(), bias_gelu_backward)(x.raw_f32(), bias.raw_f32(), g.raw_f32(), dx.raw_f32(),
-                                                  dbias.defined() ? dbias.raw_f32() : nullptr, nullptr, rows,
-                                                  n, approximate);
+        ON_DEVICE(x.device(), bias_act_backward)(x.raw_f32(), bias.raw_f32(), g.raw_f32(), dx.raw_f32(),
+                                                 dbias.defined() ? dbias.raw_f32() : nullptr, nullptr, rows, n,
+                                                 act);
         return std::vector<Tensor>{x.requires_grad() ? dx : Tensor(), dbias};
     });
 }
+
+Tensor bias_gelu(const Tensor& x, const Tensor& bias, bool approximate) {
+    return bias_activation("bias_gelu", x, bias, approximate ? cpu::BiasAct::GeluTanh : cpu::BiasAct::Gelu);
+}
+
+Tensor bias_silu(const Tensor& x, const Tensor& bias) { return bias_activation("bias_silu", x, bias, cpu::BiasAct::Silu); }
 
 Tensor pow(const Tensor& x, float p) {
     expect_f32("pow", x);

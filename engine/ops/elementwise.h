@@ -34,6 +34,8 @@ Tensor silu(const Tensor& x);          // x·sigmoid(x) (Swish)
 // bias pass, the GELU's read and write; the backward writes dx = dy·gelu'(x + bias) and sums
 // dbias = Σ_rows dx (on the CPU in the same pass).
 Tensor bias_gelu(const Tensor& x, const Tensor& bias, bool approximate = false);
+// silu(x + bias), the same way: GAU's three projections, each a GEMM without its bias first.
+Tensor bias_silu(const Tensor& x, const Tensor& bias);
 
 // Shape both inputs broadcast to; throws naming `op` and both shapes when incompatible.
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);

@@ -174,13 +174,14 @@ Tensor gelu_linear(const Tensor& h, const Tensor& b1, const Tensor& w, const Ten
     check(b1.ndim() == 1 && b1.size(0) == h.size(-1), "gelu_linear: gelu bias {} does not match the last dim of input {}",
           b1.shape().str(), h.shape().str());
     int64_t hidden = h.size(-1);
+    const cpu::BiasAct act = approximate ? cpu::BiasAct::GeluTanh : cpu::BiasAct::Gelu;
     Tensor y;
     {
         Tensor a = h.new_empty(h.shape());  // freed here, not kept for the backward
-        ON_DEVICE(h.device(), bias_gelu_forward)(h.raw_f32(), b1.raw_f32(), a.raw_f32(), rows, hidden, approximate);
+        ON_DEVICE(h.device(), bias_act_forward)(h.raw_f32(), b1.raw_f32(), a.raw_f32(), rows, hidden, act);
         y = linear_product(a, w, b, rows);
     }
-    return attach(y, name, {h, b1, w, b}, [h, b1, w, b, rows, hidden, approximate](const Tensor& g) {
+    return attach(y, name, {h, b1, w, b}, [h, b1, w, b, rows, hidden, act](const Tensor& g) {
         expect_same_device("gelu_linear", h, g);
         Device dev = g.device();
         Tensor buf = h.new_empty(h.shape());  // dA, then A
@@ -190,12 +191,12 @@ Tensor gelu_linear(const Tensor& h, const Tensor& b1, const Tensor& w, const Ten
                                  buf.raw_f32());
             dh = h.new_empty(h.shape());  // also when only db1 is wanted: CUDA sums it from dh
             if (b1.requires_grad()) db1 = b1.new_empty(b1.shape());
-            ON_DEVICE(dev, bias_gelu_backward)(h.raw_f32(), b1.raw_f32(), buf.raw_f32(), dh.raw_f32(),
-                                               db1.defined() ? db1.raw_f32() : nullptr,
-                                               w.requires_grad() ? buf.raw_f32() : nullptr, rows, hidden, approximate);
+            ON_DEVICE(dev, bias_act_backward)(h.raw_f32(), b1.raw_f32(), buf.raw_f32(), dh.raw_f32(),
+                                              db1.defined() ? db1.raw_f32() : nullptr,
+                                              w.requires_grad() ? buf.raw_f32() : nullptr, rows, hidden, act);
             if (!h.requires_grad()) dh = Tensor();
         } else if (w.requires_grad()) {
-            ON_DEVICE(dev, bias_gelu_forward)(h.raw_f32(), b1.raw_f32(), buf.raw_f32(), rows, hidden, approximate);
+            ON_DEVICE(dev, bias_act_forward)(h.raw_f32(), b1.raw_f32(), buf.raw_f32(), rows, hidden, act);
         }
         linear_param_grads(g, buf, w, b, rows, dw, db);
         return std::vector<Tensor>{dh, db1, dw, db};

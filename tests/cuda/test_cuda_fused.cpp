@@ -1,16 +1,18 @@
-// tests/cuda/test_cuda_fused.cpp: the fused bias_gelu, add_layer_norm, gelu_linear and
+// tests/cuda/test_cuda_fused.cpp: the fused bias_gelu, bias_silu, add_layer_norm, gelu_linear and
 // layer_norm_linear on the device against the CPU (check_parity), forward and backward: bias_gelu
-// exact and tanh, widths that leave the last 32-column tile partial, one column, enough rows for
-// sum_dim's chunked column sums (the dbias) and for the kernels' loop over the rows beyond one pass
-// of the grid, a gradient for the bias or x only; add_layer_norm with and without weight/bias,
-// warp- and block-per-row lengths, both outputs used. On the device, add_layer_norm and
-// layer_norm_linear give the bits of the ops they fuse (the same device functions and GEMMs),
-// bias_gelu the unfused ops' values within rounding, and dbias is bitwise repeatable.
+// exact and tanh and bias_silu, widths that leave the last 32-column tile partial, one column,
+// enough rows for sum_dim's chunked column sums (the dbias) and for the kernels' loop over the
+// rows beyond one pass of the grid, a gradient for the bias or x only; add_layer_norm with and
+// without weight/bias, warp- and block-per-row lengths, both outputs used. On the device,
+// add_layer_norm and layer_norm_linear give the bits of the ops they fuse (the same device
+// functions and GEMMs), bias_gelu the unfused ops' values within rounding, and dbias is bitwise
+// repeatable.
 //
-// Tolerances: bias_gelu as the unary ops (atol 1e-6, rtol 1e-5: a GPU's erff/expf/tanhf against
-// the CPU's vectorizable forms), its backward atol 1e-5, rtol 1e-4 (dbias sums up to 5000 rows in
-// another order; the 65,613 rows of the grid-loop test get atol 1e-4); add_layer_norm as
-// layer_norm (forward atol 1e-5, rtol 1e-4; backward atol 1e-4, rtol 1e-3); the GEMM ops as linear.
+// Tolerances: bias_gelu and bias_silu as the unary ops (atol 1e-6, rtol 1e-5: a GPU's
+// erff/expf/tanhf against the CPU's vectorizable forms), their backward atol 1e-5, rtol 1e-4 (dbias
+// sums up to 5000 rows in another order; the 65,613 rows of the grid-loop test get atol 1e-4);
+// add_layer_norm as layer_norm (forward atol 1e-5, rtol 1e-4; backward atol 1e-4, rtol 1e-3); the
+// GEMM ops as linear.
 #include <catch2/catch.hpp>
 
 #include <cstring>
@@ -53,6 +55,16 @@ TEST_CASE("cuda bias_gelu: exact and tanh, n = 1, 37, 96, 3-d input, dbias over 
             check_parity("bias_gelu", [approximate](auto& in) { return engine::bias_gelu(in[0], in[1], approximate); },
                          {x, b}, kPointwise, kBiasBwd);
         }
+}
+
+// bias_silu: the same kernels with the SiLU functor (float4 at 96, per element at 37).
+TEST_CASE("cuda bias_silu: n = 1, 37, 96, dbias over many rows", "[cuda]") {
+    for (Shape s : {Shape{5, 1}, Shape{7, 37}, Shape{2, 9, 96}, Shape{5000, 40}}) {
+        INFO("shape " << s.str());
+        int64_t n = s[s.ndim - 1];
+        check_parity("bias_silu", [](auto& in) { return engine::bias_silu(in[0], in[1]); },
+                     {scaled(s, 2.f, 7), randn({n}, true, 8)}, kPointwise, kBiasBwd);
+    }
 }
 
 TEST_CASE("cuda bias_gelu: a gradient for the bias only, and for x only", "[cuda]") {
