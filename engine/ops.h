@@ -8,7 +8,7 @@
 #include "engine/autograd.h"
 #include "engine/tensor.h"
 #include "engine/ops/elementwise.h"  // add sub mul div (broadcasting), scalar forms, unary math, activations,
-                                     // bias_gelu, bias_silu
+                                     // bias_gelu, bias_silu, masked_relu2
 #include "engine/ops/reduce.h"       // sum mean max over dims, sum_to
 #include "engine/ops/matmul.h"       // matmul, batched matmul with transposes, linear,
                                      // gelu_linear, layer_norm_linear

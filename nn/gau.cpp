@@ -49,13 +49,7 @@ Tensor GAU::forward(const Tensor& x) const {
         q = rope(q);
         k = rope(k);
     }
-    Tensor scores = matmul(q, k, false, true);  // [B, n, n]
-    if (causal) {
-        Tensor& mask = masks_[n];
-        if (!mask.defined() || mask.device() != x.device()) mask = causal_mask(n).to(x.device());
-        scores = masked_fill(scores, mask, 0.f);
-    }
-    Tensor a = mul(relu2(scores), 1.f / (float)(n * s));
+    Tensor a = masked_relu2(matmul(q, k, false, true), 1.f / (float)(n * s), causal);  // [B, n, n]
     return out->forward(mul(u, matmul(a, v)));
 }
 

@@ -8,7 +8,6 @@
 // weights and this A, |O| ≈ s·ν⁶/n·|x| at init (ν² = 0.3557), and scaling every weight by λ
 // scales O by λ⁷; so a Post-Norm stack starts near the identity and trains without warmup.
 #pragma once
-#include <map>
 #include "nn/layers.h"
 
 namespace nn {
@@ -23,13 +22,6 @@ public:
     Tensor gamma_q, beta_q, gamma_k, beta_k;
     int64_t dim, e, s;
     bool causal, use_rope;
-
-private:
-    // The causal mask of the last sequence length, on the input's device (made on the CPU and
-    // copied once, not every step).
-    // Causal masks by length, kept: a step captured into a CUDA graph reads the one of its length
-    // while steps of another length (a last partial batch) run eagerly in between.
-    mutable std::map<int64_t, Tensor> masks_;
 };
 
 struct GAUConfig {

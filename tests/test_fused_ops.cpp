@@ -1,11 +1,12 @@
-// tests/test_fused_ops.cpp: the fused ops of the transformer block and GAU, bias_gelu and bias_silu
-// (engine/ops/elementwise.h), gelu_linear and layer_norm_linear (engine/ops/matmul.h), add_layer_norm
-// (engine/ops/nn.h), against the unfused ops they replace (gelu(add(x, bias)); bias_gelu then
-// linear; add then layer_norm), their gradients by finite differences, the thread-count
-// independence of dbias, gelu_linear's and layer_norm_linear's memory, argument errors, and the
-// modules that use them: the MLP (its fused paths against the hook and dropout paths, which are
-// unfused), the Pre-LN and Post-LN blocks and the LM's final norm (fused against the path a hook on
-// the norm takes).
+// tests/test_fused_ops.cpp: the fused ops of the transformer block and GAU, bias_gelu, bias_silu
+// and masked_relu2 (engine/ops/elementwise.h), gelu_linear and layer_norm_linear
+// (engine/ops/matmul.h), add_layer_norm (engine/ops/nn.h), against the unfused ops they replace
+// (gelu(add(x, bias)); masked_fill, relu2 and mul; bias_gelu then linear; layer_norm then linear;
+// add then layer_norm), their gradients by finite differences, the thread-count independence of
+// dbias, gelu_linear's and layer_norm_linear's memory, argument errors, and the modules that use
+// them: the MLP (its fused paths against the hook and dropout paths, which are unfused), the
+// Pre-LN and Post-LN blocks and the LM's final norm (fused against the path a hook on the norm
+// takes).
 #include <catch2/catch.hpp>
 
 #include <omp.h>
@@ -182,6 +183,54 @@ TEST_CASE("add_layer_norm: argument errors", "[nnops][fused]") {
     CHECK_THROWS_WITH(add_layer_norm(x, x, Tensor::ones({4}), Tensor()),
                       Catch::Contains("add_layer_norm: weight [4] does not match the last dim of input [2,3]"));
     CHECK_THROWS_WITH(add_layer_norm(x, x, Tensor(), Tensor(), -1.f), Catch::Contains("add_layer_norm: eps"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// masked_relu2: GAU's mul(relu2(masked_fill(x, causal mask, 0)), scale) in one op
+
+namespace {
+
+// The mask of key j hidden from query i for [T, S] scores (attention's convention: j > i + S − T).
+Tensor hidden_keys(int64_t T, int64_t S) {
+    Tensor m = Tensor::zeros({T, S});
+    for (int64_t i = 0; i < T; i++)
+        for (int64_t j = 0; j < S; j++)
+            if (j > i + S - T) m.data_f32()[i * S + j] = 1.f;
+    return m;
+}
+
+}  // namespace
+
+TEST_CASE("masked_relu2: the bits of masked_fill, relu2 and the scalar multiply, forward and backward", "[elementwise][fused]") {
+    for (bool causal : {true, false})
+        for (auto ts : std::vector<std::array<int64_t, 2>>{{9, 9}, {5, 9}, {9, 5}, {1, 37}}) {
+            int64_t T = ts[0], S = ts[1];
+            INFO("causal " << causal << " T " << T << " S " << S);
+            const float scale = 1.f / 7.f;
+            Tensor x = param({2, 3, T, S}, 18, -2.f, 2.f), x2 = x.detach().requires_grad_(true);
+            Tensor y = masked_relu2(x, scale, causal);
+            Tensor want = causal ? masked_fill(x2, hidden_keys(T, S), 0.f) : x2;
+            want = mul(relu2(want), scale);
+            CHECK(bits_of(y) == bits_of(want));
+            Tensor w = weights_like(y, 19);
+            sum(mul(y, w)).backward();
+            sum(mul(want, w)).backward();
+            CHECK(bits_of(x.grad()) == bits_of(x2.grad()));
+        }
+}
+
+TEST_CASE("masked_relu2", "[elementwise][gradcheck]") {
+    // Inputs away from 0, where relu2's derivative is continuous but its second is not.
+    gradcheck("masked_relu2 causal", [](auto& in) { return masked_relu2(in[0], 0.5f, true); },
+              {param({2, 4, 6}, 20, 0.2f, 1.5f)});
+    gradcheck("masked_relu2", [](auto& in) { return masked_relu2(in[0], 2.f, false); },
+              {param({3, 5}, 21, 0.2f, 1.5f)});
+}
+
+TEST_CASE("masked_relu2: argument errors", "[elementwise][fused]") {
+    CHECK_THROWS_WITH(masked_relu2(Tensor::zeros({4}), 1.f, true),
+                      Catch::Contains("masked_relu2: input [4] needs at least 2 dims"));
+    CHECK_THROWS_WITH(masked_relu2(Tensor::zeros({2, 2}, DType::I32), 1.f, true), Catch::Contains("masked_relu2"));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -166,6 +166,38 @@ void bias_act_backward(const float* x, const float* bias, const float* dy, float
     }
 }
 
+// The products are those of mul(relu2(x), scale) and its backward, in the same order: the same bits.
+static int64_t visible_keys(int64_t i, int64_t T, int64_t S, bool causal) {
+    if (!causal) return S;
+    int64_t v = i + S - T + 1;
+    return v < 0 ? 0 : (v > S ? S : v);
+}
+
+void masked_relu2_forward(const float* x, float* y, int64_t outer, int64_t T, int64_t S, float scale, bool causal) {
+    #pragma omp parallel for if (outer * T * S > kParallelMin)
+    for (int64_t r = 0; r < outer * T; r++) {
+        const float* xr = x + r * S;
+        float* yr = y + r * S;
+        int64_t visible = visible_keys(r % T, T, S, causal);
+        #pragma omp simd
+        for (int64_t j = 0; j < visible; j++) yr[j] = pointwise::Relu2::f(xr[j]) * scale;
+        for (int64_t j = visible; j < S; j++) yr[j] = 0.f;
+    }
+}
+
+void masked_relu2_backward(const float* x, const float* dy, float* dx, int64_t outer, int64_t T, int64_t S,
+                           float scale, bool causal) {
+    #pragma omp parallel for if (outer * T * S > kParallelMin)
+    for (int64_t r = 0; r < outer * T; r++) {
+        const float *xr = x + r * S, *gr = dy + r * S;
+        float* dr = dx + r * S;
+        int64_t visible = visible_keys(r % T, T, S, causal);
+        #pragma omp simd
+        for (int64_t j = 0; j < visible; j++) dr[j] = (gr[j] * scale) * pointwise::Relu2::df(xr[j], 0.f);
+        for (int64_t j = visible; j < S; j++) dr[j] = 0.f;
+    }
+}
+
 void pow_forward(const float* x, float p, float* y, int64_t n) {
     #pragma omp parallel for if (n > kParallelMin)
     for (int64_t i = 0; i < n; i++) y[i] = std::pow(x[i], p);

@@ -33,6 +33,12 @@ void bias_act_forward(const float* x, const float* bias, float* y, int64_t rows,
 void bias_act_backward(const float* x, const float* bias, const float* dy, float* dx, float* dbias, float* y,
                        int64_t rows, int64_t n, BiasAct act);
 
+// x viewed as [outer, T, S]: y = scale·relu(x)² where key j is visible to query i (all of them, or
+// with causal j <= i + S − T), else 0; dx = dy·scale·2·relu(x) where visible, else 0.
+void masked_relu2_forward(const float* x, float* y, int64_t outer, int64_t T, int64_t S, float scale, bool causal);
+void masked_relu2_backward(const float* x, const float* dy, float* dx, int64_t outer, int64_t T, int64_t S,
+                           float scale, bool causal);
+
 void pow_forward(const float* x, float p, float* y, int64_t n);
 void pow_backward(const float* x, float p, const float* dy, float* dx, int64_t n);
 

@@ -302,6 +302,37 @@ void bias_act_backward(const float* x, const float* bias, const float* dy, float
 }
 
 // ---------------------------------------------------------------------------------------------
+// masked_relu2: one thread per element of [outer, T, S] (the row index from the flat one), the
+// products in the order of mul(relu2(x), scale) and its backward, as the CPU's.
+
+__device__ __forceinline__ bool key_visible(int64_t idx, int64_t T, int64_t S, bool causal) {
+    return !causal || idx % S <= (idx / S) % T + S - T;
+}
+
+__global__ void masked_relu2_forward_kernel(const float* x, float* y, int64_t n, int64_t T, int64_t S, float scale,
+                                            bool causal) {
+    GRID_STRIDE_LOOP(i, n) y[i] = key_visible(i, T, S, causal) ? pointwise::Relu2::f(x[i]) * scale : 0.f;
+}
+
+__global__ void masked_relu2_backward_kernel(const float* x, const float* dy, float* dx, int64_t n, int64_t T,
+                                             int64_t S, float scale, bool causal) {
+    GRID_STRIDE_LOOP(i, n) dx[i] = key_visible(i, T, S, causal) ? (dy[i] * scale) * pointwise::Relu2::df(x[i], 0.f) : 0.f;
+}
+
+void masked_relu2_forward(const float* x, float* y, int64_t outer, int64_t T, int64_t S, float scale, bool causal) {
+    const int64_t n = outer * T * S;
+    if (n == 0) return;
+    KERNEL_LAUNCH(masked_relu2_forward_kernel, blocks_for(n), kBlockSize, 0, x, y, n, T, S, scale, causal);
+}
+
+void masked_relu2_backward(const float* x, const float* dy, float* dx, int64_t outer, int64_t T, int64_t S,
+                           float scale, bool causal) {
+    const int64_t n = outer * T * S;
+    if (n == 0) return;
+    KERNEL_LAUNCH(masked_relu2_backward_kernel, blocks_for(n), kBlockSize, 0, x, dy, dx, n, T, S, scale, causal);
+}
+
+// ---------------------------------------------------------------------------------------------
 // pow with a float exponent, and gradient accumulation.
 
 __global__ void pow_forward_kernel(const float* x, float p, float* y, int64_t n) {

@@ -171,6 +171,23 @@ Tensor bias_gelu(const Tensor& x, const Tensor& bias, bool approximate) {
 
 Tensor bias_silu(const Tensor& x, const Tensor& bias) { return bias_activation("bias_silu", x, bias, cpu::BiasAct::Silu); }
 
+// masked_relu2 keeps x, which its derivative reads; the mask is a function of the position only.
+Tensor masked_relu2(const Tensor& x, float scale, bool causal) {
+    const char* name = "masked_relu2";
+    expect_f32(name, x);
+    check(x.ndim() >= 2, "masked_relu2: input {} needs at least 2 dims (queries, keys)", x.shape().str());
+    int64_t T = x.size(-2), S = x.size(-1), outer = T * S > 0 ? x.numel() / (T * S) : 0;
+    Tensor y = x.new_empty(x.shape());
+    ON_DEVICE(x.device(), masked_relu2_forward)(x.raw_f32(), y.raw_f32(), outer, T, S, scale, causal);
+    return attach(y, name, {x}, [x, outer, T, S, scale, causal](const Tensor& g) {
+        expect_same_device("masked_relu2", x, g);
+        Tensor dx = x.new_empty(x.shape());
+        ON_DEVICE(x.device(), masked_relu2_backward)(x.raw_f32(), g.raw_f32(), dx.raw_f32(), outer, T, S, scale,
+                                                     causal);
+        return std::vector<Tensor>{dx};
+    });
+}
+
 Tensor pow(const Tensor& x, float p) {
     expect_f32("pow", x);
     Tensor y = x.new_empty(x.shape());

@@ -36,6 +36,10 @@ Tensor silu(const Tensor& x);          // x·sigmoid(x) (Swish)
 Tensor bias_gelu(const Tensor& x, const Tensor& bias, bool approximate = false);
 // silu(x + bias), the same way: GAU's three projections, each a GEMM without its bias first.
 Tensor bias_silu(const Tensor& x, const Tensor& bias);
+// scale·relu(x)² over x [..., T, S] (queries by keys), 0 where key j is hidden from query i (with
+// causal: j > i + S − T, attention's convention): GAU's A = relu²(Q·Kᵀ)/(n·s) with its causal mask
+// in one pass, instead of masked_fill, relu2 and a scalar multiply (the same bits).
+Tensor masked_relu2(const Tensor& x, float scale, bool causal);
 
 // Shape both inputs broadcast to; throws naming `op` and both shapes when incompatible.
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);

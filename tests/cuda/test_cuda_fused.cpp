@@ -1,18 +1,18 @@
-// tests/cuda/test_cuda_fused.cpp: the fused bias_gelu, bias_silu, add_layer_norm, gelu_linear and
-// layer_norm_linear on the device against the CPU (check_parity), forward and backward: bias_gelu
-// exact and tanh and bias_silu, widths that leave the last 32-column tile partial, one column,
-// enough rows for sum_dim's chunked column sums (the dbias) and for the kernels' loop over the
-// rows beyond one pass of the grid, a gradient for the bias or x only; add_layer_norm with and
-// without weight/bias, warp- and block-per-row lengths, both outputs used. On the device,
-// add_layer_norm and layer_norm_linear give the bits of the ops they fuse (the same device
-// functions and GEMMs), bias_gelu the unfused ops' values within rounding, and dbias is bitwise
-// repeatable.
+// tests/cuda/test_cuda_fused.cpp: the fused bias_gelu, bias_silu, masked_relu2, add_layer_norm,
+// gelu_linear and layer_norm_linear on the device against the CPU (check_parity), forward and
+// backward: bias_gelu exact and tanh and bias_silu, widths that leave the last 32-column tile
+// partial, one column, enough rows for sum_dim's chunked column sums (the dbias) and for the
+// kernels' loop over the rows beyond one pass of the grid, a gradient for the bias or x only;
+// masked_relu2 causal and not; add_layer_norm with and without weight/bias, warp- and
+// block-per-row lengths, both outputs used. On the device, add_layer_norm and layer_norm_linear
+// give the bits of the ops they fuse (the same device functions and GEMMs), bias_gelu the unfused
+// ops' values within rounding, and dbias is bitwise repeatable.
 //
-// Tolerances: bias_gelu and bias_silu as the unary ops (atol 1e-6, rtol 1e-5: a GPU's
-// erff/expf/tanhf against the CPU's vectorizable forms), their backward atol 1e-5, rtol 1e-4 (dbias
-// sums up to 5000 rows in another order; the 65,613 rows of the grid-loop test get atol 1e-4);
-// add_layer_norm as layer_norm (forward atol 1e-5, rtol 1e-4; backward atol 1e-4, rtol 1e-3); the
-// GEMM ops as linear.
+// Tolerances: bias_gelu, bias_silu and masked_relu2 as the unary ops (atol 1e-6, rtol 1e-5: a
+// GPU's erff/expf/tanhf against the CPU's vectorizable forms), their backward atol 1e-5, rtol 1e-4
+// (dbias sums up to 5000 rows in another order; the 65,613 rows of the grid-loop test get atol
+// 1e-4); add_layer_norm as layer_norm (forward atol 1e-5, rtol 1e-4; backward atol 1e-4, rtol
+// 1e-3); the GEMM ops as linear.
 #include <catch2/catch.hpp>
 
 #include <cstring>
@@ -65,6 +65,18 @@ TEST_CASE("cuda bias_silu: n = 1, 37, 96, dbias over many rows", "[cuda]") {
         check_parity("bias_silu", [](auto& in) { return engine::bias_silu(in[0], in[1]); },
                      {scaled(s, 2.f, 7), randn({n}, true, 8)}, kPointwise, kBiasBwd);
     }
+}
+
+// masked_relu2 (GAU's scores): causal and not, T = S and T != S, and enough elements for the
+// grid-stride loop's second pass.
+TEST_CASE("cuda masked_relu2: causal and not, square and not", "[cuda]") {
+    for (bool causal : {true, false})
+        for (Shape s : {Shape{2, 9, 9}, Shape{3, 5, 9}, Shape{2, 9, 5}, Shape{40, 128, 128}}) {
+            INFO("causal " << causal << " shape " << s.str());
+            check_parity("masked_relu2",
+                         [causal](auto& in) { return engine::masked_relu2(in[0], 0.25f, causal); },
+                         {scaled(s, 1.f, 60)}, kPointwise, kPointwise);
+        }
 }
 
 TEST_CASE("cuda bias_gelu: a gradient for the bias only, and for x only", "[cuda]") {
