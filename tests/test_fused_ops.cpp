@@ -39,6 +39,25 @@ Tensor weights_like(const Tensor& t, uint64_t seed) {
     return w;
 }
 
+// The bits of each leaf's gradient (empty where it needs none) after f on copies of the leaves,
+// the first made an intermediate where it needs a gradient (as a model's activation is), the output
+// weighted by fixed weights; the output's bits into out_bits.
+using Grads = std::vector<std::vector<uint32_t>>;
+Grads grads_of(const std::vector<Tensor>& leaves, const std::function<Tensor(const std::vector<Tensor>&)>& f,
+               std::vector<uint32_t>* out_bits) {
+    std::vector<Tensor> in;
+    for (const Tensor& t : leaves) in.push_back(t.defined() ? t.detach().requires_grad_(t.requires_grad()) : t);
+    std::vector<Tensor> args = in;
+    if (args[0].requires_grad()) args[0] = mul(args[0], 1.f);
+    Tensor y = f(args);
+    if (out_bits) *out_bits = bits_of(y);
+    sum(mul(y, weights_like(y, 50))).backward();
+    Grads g;
+    for (const Tensor& t : in)
+        g.push_back(t.defined() && t.requires_grad() ? bits_of(t.grad()) : std::vector<uint32_t>{});
+    return g;
+}
+
 Tensor unfused_bias_gelu(const Tensor& x, const Tensor& b, bool approximate) {
     return approximate ? gelu_tanh(add(x, b)) : gelu(add(x, b));
 }
@@ -201,7 +220,8 @@ Tensor hidden_keys(int64_t T, int64_t S) {
 
 }  // namespace
 
-TEST_CASE("masked_relu2: the bits of masked_fill, relu2 and the scalar multiply, forward and backward", "[elementwise][fused]") {
+TEST_CASE("masked_relu2: the bits of masked_fill, relu2 and the scalar multiply, forward and backward",
+          "[elementwise][fused]") {
     for (bool causal : {true, false})
         for (auto ts : std::vector<std::array<int64_t, 2>>{{9, 9}, {5, 9}, {9, 5}, {1, 37}}) {
             int64_t T = ts[0], S = ts[1];
@@ -239,20 +259,16 @@ TEST_CASE("masked_relu2: argument errors", "[elementwise][fused]") {
 namespace {
 
 // The gradients of h, b1, w and b after gelu_linear or the two ops it replaces, with the same
-// weighting of the output.
-std::vector<std::vector<uint32_t>> gelu_linear_grads(bool fused, const std::vector<Tensor>& leaves, bool approximate,
-                                                     std::vector<uint32_t>* out_bits = nullptr) {
-    std::vector<Tensor> in;
-    for (const Tensor& t : leaves) in.push_back(t.defined() ? t.detach().requires_grad_(t.requires_grad()) : t);
-    Tensor h = in[0].requires_grad() ? mul(in[0], 1.f) : in[0];  // an intermediate, as fc1's output is
-    Tensor y = fused ? gelu_linear(h, in[1], in[2], in[3], approximate)
-                     : linear(bias_gelu(h, in[1], approximate), in[2], in[3]);
-    if (out_bits) *out_bits = bits_of(y);
-    sum(mul(y, weights_like(y, 50))).backward();
-    std::vector<std::vector<uint32_t>> g;
-    for (const Tensor& t : in)
-        g.push_back(t.defined() && t.requires_grad() ? bits_of(t.grad()) : std::vector<uint32_t>{});
-    return g;
+// weighting of the output (h an intermediate, as fc1's output is).
+Grads gelu_linear_grads(bool fused, const std::vector<Tensor>& leaves, bool approximate,
+                        std::vector<uint32_t>* out_bits = nullptr) {
+    return grads_of(
+        leaves,
+        [&](const std::vector<Tensor>& in) {
+            return fused ? gelu_linear(in[0], in[1], in[2], in[3], approximate)
+                         : linear(bias_gelu(in[0], in[1], approximate), in[2], in[3]);
+        },
+        out_bits);
 }
 
 }  // namespace
@@ -332,22 +348,18 @@ TEST_CASE("gelu_linear: argument errors", "[matmul][fused]") {
 
 namespace {
 
-// The output and the gradients of x, the norm's weight and bias, w and b after layer_norm_linear or
-// the two ops it replaces, with the same weighting of the output. x is an intermediate (as a
-// residual sum is), so its gradient goes through autograd's accumulation as in a model.
-std::vector<std::vector<uint32_t>> layer_norm_linear_grads(bool fused, const std::vector<Tensor>& leaves,
-                                                           std::vector<uint32_t>* out_bits = nullptr) {
-    std::vector<Tensor> in;
-    for (const Tensor& t : leaves) in.push_back(t.defined() ? t.detach().requires_grad_(t.requires_grad()) : t);
-    Tensor x = in[0].requires_grad() ? mul(in[0], 1.f) : in[0];
-    Tensor y = fused ? layer_norm_linear(x, in[1], in[2], 1e-5f, in[3], in[4])
-                     : linear(layer_norm(x, in[1], in[2], 1e-5f), in[3], in[4]);
-    if (out_bits) *out_bits = bits_of(y);
-    sum(mul(y, weights_like(y, 80))).backward();
-    std::vector<std::vector<uint32_t>> g;
-    for (const Tensor& t : in)
-        g.push_back(t.defined() && t.requires_grad() ? bits_of(t.grad()) : std::vector<uint32_t>{});
-    return g;
+// The gradients of x, the norm's weight and bias, w and b after layer_norm_linear or the two ops it
+// replaces, with the same weighting of the output. x is an intermediate (as a residual sum is), so
+// its gradient goes through autograd's accumulation as in a model.
+Grads layer_norm_linear_grads(bool fused, const std::vector<Tensor>& leaves,
+                              std::vector<uint32_t>* out_bits = nullptr) {
+    return grads_of(
+        leaves,
+        [&](const std::vector<Tensor>& in) {
+            return fused ? layer_norm_linear(in[0], in[1], in[2], 1e-5f, in[3], in[4])
+                         : linear(layer_norm(in[0], in[1], in[2], 1e-5f), in[3], in[4]);
+        },
+        out_bits);
 }
 
 }  // namespace
@@ -371,9 +383,9 @@ TEST_CASE("layer_norm_linear: the bits of layer_norm then linear, forward and ev
 
 TEST_CASE("layer_norm_linear: some inputs without a gradient, no bias", "[matmul][fused]") {
     auto leaves = [](std::array<bool, 5> f) {
-        return std::vector<Tensor>{param({6, 12}, 86, -3.f, 3.f).requires_grad_(f[0]), param({12}, 87).requires_grad_(f[1]),
-                                   param({12}, 88).requires_grad_(f[2]), param({5, 12}, 89).requires_grad_(f[3]),
-                                   param({5}, 90).requires_grad_(f[4])};
+        return std::vector<Tensor>{param({6, 12}, 86, -3.f, 3.f).requires_grad_(f[0]),
+                                   param({12}, 87).requires_grad_(f[1]), param({12}, 88).requires_grad_(f[2]),
+                                   param({5, 12}, 89).requires_grad_(f[3]), param({5}, 90).requires_grad_(f[4])};
     };
     for (auto flags : std::vector<std::array<bool, 5>>{{true, false, false, false, false},
                                                        {false, true, false, false, false},
@@ -422,7 +434,7 @@ TEST_CASE("layer_norm_linear: one [rows, in] tensor less alive between forward a
 TEST_CASE("layer_norm_linear: argument errors", "[matmul][fused]") {
     Tensor x = Tensor::zeros({2, 3}), w = Tensor::zeros({4, 3});
     CHECK_THROWS_WITH(layer_norm_linear(x, Tensor::zeros({4}), Tensor(), 1e-5f, w),
-                      Catch::Contains("layer_norm_linear: norm weight [4] does not match the last dim of input [2,3]"));
+                      Catch::Contains("layer_norm_linear: norm weight [4] does not match the last dim"));
     CHECK_THROWS_WITH(layer_norm_linear(x, Tensor(), Tensor::zeros({2}), 1e-5f, w),
                       Catch::Contains("layer_norm_linear: norm bias [2] does not match the last dim of input [2,3]"));
     CHECK_THROWS_WITH(layer_norm_linear(x, Tensor(), Tensor(), 1e-5f, Tensor::zeros({4, 5})),

@@ -150,20 +150,14 @@ static void bias_act_backward_as(const float* x, const float* bias, const float*
 }
 
 void bias_act_forward(const float* x, const float* bias, float* y, int64_t rows, int64_t n, BiasAct act) {
-    switch (act) {
-        case BiasAct::Gelu: return bias_act_forward_loop<pointwise::Gelu>(x, bias, y, rows, n);
-        case BiasAct::GeluTanh: return bias_act_forward_loop<pointwise::GeluTanh>(x, bias, y, rows, n);
-        case BiasAct::Silu: return bias_act_forward_loop<pointwise::Silu>(x, bias, y, rows, n);
-    }
+    pointwise::with_bias_act(act, [&](auto f) { bias_act_forward_loop<decltype(f)>(x, bias, y, rows, n); });
 }
 
 void bias_act_backward(const float* x, const float* bias, const float* dy, float* dx, float* dbias, float* y,
                        int64_t rows, int64_t n, BiasAct act) {
-    switch (act) {
-        case BiasAct::Gelu: return bias_act_backward_as<pointwise::Gelu>(x, bias, dy, dx, dbias, y, rows, n);
-        case BiasAct::GeluTanh: return bias_act_backward_as<pointwise::GeluTanh>(x, bias, dy, dx, dbias, y, rows, n);
-        case BiasAct::Silu: return bias_act_backward_as<pointwise::Silu>(x, bias, dy, dx, dbias, y, rows, n);
-    }
+    pointwise::with_bias_act(act, [&](auto f) {
+        bias_act_backward_as<decltype(f)>(x, bias, dy, dx, dbias, y, rows, n);
+    });
 }
 
 // The products are those of mul(relu2(x), scale) and its backward, in the same order: the same bits.

@@ -1,14 +1,13 @@
 // engine/cpu/elementwise.h: CPU loops for pointwise ops, on raw contiguous float arrays.
 #pragma once
 #include <cstdint>
+#include "engine/ops/pointwise.h"  // BiasAct
 #include "engine/tensor.h"
 
 namespace engine::cpu {
 
 enum class BinaryOp { Add, Sub, Mul, Div };
-// The activations of the fused bias + activation kernels (bias_act_*): each one's derivative reads
-// its input only.
-enum class BiasAct { Gelu, GeluTanh, Silu };
+using pointwise::BiasAct;
 
 // out = a (op) b with numpy broadcasting; a_shape and b_shape are already left-padded with 1s to
 // out_shape's ndim.

@@ -278,11 +278,7 @@ static void bias_act_backward_as(const float* x, const float* bias, const float*
 
 void bias_act_forward(const float* x, const float* bias, float* y, int64_t rows, int64_t n, BiasAct act) {
     if (rows == 0 || n == 0) return;
-    switch (act) {
-        case BiasAct::Gelu: return bias_act_forward_as<pointwise::Gelu>(x, bias, y, rows, n);
-        case BiasAct::GeluTanh: return bias_act_forward_as<pointwise::GeluTanh>(x, bias, y, rows, n);
-        case BiasAct::Silu: return bias_act_forward_as<pointwise::Silu>(x, bias, y, rows, n);
-    }
+    pointwise::with_bias_act(act, [&](auto f) { bias_act_forward_as<decltype(f)>(x, bias, y, rows, n); });
 }
 
 // dbias: the column sums of dx by reduce.cu's sum_dim (its [outer, n, inner] = [1, rows, n] layout
@@ -291,13 +287,10 @@ void bias_act_forward(const float* x, const float* bias, float* y, int64_t rows,
 void bias_act_backward(const float* x, const float* bias, const float* dy, float* dx, float* dbias, float* y,
                        int64_t rows, int64_t n, BiasAct act) {
     if (n == 0) return;
-    if (rows > 0) {
-        switch (act) {
-            case BiasAct::Gelu: bias_act_backward_as<pointwise::Gelu>(x, bias, dy, dx, y, rows, n); break;
-            case BiasAct::GeluTanh: bias_act_backward_as<pointwise::GeluTanh>(x, bias, dy, dx, y, rows, n); break;
-            case BiasAct::Silu: bias_act_backward_as<pointwise::Silu>(x, bias, dy, dx, y, rows, n); break;
-        }
-    }
+    if (rows > 0)
+        pointwise::with_bias_act(act, [&](auto f) {
+            bias_act_backward_as<decltype(f)>(x, bias, dy, dx, y, rows, n);
+        });
     if (dbias) sum_dim(dx, dbias, 1, rows, n);  // rows == 0: zeros
 }
 
@@ -316,7 +309,9 @@ __global__ void masked_relu2_forward_kernel(const float* x, float* y, int64_t n,
 
 __global__ void masked_relu2_backward_kernel(const float* x, const float* dy, float* dx, int64_t n, int64_t T,
                                              int64_t S, float scale, bool causal) {
-    GRID_STRIDE_LOOP(i, n) dx[i] = key_visible(i, T, S, causal) ? (dy[i] * scale) * pointwise::Relu2::df(x[i], 0.f) : 0.f;
+    GRID_STRIDE_LOOP(i, n) {
+        dx[i] = key_visible(i, T, S, causal) ? (dy[i] * scale) * pointwise::Relu2::df(x[i], 0.f) : 0.f;
+    }
 }
 
 void masked_relu2_forward(const float* x, float* y, int64_t outer, int64_t T, int64_t S, float scale, bool causal) {

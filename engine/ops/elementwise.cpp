@@ -145,7 +145,7 @@ Tensor silu(const Tensor& x) { return unary<pointwise::Silu>("silu", x); }
 // bias. The node holds its inputs x and bias anyway, so that costs no memory; saving x + bias
 // instead would keep a second [rows, n] tensor alive until the backward (and write it in the
 // forward). Nor do they need the output y: the derivatives are functions of the input only.
-static Tensor bias_activation(const char* name, const Tensor& x, const Tensor& bias, cpu::BiasAct act) {
+static Tensor bias_activation(const char* name, const Tensor& x, const Tensor& bias, pointwise::BiasAct act) {
     expect_f32(name, x);
     expect_f32(name, bias, "bias");
     expect_same_device(name, x, bias);
@@ -166,10 +166,10 @@ static Tensor bias_activation(const char* name, const Tensor& x, const Tensor& b
 }
 
 Tensor bias_gelu(const Tensor& x, const Tensor& bias, bool approximate) {
-    return bias_activation("bias_gelu", x, bias, approximate ? cpu::BiasAct::GeluTanh : cpu::BiasAct::Gelu);
+    return bias_activation("bias_gelu", x, bias, approximate ? pointwise::BiasAct::GeluTanh : pointwise::BiasAct::Gelu);
 }
 
-Tensor bias_silu(const Tensor& x, const Tensor& bias) { return bias_activation("bias_silu", x, bias, cpu::BiasAct::Silu); }
+Tensor bias_silu(const Tensor& x, const Tensor& bias) { return bias_activation("bias_silu", x, bias, pointwise::BiasAct::Silu); }
 
 // masked_relu2 keeps x, which its derivative reads; the mask is a function of the position only.
 Tensor masked_relu2(const Tensor& x, float scale, bool causal) {

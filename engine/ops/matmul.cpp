@@ -174,7 +174,7 @@ Tensor gelu_linear(const Tensor& h, const Tensor& b1, const Tensor& w, const Ten
     check(b1.ndim() == 1 && b1.size(0) == h.size(-1), "gelu_linear: gelu bias {} does not match the last dim of input {}",
           b1.shape().str(), h.shape().str());
     int64_t hidden = h.size(-1);
-    const cpu::BiasAct act = approximate ? cpu::BiasAct::GeluTanh : cpu::BiasAct::Gelu;
+    const pointwise::BiasAct act = approximate ? pointwise::BiasAct::GeluTanh : pointwise::BiasAct::Gelu;
     Tensor y;
     {
         Tensor a = h.new_empty(h.shape());  // freed here, not kept for the backward

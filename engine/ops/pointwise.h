@@ -120,4 +120,18 @@ struct Silu : ReadsX { ENGINE_HD static float f(float x) { return x / (1.f + act
 struct Sigmoid : ReadsY { ENGINE_HD static float f(float x) { return 1.f / (1.f + act_exp(-x)); }
     ENGINE_HD static float df(float, float y) { return y * (1.f - y); } };
 
+// The activations of the fused bias + activation kernels (bias_act_* of engine/cpu/elementwise.h
+// and engine/cuda/elementwise.h); each one's derivative reads its input only.
+enum class BiasAct { Gelu, GeluTanh, Silu };
+// fn(F{}) for act's functor F: one place that maps the enum to the functors for both backends.
+template <typename Fn>
+decltype(auto) with_bias_act(BiasAct act, Fn&& fn) {
+    switch (act) {
+        case BiasAct::GeluTanh: return fn(GeluTanh{});
+        case BiasAct::Silu: return fn(Silu{});
+        case BiasAct::Gelu: break;
+    }
+    return fn(Gelu{});
+}
+
 }  // namespace engine::pointwise
