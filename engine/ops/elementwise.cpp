@@ -169,7 +169,9 @@ Tensor bias_gelu(const Tensor& x, const Tensor& bias, bool approximate) {
     return bias_activation("bias_gelu", x, bias, approximate ? pointwise::BiasAct::GeluTanh : pointwise::BiasAct::Gelu);
 }
 
-Tensor bias_silu(const Tensor& x, const Tensor& bias) { return bias_activation("bias_silu", x, bias, pointwise::BiasAct::Silu); }
+Tensor bias_silu(const Tensor& x, const Tensor& bias) {
+    return bias_activation("bias_silu", x, bias, pointwise::BiasAct::Silu);
+}
 
 // masked_relu2 keeps x, which its derivative reads; the mask is a function of the position only.
 Tensor masked_relu2(const Tensor& x, float scale, bool causal) {

@@ -1,6 +1,6 @@
-// engine/ops/matmul.cpp: matmul, linear, gelu_linear and layer_norm_linear, forward and backward side by side. The GEMMs run on
-// the operands' device (ON_DEVICE: OpenBLAS on the CPU, cuBLAS on the GPU, engine/cuda/matmul.cu);
-// every tensor made here is on that device.
+// engine/ops/matmul.cpp: matmul, linear, gelu_linear and layer_norm_linear, forward and backward
+// side by side. The GEMMs run on the operands' device (ON_DEVICE: OpenBLAS on the CPU, cuBLAS on the
+// GPU, engine/cuda/matmul.cu); every tensor made here is on that device.
 #include "engine/ops/matmul.h"
 
 #include "engine/autograd.h"
