@@ -10,6 +10,7 @@
 //                               then starts at its block's first column).
 #pragma once
 #include <cstdint>
+#include "engine/host_device.h"
 
 namespace engine {
 
@@ -27,5 +28,14 @@ struct AttentionHeads {
         return heads ? (i / heads) * rows * ld + (i % heads) * D : i * rows * D;
     }
 };
+
+// How many keys query i of T sees, of S (the first ones): all of them, or with causal the keys
+// j <= i + S − T, so that the last query sees every key; between 0 and S. The one causal convention
+// of attention (CPU and CUDA) and masked_relu2.
+ENGINE_HD int64_t visible_keys(int64_t i, int64_t T, int64_t S, bool causal) {
+    if (!causal) return S;
+    int64_t v = i + S - T + 1;
+    return v < 0 ? 0 : (v > S ? S : v);
+}
 
 }  // namespace engine

@@ -102,6 +102,12 @@ Tensor accumulated_grad(const Tensor& input) {
     return Tensor(t->grad);
 }
 
+Tensor grad_target(const Tensor& t, const Tensor& like, bool& adding) {
+    Tensor acc = accumulated_grad(t);
+    adding = acc.defined();
+    return adding ? acc : like.new_empty(t.shape());
+}
+
 void run_backward(const Tensor& root, const Tensor& grad_output) {
     check(root.requires_grad(), "backward: the tensor {} does not require grad", root.shape().str());
     check(grad_output.shape() == root.shape(), "backward: gradient shape {} does not match output shape {}",

@@ -49,6 +49,9 @@ bool any_requires_grad(const std::vector<Tensor>& inputs);
 // gradient-sized buffer where several ops consume one intermediate (the q, k and v projections of
 // one LayerNorm output).
 Tensor accumulated_grad(const Tensor& input);
+// Where a backward writes input t's gradient: accumulated_grad(t), to add into (adding = true), or
+// else a new tensor of t's shape on like's device (adding = false).
+Tensor grad_target(const Tensor& t, const Tensor& like, bool& adding);
 
 // Attach a Node to `out` if any input requires grad and grad mode is on; returns `out`.
 Tensor attach(Tensor out, const char* name, std::vector<Tensor> inputs,

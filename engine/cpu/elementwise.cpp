@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <vector>
+#include "engine/attention_layout.h"
 #include "engine/ops/pointwise.h"
 
 namespace engine::cpu {
@@ -161,11 +162,6 @@ void bias_act_backward(const float* x, const float* bias, const float* dy, float
 }
 
 // The products are those of mul(relu2(x), scale) and its backward, in the same order: the same bits.
-static int64_t visible_keys(int64_t i, int64_t T, int64_t S, bool causal) {
-    if (!causal) return S;
-    int64_t v = i + S - T + 1;
-    return v < 0 ? 0 : (v > S ? S : v);
-}
 
 void masked_relu2_forward(const float* x, float* y, int64_t outer, int64_t T, int64_t S, float scale, bool causal) {
     #pragma omp parallel for if (outer * T * S > kParallelMin)

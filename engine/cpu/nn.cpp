@@ -289,7 +289,6 @@ void mse_backward(const float* pred, const float* target, const float* dloss, fl
 
 // Softmax of one row of scores over keys [0, visible), zero over [visible, S).
 static void masked_softmax_row(float* row, int64_t visible, int64_t S) {
-    visible = std::clamp<int64_t>(visible, 0, S);
     float m = row_max(row, visible), sum = 0.f;
     for (int64_t j = 0; j < visible; j++) {
         row[j] = std::exp(row[j] - m);
@@ -312,7 +311,7 @@ void attention_forward(const float* q, const float* k, const float* v, const flo
             const float *qh = q + in.offset(bh, T), *kh = k + in.offset(bh, S), *vh = v + in.offset(bh, S);
             float* ph = p + bh * T * S;
             gemm_ld(false, true, T, S, D, scale, qh, ld, kh, ld, 0.f, ph, 0);
-            for (int64_t i = 0; i < T; i++) masked_softmax_row(ph + i * S, causal ? i + S - T + 1 : S, S);
+            for (int64_t i = 0; i < T; i++) masked_softmax_row(ph + i * S, visible_keys(i, T, S, causal), S);
             const float* probs = ph;
             if (mask) {
                 const float* mh = mask + bh * T * S;

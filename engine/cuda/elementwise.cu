@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include "engine/attention_layout.h"
 #include "engine/cuda/kernel.h"
 #include "engine/cuda/reduce.h"
 #include "engine/ops/pointwise.h"
@@ -299,7 +300,7 @@ void bias_act_backward(const float* x, const float* bias, const float* dy, float
 // products in the order of mul(relu2(x), scale) and its backward, as the CPU's.
 
 __device__ __forceinline__ bool key_visible(int64_t idx, int64_t T, int64_t S, bool causal) {
-    return !causal || idx % S <= (idx / S) % T + S - T;
+    return idx % S < visible_keys((idx / S) % T, T, S, causal);
 }
 
 __global__ void masked_relu2_forward_kernel(const float* x, float* y, int64_t n, int64_t T, int64_t S, float scale,

@@ -543,12 +543,7 @@ __global__ void attention_softmax_kernel(float* p, const float* mask, float* dro
     RowGroup g = row_group<kBlock>();
     for (int64_t r = g.first; r < rows; r += g.stride) {
         float* pr = p + r * ldp;
-        int64_t visible = S;
-        if (causal) {
-            int64_t i = r % T;
-            visible = i + S - T + 1;
-            visible = visible < 0 ? 0 : (visible > S ? S : visible);
-        }
+        const int64_t visible = visible_keys(r % T, T, S, causal);
         float m = -INFINITY;
         for (int64_t j = g.tid; j < visible; j += g.width) m = fmaxf(m, pr[j] * scale);
         m = group_max<kBlock>(m, scratch);

@@ -1,5 +1,6 @@
 // engine/ops/common.h: argument checks shared by the ops. Messages name the op and the shapes.
 #pragma once
+#include <utility>
 #include "engine/error.h"
 #include "engine/tensor.h"
 
@@ -28,14 +29,18 @@ inline void expect_ndim(const char* op, const Tensor& t, int ndim, const char* w
     check(t.ndim() == ndim, "{}: {} must be {}-d, got {}", op, what, ndim, t.shape().str());
 }
 
-// An optional per-feature parameter of x's last dim (a norm's weight or bias): undefined, or f32
-// [x.size(-1)] on x's device.
-inline void expect_norm_param(const char* op, const Tensor& p, const char* what, const Tensor& x) {
-    if (!p.defined()) return;
-    expect_f32(op, p, what);
-    expect_same_device(op, x, p);
-    check(p.ndim() == 1 && p.size(0) == x.size(-1), "{}: {} {} does not match the last dim of input {}", op, what,
-          p.shape().str(), x.shape().str());
+// A LayerNorm's optional weight and bias over x's last dim (each undefined, or f32 [x.size(-1)] on
+// x's device; the messages call them weight_name and bias_name) and its eps >= 0.
+inline void expect_layer_norm_params(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                     float eps, const char* weight_name = "weight", const char* bias_name = "bias") {
+    for (auto [p, what] : {std::pair{&weight, weight_name}, std::pair{&bias, bias_name}}) {
+        if (!p->defined()) continue;
+        expect_f32(op, *p, what);
+        expect_same_device(op, x, *p);
+        check(p->ndim() == 1 && p->size(0) == x.size(-1), "{}: {} {} does not match the last dim of input {}", op,
+              what, p->shape().str(), x.shape().str());
+    }
+    check(eps >= 0.f, "{}: eps must be >= 0, got {}", op, eps);
 }
 
 }  // namespace engine

@@ -117,9 +117,10 @@ Tensor linear_product(const Tensor& x, const Tensor& w, const Tensor& b, int64_t
 // accumulated for t, adding to it (beta = 1; engine/autograd.h, accumulated_grad: intermediates
 // only, so in practice dX), else into a new tensor (beta = 0).
 Tensor grad_buffer(const Tensor& g, const Tensor& t, float& beta) {
-    Tensor acc = accumulated_grad(t);
-    beta = acc.defined() ? 1.f : 0.f;
-    return acc.defined() ? acc : g.new_empty(t.shape());
+    bool adding;
+    Tensor buf = grad_target(t, g, adding);
+    beta = adding ? 1.f : 0.f;
+    return buf;
 }
 
 // linear's parameter gradients, dW = gᵀ·x and db = Σ_rows g (undefined where not wanted), for x
@@ -212,9 +213,7 @@ Tensor layer_norm_linear(const Tensor& x, const Tensor& norm_weight, const Tenso
                          const Tensor& w, const Tensor& b) {
     const char* name = "layer_norm_linear";
     int64_t rows = check_linear_args(name, x, w, b);
-    expect_norm_param(name, norm_weight, "norm weight", x);
-    expect_norm_param(name, norm_bias, "norm bias", x);
-    check(eps >= 0.f, "layer_norm_linear: eps must be >= 0, got {}", eps);
+    expect_layer_norm_params(name, x, norm_weight, norm_bias, eps, "norm weight", "norm bias");
     int64_t n = x.size(-1);
     const float* pnw = norm_weight.defined() ? norm_weight.raw_f32() : nullptr;
     const float* pnb = norm_bias.defined() ? norm_bias.raw_f32() : nullptr;
@@ -246,11 +245,7 @@ Tensor layer_norm_linear(const Tensor& x, const Tensor& norm_weight, const Tenso
             ON_DEVICE(dev, gemm)(false, false, rows, n, w.size(0), 1.f, g.raw_f32(), w.raw_f32(), 0.f, buf.raw_f32());
             // dx adds into the gradient x already has, as layer_norm's backward does (engine/ops/nn.cpp).
             bool add_dx = false;
-            if (x.requires_grad()) {
-                dx = accumulated_grad(x);
-                add_dx = dx.defined();
-                if (!add_dx) dx = x.new_empty(x.shape());
-            }
+            if (x.requires_grad()) dx = grad_target(x, x, add_dx);
             if (norm_weight_grad) dnw = x.new_empty(norm_weight.shape());
             if (norm_bias_grad) dnb = x.new_empty(norm_bias.shape());
             ON_DEVICE(dev, layer_norm_backward)(x.raw_f32(), pnw, mean.raw_f32(), rstd.raw_f32(), buf.raw_f32(),

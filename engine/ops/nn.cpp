@@ -90,9 +90,7 @@ static Rows expect_layer_norm_args(const char* op, const Tensor& x, const Tensor
                                    float eps) {
     expect_f32(op, x);
     Rows r = last_dim_rows(op, x);
-    expect_norm_param(op, weight, "weight", x);
-    expect_norm_param(op, bias, "bias", x);
-    check(eps >= 0.f, "{}: eps must be >= 0, got {}", op, eps);
+    expect_layer_norm_params(op, x, weight, bias, eps);
     return r;
 }
 
@@ -106,11 +104,7 @@ static Tensor attach_layer_norm(Tensor y, const Tensor& x, const Tensor& weight,
         // dx adds into the gradient x already has where autograd allows it (engine/autograd.h): in a
         // Pre-LN block the residual add's gradient, which autograd would otherwise add dx to.
         bool add_dx = false;
-        if (x.requires_grad()) {
-            dx = accumulated_grad(x);
-            add_dx = dx.defined();
-            if (!add_dx) dx = x.new_empty(x.shape());
-        }
+        if (x.requires_grad()) dx = grad_target(x, x, add_dx);
         if (weight.defined() && weight.requires_grad()) dw = x.new_empty(weight.shape());
         if (bias.defined() && bias.requires_grad()) db = x.new_empty(bias.shape());
         ON_DEVICE(dev, layer_norm_backward)(x.raw_f32(), weight.defined() ? weight.raw_f32() : nullptr,

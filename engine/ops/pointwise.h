@@ -7,12 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-
-#ifdef __CUDACC__
-#define ENGINE_HD __host__ __device__ inline
-#else
-#define ENGINE_HD inline
-#endif
+#include "engine/host_device.h"
 
 namespace engine::pointwise {
 
