@@ -23,8 +23,8 @@ struct AttentionHeads {
     static AttentionHeads token_major(int64_t heads, int64_t D, int64_t ld = 0) {
         return {heads, D, ld > 0 ? ld : heads * D};
     }
-    // Where head i's first row is, in a tensor of `rows` rows a head.
-    int64_t offset(int64_t i, int64_t rows) const {
+    // Where head i's first row is, in a tensor of `rows` rows a head (its rows are ld apart).
+    ENGINE_HD int64_t offset(int64_t i, int64_t rows) const {
         return heads ? (i / heads) * rows * ld + (i % heads) * D : i * rows * D;
     }
 };

@@ -5,8 +5,11 @@
 #   - vit, lm, lm4k with the fused attention off and on (under tf32 the fused path is the
 #     tensor-core flash kernels);
 #   - gau, lstm (cuDNN's LSTM) and lstm-own (the own kernels).
-# Writes under $OUT (the device tool's folder; /tmp/out elsewhere): log.txt, suite.txt and the two
-# tables. Sized for about 6 minutes on an H100 or H200; SUITE_S and BENCH_S bound each part.
+#   - sanitize: compute-sanitizer's memcheck over the [flash] tests and racecheck over one tensor-core case
+#     (the fused kernels' shared memory and warp synchronization).
+# Writes under $OUT (the device tool's folder; /tmp/out elsewhere): log.txt, suite.txt and the
+# tables. Sized for about 6 minutes on an H100 or H200; SUITE_S, BENCH_S and SANITIZE_S bound each
+# part. PARTS picks the parts (default "suite attention gau-lstm sanitize"), for a short lease.
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}
@@ -21,18 +24,32 @@ wheel_lib() { python3 -c "import importlib; print(list(importlib.import_module('
 export LD_LIBRARY_PATH=/tmp/lib:/usr/local/cuda/lib64:$(wheel_lib nvidia.cudnn):$(wheel_lib nvidia.cublas):${LD_LIBRARY_PATH:-}
 if ldd tests/run_tests | grep "not found"; then echo "device_check: libraries missing (above)"; exit 1; fi
 
-echo "== [cuda] suite"
-timeout "${SUITE_S:-150}" tests/run_tests "[cuda]" -r compact > "$OUT/suite.txt" 2>&1
-echo "suite rc=$?"
-grep -E "failed|passed" "$OUT/suite.txt" | tail -n 20
-
-echo "== attention models, fused off and on (tf32)"
-timeout "${BENCH_S:-300}" bash bench/gpu.sh --no-build --no-tests --models "vit lm lm4k" --precisions tf32 \
-    --fused-attention both --out "$OUT/gpu-attention-tf32.md"
-echo "rc=$?"
-echo "== gau, lstm with cuDNN and with the own kernels (tf32)"
-timeout "${BENCH_S:-300}" bash bench/gpu.sh --no-build --no-tests --models "gau lstm lstm-own" --precisions tf32 \
-    --out "$OUT/gpu-gau-lstm-tf32.md"
-echo "rc=$?"
-grep -h '^| ' "$OUT"/gpu-*.md
+parts=" ${PARTS:-suite attention gau-lstm sanitize} "
+if [[ $parts == *" suite "* ]]; then
+    echo "== [cuda] suite"
+    timeout "${SUITE_S:-150}" tests/run_tests "[cuda]" -r compact > "$OUT/suite.txt" 2>&1
+    echo "suite rc=$?"
+    grep -E "failed|passed" "$OUT/suite.txt" | tail -n 20
+fi
+if [[ $parts == *" attention "* ]]; then
+    echo "== attention models, fused off and on (tf32)"
+    timeout "${BENCH_S:-300}" bash bench/gpu.sh --no-build --no-tests --models "vit lm lm4k" --precisions tf32 \
+        --fused-attention both --out "$OUT/gpu-attention-tf32.md"
+    echo "rc=$?"
+fi
+if [[ $parts == *" gau-lstm "* ]]; then
+    echo "== gau, lstm with cuDNN and with the own kernels (tf32)"
+    timeout "${BENCH_S:-300}" bash bench/gpu.sh --no-build --no-tests --models "gau lstm lstm-own" --precisions tf32 \
+        --out "$OUT/gpu-gau-lstm-tf32.md"
+    echo "rc=$?"
+fi
+if [[ $parts == *" sanitize "* ]]; then
+    echo "== compute-sanitizer: memcheck over [flash], racecheck over a tensor-core case"
+    timeout "${SANITIZE_S:-120}" compute-sanitizer --tool memcheck --print-limit 20 tests/run_tests "[flash]" 2>&1 |
+        grep -E "ERROR SUMMARY|========= (Invalid|Race|Error)|passed|failed" | head -n 30
+    timeout "${SANITIZE_S:-120}" compute-sanitizer --tool racecheck --print-limit 20 tests/run_tests \
+        "*tensor cores: the same bits*" 2>&1 |
+        grep -E "ERROR SUMMARY|RACECHECK SUMMARY|hazard|passed|failed" | head -n 30
+fi
+grep -h '^| ' "$OUT"/gpu-*.md 2>/dev/null
 date -u

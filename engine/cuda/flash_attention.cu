@@ -52,7 +52,9 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
+#include <initializer_list>
 #include <mma.h>
 
 #include <string>
@@ -113,13 +115,13 @@ __device__ __forceinline__ float group_sum(float v) {
     return v;
 }
 
-// Rows [row0, row0 + ROWS) of a row-major [n, D] matrix into a shared tile of row stride D + 1;
-// rows past n are zeros. Consecutive threads read consecutive floats (coalesced).
+// Rows [row0, row0 + ROWS) of a head (n rows, ld floats apart) into a shared tile of row stride
+// D + 1; rows past n are zeros. Consecutive threads read consecutive floats (coalesced).
 template <int D, int ROWS>
-__device__ __forceinline__ void load_rows(float* tile, const float* src, int64_t row0, int64_t n) {
+__device__ __forceinline__ void load_rows(float* tile, const float* head, int64_t ld, int64_t row0, int64_t n) {
     for (int e = (int)threadIdx.x; e < ROWS * D; e += kThreads) {
         int r = e / D, c = e % D;
-        tile[r * (D + 1) + c] = row0 + r < n ? src[(row0 + r) * D + c] : 0.f;
+        tile[r * (D + 1) + c] = row0 + r < n ? head[(row0 + r) * ld + c] : 0.f;
     }
 }
 
@@ -176,7 +178,8 @@ __device__ __forceinline__ void tile_accumulate(const float* W, const float* X, 
 template <int D>
 __global__ void __launch_bounds__(kThreads)
     flash_forward_kernel(const float* q, const float* k, const float* v, float* out, float* lse, int64_t T,
-                         int64_t S, bool causal, float scale, int64_t q_tiles) {
+                         int64_t S, bool causal, float scale, int64_t q_tiles, AttentionHeads in,
+                         AttentionHeads ol) {
     constexpr int R = Tiles<D>::kFwdRows, C = Tiles<D>::kFwdCols;
     constexpr int RPT = R / kGroups, CPT = C / kGroupLanes, DPT = D / kGroupLanes;
     SHARED_ARRAY(float, q_s, R * (D + 1));
@@ -185,13 +188,13 @@ __global__ void __launch_bounds__(kThreads)
     SHARED_ARRAY(float, p_s, R * (C + 1));
     const int64_t bh = (int64_t)blockIdx.x / q_tiles, q0 = (int64_t)blockIdx.x % q_tiles * R;
     const int g = (int)threadIdx.x / kGroupLanes, l = (int)threadIdx.x % kGroupLanes;
-    q += bh * T * D;
-    out += bh * T * D;
+    q += in.offset(bh, T);
+    out += ol.offset(bh, T);
     lse += bh * T;
-    k += bh * S * D;
-    v += bh * S * D;
+    k += in.offset(bh, S);
+    v += in.offset(bh, S);
 
-    load_rows<D, R>(q_s, q, q0, T);
+    load_rows<D, R>(q_s, q, in.ld, q0, T);
     float m[RPT], sum[RPT], o[RPT][DPT];
     UNROLL
     for (int r = 0; r < RPT; r++) {
@@ -203,8 +206,8 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t k_end = keys_seen_by(q0, R, T, S, causal);
     for (int64_t k0 = 0; k0 < k_end; k0 += C) {
         __syncthreads();  // the previous tile's k, v and P are no longer read (first time: q is in place)
-        load_rows<D, C>(k_s, k, k0, S);
-        load_rows<D, C>(v_s, v, k0, S);
+        load_rows<D, C>(k_s, k, in.ld, k0, S);
+        load_rows<D, C>(v_s, v, in.ld, k0, S);
         __syncthreads();
         float s[RPT][CPT];
         tile_dots<D, RPT, CPT>(q_s, k_s, g, l, s);
@@ -245,7 +248,7 @@ __global__ void __launch_bounds__(kThreads)
         // sum >= 1 once a key is seen (the max contributes exp(0)); 0 means none was.
         const float inv = sum[r] > 0.f ? 1.f / sum[r] : 0.f;
         UNROLL
-        for (int e = 0; e < DPT; e++) out[i * D + l + e * kGroupLanes] = o[r][e] * inv;
+        for (int e = 0; e < DPT; e++) out[i * ol.ld + l + e * kGroupLanes] = o[r][e] * inv;
         if (l == 0) lse[i] = sum[r] > 0.f ? m[r] + logf(sum[r]) : INFINITY;
     }
 }
@@ -253,13 +256,16 @@ __global__ void __launch_bounds__(kThreads)
 // ---------------------------------------------------------------------------------------------
 // Backward.
 
-// delta[r] = Σ_d out[r, d]·dout[r, d], one warp per row (lanes stride the row, xor-butterfly sum).
-__global__ void flash_delta_kernel(const float* out, const float* dout, float* delta, int64_t rows, int64_t D) {
+// delta[r] = Σ_d out[r, d]·dout[r, d] for the rows r = bh·T + i of out and dout (layout ol), one
+// warp per row (lanes stride the row, xor-butterfly sum).
+__global__ void flash_delta_kernel(const float* out, const float* dout, float* delta, int64_t rows, int64_t T,
+                                   AttentionHeads ol) {
     const int lane = (int)threadIdx.x % 32;
     const int64_t warps = (int64_t)gridDim.x * (blockDim.x / 32);
     for (int64_t r = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32; r < rows; r += warps) {
+        const int64_t at = ol.offset(r / T, T) + r % T * ol.ld;
         float s = 0.f;
-        for (int64_t d = lane; d < D; d += 32) s = fmaf(out[r * D + d], dout[r * D + d], s);
+        for (int64_t d = lane; d < ol.D; d += 32) s = fmaf(out[at + d], dout[at + d], s);
         for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(kFullMask, s, off);
         if (lane == 0) delta[r] = s;
     }
@@ -270,7 +276,7 @@ template <int D>
 __global__ void __launch_bounds__(kThreads)
     flash_dkdv_kernel(const float* q, const float* k, const float* v, const float* dout, const float* lse,
                       const float* delta, float* dk, float* dv, int64_t T, int64_t S, bool causal, float scale,
-                      int64_t k_tiles) {
+                      int64_t k_tiles, AttentionHeads in, AttentionHeads ol) {
     constexpr int R = Tiles<D>::kBwdRows, C = Tiles<D>::kBwdCols;
     constexpr int RPT = R / kGroups, CPT = C / kGroupLanes, DPT = D / kGroupLanes;
     SHARED_ARRAY(float, k_s, R * (D + 1));
@@ -281,15 +287,15 @@ __global__ void __launch_bounds__(kThreads)
     SHARED_ARRAY(float, ds_s, R * (C + 1));  // dSᵀ tile
     const int64_t bh = (int64_t)blockIdx.x / k_tiles, k0 = (int64_t)blockIdx.x % k_tiles * R;
     const int g = (int)threadIdx.x / kGroupLanes, l = (int)threadIdx.x % kGroupLanes;
-    q += bh * T * D;
-    dout += bh * T * D;
+    q += in.offset(bh, T);
+    dout += ol.offset(bh, T);
     lse += bh * T;
     delta += bh * T;
-    k += bh * S * D;
-    v += bh * S * D;
+    k += in.offset(bh, S);
+    v += in.offset(bh, S);
 
-    load_rows<D, R>(k_s, k, k0, S);
-    load_rows<D, R>(v_s, v, k0, S);
+    load_rows<D, R>(k_s, k, in.ld, k0, S);
+    load_rows<D, R>(v_s, v, in.ld, k0, S);
     float dk_acc[RPT][DPT], dv_acc[RPT][DPT];
     UNROLL
     for (int r = 0; r < RPT; r++) {
@@ -301,8 +307,8 @@ __global__ void __launch_bounds__(kThreads)
     if (i_begin < 0) i_begin = 0;
     for (int64_t i0 = i_begin; i0 < T; i0 += C) {
         __syncthreads();  // the previous tile's q, dout, P and dS are no longer read
-        load_rows<D, C>(q_s, q, i0, T);
-        load_rows<D, C>(do_s, dout, i0, T);
+        load_rows<D, C>(q_s, q, in.ld, i0, T);
+        load_rows<D, C>(do_s, dout, ol.ld, i0, T);
         __syncthreads();
         float s[RPT][CPT], dp[RPT][CPT], col_lse[CPT], col_delta[CPT];
         tile_dots<D, RPT, CPT>(k_s, q_s, g, l, s);    // (k·qᵀ)[key][query]
@@ -335,7 +341,7 @@ __global__ void __launch_bounds__(kThreads)
         if (j >= S) continue;
         UNROLL
         for (int e = 0; e < DPT; e++) {
-            const int64_t at = (bh * S + j) * D + l + e * kGroupLanes;
+            const int64_t at = in.offset(bh, S) + j * in.ld + l + e * kGroupLanes;
             if (dv) dv[at] = dv_acc[r][e];
             if (dk) dk[at] = dk_acc[r][e] * scale;
         }
@@ -346,7 +352,8 @@ __global__ void __launch_bounds__(kThreads)
 template <int D>
 __global__ void __launch_bounds__(kThreads)
     flash_dq_kernel(const float* q, const float* k, const float* v, const float* dout, const float* lse,
-                    const float* delta, float* dq, int64_t T, int64_t S, bool causal, float scale, int64_t q_tiles) {
+                    const float* delta, float* dq, int64_t T, int64_t S, bool causal, float scale, int64_t q_tiles,
+                    AttentionHeads in, AttentionHeads ol) {
     constexpr int R = Tiles<D>::kBwdRows, C = Tiles<D>::kBwdCols;
     constexpr int RPT = R / kGroups, CPT = C / kGroupLanes, DPT = D / kGroupLanes;
     SHARED_ARRAY(float, q_s, R * (D + 1));
@@ -356,16 +363,16 @@ __global__ void __launch_bounds__(kThreads)
     SHARED_ARRAY(float, ds_s, R * (C + 1));
     const int64_t bh = (int64_t)blockIdx.x / q_tiles, q0 = (int64_t)blockIdx.x % q_tiles * R;
     const int g = (int)threadIdx.x / kGroupLanes, l = (int)threadIdx.x % kGroupLanes;
-    q += bh * T * D;
-    dout += bh * T * D;
-    dq += bh * T * D;
+    q += in.offset(bh, T);
+    dout += ol.offset(bh, T);
+    dq += in.offset(bh, T);
     lse += bh * T;
     delta += bh * T;
-    k += bh * S * D;
-    v += bh * S * D;
+    k += in.offset(bh, S);
+    v += in.offset(bh, S);
 
-    load_rows<D, R>(q_s, q, q0, T);
-    load_rows<D, R>(do_s, dout, q0, T);
+    load_rows<D, R>(q_s, q, in.ld, q0, T);
+    load_rows<D, R>(do_s, dout, ol.ld, q0, T);
     float row_lse[RPT], row_delta[RPT], acc[RPT][DPT];
     UNROLL
     for (int r = 0; r < RPT; r++) {
@@ -378,8 +385,8 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t k_end = keys_seen_by(q0, R, T, S, causal);
     for (int64_t k0 = 0; k0 < k_end; k0 += C) {
         __syncthreads();  // the previous tile's k, v and dS are no longer read
-        load_rows<D, C>(k_s, k, k0, S);
-        load_rows<D, C>(v_s, v, k0, S);
+        load_rows<D, C>(k_s, k, in.ld, k0, S);
+        load_rows<D, C>(v_s, v, in.ld, k0, S);
         __syncthreads();
         float s[RPT][CPT], dp[RPT][CPT];
         tile_dots<D, RPT, CPT>(q_s, k_s, g, l, s);    // q·kᵀ
@@ -402,7 +409,7 @@ __global__ void __launch_bounds__(kThreads)
         const int64_t i = q0 + g * RPT + r;
         if (i >= T) continue;
         UNROLL
-        for (int e = 0; e < DPT; e++) dq[i * D + l + e * kGroupLanes] = acc[r][e] * scale;
+        for (int e = 0; e < DPT; e++) dq[i * in.ld + l + e * kGroupLanes] = acc[r][e] * scale;
     }
 }
 
@@ -410,60 +417,63 @@ __global__ void __launch_bounds__(kThreads)
 // Tensor-core kernels (gemm_precision() tf32 or bf16). Same entry points, same semantics, same
 // lse; every matrix product of a tile (q·kᵀ and P·v forward; k·qᵀ, v·doutᵀ, Pᵀ·dout, dSᵀ·q in dk/dv;
 // q·kᵀ, dout·vᵀ, dS·k in dq) runs on the tensor cores through nvcuda::wmma with TF32 inputs
-// (m16n16k8, fp32 accumulators). NEVER RUN ON A GPU YET: checked only in the emulator, whose <mma.h>
-// stand-in (engine/cuda/emu/include/mma.h) scrambles the fragment layout.
+// (m16n16k8, fp32 accumulators), the softmax, masks and exp on regular threads in fp32.
 //
-// Layout: every operand and every result lives in shared memory, in tiles of row stride D + 4
-// (cols + 4 for score tiles: a multiple of 4 floats, as wmma's ldm must be, and a skew of 4 banks
-// per row). tc_gemm deals the 16×16 output tiles of one product round-robin to the block's 4 warps;
-// a warp loads its A and B fragments from shared memory, multiplies, and stores the accumulator
-// back. Nothing of a fragment is touched element by element (its element-to-lane mapping is
-// unspecified). The softmax, the masks, exp and the rescaling run on regular threads in fp32 on the
-// score tiles in shared memory; block barriers separate the phases (a product's tiles are read by
-// threads of other warps). Values that feed a product are rounded to TF32 once, when they are
-// written to shared memory (wmma::__float_to_tf32, what the tensor cores would otherwise truncate).
+// Layout: a block of 4 warps owns 64 rows (queries in the forward and dq, keys in dk/dv), and each
+// warp owns 16 of them from start to end: it multiplies its rows of the score tiles, does their
+// softmax (or P and dS), and accumulates its rows of the output in wmma accumulator fragments,
+// which stay in registers for the whole key (query) loop. Only the streamed k/v (q/dout) tiles are
+// shared between warps, so the block barriers are the two around their load; inside a step a
+// warp needs only __syncwarp() between writing its score rows and reading them.
 //
-// The output accumulators (o forward, dk and dv, dq) live in shared memory too: the forward must
-// rescale o's rows by exp(m_old − m_new), which needs the row of each element, and a fragment does
-// not say which row an element is in. Everything in shared memory needs more than 48 KiB for
-// D = 128, so the kernels take dynamic shared memory (tc_launch opts in per kernel).
+// The forward's online softmax must rescale the rows of o by exp(m_old − m_new), and a fragment
+// does not say which row an element is in (the mapping is unspecified). So each warp loads, once,
+// an accumulator fragment from a 16×16 matrix whose element (r, c) is r: element e of that
+// fragment is then the row of element e of every accumulator fragment (load and mma use the same
+// mapping), and the rescale is o.x[e] *= alpha[row.x[e]]. A step where no row of the warp has a
+// new max skips it.
 //
-// Deterministic: each output tile is summed by one warp in a fixed k order, no atomics.
+// Shared tiles have a row stride of D + 4 (cols + 4 for score tiles: a multiple of 4 floats, as
+// wmma's ldm must be, and a skew of 4 banks per row). Values that feed a product are rounded to
+// TF32 once, when they are written to shared memory (wmma::__float_to_tf32, what the tensor cores
+// would otherwise truncate). Global rows are read and written as float4 (the host checks the
+// alignment). The kernels take dynamic shared memory (over 48 KiB; tc_launch opts in per kernel).
+//
+// Deterministic: every output element is summed by one warp in a fixed order, no atomics.
 
 namespace wmma = nvcuda::wmma;
 
-// The element loops of the tensor-core kernels have trip counts known at compile time; unrolled
-// (fully, or even 4 at a time) ptxas hoists their loads and spills a few bytes (CUDA 13, sm_80 and
-// sm_90). Not unrolled they take 48-66 registers and spill nothing; the k loop of a product two
-// steps at a time.
+// The k loops of the products two steps at a time: fully unrolled, ptxas hoists the fragment loads
+// of every step and the D = 128 kernels spill (CUDA 13, sm_80 and sm_90).
 #ifdef ENGINE_CUDA_EMU
-#define TC_UNROLL
 #define TC_UNROLL_K
+#define TC_UNROLL_ELEMENTS
 #else
-#define TC_UNROLL _Pragma("unroll 1")
-#define TC_UNROLL_K _Pragma("unroll 2")
+#define TC_UNROLL_K _Pragma("unroll 1")
+#define TC_UNROLL_ELEMENTS _Pragma("unroll 4")
 #endif
 
+using AccFrag = wmma::fragment<wmma::accumulator, 16, 16, 8, float>;
+
 constexpr int kTcWarps = kThreads / kWarp;
+constexpr int kTcRows = 16 * kTcWarps;  // rows a block owns: 16 per warp
 
 template <int D>
 struct TcTiles {
     static_assert(D == 32 || D == 64 || D == 128, "flash attention is compiled for head dims 32, 64, 128");
     static constexpr int kLd = D + 4;  // row stride of a [rows × D] tile
-    // Forward: R queries per block (2 or 4 threads per row in the softmax), C keys per step.
-    static constexpr int kFwdRows = D == 128 ? 32 : 64, kFwdCols = 32;
-    // Backward: R rows owned (keys in dk/dv, queries in dq), C streamed.
-    static constexpr int kBwdRows = 32, kBwdCols = 32;
+    // Columns streamed per step: keys in the forward and dq, queries in dk/dv.
+    static constexpr int kFwdCols = D <= 64 ? 64 : 32, kBwdCols = 32;
     static constexpr int kFwdLds = kFwdCols + 4, kBwdLds = kBwdCols + 4;
-    static_assert(kFwdRows % 16 == 0 && kFwdCols % 16 == 0 && kBwdRows % 16 == 0 && kBwdCols % 16 == 0, "16×16 tiles");
-    static_assert(kThreads % kFwdRows == 0 && kWarp % (kThreads / kFwdRows) == 0, "a row's threads in one warp");
-    // Shared floats (each array a multiple of 8 floats, so every one starts 32-byte aligned):
-    // forward q, k, v, scores/P, o, 1/l; dk/dv k, v, q, dout, Pᵀ, dSᵀ, dk, dv, lse and Δ of the
-    // streamed queries; dq q, dout, k, v, S/dS, dP, dq, lse and Δ of the rows.
-    static constexpr int kFwdShared = (2 * kFwdRows + 2 * kFwdCols) * kLd + kFwdRows * kFwdLds + kFwdRows;
-    static constexpr int kDkdvShared = (4 * kBwdRows + 2 * kBwdCols) * kLd + 2 * kBwdRows * kBwdLds + 2 * kBwdCols;
-    static constexpr int kDqShared = (3 * kBwdRows + 2 * kBwdCols) * kLd + 2 * kBwdRows * kBwdLds + 2 * kBwdRows;
-    static_assert(kLd % 4 == 0, "wmma: ldm a multiple of 4 floats");
+    // Shared floats (each array a multiple of 8 floats, so every one starts 32 bytes aligned):
+    // forward q, k, v, scores/P, the row ids, alpha; dk/dv k, v, q, dout, Sᵀ/Pᵀ, dPᵀ/dSᵀ, lse and Δ of
+    // the streamed queries; dq q, dout, k, v, S/dS, dP, lse and Δ of the rows.
+    static constexpr int kFwdShared =
+        (kTcRows + 2 * kFwdCols) * kLd + kTcRows * kFwdLds + 256 + kTcRows;
+    static constexpr int kDkdvShared = (2 * kTcRows + 2 * kBwdCols) * kLd + 2 * kTcRows * kBwdLds + 2 * kBwdCols;
+    static constexpr int kDqShared = (2 * kTcRows + 2 * kBwdCols) * kLd + 2 * kTcRows * kBwdLds + 2 * kTcRows;
+    static_assert(kLd % 4 == 0 && kFwdLds % 4 == 0 && kBwdLds % 4 == 0, "wmma: ldm a multiple of 4 floats");
+    static_assert(kFwdCols % 16 == 0 && kBwdCols % 16 == 0, "16-column tiles");
 };
 
 __device__ __forceinline__ float* tc_shared() {
@@ -475,46 +485,92 @@ __device__ __forceinline__ float* tc_shared() {
 #endif
 }
 
-// Rows [row0, row0 + ROWS) of a row-major [n, D] matrix into a shared tile of row stride D + 4,
-// rounded to TF32; rows past n are zeros.
+__device__ __forceinline__ float4 to_tf32(float4 v) {
+    return float4{wmma::__float_to_tf32(v.x), wmma::__float_to_tf32(v.y), wmma::__float_to_tf32(v.z),
+                  wmma::__float_to_tf32(v.w)};
+}
+
+// Rows [row0, row0 + ROWS) of a head (rows ld floats apart, n of them) into a shared tile of row
+// stride D + 4, rounded to TF32; rows past n are zeros. float4 loads, consecutive threads reading
+// consecutive ones (coalesced within a row).
 template <int D, int ROWS>
-__device__ __forceinline__ void tc_load_rows(float* tile, const float* src, int64_t row0, int64_t n) {
-    TC_UNROLL
-    for (int e = (int)threadIdx.x; e < ROWS * D; e += kThreads) {
-        const int r = e / D, c = e % D;
-        tile[r * (D + 4) + c] = row0 + r < n ? wmma::__float_to_tf32(src[(row0 + r) * D + c]) : 0.f;
+__device__ __forceinline__ void tc_load_rows(float* tile, const float* head, int64_t ld, int64_t row0, int64_t n) {
+    constexpr int V = D / 4;  // float4s a row
+    for (int e = (int)threadIdx.x; e < ROWS * V; e += kThreads) {
+        const int r = e / V, c = e % V;
+        const float4 x = row0 + r < n ? to_tf32(reinterpret_cast<const float4*>(head + (row0 + r) * ld)[c])
+                                      : float4{0.f, 0.f, 0.f, 0.f};
+        reinterpret_cast<float4*>(tile + r * (D + 4))[c] = x;
     }
 }
 
-// Zeros the first D columns of ROWS rows of stride D + 4 (the padding is never read).
-template <int D, int ROWS>
-__device__ __forceinline__ void tc_zero_rows(float* tile) {
-    TC_UNROLL
-    for (int e = (int)threadIdx.x; e < ROWS * D; e += kThreads) tile[e / D * (D + 4) + e % D] = 0.f;
+// A warp's 16 rows of a tile (stride D + 4) out to rows [row0, row0 + 16) of a head, those below n.
+template <int D>
+__device__ __forceinline__ void tc_store_rows(float* head, int64_t ld, const float* tile, int64_t row0, int64_t n) {
+    constexpr int V = D / 4;
+    const int lane = (int)threadIdx.x % kWarp;
+    for (int e = lane; e < 16 * V; e += kWarp) {
+        const int r = e / V, c = e % V;
+        if (row0 + r < n)
+            reinterpret_cast<float4*>(head + (row0 + r) * ld)[c] = reinterpret_cast<const float4*>(tile + r * (D + 4))[c];
+    }
 }
 
-// C[M×N] = (or +=, Accumulate) A[M×K]·B[K×N] on the tensor cores, all in shared memory: A row-major
-// with row stride lda; B row-major [K][ldb], or with BLayout col_major stored transposed as [N][ldb]
-// (so A·Bᵀ of two row-major tiles); C row-major, stride ldc. The (M/16)·(N/16) output tiles go
-// round-robin to the warps; each is summed over K in steps of 8 in that order.
-template <int M, int N, int K, typename BLayout, bool Accumulate>
-__device__ __forceinline__ void tc_gemm(const float* A, int lda, const float* B, int ldb, float* C, int ldc) {
+// C[16 × N] = A[16 × K]·B for one warp, C to shared memory (row stride ldc): A row-major (stride
+// lda); B row-major [K][ldb], or with BLayout col_major stored transposed as [N][ldb] (A·Bᵀ of two
+// row-major tiles). Each 16×16 tile of C is summed over K in steps of 8.
+template <int N, int K, typename BLayout>
+__device__ __forceinline__ void warp_gemm_to_shared(const float* A, int lda, const float* B, int ldb, float* C,
+                                                    int ldc) {
     constexpr bool kBt = std::is_same<BLayout, wmma::col_major>::value;
-    const int warp = (int)threadIdx.x / kWarp;
-    for (int t = warp; t < (M / 16) * (N / 16); t += kTcWarps) {
-        const int i = t / (N / 16) * 16, j = t % (N / 16) * 16;
-        wmma::fragment<wmma::accumulator, 16, 16, 8, float> acc;
-        if (Accumulate) wmma::load_matrix_sync(acc, C + i * ldc + j, (unsigned)ldc, wmma::mem_row_major);
-        else wmma::fill_fragment(acc, 0.f);
+    for (int j = 0; j < N; j += 16) {
+        AccFrag acc;
+        wmma::fill_fragment(acc, 0.f);
         TC_UNROLL_K
         for (int kk = 0; kk < K; kk += 8) {
             wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major> a;
             wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, BLayout> b;
-            wmma::load_matrix_sync(a, A + i * lda + kk, (unsigned)lda);
+            wmma::load_matrix_sync(a, A + kk, (unsigned)lda);
             wmma::load_matrix_sync(b, kBt ? B + j * ldb + kk : B + kk * ldb + j, (unsigned)ldb);
             wmma::mma_sync(acc, a, b, acc);
         }
-        wmma::store_matrix_sync(C + i * ldc + j, acc, (unsigned)ldc, wmma::mem_row_major);
+        wmma::store_matrix_sync(C + j, acc, (unsigned)ldc, wmma::mem_row_major);
+    }
+}
+
+// acc[f] (the 16×16 column block f of a warp's [16 × D] output) += A[16 × K]·B[K × D], A row-major
+// in shared memory (stride lda), B a row-major shared tile of stride D + 4.
+template <int D, int K>
+__device__ __forceinline__ void warp_gemm_accumulate(const float* A, int lda, const float* B, AccFrag (&acc)[D / 16]) {
+    TC_UNROLL_K
+    for (int kk = 0; kk < K; kk += 8) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major> a;
+        wmma::load_matrix_sync(a, A + kk, (unsigned)lda);
+        UNROLL
+        for (int f = 0; f < D / 16; f++) {
+            wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::row_major> b;
+            wmma::load_matrix_sync(b, B + kk * (D + 4) + 16 * f, (unsigned)(D + 4));
+            wmma::mma_sync(acc[f], a, b, acc[f]);
+        }
+    }
+}
+
+// The row of each element of an accumulator fragment (see the top of this section): ids is a
+// shared 16×16 matrix the block fills with its row numbers before its first barrier.
+__device__ __forceinline__ void fill_row_ids(float* ids) {
+    for (int e = (int)threadIdx.x; e < 256; e += kThreads) ids[e] = (float)(e / 16);
+}
+
+// A warp's accumulators times `factor` (scaled[f].x[e] *= factor[row of e]) and out to its rows of
+// a shared tile of stride D + 4 (the caller __syncwarp()s before reading them).
+template <int D>
+__device__ __forceinline__ void store_scaled(AccFrag (&acc)[D / 16], const AccFrag& rows, const float* factor,
+                                             float* tile) {
+    UNROLL
+    for (int f = 0; f < D / 16; f++) {
+        UNROLL
+        for (int e = 0; e < acc[f].num_elements; e++) acc[f].x[e] *= factor[(int)rows.x[e]];
+        wmma::store_matrix_sync(tile + 16 * f, acc[f], (unsigned)(D + 4), wmma::mem_row_major);
     }
 }
 
@@ -530,208 +586,240 @@ __device__ __forceinline__ float lanes_sum(float v) {
     return v;
 }
 
-// Forward. Grid: BH · q_tiles blocks. Thread t keeps the running max m and sum l of row t / TPR
-// (TPR = threads per row, consecutive lanes) and does that row's softmax on columns
-// t % TPR, t % TPR + TPR, ...
+// Forward. Grid: BH · q_tiles blocks. In warp w, lanes 2r and 2r + 1 keep the running max m and
+// sum l of the warp's row r and do that row's softmax, on even and odd columns.
 template <int D>
 __global__ void __launch_bounds__(kThreads)
     flash_tc_forward_kernel(const float* q, const float* k, const float* v, float* out, float* lse, int64_t T,
-                            int64_t S, bool causal, float scale, int64_t q_tiles) {
+                            int64_t S, bool causal, float scale, int64_t q_tiles, AttentionHeads in,
+                            AttentionHeads ol) {
     using Tl = TcTiles<D>;
-    constexpr int R = Tl::kFwdRows, C = Tl::kFwdCols, LD = Tl::kLd, LDS = Tl::kFwdLds, TPR = kThreads / R;
+    constexpr int R = kTcRows, C = Tl::kFwdCols, LD = Tl::kLd, LDS = Tl::kFwdLds;
     float* q_s = tc_shared();
     float* k_s = q_s + R * LD;
     float* v_s = k_s + C * LD;
     float* s_s = v_s + C * LD;  // scores, then P (TF32)
-    float* o_s = s_s + R * LDS;
-    float* inv_s = o_s + R * LD;
+    float* ids_s = s_s + R * LDS;
+    float* alpha_s = ids_s + 256;
     const int64_t bh = (int64_t)blockIdx.x / q_tiles, q0 = (int64_t)blockIdx.x % q_tiles * R;
-    q += bh * T * D;
-    out += bh * T * D;
+    q += in.offset(bh, T);
+    k += in.offset(bh, S);
+    v += in.offset(bh, S);
+    out += ol.offset(bh, T);
     lse += bh * T;
-    k += bh * S * D;
-    v += bh * S * D;
+    const int warp = (int)threadIdx.x / kWarp, lane = (int)threadIdx.x % kWarp;
+    const int row = lane / 2, part = lane % 2;  // the row this lane does the softmax of, in the warp's 16
+    const int64_t i = q0 + 16 * warp + row;
+    float* q_w = q_s + 16 * warp * LD;     // the warp's rows of q (read by it alone; o at the end)
+    float* s_w = s_s + 16 * warp * LDS;    // its rows of the score tile
+    float* alpha_w = alpha_s + 16 * warp;  // its rows' rescale factors, then 1/l
 
-    tc_load_rows<D, R>(q_s, q, q0, T);
-    tc_zero_rows<D, R>(o_s);
-    const int row = (int)threadIdx.x / TPR, part = (int)threadIdx.x % TPR;
-    const int64_t i = q0 + row;
+    fill_row_ids(ids_s);
+    tc_load_rows<D, R>(q_s, q, in.ld, q0, T);
+    __syncthreads();
+    AccFrag rows, o[D / 16];
+    wmma::load_matrix_sync(rows, ids_s, 16, wmma::mem_row_major);
+    UNROLL
+    for (int f = 0; f < D / 16; f++) wmma::fill_fragment(o[f], 0.f);
     float m = -INFINITY, l = 0.f;
     const int64_t k_end = keys_seen_by(q0, R, T, S, causal);
     for (int64_t k0 = 0; k0 < k_end; k0 += C) {
-        __syncthreads();  // the previous step's k, v and P are no longer read (first time: q and o are in place)
-        tc_load_rows<D, C>(k_s, k, k0, S);
-        tc_load_rows<D, C>(v_s, v, k0, S);
+        __syncthreads();  // the previous step's k and v are no longer read
+        tc_load_rows<D, C>(k_s, k, in.ld, k0, S);
+        tc_load_rows<D, C>(v_s, v, in.ld, k0, S);
         __syncthreads();
-        tc_gemm<R, C, D, wmma::col_major, false>(q_s, LD, k_s, LD, s_s, LDS);  // q·kᵀ
-        __syncthreads();
-        float* srow = s_s + row * LDS;
+        warp_gemm_to_shared<C, D, wmma::col_major>(q_w, LD, k_s, LD, s_w, LDS);  // q·kᵀ
+        __syncwarp();
+        float* srow = s_w + row * LDS;
         float tile_max = -INFINITY;
-        TC_UNROLL
-        for (int c = part; c < C; c += TPR) {
+        for (int c = part; c < C; c += 2) {
             const float s = sees(i, k0 + c, T, S, causal) ? srow[c] * scale : -INFINITY;
             srow[c] = s;
             tile_max = fmaxf(tile_max, s);
         }
-        const float m_new = fmaxf(m, lanes_max<TPR>(tile_max));
+        const float m_new = fmaxf(m, lanes_max<2>(tile_max));
         // A row that has seen no key yet keeps m = −inf; exponents relative to 0 then give
         // exp(−inf) = 0 instead of exp(−inf + inf) = NaN.
         const float base = m_new == -INFINITY ? 0.f : m_new;
         const float alpha = expf(m - base);
         float tile_sum = 0.f;
-        TC_UNROLL
-        for (int c = part; c < C; c += TPR) {
+        for (int c = part; c < C; c += 2) {
             const float p = expf(srow[c] - base);
             tile_sum += p;
             srow[c] = wmma::__float_to_tf32(p);
         }
-        l = l * alpha + lanes_sum<TPR>(tile_sum);
+        l = l * alpha + lanes_sum<2>(tile_sum);
         m = m_new;
-        TC_UNROLL
-        for (int d = part; d < D; d += TPR) o_s[row * LD + d] *= alpha;
-        __syncthreads();
-        tc_gemm<R, D, C, wmma::row_major, true>(s_s, LDS, v_s, LD, o_s, LD);  // o += P·v
+        if (part == 0) alpha_w[row] = alpha;
+        __syncwarp();  // P and alpha of every row of the warp are written
+        if (__any_sync(kFullMask, alpha != 1.f)) {
+            UNROLL
+            for (int f = 0; f < D / 16; f++)
+                UNROLL
+                for (int e = 0; e < o[f].num_elements; e++) o[f].x[e] *= alpha_w[(int)rows.x[e]];
+        }
+        warp_gemm_accumulate<D, C>(s_w, LDS, v_s, o);  // o += P·v
     }
     // l >= 1 once a key is seen (the max contributes exp(0)); 0 means none was.
     if (part == 0) {
-        inv_s[row] = l > 0.f ? 1.f / l : 0.f;
+        alpha_w[row] = l > 0.f ? 1.f / l : 0.f;
         if (i < T) lse[i] = l > 0.f ? m + logf(l) : INFINITY;
     }
-    __syncthreads();
-    TC_UNROLL
-    for (int e = (int)threadIdx.x; e < R * D; e += kThreads) {
-        const int r = e / D, d = e % D;
-        if (q0 + r < T) out[(q0 + r) * D + d] = o_s[r * LD + d] * inv_s[r];
-    }
+    __syncwarp();
+    store_scaled<D>(o, rows, alpha_w, q_w);  // q_w's rows are the warp's own, no longer read
+    __syncwarp();
+    tc_store_rows<D>(out, ol.ld, q_w, q0 + 16 * warp, T);
 }
 
-// dk and dv of a tile of R keys. Grid: BH · k_tiles blocks. Rows of its score tiles are keys,
-// columns queries (Pᵀ, dSᵀ).
+// dk and dv of a tile of 64 keys, 16 a warp. Grid: BH · k_tiles blocks. Rows of its score tiles are
+// keys, columns queries (Sᵀ, Pᵀ, dSᵀ).
 template <int D>
 __global__ void __launch_bounds__(kThreads)
     flash_tc_dkdv_kernel(const float* q, const float* k, const float* v, const float* dout, const float* lse,
                          const float* delta, float* dk, float* dv, int64_t T, int64_t S, bool causal, float scale,
-                         int64_t k_tiles) {
+                         int64_t k_tiles, AttentionHeads in, AttentionHeads ol) {
     using Tl = TcTiles<D>;
-    constexpr int R = Tl::kBwdRows, C = Tl::kBwdCols, LD = Tl::kLd, LDS = Tl::kBwdLds;
+    constexpr int R = kTcRows, C = Tl::kBwdCols, LD = Tl::kLd, LDS = Tl::kBwdLds;
     float* k_s = tc_shared();
     float* v_s = k_s + R * LD;
-    float* dk_s = v_s + R * LD;
-    float* dv_s = dk_s + R * LD;
-    float* q_s = dv_s + R * LD;
+    float* q_s = v_s + R * LD;
     float* do_s = q_s + C * LD;
-    float* p_s = do_s + C * LD;   // Sᵀ, then Pᵀ: [key][query]
-    float* ds_s = p_s + R * LDS;  // dPᵀ, then dSᵀ
-    float* lse_s = ds_s + R * LDS;
+    float* s_s = do_s + C * LD;   // Sᵀ, then Pᵀ: [key][query]
+    float* dp_s = s_s + R * LDS;  // dPᵀ, then dSᵀ
+    float* lse_s = dp_s + R * LDS;
     float* delta_s = lse_s + C;
     const int64_t bh = (int64_t)blockIdx.x / k_tiles, k0 = (int64_t)blockIdx.x % k_tiles * R;
-    q += bh * T * D;
-    dout += bh * T * D;
+    q += in.offset(bh, T);
+    k += in.offset(bh, S);
+    v += in.offset(bh, S);
+    dout += ol.offset(bh, T);
     lse += bh * T;
     delta += bh * T;
-    k += bh * S * D;
-    v += bh * S * D;
+    const int warp = (int)threadIdx.x / kWarp, lane = (int)threadIdx.x % kWarp;
+    const int64_t j0 = k0 + 16 * warp;  // the warp's first key
+    float* k_w = k_s + 16 * warp * LD;
+    float* v_w = v_s + 16 * warp * LD;
+    float* s_w = s_s + 16 * warp * LDS;
+    float* dp_w = dp_s + 16 * warp * LDS;
 
-    tc_load_rows<D, R>(k_s, k, k0, S);
-    tc_load_rows<D, R>(v_s, v, k0, S);
-    tc_zero_rows<D, R>(dk_s);
-    tc_zero_rows<D, R>(dv_s);
+    tc_load_rows<D, R>(k_s, k, in.ld, k0, S);
+    tc_load_rows<D, R>(v_s, v, in.ld, k0, S);
+    AccFrag dk_acc[D / 16], dv_acc[D / 16];
+    UNROLL
+    for (int f = 0; f < D / 16; f++) {
+        wmma::fill_fragment(dk_acc[f], 0.f);
+        wmma::fill_fragment(dv_acc[f], 0.f);
+    }
     // The first query that sees key k0 (the block's smallest); causal, earlier queries see none of the tile.
     int64_t i_begin = causal ? k0 - (S - T) : 0;
     if (i_begin < 0) i_begin = 0;
     for (int64_t i0 = i_begin; i0 < T; i0 += C) {
-        __syncthreads();  // the previous step's q, dout, Pᵀ and dSᵀ are no longer read
-        tc_load_rows<D, C>(q_s, q, i0, T);
-        tc_load_rows<D, C>(do_s, dout, i0, T);
-        TC_UNROLL
+        __syncthreads();  // the previous step's q and dout are no longer read (first time: k and v are in place)
+        tc_load_rows<D, C>(q_s, q, in.ld, i0, T);
+        tc_load_rows<D, C>(do_s, dout, ol.ld, i0, T);
         for (int c = (int)threadIdx.x; c < C; c += kThreads) {
             lse_s[c] = i0 + c < T ? lse[i0 + c] : INFINITY;
             delta_s[c] = i0 + c < T ? delta[i0 + c] : 0.f;
         }
         __syncthreads();
-        tc_gemm<R, C, D, wmma::col_major, false>(k_s, LD, q_s, LD, p_s, LDS);    // (k·qᵀ)[key][query]
-        tc_gemm<R, C, D, wmma::col_major, false>(v_s, LD, do_s, LD, ds_s, LDS);  // (v·doutᵀ) = dPᵀ
-        __syncthreads();
-        TC_UNROLL
-        for (int e = (int)threadIdx.x; e < R * C; e += kThreads) {
+        warp_gemm_to_shared<C, D, wmma::col_major>(k_w, LD, q_s, LD, s_w, LDS);    // (k·qᵀ)[key][query]
+        warp_gemm_to_shared<C, D, wmma::col_major>(v_w, LD, do_s, LD, dp_w, LDS);  // (v·doutᵀ) = dPᵀ
+        __syncwarp();
+        TC_UNROLL_ELEMENTS
+        for (int e = lane; e < 16 * C; e += kWarp) {
             const int r = e / C, c = e % C, at = r * LDS + c;
-            const float p = sees(i0 + c, k0 + r, T, S, causal) ? expf(p_s[at] * scale - lse_s[c]) : 0.f;
-            ds_s[at] = wmma::__float_to_tf32(p * (ds_s[at] - delta_s[c]));
-            p_s[at] = wmma::__float_to_tf32(p);
+            const float p = sees(i0 + c, j0 + r, T, S, causal) ? expf(s_w[at] * scale - lse_s[c]) : 0.f;
+            dp_w[at] = wmma::__float_to_tf32(p * (dp_w[at] - delta_s[c]));
+            s_w[at] = wmma::__float_to_tf32(p);
         }
-        __syncthreads();
-        tc_gemm<R, D, C, wmma::row_major, true>(p_s, LDS, do_s, LD, dv_s, LD);  // dv += Pᵀ·dout
-        tc_gemm<R, D, C, wmma::row_major, true>(ds_s, LDS, q_s, LD, dk_s, LD);  // dk += dSᵀ·q
+        __syncwarp();
+        warp_gemm_accumulate<D, C>(s_w, LDS, do_s, dv_acc);  // dv += Pᵀ·dout
+        warp_gemm_accumulate<D, C>(dp_w, LDS, q_s, dk_acc);  // dk += dSᵀ·q
     }
-    __syncthreads();
-    TC_UNROLL
-    for (int e = (int)threadIdx.x; e < R * D; e += kThreads) {
-        const int r = e / D, d = e % D;
-        const int64_t j = k0 + r;
-        if (j >= S) continue;
-        const int64_t at = (bh * S + j) * D + d;
-        if (dv) dv[at] = dv_s[r * LD + d];
-        if (dk) dk[at] = dk_s[r * LD + d] * scale;
+    UNROLL
+    for (int f = 0; f < D / 16; f++)
+        UNROLL
+        for (int e = 0; e < dk_acc[f].num_elements; e++) dk_acc[f].x[e] *= scale;
+    __syncwarp();  // k_w and v_w (the warp's own rows) are no longer read
+    UNROLL
+    for (int f = 0; f < D / 16; f++) {
+        wmma::store_matrix_sync(k_w + 16 * f, dk_acc[f], (unsigned)LD, wmma::mem_row_major);
+        wmma::store_matrix_sync(v_w + 16 * f, dv_acc[f], (unsigned)LD, wmma::mem_row_major);
     }
+    __syncwarp();
+    if (dk) tc_store_rows<D>(dk + in.offset(bh, S), in.ld, k_w, j0, S);
+    if (dv) tc_store_rows<D>(dv + in.offset(bh, S), in.ld, v_w, j0, S);
 }
 
-// dq of a tile of R queries. Grid: BH · q_tiles blocks. Rows of its score tiles are queries, columns keys.
+// dq of a tile of 64 queries, 16 a warp. Grid: BH · q_tiles blocks. Rows of its score tiles are
+// queries, columns keys.
 template <int D>
 __global__ void __launch_bounds__(kThreads)
     flash_tc_dq_kernel(const float* q, const float* k, const float* v, const float* dout, const float* lse,
-                       const float* delta, float* dq, int64_t T, int64_t S, bool causal, float scale, int64_t q_tiles) {
+                       const float* delta, float* dq, int64_t T, int64_t S, bool causal, float scale, int64_t q_tiles,
+                       AttentionHeads in, AttentionHeads ol) {
     using Tl = TcTiles<D>;
-    constexpr int R = Tl::kBwdRows, C = Tl::kBwdCols, LD = Tl::kLd, LDS = Tl::kBwdLds;
+    constexpr int R = kTcRows, C = Tl::kBwdCols, LD = Tl::kLd, LDS = Tl::kBwdLds;
     float* q_s = tc_shared();
     float* do_s = q_s + R * LD;
-    float* dq_s = do_s + R * LD;
-    float* k_s = dq_s + R * LD;
+    float* k_s = do_s + R * LD;
     float* v_s = k_s + C * LD;
-    float* s_s = v_s + C * LD;     // S, then dS
-    float* dp_s = s_s + R * LDS;   // dP
+    float* s_s = v_s + C * LD;    // S, then dS
+    float* dp_s = s_s + R * LDS;  // dP
     float* lse_s = dp_s + R * LDS;
     float* delta_s = lse_s + R;
     const int64_t bh = (int64_t)blockIdx.x / q_tiles, q0 = (int64_t)blockIdx.x % q_tiles * R;
-    q += bh * T * D;
-    dout += bh * T * D;
-    dq += bh * T * D;
+    q += in.offset(bh, T);
+    k += in.offset(bh, S);
+    v += in.offset(bh, S);
+    dout += ol.offset(bh, T);
     lse += bh * T;
     delta += bh * T;
-    k += bh * S * D;
-    v += bh * S * D;
+    const int warp = (int)threadIdx.x / kWarp, lane = (int)threadIdx.x % kWarp;
+    const int64_t i0 = q0 + 16 * warp;  // the warp's first query
+    float* q_w = q_s + 16 * warp * LD;
+    float* do_w = do_s + 16 * warp * LD;
+    float* s_w = s_s + 16 * warp * LDS;
+    float* dp_w = dp_s + 16 * warp * LDS;
+    const float* lse_w = lse_s + 16 * warp;
+    const float* delta_w = delta_s + 16 * warp;
 
-    tc_load_rows<D, R>(q_s, q, q0, T);
-    tc_load_rows<D, R>(do_s, dout, q0, T);
-    tc_zero_rows<D, R>(dq_s);
-    TC_UNROLL
+    tc_load_rows<D, R>(q_s, q, in.ld, q0, T);
+    tc_load_rows<D, R>(do_s, dout, ol.ld, q0, T);
     for (int r = (int)threadIdx.x; r < R; r += kThreads) {
         lse_s[r] = q0 + r < T ? lse[q0 + r] : INFINITY;
         delta_s[r] = q0 + r < T ? delta[q0 + r] : 0.f;
     }
+    AccFrag acc[D / 16];
+    UNROLL
+    for (int f = 0; f < D / 16; f++) wmma::fill_fragment(acc[f], 0.f);
     const int64_t k_end = keys_seen_by(q0, R, T, S, causal);
     for (int64_t k0 = 0; k0 < k_end; k0 += C) {
-        __syncthreads();  // the previous step's k, v and dS are no longer read
-        tc_load_rows<D, C>(k_s, k, k0, S);
-        tc_load_rows<D, C>(v_s, v, k0, S);
+        __syncthreads();  // the previous step's k and v are no longer read (first time: q, dout, lse, Δ are in place)
+        tc_load_rows<D, C>(k_s, k, in.ld, k0, S);
+        tc_load_rows<D, C>(v_s, v, in.ld, k0, S);
         __syncthreads();
-        tc_gemm<R, C, D, wmma::col_major, false>(q_s, LD, k_s, LD, s_s, LDS);    // q·kᵀ
-        tc_gemm<R, C, D, wmma::col_major, false>(do_s, LD, v_s, LD, dp_s, LDS);  // dP = dout·vᵀ
-        __syncthreads();
-        TC_UNROLL
-        for (int e = (int)threadIdx.x; e < R * C; e += kThreads) {
+        warp_gemm_to_shared<C, D, wmma::col_major>(q_w, LD, k_s, LD, s_w, LDS);    // q·kᵀ
+        warp_gemm_to_shared<C, D, wmma::col_major>(do_w, LD, v_s, LD, dp_w, LDS);  // dP = dout·vᵀ
+        __syncwarp();
+        TC_UNROLL_ELEMENTS
+        for (int e = lane; e < 16 * C; e += kWarp) {
             const int r = e / C, c = e % C, at = r * LDS + c;
-            const float p = sees(q0 + r, k0 + c, T, S, causal) ? expf(s_s[at] * scale - lse_s[r]) : 0.f;
-            s_s[at] = wmma::__float_to_tf32(p * (dp_s[at] - delta_s[r]));
+            const float p = sees(i0 + r, k0 + c, T, S, causal) ? expf(s_w[at] * scale - lse_w[r]) : 0.f;
+            s_w[at] = wmma::__float_to_tf32(p * (dp_w[at] - delta_w[r]));
         }
-        __syncthreads();
-        tc_gemm<R, D, C, wmma::row_major, true>(s_s, LDS, k_s, LD, dq_s, LD);  // dq += dS·k
+        __syncwarp();
+        warp_gemm_accumulate<D, C>(s_w, LDS, k_s, acc);  // dq += dS·k
     }
-    __syncthreads();
-    TC_UNROLL
-    for (int e = (int)threadIdx.x; e < R * D; e += kThreads) {
-        const int r = e / D, d = e % D;
-        if (q0 + r < T) dq[(q0 + r) * D + d] = dq_s[r * LD + d] * scale;
-    }
+    UNROLL
+    for (int f = 0; f < D / 16; f++)
+        UNROLL
+        for (int e = 0; e < acc[f].num_elements; e++) acc[f].x[e] *= scale;
+    __syncwarp();  // q_w (the warp's own rows) is no longer read
+    UNROLL
+    for (int f = 0; f < D / 16; f++) wmma::store_matrix_sync(q_w + 16 * f, acc[f], (unsigned)LD, wmma::mem_row_major);
+    __syncwarp();
+    tc_store_rows<D>(dq + in.offset(bh, T), in.ld, q_w, i0, T);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -748,27 +836,33 @@ dim3 grid_of(int64_t BH, int64_t tiles, const char* what) {
     return dim3((unsigned)blocks);
 }
 
+// Where the heads lie: the layouts of engine/attention_layout.h (q, k, v and their gradients as
+// `in`; out and dout as `out`).
+struct Layouts {
+    AttentionHeads in, out;
+};
+
 template <int D>
 void forward_for(const float* q, const float* k, const float* v, float* out, float* lse, int64_t BH, int64_t T,
-                 int64_t S, bool causal, float scale) {
+                 int64_t S, bool causal, float scale, Layouts L) {
     const int64_t tiles = (T + Tiles<D>::kFwdRows - 1) / Tiles<D>::kFwdRows;
     KERNEL_LAUNCH(flash_forward_kernel<D>, grid_of(BH, tiles, "flash attention forward"), kThreads, 0, q, k, v, out,
-                  lse, T, S, causal, scale, tiles);
+                  lse, T, S, causal, scale, tiles, L.in, L.out);
 }
 
 template <int D>
 void backward_for(const float* q, const float* k, const float* v, const float* dout, const float* lse,
                   const float* delta, float* dq, float* dk, float* dv, int64_t BH, int64_t T, int64_t S, bool causal,
-                  float scale) {
+                  float scale, Layouts L) {
     if (dk || dv) {
         const int64_t tiles = (S + Tiles<D>::kBwdRows - 1) / Tiles<D>::kBwdRows;
         KERNEL_LAUNCH(flash_dkdv_kernel<D>, grid_of(BH, tiles, "flash attention dk/dv"), kThreads, 0, q, k, v, dout,
-                      lse, delta, dk, dv, T, S, causal, scale, tiles);
+                      lse, delta, dk, dv, T, S, causal, scale, tiles, L.in, L.out);
     }
     if (dq) {
         const int64_t tiles = (T + Tiles<D>::kBwdRows - 1) / Tiles<D>::kBwdRows;
         KERNEL_LAUNCH(flash_dq_kernel<D>, grid_of(BH, tiles, "flash attention dq"), kThreads, 0, q, k, v, dout, lse,
-                      delta, dq, T, S, causal, scale, tiles);
+                      delta, dq, T, S, causal, scale, tiles, L.in, L.out);
     }
 }
 
@@ -780,35 +874,34 @@ void tc_opt_in(void (*kernel)(A...), size_t bytes, const char* what) {
 
 template <int D>
 void tc_forward_for(const float* q, const float* k, const float* v, float* out, float* lse, int64_t BH, int64_t T,
-                    int64_t S, bool causal, float scale) {
-    const int64_t tiles = (T + TcTiles<D>::kFwdRows - 1) / TcTiles<D>::kFwdRows;
+                    int64_t S, bool causal, float scale, Layouts L) {
+    const int64_t tiles = (T + kTcRows - 1) / kTcRows;
     const size_t smem = sizeof(float) * TcTiles<D>::kFwdShared;
     static const bool opted = (tc_opt_in(flash_tc_forward_kernel<D>, smem, "flash attention (tensor cores) forward"), true);
     (void)opted;
     KERNEL_LAUNCH(flash_tc_forward_kernel<D>, grid_of(BH, tiles, "flash attention forward"), kThreads, smem, q, k, v,
-                  out, lse, T, S, causal, scale, tiles);
+                  out, lse, T, S, causal, scale, tiles, L.in, L.out);
 }
 
 template <int D>
 void tc_backward_for(const float* q, const float* k, const float* v, const float* dout, const float* lse,
                      const float* delta, float* dq, float* dk, float* dv, int64_t BH, int64_t T, int64_t S, bool causal,
-                     float scale) {
-    constexpr int R = TcTiles<D>::kBwdRows;
+                     float scale, Layouts L) {
     if (dk || dv) {
-        const int64_t tiles = (S + R - 1) / R;
+        const int64_t tiles = (S + kTcRows - 1) / kTcRows;
         const size_t smem = sizeof(float) * TcTiles<D>::kDkdvShared;
         static const bool opted = (tc_opt_in(flash_tc_dkdv_kernel<D>, smem, "flash attention (tensor cores) dk/dv"), true);
         (void)opted;
         KERNEL_LAUNCH(flash_tc_dkdv_kernel<D>, grid_of(BH, tiles, "flash attention dk/dv"), kThreads, smem, q, k, v,
-                      dout, lse, delta, dk, dv, T, S, causal, scale, tiles);
+                      dout, lse, delta, dk, dv, T, S, causal, scale, tiles, L.in, L.out);
     }
     if (dq) {
-        const int64_t tiles = (T + R - 1) / R;
+        const int64_t tiles = (T + kTcRows - 1) / kTcRows;
         const size_t smem = sizeof(float) * TcTiles<D>::kDqShared;
         static const bool opted = (tc_opt_in(flash_tc_dq_kernel<D>, smem, "flash attention (tensor cores) dq"), true);
         (void)opted;
         KERNEL_LAUNCH(flash_tc_dq_kernel<D>, grid_of(BH, tiles, "flash attention dq"), kThreads, smem, q, k, v, dout,
-                      lse, delta, dq, T, S, causal, scale, tiles);
+                      lse, delta, dq, T, S, causal, scale, tiles, L.in, L.out);
     }
 }
 
@@ -818,6 +911,39 @@ bool use_tensor_cores() { return gemm_precision() != GemmPrecision::fp32; }
 [[noreturn]] void unsupported(int64_t D) {
     fail("flash attention: head dim " + std::to_string(D) + " has no kernel (32, 64 or 128; attention falls back " +
          "to the unfused path for the others)");
+}
+
+
+// The layouts of a call, checked: both of head dim D; for the tensor-core kernels, which move rows
+// as float4, every pointer 16-byte aligned and rows a multiple of 4 floats apart (the allocator's
+// tensors, and heads D floats apart within them, always are).
+Layouts checked_layouts(const char* what, int64_t D, AttentionHeads in, AttentionHeads out,
+                        std::initializer_list<const float*> pointers) {
+    if (in.D != D || out.D != D || in.ld < D || out.ld < D)
+        fail(std::string(what) + ": layouts of head dim " + std::to_string(in.D) + " (rows " + std::to_string(in.ld) +
+             " apart) and " + std::to_string(out.D) + " (" + std::to_string(out.ld) + ") for head dim " +
+             std::to_string(D));
+    if (use_tensor_cores()) {
+        bool aligned = in.ld % 4 == 0 && out.ld % 4 == 0;
+        for (const float* p : pointers) aligned = aligned && reinterpret_cast<uintptr_t>(p) % 16 == 0;
+        if (!aligned)
+            fail(std::string(what) + ": the tensor-core kernels read rows as float4: q, k, v, out and their " +
+                 "gradients must start on 16-byte boundaries, their rows a multiple of 4 floats apart");
+    }
+    return {in, out};
+}
+
+// Zeros the BH heads of `rows` rows each of a tensor in layout L (only its heads' columns).
+__global__ void zero_heads_kernel(float* x, int64_t n, int64_t rows, AttentionHeads L) {
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += stride) {
+        const int64_t head = e / (rows * L.D), r = e / L.D % rows, d = e % L.D;
+        x[L.offset(head, rows) + r * L.ld + d] = 0.f;
+    }
+}
+void zero_rows(float* x, AttentionHeads L, int64_t BH, int64_t rows) {
+    const int64_t n = BH * rows * L.D;
+    if (n > 0) KERNEL_LAUNCH(zero_heads_kernel, blocks_for(n), kBlockSize, 0, x, n, rows, L);
 }
 
 }  // namespace
@@ -847,12 +973,14 @@ FlashAttentionCalls flash_attention_calls() {
 }
 
 void flash_attention_forward(const float* q, const float* k, const float* v, float* out, float* lse, int64_t BH,
-                             int64_t T, int64_t S, int64_t D, bool causal, float scale) {
+                             int64_t T, int64_t S, int64_t D, bool causal, float scale, AttentionHeads in,
+                             AttentionHeads out_layout) {
     if (!flash_attention_supports(D)) unsupported(D);
+    const Layouts L = checked_layouts("flash attention forward", D, in, out_layout, {q, k, v, out});
     g_forward_calls.fetch_add(1, std::memory_order_relaxed);
     if (BH * T == 0) return;
     if (S == 0) {  // no keys: every query sees none
-        memset_zero(out, sizeof(float) * (size_t)(BH * T * D));
+        zero_rows(out, L.out, BH, T);
         fill_f32(lse, INFINITY, BH * T);
         return;
     }
@@ -861,28 +989,29 @@ void flash_attention_forward(const float* q, const float* k, const float* v, flo
     if (use_tensor_cores()) {
         g_tc_forward_calls.fetch_add(1, std::memory_order_relaxed);
         switch (D) {
-            case 32: tc_forward_for<32>(q, k, v, out, lse, BH, T, S, causal, scale); break;
-            case 64: tc_forward_for<64>(q, k, v, out, lse, BH, T, S, causal, scale); break;
-            default: tc_forward_for<128>(q, k, v, out, lse, BH, T, S, causal, scale); break;
+            case 32: tc_forward_for<32>(q, k, v, out, lse, BH, T, S, causal, scale, L); break;
+            case 64: tc_forward_for<64>(q, k, v, out, lse, BH, T, S, causal, scale, L); break;
+            default: tc_forward_for<128>(q, k, v, out, lse, BH, T, S, causal, scale, L); break;
         }
         return;
     }
     switch (D) {
-        case 32: forward_for<32>(q, k, v, out, lse, BH, T, S, causal, scale); break;
-        case 64: forward_for<64>(q, k, v, out, lse, BH, T, S, causal, scale); break;
-        default: forward_for<128>(q, k, v, out, lse, BH, T, S, causal, scale); break;
+        case 32: forward_for<32>(q, k, v, out, lse, BH, T, S, causal, scale, L); break;
+        case 64: forward_for<64>(q, k, v, out, lse, BH, T, S, causal, scale, L); break;
+        default: forward_for<128>(q, k, v, out, lse, BH, T, S, causal, scale, L); break;
     }
 }
 
 void flash_attention_backward(const float* q, const float* k, const float* v, const float* out, const float* lse,
                               const float* dout, float* dq, float* dk, float* dv, int64_t BH, int64_t T, int64_t S,
-                              int64_t D, bool causal, float scale) {
+                              int64_t D, bool causal, float scale, AttentionHeads in, AttentionHeads out_layout) {
     if (!flash_attention_supports(D)) unsupported(D);
+    const Layouts L = checked_layouts("flash attention backward", D, in, out_layout, {q, k, v, out, dout, dq, dk, dv});
     g_backward_calls.fetch_add(1, std::memory_order_relaxed);
     if (BH == 0 || S == 0) return;
     if (T == 0) {  // no queries: dk and dv are empty sums
-        if (dk) memset_zero(dk, sizeof(float) * (size_t)(BH * S * D));
-        if (dv) memset_zero(dv, sizeof(float) * (size_t)(BH * S * D));
+        if (dk) zero_rows(dk, L.in, BH, S);
+        if (dv) zero_rows(dv, L.in, BH, S);
         return;
     }
     if (!dq && !dk && !dv) return;
@@ -894,19 +1023,19 @@ void flash_attention_backward(const float* q, const float* k, const float* v, co
     const int64_t rows = BH * T;
     float* delta = static_cast<float*>(alloc(sizeof(float) * (size_t)rows));
     try {
-        KERNEL_LAUNCH(flash_delta_kernel, blocks_for(rows * 32), kBlockSize, 0, out, dout, delta, rows, D);
+        KERNEL_LAUNCH(flash_delta_kernel, blocks_for(rows * 32), kBlockSize, 0, out, dout, delta, rows, T, L.out);
         if (use_tensor_cores()) {
             g_tc_backward_calls.fetch_add(1, std::memory_order_relaxed);
             switch (D) {
-                case 32: tc_backward_for<32>(q, k, v, dout, lse, delta, dq, dk, dv, BH, T, S, causal, scale); break;
-                case 64: tc_backward_for<64>(q, k, v, dout, lse, delta, dq, dk, dv, BH, T, S, causal, scale); break;
-                default: tc_backward_for<128>(q, k, v, dout, lse, delta, dq, dk, dv, BH, T, S, causal, scale); break;
+                case 32: tc_backward_for<32>(q, k, v, dout, lse, delta, dq, dk, dv, BH, T, S, causal, scale, L); break;
+                case 64: tc_backward_for<64>(q, k, v, dout, lse, delta, dq, dk, dv, BH, T, S, causal, scale, L); break;
+                default: tc_backward_for<128>(q, k, v, dout, lse, delta, dq, dk, dv, BH, T, S, causal, scale, L); break;
             }
         } else {
             switch (D) {
-                case 32: backward_for<32>(q, k, v, dout, lse, delta, dq, dk, dv, BH, T, S, causal, scale); break;
-                case 64: backward_for<64>(q, k, v, dout, lse, delta, dq, dk, dv, BH, T, S, causal, scale); break;
-                default: backward_for<128>(q, k, v, dout, lse, delta, dq, dk, dv, BH, T, S, causal, scale); break;
+                case 32: backward_for<32>(q, k, v, dout, lse, delta, dq, dk, dv, BH, T, S, causal, scale, L); break;
+                case 64: backward_for<64>(q, k, v, dout, lse, delta, dq, dk, dv, BH, T, S, causal, scale, L); break;
+                default: backward_for<128>(q, k, v, dout, lse, delta, dq, dk, dv, BH, T, S, causal, scale, L); break;
             }
         }
     } catch (...) {

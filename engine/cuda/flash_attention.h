@@ -26,6 +26,7 @@
 // the same bits on every run.
 #pragma once
 #include <cstdint>
+#include "engine/attention_layout.h"
 
 namespace engine::cuda {
 
@@ -41,12 +42,18 @@ bool flash_attention_supports(int64_t D);
 bool fused_attention_enabled();
 void set_fused_attention(bool on);
 
-// out [BH, T, D] = softmax(q·kᵀ·scale, masked)·v; lse [BH, T] = log Σ_j exp(scale·q_i·k_j) over
-// the keys query i sees, +inf for a query that sees none (so exp(s − lse) = 0 there). D must be
-// supported. Notes the FLOPs of the two GEMMs the unfused path runs (profile::note_flops), so the
-// step's GEMM FLOP count and MFU do not depend on the path.
+// out = softmax(q·kᵀ·scale, masked)·v; lse [BH, T] = log Σ_j exp(scale·q_i·k_j) over the keys
+// query i sees, +inf for a query that sees none (so exp(s − lse) = 0 there). D must be supported.
+// Layouts as engine/cuda/nn.h's attention_forward (engine/attention_layout.h): q, k, v (and in the
+// backward dq, dk, dv) as `in` says, out (and dout) as `out_layout`: head-major [BH, rows, D], or
+// token-major, e.g. q, k, v the column blocks of one [B, T, 3·H·D] projection and out [B, T, H·D],
+// with no permute on either side. Under tf32/bf16 every pointer must be 16-byte aligned and rows a
+// multiple of 4 floats apart (the kernels move float4s; an error says so otherwise). Notes the
+// FLOPs of the two GEMMs the unfused path runs (profile::note_flops), so the step's GEMM FLOP
+// count and MFU do not depend on the path.
 void flash_attention_forward(const float* q, const float* k, const float* v, float* out, float* lse, int64_t BH,
-                             int64_t T, int64_t S, int64_t D, bool causal, float scale);
+                             int64_t T, int64_t S, int64_t D, bool causal, float scale, AttentionHeads in,
+                             AttentionHeads out_layout);
 
 // From q, k, v, the forward's out and lse, and dout: Δ_i = rowsum(dout ⊙ out) (one small kernel),
 // then dk and dv (one kernel over key tiles) and dq (one kernel over query tiles), each with
@@ -54,7 +61,7 @@ void flash_attention_forward(const float* q, const float* k, const float* v, flo
 // dv = Pᵀ·dout, dk = dSᵀ·q·scale, dq = dS·k·scale. dq, dk, dv may each be null (not wanted).
 void flash_attention_backward(const float* q, const float* k, const float* v, const float* out, const float* lse,
                               const float* dout, float* dq, float* dk, float* dv, int64_t BH, int64_t T, int64_t S,
-                              int64_t D, bool causal, float scale);
+                              int64_t D, bool causal, float scale, AttentionHeads in, AttentionHeads out_layout);
 
 // Calls of the two entry points since the process started (tests check that `attention` took the
 // fused path; host-side counters, so they work on a GPU as in the emulator).

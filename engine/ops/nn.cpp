@@ -286,17 +286,18 @@ Tensor mse_loss(const Tensor& pred, const Tensor& target) {
 // recomputes P tile by tile. The unfused path stays the reference.
 
 #ifdef ENGINE_CUDA
-static Tensor attention_fused(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float scale) {
-    const Shape& qs = q.shape();
-    int64_t B = qs[0], H = qs[1], T = qs[2], S = k.shape()[2], D = qs[3], BH = B * H;
-    Tensor out = q.new_empty(qs);
-    Tensor lse = q.new_empty({B, H, T});
+// The fused path; q, k, v (and out) as the unfused path takes them (attention_unfused below).
+static Tensor attention_fused(const Tensor& q, const Tensor& k, const Tensor& v, int64_t BH, int64_t T, int64_t S,
+                              int64_t D, int64_t heads, bool causal, float scale) {
+    const AttentionHeads L = heads ? AttentionHeads::token_major(heads, D) : AttentionHeads::head_major(D);
+    Tensor out = q.new_empty(q.shape());
+    Tensor lse = q.new_empty({BH, T});
     cuda::flash_attention_forward(q.raw_f32(), k.raw_f32(), v.raw_f32(), out.raw_f32(), lse.raw_f32(), BH, T, S, D,
-                                  causal, scale);
+                                  causal, scale, L, L);
     // The closure keeps out.detach() (shares the storage, no node): capturing out itself would be a
     // cycle out -> node -> closure -> out.
     return attach(out, "attention", {q, k, v},
-                  [q, k, v, lse, o = out.detach(), BH, T, S, D, causal, scale](const Tensor& g) {
+                  [q, k, v, lse, o = out.detach(), BH, T, S, D, causal, scale, L](const Tensor& g) {
         Tensor dq, dk, dv;
         if (q.requires_grad()) dq = q.new_empty(q.shape());
         if (k.requires_grad()) dk = q.new_empty(k.shape());
@@ -304,8 +305,30 @@ static Tensor attention_fused(const Tensor& q, const Tensor& k, const Tensor& v,
         cuda::flash_attention_backward(q.raw_f32(), k.raw_f32(), v.raw_f32(), o.raw_f32(), lse.raw_f32(),
                                        g.raw_f32(), dq.defined() ? dq.raw_f32() : nullptr,
                                        dk.defined() ? dk.raw_f32() : nullptr, dv.defined() ? dv.raw_f32() : nullptr,
-                                       BH, T, S, D, causal, scale);
+                                       BH, T, S, D, causal, scale, L, L);
         return std::vector<Tensor>{dq, dk, dv};
+    });
+}
+
+// attention_qkv's fused path: q, k, v read from qkv's column blocks, out written token-major, dq,
+// dk and dv straight into d(qkv)'s column blocks (no permute, narrow or concat on either side).
+static Tensor attention_qkv_fused(const Tensor& qkv, int64_t B, int64_t T, int64_t heads, int64_t D, bool causal,
+                                  float scale) {
+    const int64_t W = heads * D, BH = B * heads;
+    const AttentionHeads in = AttentionHeads::token_major(heads, D, 3 * W), L = AttentionHeads::token_major(heads, D);
+    Tensor out = qkv.new_empty({B, T, W});
+    Tensor lse = qkv.new_empty({BH, T});
+    const float* x = qkv.raw_f32();
+    cuda::flash_attention_forward(x, x + W, x + 2 * W, out.raw_f32(), lse.raw_f32(), BH, T, T, D, causal, scale, in,
+                                  L);
+    return attach(out, "attention", {qkv},
+                  [qkv, lse, o = out.detach(), BH, T, W, D, causal, scale, in, L](const Tensor& g) {
+        Tensor dqkv = qkv.new_empty(qkv.shape());  // every column written: dq, dk and dv
+        const float* x = qkv.raw_f32();
+        float* d = dqkv.raw_f32();
+        cuda::flash_attention_backward(x, x + W, x + 2 * W, o.raw_f32(), lse.raw_f32(), g.raw_f32(), d, d + W,
+                                       d + 2 * W, BH, T, T, D, causal, scale, in, L);
+        return std::vector<Tensor>{dqkv};
     });
 }
 #endif
@@ -395,7 +418,7 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
     if (scale <= 0.f) scale = 1.f / std::sqrt((float)D);
     const bool dropout = training && dropout_p > 0.f;
 #ifdef ENGINE_CUDA
-    if (use_fused_attention(q.device(), dropout, D)) return attention_fused(q, k, v, causal, scale);
+    if (use_fused_attention(q.device(), dropout, D)) return attention_fused(q, k, v, B * H, T, S, D, 0, causal, scale);
 #endif
     return attention_unfused(q, k, v, B * H, T, S, D, 0, causal, dropout_p, dropout, scale);
 }
@@ -413,12 +436,11 @@ Tensor attention_tokens(const Tensor& q, const Tensor& k, const Tensor& v, int64
     expect_probability("attention_tokens", dropout_p, "dropout_p");
     int64_t B = qs[0], T = qs[1], S = ks[1], D = qs[2] / heads;
     const bool dropout = training && dropout_p > 0.f;
-    if (use_fused_attention(q.device(), dropout, D)) {  // the flash kernels take [B, H, T, D]
-        auto heads_first = [&](const Tensor& x) { return permute(x.reshape({B, x.size(1), heads, D}), {0, 2, 1, 3}); };
-        Tensor o = attention(heads_first(q), heads_first(k), heads_first(v), causal, dropout_p, training, scale);
-        return permute(o, {0, 2, 1, 3}).reshape(qs);
-    }
     if (scale <= 0.f) scale = 1.f / std::sqrt((float)D);
+#ifdef ENGINE_CUDA
+    if (use_fused_attention(q.device(), dropout, D))
+        return attention_fused(q, k, v, B * heads, T, S, D, heads, causal, scale);
+#endif
     return attention_unfused(q, k, v, B * heads, T, S, D, heads, causal, dropout_p, dropout, scale);
 }
 
@@ -432,13 +454,10 @@ Tensor attention_qkv(const Tensor& qkv, int64_t heads, bool causal, float dropou
     expect_probability("attention_qkv", dropout_p, "dropout_p");
     const int64_t B = qs[0], T = qs[1], W = qs[2] / 3, D = W / heads, BH = B * heads;
     const bool dropout = training && dropout_p > 0.f;
-    if (use_fused_attention(qkv.device(), dropout, D)) {  // [B, T, 3, H, D] -> q, k, v [B, H, T, D]
-        Tensor parts = permute(qkv.reshape({B, T, 3, heads, D}), {2, 0, 3, 1, 4});
-        auto part = [&](int64_t i) { return parts.narrow(0, i, 1).reshape({B, heads, T, D}); };
-        Tensor o = attention(part(0), part(1), part(2), causal, dropout_p, training, scale);
-        return permute(o, {0, 2, 1, 3}).reshape({B, T, W});
-    }
     if (scale <= 0.f) scale = 1.f / std::sqrt((float)D);
+#ifdef ENGINE_CUDA
+    if (use_fused_attention(qkv.device(), dropout, D)) return attention_qkv_fused(qkv, B, T, heads, D, causal, scale);
+#endif
     // q, k and v: the column blocks [0, W), [W, 2W) and [2W, 3W) of qkv's rows.
     const AttentionHeads in = AttentionHeads::token_major(heads, D, 3 * W), out_layout = AttentionHeads::token_major(heads, D);
     Tensor out = qkv.new_empty({B, T, W});

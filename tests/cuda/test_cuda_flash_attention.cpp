@@ -225,12 +225,13 @@ TEST_CASE("cuda flash attention: the op takes the fused path (calls, memory kept
     CHECK(emu::counters().launches - launches == 1);
     Tensor lse = q.new_empty({B, H, T}), dout = to_cuda(randn({B, H, T, D}, false, 94));
     Tensor dq = q.new_empty(q.shape()), dk = q.new_empty(k.shape()), dv = q.new_empty(v.shape());
+    const auto head_major = engine::AttentionHeads::head_major(D);
     engine::cuda::flash_attention_forward(q.raw_f32(), k.raw_f32(), v.raw_f32(), out.raw_f32(), lse.raw_f32(), B * H,
-                                          T, S, D, true, 0.125f);
+                                          T, S, D, true, 0.125f, head_major, head_major);
     launches = emu::counters().launches;
     engine::cuda::flash_attention_backward(q.raw_f32(), k.raw_f32(), v.raw_f32(), out.raw_f32(), lse.raw_f32(),
                                            dout.raw_f32(), dq.raw_f32(), dk.raw_f32(), dv.raw_f32(), B * H, T, S, D,
-                                           true, 0.125f);
+                                           true, 0.125f, head_major, head_major);
     CHECK(emu::counters().launches - launches == 3);
     REQUIRE(engine::cuda::flash_attention_calls().forward == before.forward + 2);
     REQUIRE(engine::cuda::flash_attention_calls().backward == before.backward + 1);
@@ -357,4 +358,108 @@ TEST_CASE("cuda flash attention, tensor cores: the same bits on every run; bf16 
     REQUIRE(d.out.defined());
     REQUIRE(engine::cuda::flash_attention_calls().tc_forward == after.tc_forward);
     REQUIRE(engine::cuda::flash_attention_calls().forward == after.forward + 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Token-major layouts: attention_qkv (q, k, v the column blocks of one [B, T, 3·H·D] projection)
+// and attention_tokens (q, k, v [B, T, H·D]) hand their tensors to the fused kernels as they are,
+// and get out, dq, dk, dv written in the same layouts: no permute, narrow or concat around them.
+namespace {
+
+struct TokensRun {
+    Tensor out, dq, dk, dv;  // attention_qkv: dq holds d(qkv)
+};
+
+// attention_qkv (k, v undefined) or attention_tokens on CUDA copies, then the backward of Σ out ⊙ w.
+TokensRun run_tokens(bool fused, engine::cuda::GemmPrecision p, const Tensor& q, const Tensor& k, const Tensor& v,
+                     int64_t heads, bool causal, const Tensor& w, uint64_t* launches = nullptr) {
+    test::FusedAttentionScope f(fused);
+    test::PrecisionScope precision(p);
+    Tensor qc = to_cuda(q), kc = k.defined() ? to_cuda(k) : Tensor(), vc = v.defined() ? to_cuda(v) : Tensor();
+    Tensor wc = w.to(Device::CUDA);
+#ifdef ENGINE_CUDA_EMU
+    const uint64_t before = emu::counters().launches;
+#endif
+    Tensor out = k.defined() ? engine::attention_tokens(qc, kc, vc, heads, causal) : engine::attention_qkv(qc, heads, causal);
+#ifdef ENGINE_CUDA_EMU
+    if (launches) *launches = emu::counters().launches - before;
+#else
+    (void)launches;
+#endif
+    engine::sum(engine::mul(out, wc)).backward();
+    return {out.detach(), qc.grad(), kc.defined() ? kc.grad() : Tensor(), vc.defined() ? vc.grad() : Tensor()};
+}
+
+}  // namespace
+
+TEST_CASE("cuda flash attention: attention_qkv and attention_tokens read and write token-major heads", "[cuda][flash]") {
+    using engine::cuda::GemmPrecision;
+    const int64_t B = 2, heads = 3;
+    struct Case { int64_t T, S, D; };
+    for (Case c : {Case{37, 37, 32}, Case{70, 45, 64}, Case{19, 19, 128}})
+        for (bool causal : {false, true}) {
+            const int64_t W = heads * c.D;
+            INFO("T " << c.T << " S " << c.S << " D " << c.D << " causal " << causal);
+            Tensor w = weights_like({B, c.T, W});
+            // attention_qkv (T = S only): fused fp32 kernels against unfused to fp32 rounding, the
+            // tensor-core kernels against unfused fp32 to TF32's bounds.
+            if (c.T == c.S) {
+                Tensor qkv = randn({B, c.T, 3 * W}, true, 201);
+                TokensRun ref = run_tokens(false, GemmPrecision::fp32, qkv, {}, {}, heads, causal, w);
+                uint64_t launches = 0;
+                TokensRun f32 = run_tokens(true, GemmPrecision::fp32, qkv, {}, {}, heads, causal, w, &launches);
+                test::require_close("qkv forward", ref.out, f32.out, kFwd);
+                test::require_close("d(qkv)", ref.dq, f32.dq, kBwd);
+#ifdef ENGINE_CUDA_EMU
+                CHECK(launches == 1);  // the flash forward alone: no permute of q, k, v or out
+#endif
+                TokensRun tc = run_tokens(true, GemmPrecision::tf32, qkv, {}, {}, heads, causal, w, &launches);
+                require_close_rms("qkv forward, tensor cores", ref.out, tc.out, kTcFwdBound);
+                require_close_rms("d(qkv), tensor cores", ref.dq, tc.dq, kTcBwdBound, test::rms(ref.dq));
+#ifdef ENGINE_CUDA_EMU
+                CHECK(launches == 1);
+#endif
+            }
+            Tensor q = randn({B, c.T, W}, true, 202), k = randn({B, c.S, W}, true, 203), v = randn({B, c.S, W}, true, 204);
+            TokensRun ref = run_tokens(false, GemmPrecision::fp32, q, k, v, heads, causal, w);
+            uint64_t launches = 0;
+            TokensRun f32 = run_tokens(true, GemmPrecision::fp32, q, k, v, heads, causal, w, &launches);
+            test::require_close("tokens forward", ref.out, f32.out, kFwd);
+            test::require_close("tokens dq", ref.dq, f32.dq, kBwd);
+            test::require_close("tokens dk", ref.dk, f32.dk, kBwd);
+            test::require_close("tokens dv", ref.dv, f32.dv, kBwd);
+#ifdef ENGINE_CUDA_EMU
+            CHECK(launches == 1);
+#endif
+            TokensRun tc = run_tokens(true, GemmPrecision::tf32, q, k, v, heads, causal, w);
+            const double floor = test::rms(ref.dv);
+            require_close_rms("tokens forward, tensor cores", ref.out, tc.out, kTcFwdBound);
+            require_close_rms("tokens dq, tensor cores", ref.dq, tc.dq, kTcBwdBound, floor);
+            require_close_rms("tokens dk, tensor cores", ref.dk, tc.dk, kTcBwdBound, floor);
+            require_close_rms("tokens dv, tensor cores", ref.dv, tc.dv, kTcBwdBound, floor);
+        }
+}
+
+TEST_CASE("cuda flash attention: layouts of another head dim, and misaligned rows for the tensor cores, are errors",
+          "[cuda][flash]") {
+    const int64_t T = 8, D = 32;
+    Tensor x = to_cuda(randn({1, T, 3 * D + 1}, false, 211)), out = x.new_empty({1, T, D}), lse = x.new_empty({1, T});
+    const float* p = x.raw_f32();
+    const auto hm = engine::AttentionHeads::head_major(D);
+    // A layout of head dim 64 for a call of head dim 32.
+    REQUIRE_THROWS_WITH(engine::cuda::flash_attention_forward(p, p, p, out.raw_f32(), lse.raw_f32(), 1, T, T, D, false,
+                                                              0.2f, engine::AttentionHeads::head_major(64), hm),
+                        Catch::Contains("flash attention forward") && Catch::Contains("head dim 64"));
+    // Rows 3·D + 1 floats apart: fine for the fp32 kernels, not for the tensor cores' float4s.
+    const auto odd = engine::AttentionHeads::token_major(1, D, 3 * D + 1);
+    {
+        test::PrecisionScope precision(engine::cuda::GemmPrecision::fp32);
+        engine::cuda::flash_attention_forward(p, p + D, p + 2 * D, out.raw_f32(), lse.raw_f32(), 1, T, T, D, false,
+                                              0.2f, odd, engine::AttentionHeads::token_major(1, D));
+    }
+    test::PrecisionScope precision(engine::cuda::GemmPrecision::tf32);
+    REQUIRE_THROWS_WITH(engine::cuda::flash_attention_forward(p, p + D, p + 2 * D, out.raw_f32(), lse.raw_f32(), 1, T,
+                                                              T, D, false, 0.2f, odd,
+                                                              engine::AttentionHeads::token_major(1, D)),
+                        Catch::Contains("16-byte"));
 }
