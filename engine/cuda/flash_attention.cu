@@ -450,28 +450,29 @@ namespace wmma = nvcuda::wmma;
 #define TC_UNROLL_ELEMENTS
 #else
 #define TC_UNROLL_K _Pragma("unroll 1")
-#define TC_UNROLL_ELEMENTS _Pragma("unroll 4")
+#define TC_UNROLL_ELEMENTS _Pragma("unroll")
 #endif
 
 using AccFrag = wmma::fragment<wmma::accumulator, 16, 16, 8, float>;
 
 constexpr int kTcWarps = kThreads / kWarp;
 constexpr int kTcRows = 16 * kTcWarps;  // rows a block owns: 16 per warp
+constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
 
 template <int D>
 struct TcTiles {
     static_assert(D == 32 || D == 64 || D == 128, "flash attention is compiled for head dims 32, 64, 128");
     static constexpr int kLd = D + 4;  // row stride of a [rows × D] tile
     // Columns streamed per step: keys in the forward and dq, queries in dk/dv.
-    static constexpr int kFwdCols = D <= 64 ? 64 : 32, kBwdCols = 32;
+    static constexpr int kFwdCols = D <= 64 ? 64 : 32, kBwdCols = kWarp;  // backward: a lane a column
     static constexpr int kFwdLds = kFwdCols + 4, kBwdLds = kBwdCols + 4;
     // Shared floats (each array a multiple of 8 floats, so every one starts 32 bytes aligned):
     // forward q, k, v, scores/P, the row ids, alpha; dk/dv k, v, q, dout, Sᵀ/Pᵀ, dPᵀ/dSᵀ, lse and Δ of
-    // the streamed queries; dq q, dout, k, v, S/dS, dP, lse and Δ of the rows.
-    static constexpr int kFwdShared =
-        (kTcRows + 2 * kFwdCols) * kLd + kTcRows * kFwdLds + 256 + kTcRows;
+    // the streamed queries; dq q, dout, k, v, S/dS, dP, lse and Δ of the rows, and the keys each row
+    // sees (int64: two floats each).
+    static constexpr int kFwdShared = (kTcRows + 2 * kFwdCols) * kLd + kTcRows * kFwdLds + 256 + kTcRows;
     static constexpr int kDkdvShared = (2 * kTcRows + 2 * kBwdCols) * kLd + 2 * kTcRows * kBwdLds + 2 * kBwdCols;
-    static constexpr int kDqShared = (2 * kTcRows + 2 * kBwdCols) * kLd + 2 * kTcRows * kBwdLds + 2 * kTcRows;
+    static constexpr int kDqShared = (2 * kTcRows + 2 * kBwdCols) * kLd + 2 * kTcRows * kBwdLds + 4 * kTcRows;
     static_assert(kLd % 4 == 0 && kFwdLds % 4 == 0 && kBwdLds % 4 == 0, "wmma: ldm a multiple of 4 floats");
     static_assert(kFwdCols % 16 == 0 && kBwdCols % 16 == 0, "16-column tiles");
 };
@@ -621,7 +622,10 @@ __global__ void __launch_bounds__(kThreads)
     wmma::load_matrix_sync(rows, ids_s, 16, wmma::mem_row_major);
     UNROLL
     for (int f = 0; f < D / 16; f++) wmma::fill_fragment(o[f], 0.f);
+    // m (the running max) and the exponents in log2 units: exp(x) = exp2(x·log2 e), one ex2 each.
+    const float scale2 = scale * kLog2e;
     float m = -INFINITY, l = 0.f;
+    const int64_t seen = i < T ? visible_keys(i, T, S, causal) : 0;  // this row sees keys [0, seen)
     const int64_t k_end = keys_seen_by(q0, R, T, S, causal);
     for (int64_t k0 = 0; k0 < k_end; k0 += C) {
         __syncthreads();  // the previous step's k and v are no longer read
@@ -631,9 +635,10 @@ __global__ void __launch_bounds__(kThreads)
         warp_gemm_to_shared<C, D, wmma::col_major>(q_w, LD, k_s, LD, s_w, LDS);  // q·kᵀ
         __syncwarp();
         float* srow = s_w + row * LDS;
+        const int cols = (int)(seen - k0 < 0 ? 0 : (seen - k0 > C ? C : seen - k0));  // seen columns of the tile
         float tile_max = -INFINITY;
         for (int c = part; c < C; c += 2) {
-            const float s = sees(i, k0 + c, T, S, causal) ? srow[c] * scale : -INFINITY;
+            const float s = c < cols ? srow[c] * scale2 : -INFINITY;
             srow[c] = s;
             tile_max = fmaxf(tile_max, s);
         }
@@ -641,10 +646,10 @@ __global__ void __launch_bounds__(kThreads)
         // A row that has seen no key yet keeps m = −inf; exponents relative to 0 then give
         // exp(−inf) = 0 instead of exp(−inf + inf) = NaN.
         const float base = m_new == -INFINITY ? 0.f : m_new;
-        const float alpha = expf(m - base);
+        const float alpha = exp2f(m - base);
         float tile_sum = 0.f;
         for (int c = part; c < C; c += 2) {
-            const float p = expf(srow[c] - base);
+            const float p = exp2f(srow[c] - base);
             tile_sum += p;
             srow[c] = wmma::__float_to_tf32(p);
         }
@@ -660,10 +665,11 @@ __global__ void __launch_bounds__(kThreads)
         }
         warp_gemm_accumulate<D, C>(s_w, LDS, v_s, o);  // o += P·v
     }
-    // l >= 1 once a key is seen (the max contributes exp(0)); 0 means none was.
+    __syncwarp();  // every lane has read alpha_w
+    // l >= 1 once a key is seen (the max contributes exp2(0)); 0 means none was. lse in natural log.
     if (part == 0) {
         alpha_w[row] = l > 0.f ? 1.f / l : 0.f;
-        if (i < T) lse[i] = l > 0.f ? m + logf(l) : INFINITY;
+        if (i < T) lse[i] = l > 0.f ? (m + log2f(l)) * kLn2 : INFINITY;
     }
     __syncwarp();
     store_scaled<D>(o, rows, alpha_w, q_w);  // q_w's rows are the warp's own, no longer read
@@ -686,7 +692,7 @@ __global__ void __launch_bounds__(kThreads)
     float* do_s = q_s + C * LD;
     float* s_s = do_s + C * LD;   // Sᵀ, then Pᵀ: [key][query]
     float* dp_s = s_s + R * LDS;  // dPᵀ, then dSᵀ
-    float* lse_s = dp_s + R * LDS;
+    float* lse_s = dp_s + R * LDS;  // in log2 units
     float* delta_s = lse_s + C;
     const int64_t bh = (int64_t)blockIdx.x / k_tiles, k0 = (int64_t)blockIdx.x % k_tiles * R;
     q += in.offset(bh, T);
@@ -697,6 +703,7 @@ __global__ void __launch_bounds__(kThreads)
     delta += bh * T;
     const int warp = (int)threadIdx.x / kWarp, lane = (int)threadIdx.x % kWarp;
     const int64_t j0 = k0 + 16 * warp;  // the warp's first key
+    const float scale2 = scale * kLog2e;  // P = exp2(s·scale·log2 e − lse·log2 e)
     float* k_w = k_s + 16 * warp * LD;
     float* v_w = v_s + 16 * warp * LD;
     float* s_w = s_s + 16 * warp * LDS;
@@ -718,18 +725,23 @@ __global__ void __launch_bounds__(kThreads)
         tc_load_rows<D, C>(q_s, q, in.ld, i0, T);
         tc_load_rows<D, C>(do_s, dout, ol.ld, i0, T);
         for (int c = (int)threadIdx.x; c < C; c += kThreads) {
-            lse_s[c] = i0 + c < T ? lse[i0 + c] : INFINITY;
+            lse_s[c] = i0 + c < T ? lse[i0 + c] * kLog2e : INFINITY;
             delta_s[c] = i0 + c < T ? delta[i0 + c] : 0.f;
         }
         __syncthreads();
         warp_gemm_to_shared<C, D, wmma::col_major>(k_w, LD, q_s, LD, s_w, LDS);    // (k·qᵀ)[key][query]
         warp_gemm_to_shared<C, D, wmma::col_major>(v_w, LD, do_s, LD, dp_w, LDS);  // (v·doutᵀ) = dPᵀ
         __syncwarp();
+        // Lane c does column c (query i0 + c) of every row (C = 32 lanes): its lse and Δ once, and
+        // the last key it sees (keys j0 + r <= last).
+        const int64_t i = i0 + lane;
+        const float lse2 = lse_s[lane], d = delta_s[lane];
+        const int64_t last = i >= T ? -1 : (causal ? (i + S - T < S ? i + S - T : S - 1) : S - 1);
         TC_UNROLL_ELEMENTS
-        for (int e = lane; e < 16 * C; e += kWarp) {
-            const int r = e / C, c = e % C, at = r * LDS + c;
-            const float p = sees(i0 + c, j0 + r, T, S, causal) ? expf(s_w[at] * scale - lse_s[c]) : 0.f;
-            dp_w[at] = wmma::__float_to_tf32(p * (dp_w[at] - delta_s[c]));
+        for (int r = 0; r < 16; r++) {
+            const int at = r * LDS + lane;
+            const float p = j0 + r <= last ? exp2f(s_w[at] * scale2 - lse2) : 0.f;
+            dp_w[at] = wmma::__float_to_tf32(p * (dp_w[at] - d));
             s_w[at] = wmma::__float_to_tf32(p);
         }
         __syncwarp();
@@ -766,8 +778,9 @@ __global__ void __launch_bounds__(kThreads)
     float* v_s = k_s + C * LD;
     float* s_s = v_s + C * LD;    // S, then dS
     float* dp_s = s_s + R * LDS;  // dP
-    float* lse_s = dp_s + R * LDS;
+    float* lse_s = dp_s + R * LDS;  // in log2 units
     float* delta_s = lse_s + R;
+    int64_t* seen_s = reinterpret_cast<int64_t*>(delta_s + R);  // keys [0, seen) each row sees
     const int64_t bh = (int64_t)blockIdx.x / q_tiles, q0 = (int64_t)blockIdx.x % q_tiles * R;
     q += in.offset(bh, T);
     k += in.offset(bh, S);
@@ -783,12 +796,15 @@ __global__ void __launch_bounds__(kThreads)
     float* dp_w = dp_s + 16 * warp * LDS;
     const float* lse_w = lse_s + 16 * warp;
     const float* delta_w = delta_s + 16 * warp;
+    const int64_t* seen_w = seen_s + 16 * warp;
+    const float scale2 = scale * kLog2e;  // P = exp2(s·scale·log2 e − lse·log2 e)
 
     tc_load_rows<D, R>(q_s, q, in.ld, q0, T);
     tc_load_rows<D, R>(do_s, dout, ol.ld, q0, T);
     for (int r = (int)threadIdx.x; r < R; r += kThreads) {
-        lse_s[r] = q0 + r < T ? lse[q0 + r] : INFINITY;
+        lse_s[r] = q0 + r < T ? lse[q0 + r] * kLog2e : INFINITY;
         delta_s[r] = q0 + r < T ? delta[q0 + r] : 0.f;
+        seen_s[r] = q0 + r < T ? visible_keys(q0 + r, T, S, causal) : 0;
     }
     AccFrag acc[D / 16];
     UNROLL
@@ -802,10 +818,12 @@ __global__ void __launch_bounds__(kThreads)
         warp_gemm_to_shared<C, D, wmma::col_major>(q_w, LD, k_s, LD, s_w, LDS);    // q·kᵀ
         warp_gemm_to_shared<C, D, wmma::col_major>(do_w, LD, v_s, LD, dp_w, LDS);  // dP = dout·vᵀ
         __syncwarp();
+        // Lane c does column c (key k0 + c) of every row (C = 32 lanes); row r sees keys [0, seen_w[r]).
+        const int64_t j = k0 + lane;
         TC_UNROLL_ELEMENTS
-        for (int e = lane; e < 16 * C; e += kWarp) {
-            const int r = e / C, c = e % C, at = r * LDS + c;
-            const float p = sees(i0 + r, k0 + c, T, S, causal) ? expf(s_w[at] * scale - lse_w[r]) : 0.f;
+        for (int r = 0; r < 16; r++) {
+            const int at = r * LDS + lane;
+            const float p = j < seen_w[r] ? exp2f(s_w[at] * scale2 - lse_w[r]) : 0.f;
             s_w[at] = wmma::__float_to_tf32(p * (dp_w[at] - delta_w[r]));
         }
         __syncwarp();
