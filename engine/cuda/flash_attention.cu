@@ -1,7 +1,7 @@
 // engine/cuda/flash_attention.cu: fused ("flash") attention, forward and backward
 // (engine/cuda/flash_attention.h says what each entry point computes). Two sets of kernels: the
 // fp32-core ones described here (gemm_precision() fp32), and further down the tensor-core ones
-// (flash_tc_*: TF32 wmma products, taken under tf32 and bf16; never run on a GPU yet).
+// (flash_tc_*: TF32 wmma products, taken under tf32 and bf16).
 //
 // Why: the unfused path (engine/cuda/nn.cu) writes the scores and the probabilities P [BH, T, S]
 // to device memory, rewrites them in the softmax, keeps P for the backward and reads it (and dP,

@@ -15,11 +15,10 @@
 //               an H200 (docs/results/gpu-h200-2026-11-26.md) and stay the reference;
 //   tf32, bf16  the tensor-core kernels: every matrix product of a tile (q·kᵀ, P·v; dout·vᵀ, Pᵀ·dout,
 //               dSᵀ·q, dS·k) through nvcuda::wmma with TF32 inputs (m16n16k8, fp32 accumulators),
-//               the softmax, masks and rescaling in fp32 on regular threads. THEY HAVE NEVER RUN ON
-//               A GPU: they compile with nvcc (sm_80, sm_90; make cuda-check: no spills) and pass the
-//               [cuda][flash] suite in the CUDA emulator (whose <mma.h> stand-in scrambles the
-//               fragment layout), nothing more. Their speed is unmeasured (bench/gpu.sh
-//               --fused-attention both), so the fused path stays off by default.
+//               the softmax, masks and rescaling in fp32 on regular threads. They have run on an
+//               H200 (docs/results/gpu-h200-2026-11-26-second.md: the [cuda] suite, compute-
+//               sanitizer's memcheck and racecheck clean). Their forward is about as fast as the
+//               unfused path's, their backward 1.8× slower, so the fused path stays off by default.
 // Same semantics and the same lse either way (a backward may follow a forward of the other kind).
 //
 // Deterministic: no atomics; every sum has an order fixed by the shape, so the same input gives
@@ -33,12 +32,13 @@ namespace engine::cuda {
 // Head dims with a compiled kernel: 32, 64 and 128 (other D use the unfused path).
 bool flash_attention_supports(int64_t D);
 
-// Whether `attention` may use the fused path. Off by default: on an H200 the unfused path (its two
-// GEMMs on the tensor cores) was the faster one at the sequence lengths measured (ViT-Tiny patch 2,
-// T = 257: 35 against 49 ms a step; the LM at T = 256: 17.6 against 21.2 ms, docs/BENCHMARKS.md),
-// while this kernel multiplies on the fp32 cores. It saves memory (P is never stored: 1.1 GB of
-// the ViT's 7.9). The environment variable INITLAB_FUSED_ATTENTION=1 turns it on (read once, at
-// the first call), and set_fused_attention overrides either (tests run both paths).
+// Whether `attention` may use the fused path. Off by default: on an H200, TF32, the unfused path
+// (its GEMMs on cuBLAS's tensor-core kernels) is the faster one at the lengths measured (ViT-Tiny
+// patch 2, T = 257: 26.5 against 32.4 ms a step; the LM at T = 256: 14.8 against 16.3; at T = 4096:
+// 21.9 against 30.9). The fused path saves memory, since P is never stored: 3208 against 4378 MB
+// for ViT-Tiny, 1625 against 6460 MB for the LM at T = 4096. The environment variable
+// INITLAB_FUSED_ATTENTION=1 turns it on (read once, at the first call), and set_fused_attention
+// overrides either (tests run both paths).
 bool fused_attention_enabled();
 void set_fused_attention(bool on);
 

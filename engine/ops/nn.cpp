@@ -282,8 +282,9 @@ Tensor mse_loss(const Tensor& pred, const Tensor& target) {
 // INITLAB_FUSED_ATTENTION=1; off by default, being the slower one on an H200, see
 // engine/cuda/flash_attention.h), without a dropout mask (dropout_p == 0, or not training) and with
 // a head dim that has a fused kernel (32, 64, 128), the fused path runs instead: P is never stored;
-// the forward saves lse [B, H, T] (and the backward reads the output itself), and the backward
-// recomputes P tile by tile. The unfused path stays the reference.
+// the forward saves lse [B·H, T] (and the backward reads the output itself), and the backward
+// recomputes P tile by tile. It takes the heads in the same layouts as the unfused path (no
+// permutes). The unfused path stays the reference.
 
 #ifdef ENGINE_CUDA
 // The fused path; q, k, v (and out) as the unfused path takes them (attention_unfused below).
