@@ -21,6 +21,9 @@
 //
 // Dropout's uniforms come from uniform_fill, Philox4x32-10 (engine/cuda/philox.h) on the counter
 // blocks the op reserved from the global generator: bitwise the CPU's mask.
+#include <cstdint>
+#include <initializer_list>
+
 #include "engine/attention_layout.h"
 #include "engine/cuda/kernel.h"
 #include "engine/cuda/matmul.h"
@@ -453,23 +456,42 @@ __global__ void mean_kernel(const double* part, int64_t parts, float* out, doubl
     if (threadIdx.x == 0) out[0] = divisor > 0 ? (float)(s / divisor) : 0.f;
 }
 
+// Calls f(x, c) for each logit x (column c) of the row xr that this thread of its row group owns:
+// as float4 loads when vec4 (C a multiple of 4, the rows 16-byte aligned; four times fewer loads
+// and index computations on a 10 000-word vocabulary's rows), else one float at a time.
+template <typename F>
+__device__ __forceinline__ void for_each_logit(const float* xr, int64_t C, const RowGroup& g, bool vec4, F f) {
+    if (vec4) {
+        const float4* x4 = reinterpret_cast<const float4*>(xr);
+        for (int64_t c4 = g.tid; c4 < C / 4; c4 += g.width) {
+            const float4 v = x4[c4];
+            f(v.x, 4 * c4);
+            f(v.y, 4 * c4 + 1);
+            f(v.z, 4 * c4 + 2);
+            f(v.w, 4 * c4 + 3);
+        }
+    } else {
+        for (int64_t c = g.tid; c < C; c += g.width) f(xr[c], c);
+    }
+}
+
 // −log p_c = lse − x_c, so a row needs its lse, its target logit and (smoothing) its mean logit.
 template <bool kBlock>
 __global__ void cross_entropy_forward_kernel(const float* logits, const int32_t* targets, double* row_loss,
                                              float* lse, int64_t rows, int64_t C, int32_t ignore_index,
-                                             float smoothing) {
+                                             float smoothing, bool vec4) {
     SHARED_ARRAY(float, scratch, kRowThreads / kWarp);
     RowGroup g = row_group<kBlock>();
     for (int64_t r = g.first; r < rows; r += g.stride) {
         const float* xr = logits + r * C;
         float m = -INFINITY;
-        for (int64_t c = g.tid; c < C; c += g.width) m = fmaxf(m, xr[c]);
+        for_each_logit(xr, C, g, vec4, [&](float x, int64_t) { m = fmaxf(m, x); });
         m = group_max<kBlock>(m, scratch);
         float s = 0.f, xs = 0.f;
-        for (int64_t c = g.tid; c < C; c += g.width) {
-            s += expf(xr[c] - m);
-            xs += xr[c];
-        }
+        for_each_logit(xr, C, g, vec4, [&](float x, int64_t) {
+            s += expf(x - m);
+            xs += x;
+        });
         s = group_sum<kBlock>(s, scratch);
         xs = group_sum<kBlock>(xs, scratch);
         if (g.tid == 0) {
@@ -483,23 +505,42 @@ __global__ void cross_entropy_forward_kernel(const float* logits, const int32_t*
     }
 }
 
-// One thread per logit: (softmax − target distribution)·dloss/count, 0 on ignored rows.
+// (softmax − target distribution)·dloss/count, 0 on ignored rows; a row group per row (its target,
+// lse and scale read once), float4 loads and stores when vec4.
+template <bool kBlock>
 __global__ void cross_entropy_backward_kernel(const float* logits, const int32_t* targets, const float* lse,
                                               const float* dloss, float* dlogits, int64_t rows, int64_t C,
                                               int64_t count, const int64_t* count_dev, int32_t ignore_index,
-                                              float smoothing) {
+                                              float smoothing, bool vec4) {
     if (count_dev) count = *count_dev;
-    float g = count > 0 ? dloss[0] / (float)count : 0.f;
-    float uniform = smoothing / (float)C;
-    GRID_STRIDE_LOOP(i, rows * C) {
-        int64_t r = i / C, c = i % C;
-        int32_t t = targets[r];
-        float d = 0.f;
-        if (t != ignore_index) {
-            d = (expf(logits[i] - lse[r]) - uniform) * g;
-            if (c == t) d -= (1.f - smoothing) * g;
+    const float g = count > 0 ? dloss[0] / (float)count : 0.f;
+    const float uniform = smoothing / (float)C;
+    RowGroup rg = row_group<kBlock>();
+    for (int64_t r = rg.first; r < rows; r += rg.stride) {
+        const int32_t t = targets[r];
+        const bool ignored = t == ignore_index;
+        const float l = lse[r];
+        auto grad = [&](float x, int64_t c) {
+            float d = 0.f;
+            if (!ignored) {
+                d = (expf(x - l) - uniform) * g;
+                if (c == t) d -= (1.f - smoothing) * g;
+            }
+            return d;
+        };
+        const float* xr = logits + r * C;
+        float* dr = dlogits + r * C;
+        if (vec4) {
+            const float4* x4 = reinterpret_cast<const float4*>(xr);
+            float4* d4 = reinterpret_cast<float4*>(dr);
+            for (int64_t c4 = rg.tid; c4 < C / 4; c4 += rg.width) {
+                const float4 v = x4[c4];
+                const int64_t c = 4 * c4;
+                d4[c4] = float4{grad(v.x, c), grad(v.y, c + 1), grad(v.z, c + 2), grad(v.w, c + 3)};
+            }
+        } else {
+            for (int64_t c = rg.tid; c < C; c += rg.width) dr[c] = grad(xr[c], c);
         }
-        dlogits[i] = d;
     }
 }
 
@@ -726,6 +767,13 @@ void dropout_backward(const float* mask, const float* dy, float* dx, int64_t n) 
     KERNEL_LAUNCH(mul_kernel, blocks_for(n), kBlockSize, 0, dy, mask, dx, n);
 }
 
+// Whether rows of C floats starting at each pointer can be read as float4s.
+static bool rows_as_float4(int64_t C, std::initializer_list<const float*> pointers) {
+    bool ok = C % 4 == 0;
+    for (const float* p : pointers) ok = ok && reinterpret_cast<uintptr_t>(p) % 16 == 0;
+    return ok;
+}
+
 // count_dev: the count from device memory instead of `count`.
 static void cross_entropy_forward_impl(const float* logits, const int32_t* targets, float* loss, float* lse,
                                        int64_t rows, int64_t C, int64_t count, int32_t ignore_index, float smoothing,
@@ -733,7 +781,7 @@ static void cross_entropy_forward_impl(const float* logits, const int32_t* targe
     Scratch<double> row_loss(rows);
     if (rows > 0)
         ROWS_LAUNCH(cross_entropy_forward_kernel, rows, C, logits, targets, row_loss.p, lse, rows, C, ignore_index,
-                    smoothing);
+                    smoothing, rows_as_float4(C, {logits}));
     KERNEL_LAUNCH(mean_kernel, 1, kRowThreads, 0, (const double*)row_loss.p, rows, loss, (double)count, count_dev);
 }
 
@@ -741,8 +789,8 @@ static void cross_entropy_backward_impl(const float* logits, const int32_t* targ
                                         const float* dloss, float* dlogits, int64_t rows, int64_t C, int64_t count,
                                         int32_t ignore_index, float smoothing, const int64_t* count_dev) {
     if (rows * C == 0) return;
-    KERNEL_LAUNCH(cross_entropy_backward_kernel, blocks_for(rows * C), kBlockSize, 0, logits, targets, lse, dloss,
-                  dlogits, rows, C, count, count_dev, ignore_index, smoothing);
+    ROWS_LAUNCH(cross_entropy_backward_kernel, rows, C, logits, targets, lse, dloss, dlogits, rows, C, count,
+                count_dev, ignore_index, smoothing, rows_as_float4(C, {logits, dlogits}));
 }
 
 void cross_entropy_forward(const float* logits, const int32_t* targets, float* loss, float* lse, int64_t rows,
