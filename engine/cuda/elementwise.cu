@@ -83,6 +83,24 @@ __global__ void binary_scalar_kernel(const float* a, float s, float* out, int64_
     GRID_STRIDE_LOOP(i, n) out[i] = op(a[i], s);
 }
 
+// The float4 twins of the two flat loops above (kernel.h's float4_ok), over n4 = n / 4 float4s.
+template <typename Op>
+__global__ void binary_same4_kernel(const float4* a, const float4* b, float4* out, int64_t n4) {
+    Op op;
+    GRID_STRIDE_LOOP(i, n4) {
+        const float4 x = a[i], y = b[i];
+        out[i] = float4{op(x.x, y.x), op(x.y, y.y), op(x.z, y.z), op(x.w, y.w)};
+    }
+}
+template <typename Op>
+__global__ void binary_scalar4_kernel(const float4* a, float s, float4* out, int64_t n4) {
+    Op op;
+    GRID_STRIDE_LOOP(i, n4) {
+        const float4 x = a[i];
+        out[i] = float4{op(x.x, s), op(x.y, s), op(x.z, s), op(x.w, s)};
+    }
+}
+
 template <typename Op>
 static void binary_with(const float* a, const Shape& as, const float* b, const Shape& bs, float* out,
                         const Shape& os) {
@@ -113,7 +131,11 @@ static void binary_with(const float* a, const Shape& as, const float* b, const S
     unsigned blocks = blocks_for(n);
     bool a_full = ra == n, b_full = rb == n;  // numel of a / b equals the output's
     if (a_full && b_full) {
-        KERNEL_LAUNCH(binary_same_kernel<Op>, blocks, kBlockSize, 0, a, b, out, n);
+        if (float4_ok(n, {a, b, out}))
+            KERNEL_LAUNCH(binary_same4_kernel<Op>, blocks_for(n / 4), kBlockSize, 0, (const float4*)a,
+                          (const float4*)b, (float4*)out, n / 4);
+        else
+            KERNEL_LAUNCH(binary_same_kernel<Op>, blocks, kBlockSize, 0, a, b, out, n);
         return;
     }
     if (a_full && rb == 1) { KERNEL_LAUNCH(binary_one_kernel<Op>, blocks, kBlockSize, 0, a, b, out, n, true); return; }
@@ -138,14 +160,22 @@ void binary(BinaryOp op, const float* a, const Shape& as, const float* b, const 
     }
 }
 
+template <typename Op>
+static void binary_scalar_with(const float* a, float s, float* out, int64_t n) {
+    if (float4_ok(n, {a, out}))
+        KERNEL_LAUNCH(binary_scalar4_kernel<Op>, blocks_for(n / 4), kBlockSize, 0, (const float4*)a, s, (float4*)out,
+                      n / 4);
+    else
+        KERNEL_LAUNCH(binary_scalar_kernel<Op>, blocks_for(n), kBlockSize, 0, a, s, out, n);
+}
+
 void binary_scalar(BinaryOp op, const float* a, float s, float* out, int64_t n) {
     if (n == 0) return;
-    unsigned blocks = blocks_for(n);
     switch (op) {
-        case BinaryOp::Add: KERNEL_LAUNCH(binary_scalar_kernel<AddOp>, blocks, kBlockSize, 0, a, s, out, n); return;
-        case BinaryOp::Sub: KERNEL_LAUNCH(binary_scalar_kernel<SubOp>, blocks, kBlockSize, 0, a, s, out, n); return;
-        case BinaryOp::Mul: KERNEL_LAUNCH(binary_scalar_kernel<MulOp>, blocks, kBlockSize, 0, a, s, out, n); return;
-        case BinaryOp::Div: KERNEL_LAUNCH(binary_scalar_kernel<DivOp>, blocks, kBlockSize, 0, a, s, out, n); return;
+        case BinaryOp::Add: return binary_scalar_with<AddOp>(a, s, out, n);
+        case BinaryOp::Sub: return binary_scalar_with<SubOp>(a, s, out, n);
+        case BinaryOp::Mul: return binary_scalar_with<MulOp>(a, s, out, n);
+        case BinaryOp::Div: return binary_scalar_with<DivOp>(a, s, out, n);
     }
 }
 
@@ -162,16 +192,41 @@ __global__ void unary_backward_kernel(const float* x, const float* y, const floa
     GRID_STRIDE_LOOP(i, n) dx[i] = dy[i] * F::df(F::kReadsX ? x[i] : 0.f, F::kReadsY ? y[i] : 0.f);
 }
 
+// Their float4 twins (kernel.h's float4_ok); x or y is only read (and may be null) as F says.
+template <typename F>
+__global__ void unary_forward4_kernel(const float4* x, float4* y, int64_t n4) {
+    GRID_STRIDE_LOOP(i, n4) {
+        const float4 v = x[i];
+        y[i] = float4{F::f(v.x), F::f(v.y), F::f(v.z), F::f(v.w)};
+    }
+}
+
+template <typename F>
+__global__ void unary_backward4_kernel(const float4* x, const float4* y, const float4* dy, float4* dx, int64_t n4) {
+    const float4 zero{0.f, 0.f, 0.f, 0.f};
+    GRID_STRIDE_LOOP(i, n4) {
+        const float4 u = F::kReadsX ? x[i] : zero, w = F::kReadsY ? y[i] : zero, g = dy[i];
+        dx[i] = float4{g.x * F::df(u.x, w.x), g.y * F::df(u.y, w.y), g.z * F::df(u.z, w.z), g.w * F::df(u.w, w.w)};
+    }
+}
+
 template <typename F>
 void unary_forward(const float* x, float* y, int64_t n) {
     if (n == 0) return;
-    KERNEL_LAUNCH(unary_forward_kernel<F>, blocks_for(n), kBlockSize, 0, x, y, n);
+    if (float4_ok(n, {x, y}))
+        KERNEL_LAUNCH(unary_forward4_kernel<F>, blocks_for(n / 4), kBlockSize, 0, (const float4*)x, (float4*)y, n / 4);
+    else
+        KERNEL_LAUNCH(unary_forward_kernel<F>, blocks_for(n), kBlockSize, 0, x, y, n);
 }
 
 template <typename F>
 void unary_backward(const float* x, const float* y, const float* dy, float* dx, int64_t n) {
     if (n == 0) return;
-    KERNEL_LAUNCH(unary_backward_kernel<F>, blocks_for(n), kBlockSize, 0, x, y, dy, dx, n);
+    if (float4_ok(n, {x, y, dy, dx}))
+        KERNEL_LAUNCH(unary_backward4_kernel<F>, blocks_for(n / 4), kBlockSize, 0, (const float4*)x,
+                      (const float4*)y, (const float4*)dy, (float4*)dx, n / 4);
+    else
+        KERNEL_LAUNCH(unary_backward_kernel<F>, blocks_for(n), kBlockSize, 0, x, y, dy, dx, n);
 }
 
 #define INSTANTIATE(F)                                                      \
@@ -247,9 +302,7 @@ __global__ void bias_act_backward4_kernel(const float4* x, const float4* bias, c
 // Whether the float4 kernels apply: n divisible by 4, every pointer 16-byte aligned, and rows·n/4
 // plus a grid's stride within int.
 static bool bias_vec4(int64_t rows, int64_t n, std::initializer_list<const void*> ptrs) {
-    uintptr_t bits = 0;
-    for (const void* p : ptrs) bits |= reinterpret_cast<uintptr_t>(p);
-    return n % 4 == 0 && bits % 16 == 0 && rows * n < (int64_t(1) << 32);
+    return float4_ok(n, ptrs) && rows * n < (int64_t(1) << 32);
 }
 
 template <typename F>
@@ -353,9 +406,24 @@ __global__ void add_inplace_kernel(float* dst, const float* src, int64_t n) {
     GRID_STRIDE_LOOP(i, n) dst[i] += src[i];
 }
 
+__global__ void add_inplace4_kernel(float4* dst, const float4* src, int64_t n4) {
+    GRID_STRIDE_LOOP(i, n4) {
+        float4 d = dst[i];
+        const float4 s = src[i];
+        d.x += s.x;
+        d.y += s.y;
+        d.z += s.z;
+        d.w += s.w;
+        dst[i] = d;
+    }
+}
+
 void add_inplace(float* dst, const float* src, int64_t n) {
     if (n == 0) return;
-    KERNEL_LAUNCH(add_inplace_kernel, blocks_for(n), kBlockSize, 0, dst, src, n);
+    if (float4_ok(n, {dst, src}))
+        KERNEL_LAUNCH(add_inplace4_kernel, blocks_for(n / 4), kBlockSize, 0, (float4*)dst, (const float4*)src, n / 4);
+    else
+        KERNEL_LAUNCH(add_inplace_kernel, blocks_for(n), kBlockSize, 0, dst, src, n);
 }
 
 }  // namespace engine::cuda

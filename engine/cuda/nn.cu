@@ -22,7 +22,6 @@
 // Dropout's uniforms come from uniform_fill, Philox4x32-10 (engine/cuda/philox.h) on the counter
 // blocks the op reserved from the global generator: bitwise the CPU's mask.
 #include <cstdint>
-#include <initializer_list>
 
 #include "engine/attention_layout.h"
 #include "engine/cuda/kernel.h"
@@ -767,13 +766,6 @@ void dropout_backward(const float* mask, const float* dy, float* dx, int64_t n) 
     KERNEL_LAUNCH(mul_kernel, blocks_for(n), kBlockSize, 0, dy, mask, dx, n);
 }
 
-// Whether rows of C floats starting at each pointer can be read as float4s.
-static bool rows_as_float4(int64_t C, std::initializer_list<const float*> pointers) {
-    bool ok = C % 4 == 0;
-    for (const float* p : pointers) ok = ok && reinterpret_cast<uintptr_t>(p) % 16 == 0;
-    return ok;
-}
-
 // count_dev: the count from device memory instead of `count`.
 static void cross_entropy_forward_impl(const float* logits, const int32_t* targets, float* loss, float* lse,
                                        int64_t rows, int64_t C, int64_t count, int32_t ignore_index, float smoothing,
@@ -781,7 +773,7 @@ static void cross_entropy_forward_impl(const float* logits, const int32_t* targe
     Scratch<double> row_loss(rows);
     if (rows > 0)
         ROWS_LAUNCH(cross_entropy_forward_kernel, rows, C, logits, targets, row_loss.p, lse, rows, C, ignore_index,
-                    smoothing, rows_as_float4(C, {logits}));
+                    smoothing, float4_ok(C, {logits}));
     KERNEL_LAUNCH(mean_kernel, 1, kRowThreads, 0, (const double*)row_loss.p, rows, loss, (double)count, count_dev);
 }
 
@@ -790,7 +782,7 @@ static void cross_entropy_backward_impl(const float* logits, const int32_t* targ
                                         int32_t ignore_index, float smoothing, const int64_t* count_dev) {
     if (rows * C == 0) return;
     ROWS_LAUNCH(cross_entropy_backward_kernel, rows, C, logits, targets, lse, dloss, dlogits, rows, C, count,
-                count_dev, ignore_index, smoothing, rows_as_float4(C, {logits, dlogits}));
+                count_dev, ignore_index, smoothing, float4_ok(C, {logits, dlogits}));
 }
 
 void cross_entropy_forward(const float* logits, const int32_t* targets, float* loss, float* lse, int64_t rows,

@@ -35,6 +35,7 @@ TEST_CASE("cuda add/sub/mul/div: equal shapes and broadcasting", "[cuda]") {
     struct Case { Shape a, b; };
     std::vector<Case> cases = {
         {{7, 33}, {7, 33}},      // same shapes: the flat kernel
+        {{12, 36}, {12, 36}},    // numel a multiple of 4: its float4 twin
         {{7, 33}, {33}},         // a row broadcast over rows
         {{33}, {7, 33}},
         {{7, 1}, {1, 33}},       // outer product: both inputs broadcast
@@ -71,7 +72,7 @@ TEST_CASE("cuda binary ops: only one input needing a gradient", "[cuda]") {
 }
 
 TEST_CASE("cuda scalar forms: add, sub, mul, div by a float, rsub, rdiv", "[cuda]") {
-    for (Shape s : {Shape{7, 33}, Shape{1025}, Shape{1}}) {
+    for (Shape s : {Shape{7, 33}, Shape{1025}, Shape{1}, Shape{12, 36}}) {  // 12 × 36: the float4 kernels
         INFO("shape " << s.str());
         check_parity("add scalar", [](auto& in) { return in[0] + 1.5f; }, {randn(s)}, kPointwise, kPointwise);
         check_parity("sub scalar", [](auto& in) { return in[0] - 0.25f; }, {randn(s)}, kPointwise, kPointwise);
@@ -93,7 +94,7 @@ TEST_CASE("cuda unary ops: every pointwise functor and pow", "[cuda]") {
         {"relu2", engine::relu2, false},   {"gelu", engine::gelu, false},       {"gelu_tanh", engine::gelu_tanh, false},
         {"silu", engine::silu, false},
     };
-    for (Shape s : {Shape{7, 33}, Shape{1025}, Shape{1}}) {
+    for (Shape s : {Shape{7, 33}, Shape{1025}, Shape{1}, Shape{12, 36}}) {  // 12 × 36: the float4 kernels
         for (auto& op : ops) {
             INFO(op.name << " " << s.str());
             Tensor x = op.positive ? rand_uniform(s, 0.5f, 2.f) : randn(s);
@@ -121,6 +122,10 @@ TEST_CASE("cuda autograd: gradients accumulate on the device", "[cuda]") {
     // x used three times in one graph: its gradient is the sum of three contributions.
     check_parity("x used thrice", [](auto& in) { return engine::add(engine::mul(in[0], in[0]), engine::exp(in[0])); },
                  {randn({7, 33})}, kPointwise, kPointwise);
+
+    check_parity("x used thrice, float4 kernels", [](auto& in) {
+        return engine::add(engine::mul(in[0], in[0]), engine::exp(in[0]));
+    }, {randn({12, 36})}, kPointwise, kPointwise);
 
     // Two backward passes add into the leaf's existing .grad.
     Tensor xc = randn({3, 1025});
