@@ -11,6 +11,11 @@
 // grows) and saves lse = m + log l per query; the backward recomputes P = exp(scale·q·kᵀ − lse)
 // tile by tile.
 //
+// Both sets address a head's rows through the layouts of engine/attention_layout.h (AttentionHeads:
+// head-major [BH, rows, D], or token-major with rows ld floats apart), so q, k and v may be column
+// blocks of one [B, T, 3·H·D] projection and out [B, T, H·D]: attention_qkv and attention_tokens
+// call them with no permute on either side. lse and Δ are [BH, T] either way.
+//
 // Kernels (one block = 128 threads = 16 row groups of 8 consecutive lanes):
 //   flash_forward_kernel<D>  a block owns a tile of queries of one head, keeps q in shared memory
 //                            and streams the head's keys and values through it in tiles.
@@ -417,7 +422,12 @@ __global__ void __launch_bounds__(kThreads)
 // Tensor-core kernels (gemm_precision() tf32 or bf16). Same entry points, same semantics, same
 // lse; every matrix product of a tile (q·kᵀ and P·v forward; k·qᵀ, v·doutᵀ, Pᵀ·dout, dSᵀ·q in dk/dv;
 // q·kᵀ, dout·vᵀ, dS·k in dq) runs on the tensor cores through nvcuda::wmma with TF32 inputs
-// (m16n16k8, fp32 accumulators), the softmax, masks and exp on regular threads in fp32.
+// (m16n16k8, fp32 accumulators), the softmax, masks and exp on regular threads in fp32, with the
+// exponents in log2 units (exp(x) = exp2(x·log2 e): one ex2 instruction each; lse stays natural).
+// On an H200 (docs/results/gpu-h200-2026-11-26-second.md) their forward is about as fast as the
+// unfused path's and their backward 1.8× slower: it recomputes the scores and dP in both of its
+// kernels (14·T·S·D FLOPs against the unfused 8) at about 20 TFLOP/s, each step waiting at a
+// barrier for its tiles to load.
 //
 // Layout: a block of 4 warps owns 64 rows (queries in the forward and dq, keys in dk/dv), and each
 // warp owns 16 of them from start to end: it multiplies its rows of the score tiles, does their
@@ -437,7 +447,7 @@ __global__ void __launch_bounds__(kThreads)
 // wmma's ldm must be, and a skew of 4 banks per row). Values that feed a product are rounded to
 // TF32 once, when they are written to shared memory (wmma::__float_to_tf32, what the tensor cores
 // would otherwise truncate). Global rows are read and written as float4 (the host checks the
-// alignment). The kernels take dynamic shared memory (over 48 KiB; tc_launch opts in per kernel).
+// alignment). The kernels take dynamic shared memory (over 48 KiB; tc_opt_in, once per kernel).
 //
 // Deterministic: every output element is summed by one warp in a fixed order, no atomics.
 
