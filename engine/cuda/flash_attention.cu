@@ -340,13 +340,15 @@ __global__ void __launch_bounds__(kThreads)
         tile_accumulate<D, C, RPT>(ds_s, q_s, g, l, dk_acc);   // dk += dSᵀ·q
     }
 
+    if (dk) dk += in.offset(bh, S);
+    if (dv) dv += in.offset(bh, S);
     UNROLL
     for (int r = 0; r < RPT; r++) {
         const int64_t j = k0 + g * RPT + r;
         if (j >= S) continue;
         UNROLL
         for (int e = 0; e < DPT; e++) {
-            const int64_t at = in.offset(bh, S) + j * in.ld + l + e * kGroupLanes;
+            const int64_t at = j * in.ld + l + e * kGroupLanes;
             if (dv) dv[at] = dv_acc[r][e];
             if (dk) dk[at] = dk_acc[r][e] * scale;
         }
