@@ -6,10 +6,14 @@
 #     tensor-core flash kernels);
 #   - gau, lstm (cuDNN's LSTM) and lstm-own (the own kernels).
 #   - sanitize: compute-sanitizer's memcheck over the [flash] tests and racecheck over one tensor-core case
-#     (the fused kernels' shared memory and warp synchronization).
+#     (the fused kernels' shared memory and warp synchronization);
+#   - kernels: Nsight Compute over one eager ViT-Tiny step (TF32, batch 128), every launch's time,
+#     DRAM bytes and SM throughput, summed per kernel by tools/kernel_table.py (kernels-vit.md; the
+#     raw CSV beside it): which GEMM, which elementwise kernel the step's time goes to.
 # Writes under $OUT (the device tool's folder; /tmp/out elsewhere): log.txt, suite.txt and the
-# tables. Sized for about 6 minutes on an H100 or H200; SUITE_S, BENCH_S and SANITIZE_S bound each
-# part. PARTS picks the parts (default "suite attention gau-lstm sanitize"), for a short lease.
+# tables. Sized for about 7 minutes on an H100 or H200; SUITE_S, BENCH_S, SANITIZE_S and KERNELS_S
+# bound each part. PARTS picks the parts (default "suite attention gau-lstm sanitize kernels"), for
+# a short lease.
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}
@@ -24,7 +28,7 @@ wheel_lib() { python3 -c "import importlib; print(list(importlib.import_module('
 export LD_LIBRARY_PATH=/tmp/lib:/usr/local/cuda/lib64:$(wheel_lib nvidia.cudnn):$(wheel_lib nvidia.cublas):${LD_LIBRARY_PATH:-}
 if ldd tests/run_tests | grep "not found"; then echo "device_check: libraries missing (above)"; exit 1; fi
 
-parts=" ${PARTS:-suite attention gau-lstm sanitize} "
+parts=" ${PARTS:-suite attention gau-lstm sanitize kernels} "
 if [[ $parts == *" suite "* ]]; then
     echo "== [cuda] suite"
     timeout "${SUITE_S:-150}" tests/run_tests "[cuda]" -r compact > "$OUT/suite.txt" 2>&1
@@ -50,6 +54,15 @@ if [[ $parts == *" sanitize "* ]]; then
     timeout "${SANITIZE_S:-120}" compute-sanitizer --tool racecheck --print-limit 20 tests/run_tests \
         "*tensor cores: the same bits*" 2>&1 |
         grep -E "ERROR SUMMARY|RACECHECK SUMMARY|hazard|passed|failed" | head -n 30
+fi
+if [[ $parts == *" kernels "* ]]; then
+    echo "== ncu: the kernels of one eager ViT-Tiny step (tf32, batch 128)"
+    timeout "${KERNELS_S:-150}" ncu --csv --page raw --print-units base --clock-control none \
+        --metrics gpu__time_duration.sum,dram__bytes.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed \
+        apps/bench vit --dim 192 --depth 12 --heads 3 --patch 2 --batch 128 --steps 1 --warmup 0 --device cuda \
+        --precision tf32 --cuda-graph off > "$OUT/kernels-vit.csv" 2> "$OUT/kernels-vit.err"
+    echo "ncu rc=$?"
+    python3 tools/kernel_table.py "$OUT/kernels-vit.csv" --top 40 > "$OUT/kernels-vit.md" && head -n 30 "$OUT/kernels-vit.md"
 fi
 grep -h '^| ' "$OUT"/gpu-*.md 2>/dev/null
 date -u
