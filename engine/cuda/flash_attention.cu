@@ -1,7 +1,7 @@
 // engine/cuda/flash_attention.cu: fused ("flash") attention, forward and backward
 // (engine/cuda/flash_attention.h says what each entry point computes). Two sets of kernels: the
 // fp32-core ones described here (gemm_precision() fp32), and further down the tensor-core ones
-// (flash_tc_*: TF32 wmma products, taken under tf32 and bf16).
+// (flash_tc_*: wmma products with TF32 inputs under tf32, bf16 inputs under bf16).
 //
 // Why: the unfused path (engine/cuda/nn.cu) writes the scores and the probabilities P [BH, T, S]
 // to device memory, rewrites them in the softmax, keeps P for the backward and reads it (and dP,
@@ -59,9 +59,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cuda_bf16.h>
 #include <initializer_list>
 #include <mma.h>
-
 #include <string>
 #include <type_traits>
 #include "engine/cuda/kernel.h"
@@ -423,13 +423,17 @@ __global__ void __launch_bounds__(kThreads)
 // ---------------------------------------------------------------------------------------------
 // Tensor-core kernels (gemm_precision() tf32 or bf16). Same entry points, same semantics, same
 // lse; every matrix product of a tile (q·kᵀ and P·v forward; k·qᵀ, v·doutᵀ, Pᵀ·dout, dSᵀ·q in dk/dv;
-// q·kᵀ, dout·vᵀ, dS·k in dq) runs on the tensor cores through nvcuda::wmma with TF32 inputs
-// (m16n16k8, fp32 accumulators), the softmax, masks and exp on regular threads in fp32, with the
-// exponents in log2 units (exp(x) = exp2(x·log2 e): one ex2 instruction each; lse stays natural).
-// On an H200 (docs/results/gpu-h200-2026-11-26-second.md) their forward is about as fast as the
-// unfused path's and their backward 1.8× slower: it recomputes the scores and dP in both of its
-// kernels (14·T·S·D FLOPs against the unfused 8) at about 20 TFLOP/s, each step waiting at a
-// barrier for its tiles to load.
+// q·kᵀ, dout·vᵀ, dS·k in dq) runs on the tensor cores through nvcuda::wmma with fp32 accumulators,
+// the softmax, masks and exp on regular threads in fp32, with the exponents in log2 units
+// (exp(x) = exp2(x·log2 e): one ex2 instruction each; lse stays natural). The inputs of the
+// products are rounded once, when they are written to shared memory, to the precision in use
+// (TcIn below): TF32 (m16n16k8, 10 mantissa bits, kept in floats) under tf32, bf16 (m16n16k16,
+// 7 mantissa bits, two bytes: the tiles take half the shared memory) under bf16. P and dS are
+// rounded the same way, as FlashAttention does with bf16.
+// On an H200 (docs/results/gpu-h200-2026-11-26-second.md) the TF32 kernels' forward is about as
+// fast as the unfused path's and their backward 1.8× slower: it recomputes the scores and dP in
+// both of its kernels (14·T·S·D FLOPs against the unfused 8) at about 20 TFLOP/s, each step
+// waiting at a barrier for its tiles to load. The bf16 kernels have not run on a GPU yet.
 //
 // Layout: a block of 4 warps owns 64 rows (queries in the forward and dq, keys in dk/dv), and each
 // warp owns 16 of them from start to end: it multiplies its rows of the score tiles, does their
@@ -445,10 +449,13 @@ __global__ void __launch_bounds__(kThreads)
 // mapping), and the rescale is o.x[e] *= alpha[row.x[e]]. A step where no row of the warp has a
 // new max skips it.
 //
-// Shared tiles have a row stride of D + 4 (cols + 4 for score tiles: a multiple of 4 floats, as
-// wmma's ldm must be, and a skew of 4 banks per row). Values that feed a product are rounded to
-// TF32 once, when they are written to shared memory (wmma::__float_to_tf32, what the tensor cores
-// would otherwise truncate). Global rows are read and written as float4 (the host checks the
+// Shared memory (TcTiles): the input tiles (q, k, v, dout) have a row stride of D plus 16 bytes,
+// the fp32 score tiles cols + 4 floats: wmma's ldm must be a multiple of 16 bytes, and the skew
+// spreads a warp's rows over the banks. The P and dS tiles are of the input type: under TF32 they
+// are the score tiles themselves (each element overwritten by the thread that read it), under bf16
+// arrays of their own. The outputs leave through an fp32 staging tile of stride D + 4 at the start
+// of shared memory (under TF32 it is exactly the warp's own rows of the first tile, so no block
+// barrier is needed before it). Global rows are read and written as float4 (the host checks the
 // alignment). The kernels take dynamic shared memory (over 48 KiB; tc_opt_in, once per kernel).
 //
 // Deterministic: every output element is summed by one warp in a fixed order, no atomics.
@@ -465,59 +472,125 @@ namespace wmma = nvcuda::wmma;
 #define TC_UNROLL_ELEMENTS _Pragma("unroll")
 #endif
 
-using AccFrag = wmma::fragment<wmma::accumulator, 16, 16, 8, float>;
+// The two input precisions: P is wmma's element type (precision::tf32 or __nv_bfloat16), T what a
+// shared tile holds, K the k of one mma step, and round() what the tensor cores will read.
+template <typename P>
+struct TcIn;
+template <>
+struct TcIn<wmma::precision::tf32> {
+    using T = float;
+    static constexpr int K = 8;
+    __device__ static float round(float x) { return wmma::__float_to_tf32(x); }
+};
+template <>
+struct TcIn<__nv_bfloat16> {
+    using T = __nv_bfloat16;
+    static constexpr int K = 16;
+    __device__ static __nv_bfloat16 round(float x) { return __float2bfloat16(x); }
+};
+template <typename P>
+using AccFrag = wmma::fragment<wmma::accumulator, 16, 16, TcIn<P>::K, float>;
 
 constexpr int kTcWarps = kThreads / kWarp;
 constexpr int kTcRows = 16 * kTcWarps;  // rows a block owns: 16 per warp
 constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
 
-template <int D>
+// Bytes of an array of n elements of `size` bytes in shared memory, rounded up to 32 (wmma's
+// pointers must be 32-byte aligned, so every array starts on such a boundary).
+constexpr int tc_bytes(int n, int size) { return (n * size + 31) / 32 * 32; }
+
+// Tile shapes and the byte offsets of each kernel's shared arrays.
+template <int D, typename P>
 struct TcTiles {
     static_assert(D == 32 || D == 64 || D == 128, "flash attention is compiled for head dims 32, 64, 128");
-    static constexpr int kLd = D + 4;  // row stride of a [rows × D] tile
+    using T = typename TcIn<P>::T;
+    static constexpr int kSize = (int)sizeof(T);
+    static constexpr bool kInPlace = kSize == 4;  // TF32: P and dS overwrite the fp32 score tiles
+    static constexpr int kLd = D + 16 / kSize;   // row stride of a [rows × D] input tile
     // Columns streamed per step: keys in the forward and dq, queries in dk/dv.
     static constexpr int kFwdCols = D <= 64 ? 64 : 32, kBwdCols = kWarp;  // backward: a lane a column
-    static constexpr int kFwdLds = kFwdCols + 4, kBwdLds = kBwdCols + 4;
-    // Shared floats (each array a multiple of 8 floats, so every one starts 32 bytes aligned):
-    // forward q, k, v, scores/P, the row ids, alpha; dk/dv k, v, q, dout, Sᵀ/Pᵀ, dPᵀ/dSᵀ, lse and Δ of
-    // the streamed queries; dq q, dout, k, v, S/dS, dP, lse and Δ of the rows, and the keys each row
-    // sees (int64: two floats each).
-    static constexpr int kFwdShared = (kTcRows + 2 * kFwdCols) * kLd + kTcRows * kFwdLds + 256 + kTcRows;
-    static constexpr int kDkdvShared = (2 * kTcRows + 2 * kBwdCols) * kLd + 2 * kTcRows * kBwdLds + 2 * kBwdCols;
-    static constexpr int kDqShared = (2 * kTcRows + 2 * kBwdCols) * kLd + 2 * kTcRows * kBwdLds + 4 * kTcRows;
-    static_assert(kLd % 4 == 0 && kFwdLds % 4 == 0 && kBwdLds % 4 == 0, "wmma: ldm a multiple of 4 floats");
+    static constexpr int kFwdLds = kFwdCols + 4, kBwdLds = kBwdCols + 4;  // fp32 score tiles
+    static constexpr int kFwdLdp = kInPlace ? kFwdLds : kFwdCols + 16 / kSize;  // P, dS tiles
+    static constexpr int kBwdLdp = kInPlace ? kBwdLds : kBwdCols + 16 / kSize;
+    static constexpr int kOutLd = D + 4;  // the fp32 staging tile of the outputs
+    static constexpr int kRowsTile = tc_bytes(kTcRows * kLd, kSize);
+    // Forward: q, k, v, the scores, P, the row ids (256 floats), alpha.
+    static constexpr int kFwdK = kRowsTile, kFwdV = kFwdK + tc_bytes(kFwdCols * kLd, kSize);
+    static constexpr int kFwdS = kFwdV + tc_bytes(kFwdCols * kLd, kSize);
+    static constexpr int kFwdP = kFwdS + (kInPlace ? 0 : tc_bytes(kTcRows * kFwdLds, 4));
+    static constexpr int kFwdIds = kFwdP + tc_bytes(kTcRows * kFwdLdp, kSize);
+    static constexpr int kFwdAlpha = kFwdIds + tc_bytes(256, 4);
+    static constexpr int kFwdBytes = kFwdAlpha + tc_bytes(kTcRows, 4);
+    // dk/dv: k, v, q, dout, Sᵀ, dPᵀ, Pᵀ, dSᵀ, then lse and Δ of the streamed queries.
+    static constexpr int kDkdvV = kRowsTile, kDkdvQ = 2 * kRowsTile, kDkdvDo = kDkdvQ + tc_bytes(kBwdCols * kLd, kSize);
+    static constexpr int kDkdvS = kDkdvDo + tc_bytes(kBwdCols * kLd, kSize);
+    static constexpr int kDkdvDp = kDkdvS + tc_bytes(kTcRows * kBwdLds, 4);
+    static constexpr int kDkdvP = kInPlace ? kDkdvS : kDkdvDp + tc_bytes(kTcRows * kBwdLds, 4);
+    static constexpr int kDkdvDs = kInPlace ? kDkdvDp : kDkdvP + tc_bytes(kTcRows * kBwdLdp, kSize);
+    static constexpr int kDkdvLse = (kInPlace ? kDkdvDp + tc_bytes(kTcRows * kBwdLds, 4)
+                                              : kDkdvDs + tc_bytes(kTcRows * kBwdLdp, kSize));
+    static constexpr int kDkdvDelta = kDkdvLse + tc_bytes(kBwdCols, 4);
+    static constexpr int kDkdvBytes = kDkdvDelta + tc_bytes(kBwdCols, 4);
+    // dq: q, dout, k, v, S, dP, dS, then lse, Δ and the keys each row sees (int64).
+    static constexpr int kDqDo = kRowsTile, kDqK = 2 * kRowsTile, kDqV = kDqK + tc_bytes(kBwdCols * kLd, kSize);
+    static constexpr int kDqS = kDqV + tc_bytes(kBwdCols * kLd, kSize);
+    static constexpr int kDqDp = kDqS + tc_bytes(kTcRows * kBwdLds, 4);
+    static constexpr int kDqDs = kInPlace ? kDqS : kDqDp + tc_bytes(kTcRows * kBwdLds, 4);
+    static constexpr int kDqLse = (kInPlace ? kDqDp + tc_bytes(kTcRows * kBwdLds, 4)
+                                            : kDqDs + tc_bytes(kTcRows * kBwdLdp, kSize));
+    static constexpr int kDqDelta = kDqLse + tc_bytes(kTcRows, 4);
+    static constexpr int kDqSeen = kDqDelta + tc_bytes(kTcRows, 4);
+    static constexpr int kDqBytes = kDqSeen + tc_bytes(kTcRows, 8);
+    static_assert((kLd * kSize) % 16 == 0 && kFwdLds % 4 == 0 && kBwdLds % 4 == 0 && (kFwdLdp * kSize) % 16 == 0 &&
+                      (kBwdLdp * kSize) % 16 == 0 && kOutLd % 4 == 0,
+                  "wmma: ldm a multiple of 16 bytes");
     static_assert(kFwdCols % 16 == 0 && kBwdCols % 16 == 0, "16-column tiles");
+    // The staging tile (at offset 0) must not reach what is still read when it is written: the
+    // forward's alpha; dk/dv and dq read nothing of shared memory then.
+    static constexpr int kStaging = tc_bytes(kTcRows * kOutLd, 4);
+    static_assert(kStaging <= kFwdAlpha && kStaging <= kDkdvBytes && kStaging <= kDqBytes, "staging tile too big");
+    static_assert(!kInPlace || kLd == kOutLd, "TF32: the staging tile is the first input tile");
 };
 
-__device__ __forceinline__ float* tc_shared() {
+__device__ __forceinline__ char* tc_shared() {
 #ifdef ENGINE_CUDA_EMU
-    return static_cast<float*>(::emu::dynamic_shared());
+    return static_cast<char*>(::emu::dynamic_shared());
 #else
-    extern __shared__ __align__(128) float flash_tc_smem[];
+    extern __shared__ __align__(128) char flash_tc_smem[];
     return flash_tc_smem;
 #endif
 }
-
-__device__ __forceinline__ float4 to_tf32(float4 v) {
-    return float4{wmma::__float_to_tf32(v.x), wmma::__float_to_tf32(v.y), wmma::__float_to_tf32(v.z),
-                  wmma::__float_to_tf32(v.w)};
+template <typename X>
+__device__ __forceinline__ X* tc_array(int byte_offset) {
+    return reinterpret_cast<X*>(tc_shared() + byte_offset);
 }
 
-// Rows [row0, row0 + ROWS) of a head (rows ld floats apart, n of them) into a shared tile of row
-// stride D + 4, rounded to TF32; rows past n are zeros. float4 loads, consecutive threads reading
+// Four consecutive floats into a shared tile, rounded as the tensor cores will read them.
+__device__ __forceinline__ void store_rounded4(float* at, float4 v) {
+    using R = TcIn<wmma::precision::tf32>;
+    *reinterpret_cast<float4*>(at) = float4{R::round(v.x), R::round(v.y), R::round(v.z), R::round(v.w)};
+}
+__device__ __forceinline__ void store_rounded4(__nv_bfloat16* at, float4 v) {
+    auto bits = [](float x) { return (unsigned)__bfloat16_as_ushort(__float2bfloat16(x)); };
+    *reinterpret_cast<uint2*>(at) = uint2{bits(v.x) | bits(v.y) << 16, bits(v.z) | bits(v.w) << 16};
+}
+
+// Rows [row0, row0 + ROWS) of a head (rows ld floats apart, n of them) into a shared input tile of
+// row stride LD, rounded; rows past n are zeros. float4 loads, consecutive threads reading
 // consecutive ones (coalesced within a row).
-template <int D, int ROWS>
-__device__ __forceinline__ void tc_load_rows(float* tile, const float* head, int64_t ld, int64_t row0, int64_t n) {
+template <int D, int ROWS, int LD, typename T>
+__device__ __forceinline__ void tc_load_rows(T* tile, const float* head, int64_t ld, int64_t row0, int64_t n) {
     constexpr int V = D / 4;  // float4s a row
     for (int e = (int)threadIdx.x; e < ROWS * V; e += kThreads) {
         const int r = e / V, c = e % V;
-        const float4 x = row0 + r < n ? to_tf32(reinterpret_cast<const float4*>(head + (row0 + r) * ld)[c])
+        const float4 x = row0 + r < n ? reinterpret_cast<const float4*>(head + (row0 + r) * ld)[c]
                                       : float4{0.f, 0.f, 0.f, 0.f};
-        reinterpret_cast<float4*>(tile + r * (D + 4))[c] = x;
+        store_rounded4(tile + r * LD + 4 * c, x);
     }
 }
 
-// A warp's 16 rows of a tile (stride D + 4) out to rows [row0, row0 + 16) of a head, those below n.
+// A warp's 16 rows of the fp32 staging tile (stride D + 4) out to rows [row0, row0 + 16) of a
+// head, those below n.
 template <int D>
 __device__ __forceinline__ void tc_store_rows(float* head, int64_t ld, const float* tile, int64_t row0, int64_t n) {
     constexpr int V = D / 4;
@@ -529,20 +602,21 @@ __device__ __forceinline__ void tc_store_rows(float* head, int64_t ld, const flo
     }
 }
 
-// C[16 × N] = A[16 × K]·B for one warp, C to shared memory (row stride ldc): A row-major (stride
-// lda); B row-major [K][ldb], or with BLayout col_major stored transposed as [N][ldb] (A·Bᵀ of two
-// row-major tiles). Each 16×16 tile of C is summed over K in steps of 8.
-template <int N, int K, typename BLayout>
-__device__ __forceinline__ void warp_gemm_to_shared(const float* A, int lda, const float* B, int ldb, float* C,
-                                                    int ldc) {
+// C[16 × N] = A[16 × K]·B for one warp, C to fp32 shared memory (row stride ldc): A row-major
+// (stride lda); B row-major [K][ldb], or with BLayout col_major stored transposed as [N][ldb] (A·Bᵀ
+// of two row-major tiles). Each 16×16 tile of C is summed over K in steps of TcIn<P>::K.
+template <typename P, int N, int K, typename BLayout>
+__device__ __forceinline__ void warp_gemm_to_shared(const typename TcIn<P>::T* A, int lda, const typename TcIn<P>::T* B,
+                                                    int ldb, float* C, int ldc) {
     constexpr bool kBt = std::is_same<BLayout, wmma::col_major>::value;
+    constexpr int KS = TcIn<P>::K;
     for (int j = 0; j < N; j += 16) {
-        AccFrag acc;
+        AccFrag<P> acc;
         wmma::fill_fragment(acc, 0.f);
         TC_UNROLL_K
-        for (int kk = 0; kk < K; kk += 8) {
-            wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major> a;
-            wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, BLayout> b;
+        for (int kk = 0; kk < K; kk += KS) {
+            wmma::fragment<wmma::matrix_a, 16, 16, KS, P, wmma::row_major> a;
+            wmma::fragment<wmma::matrix_b, 16, 16, KS, P, BLayout> b;
             wmma::load_matrix_sync(a, A + kk, (unsigned)lda);
             wmma::load_matrix_sync(b, kBt ? B + j * ldb + kk : B + kk * ldb + j, (unsigned)ldb);
             wmma::mma_sync(acc, a, b, acc);
@@ -552,17 +626,20 @@ __device__ __forceinline__ void warp_gemm_to_shared(const float* A, int lda, con
 }
 
 // acc[f] (the 16×16 column block f of a warp's [16 × D] output) += A[16 × K]·B[K × D], A row-major
-// in shared memory (stride lda), B a row-major shared tile of stride D + 4.
-template <int D, int K>
-__device__ __forceinline__ void warp_gemm_accumulate(const float* A, int lda, const float* B, AccFrag (&acc)[D / 16]) {
+// in shared memory (stride lda), B a row-major shared input tile of stride ldb.
+template <typename P, int D, int K>
+__device__ __forceinline__ void warp_gemm_accumulate(const typename TcIn<P>::T* A, int lda,
+                                                     const typename TcIn<P>::T* B, int ldb,
+                                                     AccFrag<P> (&acc)[D / 16]) {
+    constexpr int KS = TcIn<P>::K;
     TC_UNROLL_K
-    for (int kk = 0; kk < K; kk += 8) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major> a;
+    for (int kk = 0; kk < K; kk += KS) {
+        wmma::fragment<wmma::matrix_a, 16, 16, KS, P, wmma::row_major> a;
         wmma::load_matrix_sync(a, A + kk, (unsigned)lda);
         UNROLL
         for (int f = 0; f < D / 16; f++) {
-            wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::row_major> b;
-            wmma::load_matrix_sync(b, B + kk * (D + 4) + 16 * f, (unsigned)(D + 4));
+            wmma::fragment<wmma::matrix_b, 16, 16, KS, P, wmma::row_major> b;
+            wmma::load_matrix_sync(b, B + kk * ldb + 16 * f, (unsigned)ldb);
             wmma::mma_sync(acc[f], a, b, acc[f]);
         }
     }
@@ -574,17 +651,23 @@ __device__ __forceinline__ void fill_row_ids(float* ids) {
     for (int e = (int)threadIdx.x; e < 256; e += kThreads) ids[e] = (float)(e / 16);
 }
 
-// A warp's accumulators times `factor` (scaled[f].x[e] *= factor[row of e]) and out to its rows of
-// a shared tile of stride D + 4 (the caller __syncwarp()s before reading them).
-template <int D>
-__device__ __forceinline__ void store_scaled(AccFrag (&acc)[D / 16], const AccFrag& rows, const float* factor,
-                                             float* tile) {
+// A warp's accumulators times `factor` (when given: acc[f].x[e] *= factor[row of e]) out to its
+// 16 rows of the staging tile (stride D + 4), then to rows [row0, row0 + 16) of a head.
+template <typename P, int D>
+__device__ __forceinline__ void tc_write_output(AccFrag<P> (&acc)[D / 16], const AccFrag<P>* rows,
+                                                const float* factor, float* staging, float* head, int64_t ld,
+                                                int64_t row0, int64_t n) {
     UNROLL
     for (int f = 0; f < D / 16; f++) {
-        UNROLL
-        for (int e = 0; e < acc[f].num_elements; e++) acc[f].x[e] *= factor[(int)rows.x[e]];
-        wmma::store_matrix_sync(tile + 16 * f, acc[f], (unsigned)(D + 4), wmma::mem_row_major);
+        if (factor) {
+            UNROLL
+            for (int e = 0; e < acc[f].num_elements; e++) acc[f].x[e] *= factor[(int)rows->x[e]];
+        }
+        wmma::store_matrix_sync(staging + 16 * f, acc[f], (unsigned)(D + 4), wmma::mem_row_major);
     }
+    __syncwarp();
+    tc_store_rows<D>(head, ld, staging, row0, n);
+    __syncwarp();  // the staging rows may be written again
 }
 
 // Max and sum over the N consecutive lanes that share a row (xor butterflies inside the group).
@@ -601,19 +684,18 @@ __device__ __forceinline__ float lanes_sum(float v) {
 
 // Forward. Grid: BH · q_tiles blocks. In warp w, lanes 2r and 2r + 1 keep the running max m and
 // sum l of the warp's row r and do that row's softmax, on even and odd columns.
-template <int D>
+template <int D, typename P>
 __global__ void __launch_bounds__(kThreads)
     flash_tc_forward_kernel(const float* q, const float* k, const float* v, float* out, float* lse, int64_t T,
                             int64_t S, bool causal, float scale, int64_t q_tiles, AttentionHeads in,
                             AttentionHeads ol) {
-    using Tl = TcTiles<D>;
-    constexpr int R = kTcRows, C = Tl::kFwdCols, LD = Tl::kLd, LDS = Tl::kFwdLds;
-    float* q_s = tc_shared();
-    float* k_s = q_s + R * LD;
-    float* v_s = k_s + C * LD;
-    float* s_s = v_s + C * LD;  // scores, then P (TF32)
-    float* ids_s = s_s + R * LDS;
-    float* alpha_s = ids_s + 256;
+    using Tl = TcTiles<D, P>;
+    using E = typename TcIn<P>::T;
+    constexpr int R = kTcRows, C = Tl::kFwdCols, LD = Tl::kLd, LDS = Tl::kFwdLds, LDP = Tl::kFwdLdp;
+    E* q_s = tc_array<E>(0);
+    E* k_s = tc_array<E>(Tl::kFwdK);
+    E* v_s = tc_array<E>(Tl::kFwdV);
+    float* ids_s = tc_array<float>(Tl::kFwdIds);
     const int64_t bh = (int64_t)blockIdx.x / q_tiles, q0 = (int64_t)blockIdx.x % q_tiles * R;
     q += in.offset(bh, T);
     k += in.offset(bh, S);
@@ -623,14 +705,15 @@ __global__ void __launch_bounds__(kThreads)
     const int warp = (int)threadIdx.x / kWarp, lane = (int)threadIdx.x % kWarp;
     const int row = lane / 2, part = lane % 2;  // the row this lane does the softmax of, in the warp's 16
     const int64_t i = q0 + 16 * warp + row;
-    float* q_w = q_s + 16 * warp * LD;     // the warp's rows of q (read by it alone; o at the end)
-    float* s_w = s_s + 16 * warp * LDS;    // its rows of the score tile
-    float* alpha_w = alpha_s + 16 * warp;  // its rows' rescale factors, then 1/l
+    const E* q_w = q_s + 16 * warp * LD;                            // the warp's rows of q
+    float* s_w = tc_array<float>(Tl::kFwdS) + 16 * warp * LDS;      // its rows of the scores
+    E* p_w = tc_array<E>(Tl::kFwdP) + 16 * warp * LDP;              // and of P
+    float* alpha_w = tc_array<float>(Tl::kFwdAlpha) + 16 * warp;    // its rows' rescale factors, then 1/l
 
     fill_row_ids(ids_s);
-    tc_load_rows<D, R>(q_s, q, in.ld, q0, T);
+    tc_load_rows<D, R, LD>(q_s, q, in.ld, q0, T);
     __syncthreads();
-    AccFrag rows, o[D / 16];
+    AccFrag<P> rows, o[D / 16];
     wmma::load_matrix_sync(rows, ids_s, 16, wmma::mem_row_major);
     UNROLL
     for (int f = 0; f < D / 16; f++) wmma::fill_fragment(o[f], 0.f);
@@ -641,12 +724,13 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t k_end = keys_seen_by(q0, R, T, S, causal);
     for (int64_t k0 = 0; k0 < k_end; k0 += C) {
         __syncthreads();  // the previous step's k and v are no longer read
-        tc_load_rows<D, C>(k_s, k, in.ld, k0, S);
-        tc_load_rows<D, C>(v_s, v, in.ld, k0, S);
+        tc_load_rows<D, C, LD>(k_s, k, in.ld, k0, S);
+        tc_load_rows<D, C, LD>(v_s, v, in.ld, k0, S);
         __syncthreads();
-        warp_gemm_to_shared<C, D, wmma::col_major>(q_w, LD, k_s, LD, s_w, LDS);  // q·kᵀ
+        warp_gemm_to_shared<P, C, D, wmma::col_major>(q_w, LD, k_s, LD, s_w, LDS);  // q·kᵀ
         __syncwarp();
         float* srow = s_w + row * LDS;
+        E* prow = p_w + row * LDP;
         const int cols = (int)(seen - k0 < 0 ? 0 : (seen - k0 > C ? C : seen - k0));  // seen columns of the tile
         float tile_max = -INFINITY;
         for (int c = part; c < C; c += 2) {
@@ -663,7 +747,7 @@ __global__ void __launch_bounds__(kThreads)
         for (int c = part; c < C; c += 2) {
             const float p = exp2f(srow[c] - base);
             tile_sum += p;
-            srow[c] = wmma::__float_to_tf32(p);
+            prow[c] = TcIn<P>::round(p);
         }
         l = l * alpha + lanes_sum<2>(tile_sum);
         m = m_new;
@@ -675,7 +759,7 @@ __global__ void __launch_bounds__(kThreads)
                 UNROLL
                 for (int e = 0; e < o[f].num_elements; e++) o[f].x[e] *= alpha_w[(int)rows.x[e]];
         }
-        warp_gemm_accumulate<D, C>(s_w, LDS, v_s, o);  // o += P·v
+        warp_gemm_accumulate<P, D, C>(p_w, LDP, v_s, LD, o);  // o += P·v
     }
     __syncwarp();  // every lane has read alpha_w
     // l >= 1 once a key is seen (the max contributes exp2(0)); 0 means none was. lse in natural log.
@@ -683,29 +767,30 @@ __global__ void __launch_bounds__(kThreads)
         alpha_w[row] = l > 0.f ? 1.f / l : 0.f;
         if (i < T) lse[i] = l > 0.f ? (m + log2f(l)) * kLn2 : INFINITY;
     }
+    // bf16: the staging tile spans other warps' tiles, which they may still read. (Every warp gets
+    // here: the key loop's trip count is the block's.)
+    if (!Tl::kInPlace) __syncthreads();
     __syncwarp();
-    store_scaled<D>(o, rows, alpha_w, q_w);  // q_w's rows are the warp's own, no longer read
-    __syncwarp();
-    tc_store_rows<D>(out, ol.ld, q_w, q0 + 16 * warp, T);
+    tc_write_output<P, D>(o, &rows, alpha_w, tc_array<float>(0) + 16 * warp * Tl::kOutLd, out, ol.ld,
+                          q0 + 16 * warp, T);
 }
 
 // dk and dv of a tile of 64 keys, 16 a warp. Grid: BH · k_tiles blocks. Rows of its score tiles are
 // keys, columns queries (Sᵀ, Pᵀ, dSᵀ).
-template <int D>
+template <int D, typename P>
 __global__ void __launch_bounds__(kThreads)
     flash_tc_dkdv_kernel(const float* q, const float* k, const float* v, const float* dout, const float* lse,
                          const float* delta, float* dk, float* dv, int64_t T, int64_t S, bool causal, float scale,
                          int64_t k_tiles, AttentionHeads in, AttentionHeads ol) {
-    using Tl = TcTiles<D>;
-    constexpr int R = kTcRows, C = Tl::kBwdCols, LD = Tl::kLd, LDS = Tl::kBwdLds;
-    float* k_s = tc_shared();
-    float* v_s = k_s + R * LD;
-    float* q_s = v_s + R * LD;
-    float* do_s = q_s + C * LD;
-    float* s_s = do_s + C * LD;   // Sᵀ, then Pᵀ: [key][query]
-    float* dp_s = s_s + R * LDS;  // dPᵀ, then dSᵀ
-    float* lse_s = dp_s + R * LDS;  // in log2 units
-    float* delta_s = lse_s + C;
+    using Tl = TcTiles<D, P>;
+    using E = typename TcIn<P>::T;
+    constexpr int R = kTcRows, C = Tl::kBwdCols, LD = Tl::kLd, LDS = Tl::kBwdLds, LDP = Tl::kBwdLdp;
+    E* k_s = tc_array<E>(0);
+    E* v_s = tc_array<E>(Tl::kDkdvV);
+    E* q_s = tc_array<E>(Tl::kDkdvQ);
+    E* do_s = tc_array<E>(Tl::kDkdvDo);
+    float* lse_s = tc_array<float>(Tl::kDkdvLse);  // in log2 units
+    float* delta_s = tc_array<float>(Tl::kDkdvDelta);
     const int64_t bh = (int64_t)blockIdx.x / k_tiles, k0 = (int64_t)blockIdx.x % k_tiles * R;
     q += in.offset(bh, T);
     k += in.offset(bh, S);
@@ -716,14 +801,16 @@ __global__ void __launch_bounds__(kThreads)
     const int warp = (int)threadIdx.x / kWarp, lane = (int)threadIdx.x % kWarp;
     const int64_t j0 = k0 + 16 * warp;  // the warp's first key
     const float scale2 = scale * kLog2e;  // P = exp2(s·scale·log2 e − lse·log2 e)
-    float* k_w = k_s + 16 * warp * LD;
-    float* v_w = v_s + 16 * warp * LD;
-    float* s_w = s_s + 16 * warp * LDS;
-    float* dp_w = dp_s + 16 * warp * LDS;
+    const E* k_w = k_s + 16 * warp * LD;
+    const E* v_w = v_s + 16 * warp * LD;
+    float* s_w = tc_array<float>(Tl::kDkdvS) + 16 * warp * LDS;    // Sᵀ: [key][query]
+    float* dp_w = tc_array<float>(Tl::kDkdvDp) + 16 * warp * LDS;  // dPᵀ
+    E* p_w = tc_array<E>(Tl::kDkdvP) + 16 * warp * LDP;            // Pᵀ
+    E* ds_w = tc_array<E>(Tl::kDkdvDs) + 16 * warp * LDP;          // dSᵀ
 
-    tc_load_rows<D, R>(k_s, k, in.ld, k0, S);
-    tc_load_rows<D, R>(v_s, v, in.ld, k0, S);
-    AccFrag dk_acc[D / 16], dv_acc[D / 16];
+    tc_load_rows<D, R, LD>(k_s, k, in.ld, k0, S);
+    tc_load_rows<D, R, LD>(v_s, v, in.ld, k0, S);
+    AccFrag<P> dk_acc[D / 16], dv_acc[D / 16];
     UNROLL
     for (int f = 0; f < D / 16; f++) {
         wmma::fill_fragment(dk_acc[f], 0.f);
@@ -734,15 +821,15 @@ __global__ void __launch_bounds__(kThreads)
     if (i_begin < 0) i_begin = 0;
     for (int64_t i0 = i_begin; i0 < T; i0 += C) {
         __syncthreads();  // the previous step's q and dout are no longer read (first time: k and v are in place)
-        tc_load_rows<D, C>(q_s, q, in.ld, i0, T);
-        tc_load_rows<D, C>(do_s, dout, ol.ld, i0, T);
+        tc_load_rows<D, C, LD>(q_s, q, in.ld, i0, T);
+        tc_load_rows<D, C, LD>(do_s, dout, ol.ld, i0, T);
         for (int c = (int)threadIdx.x; c < C; c += kThreads) {
             lse_s[c] = i0 + c < T ? lse[i0 + c] * kLog2e : INFINITY;
             delta_s[c] = i0 + c < T ? delta[i0 + c] : 0.f;
         }
         __syncthreads();
-        warp_gemm_to_shared<C, D, wmma::col_major>(k_w, LD, q_s, LD, s_w, LDS);    // (k·qᵀ)[key][query]
-        warp_gemm_to_shared<C, D, wmma::col_major>(v_w, LD, do_s, LD, dp_w, LDS);  // (v·doutᵀ) = dPᵀ
+        warp_gemm_to_shared<P, C, D, wmma::col_major>(k_w, LD, q_s, LD, s_w, LDS);    // (k·qᵀ)[key][query]
+        warp_gemm_to_shared<P, C, D, wmma::col_major>(v_w, LD, do_s, LD, dp_w, LDS);  // (v·doutᵀ) = dPᵀ
         __syncwarp();
         // Lane c does column c (query i0 + c) of every row (C = 32 lanes): its lse and Δ once, and
         // the last key it sees (keys j0 + r <= last).
@@ -751,48 +838,45 @@ __global__ void __launch_bounds__(kThreads)
         const int64_t last = i >= T ? -1 : (causal ? (i + S - T < S ? i + S - T : S - 1) : S - 1);
         TC_UNROLL_ELEMENTS
         for (int r = 0; r < 16; r++) {
-            const int at = r * LDS + lane;
+            const int at = r * LDS + lane, atp = r * LDP + lane;
             const float p = j0 + r <= last ? exp2f(s_w[at] * scale2 - lse2) : 0.f;
-            dp_w[at] = wmma::__float_to_tf32(p * (dp_w[at] - d));
-            s_w[at] = wmma::__float_to_tf32(p);
+            ds_w[atp] = TcIn<P>::round(p * (dp_w[at] - d));
+            p_w[atp] = TcIn<P>::round(p);
         }
         __syncwarp();
-        warp_gemm_accumulate<D, C>(s_w, LDS, do_s, dv_acc);  // dv += Pᵀ·dout
-        warp_gemm_accumulate<D, C>(dp_w, LDS, q_s, dk_acc);  // dk += dSᵀ·q
+        warp_gemm_accumulate<P, D, C>(p_w, LDP, do_s, LD, dv_acc);  // dv += Pᵀ·dout
+        warp_gemm_accumulate<P, D, C>(ds_w, LDP, q_s, LD, dk_acc);  // dk += dSᵀ·q
     }
     UNROLL
     for (int f = 0; f < D / 16; f++)
         UNROLL
         for (int e = 0; e < dk_acc[f].num_elements; e++) dk_acc[f].x[e] *= scale;
-    __syncwarp();  // k_w and v_w (the warp's own rows) are no longer read
-    UNROLL
-    for (int f = 0; f < D / 16; f++) {
-        wmma::store_matrix_sync(k_w + 16 * f, dk_acc[f], (unsigned)LD, wmma::mem_row_major);
-        wmma::store_matrix_sync(v_w + 16 * f, dv_acc[f], (unsigned)LD, wmma::mem_row_major);
-    }
+    // The staging tile: under TF32 the warp's own rows of k (read by it alone, no longer); under
+    // bf16 it spans other warps' tiles. (Every warp gets here: the query loop's trip count is the block's.)
+    if (!Tl::kInPlace) __syncthreads();
     __syncwarp();
-    if (dk) tc_store_rows<D>(dk + in.offset(bh, S), in.ld, k_w, j0, S);
-    if (dv) tc_store_rows<D>(dv + in.offset(bh, S), in.ld, v_w, j0, S);
+    float* staging = tc_array<float>(0) + 16 * warp * Tl::kOutLd;
+    if (dk) tc_write_output<P, D>(dk_acc, nullptr, nullptr, staging, dk + in.offset(bh, S), in.ld, j0, S);
+    if (dv) tc_write_output<P, D>(dv_acc, nullptr, nullptr, staging, dv + in.offset(bh, S), in.ld, j0, S);
 }
 
 // dq of a tile of 64 queries, 16 a warp. Grid: BH · q_tiles blocks. Rows of its score tiles are
 // queries, columns keys.
-template <int D>
+template <int D, typename P>
 __global__ void __launch_bounds__(kThreads)
     flash_tc_dq_kernel(const float* q, const float* k, const float* v, const float* dout, const float* lse,
                        const float* delta, float* dq, int64_t T, int64_t S, bool causal, float scale, int64_t q_tiles,
                        AttentionHeads in, AttentionHeads ol) {
-    using Tl = TcTiles<D>;
-    constexpr int R = kTcRows, C = Tl::kBwdCols, LD = Tl::kLd, LDS = Tl::kBwdLds;
-    float* q_s = tc_shared();
-    float* do_s = q_s + R * LD;
-    float* k_s = do_s + R * LD;
-    float* v_s = k_s + C * LD;
-    float* s_s = v_s + C * LD;    // S, then dS
-    float* dp_s = s_s + R * LDS;  // dP
-    float* lse_s = dp_s + R * LDS;  // in log2 units
-    float* delta_s = lse_s + R;
-    int64_t* seen_s = reinterpret_cast<int64_t*>(delta_s + R);  // keys [0, seen) each row sees
+    using Tl = TcTiles<D, P>;
+    using E = typename TcIn<P>::T;
+    constexpr int R = kTcRows, C = Tl::kBwdCols, LD = Tl::kLd, LDS = Tl::kBwdLds, LDP = Tl::kBwdLdp;
+    E* q_s = tc_array<E>(0);
+    E* do_s = tc_array<E>(Tl::kDqDo);
+    E* k_s = tc_array<E>(Tl::kDqK);
+    E* v_s = tc_array<E>(Tl::kDqV);
+    float* lse_s = tc_array<float>(Tl::kDqLse);  // in log2 units
+    float* delta_s = tc_array<float>(Tl::kDqDelta);
+    int64_t* seen_s = tc_array<int64_t>(Tl::kDqSeen);  // keys [0, seen) each row sees
     const int64_t bh = (int64_t)blockIdx.x / q_tiles, q0 = (int64_t)blockIdx.x % q_tiles * R;
     q += in.offset(bh, T);
     k += in.offset(bh, S);
@@ -802,33 +886,34 @@ __global__ void __launch_bounds__(kThreads)
     delta += bh * T;
     const int warp = (int)threadIdx.x / kWarp, lane = (int)threadIdx.x % kWarp;
     const int64_t i0 = q0 + 16 * warp;  // the warp's first query
-    float* q_w = q_s + 16 * warp * LD;
-    float* do_w = do_s + 16 * warp * LD;
-    float* s_w = s_s + 16 * warp * LDS;
-    float* dp_w = dp_s + 16 * warp * LDS;
+    const E* q_w = q_s + 16 * warp * LD;
+    const E* do_w = do_s + 16 * warp * LD;
+    float* s_w = tc_array<float>(Tl::kDqS) + 16 * warp * LDS;    // S
+    float* dp_w = tc_array<float>(Tl::kDqDp) + 16 * warp * LDS;  // dP
+    E* ds_w = tc_array<E>(Tl::kDqDs) + 16 * warp * LDP;          // dS
     const float* lse_w = lse_s + 16 * warp;
     const float* delta_w = delta_s + 16 * warp;
     const int64_t* seen_w = seen_s + 16 * warp;
     const float scale2 = scale * kLog2e;  // P = exp2(s·scale·log2 e − lse·log2 e)
 
-    tc_load_rows<D, R>(q_s, q, in.ld, q0, T);
-    tc_load_rows<D, R>(do_s, dout, ol.ld, q0, T);
+    tc_load_rows<D, R, LD>(q_s, q, in.ld, q0, T);
+    tc_load_rows<D, R, LD>(do_s, dout, ol.ld, q0, T);
     for (int r = (int)threadIdx.x; r < R; r += kThreads) {
         lse_s[r] = q0 + r < T ? lse[q0 + r] * kLog2e : INFINITY;
         delta_s[r] = q0 + r < T ? delta[q0 + r] : 0.f;
         seen_s[r] = q0 + r < T ? visible_keys(q0 + r, T, S, causal) : 0;
     }
-    AccFrag acc[D / 16];
+    AccFrag<P> acc[D / 16];
     UNROLL
     for (int f = 0; f < D / 16; f++) wmma::fill_fragment(acc[f], 0.f);
     const int64_t k_end = keys_seen_by(q0, R, T, S, causal);
     for (int64_t k0 = 0; k0 < k_end; k0 += C) {
         __syncthreads();  // the previous step's k and v are no longer read (first time: q, dout, lse, Δ are in place)
-        tc_load_rows<D, C>(k_s, k, in.ld, k0, S);
-        tc_load_rows<D, C>(v_s, v, in.ld, k0, S);
+        tc_load_rows<D, C, LD>(k_s, k, in.ld, k0, S);
+        tc_load_rows<D, C, LD>(v_s, v, in.ld, k0, S);
         __syncthreads();
-        warp_gemm_to_shared<C, D, wmma::col_major>(q_w, LD, k_s, LD, s_w, LDS);    // q·kᵀ
-        warp_gemm_to_shared<C, D, wmma::col_major>(do_w, LD, v_s, LD, dp_w, LDS);  // dP = dout·vᵀ
+        warp_gemm_to_shared<P, C, D, wmma::col_major>(q_w, LD, k_s, LD, s_w, LDS);    // q·kᵀ
+        warp_gemm_to_shared<P, C, D, wmma::col_major>(do_w, LD, v_s, LD, dp_w, LDS);  // dP = dout·vᵀ
         __syncwarp();
         // Lane c does column c (key k0 + c) of every row (C = 32 lanes); row r sees keys [0, seen_w[r]).
         const int64_t j = k0 + lane;
@@ -836,26 +921,27 @@ __global__ void __launch_bounds__(kThreads)
         for (int r = 0; r < 16; r++) {
             const int at = r * LDS + lane;
             const float p = j < seen_w[r] ? exp2f(s_w[at] * scale2 - lse_w[r]) : 0.f;
-            s_w[at] = wmma::__float_to_tf32(p * (dp_w[at] - delta_w[r]));
+            ds_w[r * LDP + lane] = TcIn<P>::round(p * (dp_w[at] - delta_w[r]));
         }
         __syncwarp();
-        warp_gemm_accumulate<D, C>(s_w, LDS, k_s, acc);  // dq += dS·k
+        warp_gemm_accumulate<P, D, C>(ds_w, LDP, k_s, LD, acc);  // dq += dS·k
     }
     UNROLL
     for (int f = 0; f < D / 16; f++)
         UNROLL
         for (int e = 0; e < acc[f].num_elements; e++) acc[f].x[e] *= scale;
-    __syncwarp();  // q_w (the warp's own rows) is no longer read
-    UNROLL
-    for (int f = 0; f < D / 16; f++) wmma::store_matrix_sync(q_w + 16 * f, acc[f], (unsigned)LD, wmma::mem_row_major);
+    // The staging tile: under TF32 the warp's own rows of q; under bf16 it spans other warps' tiles.
+    if (!Tl::kInPlace) __syncthreads();
     __syncwarp();
-    tc_store_rows<D>(dq + in.offset(bh, T), in.ld, q_w, i0, T);
+    tc_write_output<P, D>(acc, nullptr, nullptr, tc_array<float>(0) + 16 * warp * Tl::kOutLd, dq + in.offset(bh, T),
+                          in.ld, i0, T);
 }
 
 // ---------------------------------------------------------------------------------------------
 // Host side.
 
 std::atomic<uint64_t> g_forward_calls{0}, g_backward_calls{0}, g_tc_forward_calls{0}, g_tc_backward_calls{0};
+std::atomic<uint64_t> g_bf16_forward_calls{0}, g_bf16_backward_calls{0};
 std::atomic<int> g_fused{-1};  // -1: not decided yet (the environment is read at the first question)
 
 // Blocks of a [BH × tiles] grid, as one grid dimension (x allows 2^31 − 1; y and z only 65535).
@@ -902,36 +988,62 @@ void tc_opt_in(void (*kernel)(A...), size_t bytes, const char* what) {
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes), what);
 }
 
-template <int D>
+template <int D, typename P>
 void tc_forward_for(const float* q, const float* k, const float* v, float* out, float* lse, int64_t BH, int64_t T,
                     int64_t S, bool causal, float scale, Layouts L) {
     const int64_t tiles = (T + kTcRows - 1) / kTcRows;
-    const size_t smem = sizeof(float) * TcTiles<D>::kFwdShared;
-    static const bool opted = (tc_opt_in(flash_tc_forward_kernel<D>, smem, "flash attention (tensor cores) forward"), true);
+    const size_t smem = TcTiles<D, P>::kFwdBytes;
+    static const bool opted =
+        (tc_opt_in(flash_tc_forward_kernel<D, P>, smem, "flash attention (tensor cores) forward"), true);
     (void)opted;
-    KERNEL_LAUNCH(flash_tc_forward_kernel<D>, grid_of(BH, tiles, "flash attention forward"), kThreads, smem, q, k, v,
-                  out, lse, T, S, causal, scale, tiles, L.in, L.out);
+    KERNEL_LAUNCH((flash_tc_forward_kernel<D, P>), grid_of(BH, tiles, "flash attention forward"), kThreads, smem, q,
+                  k, v, out, lse, T, S, causal, scale, tiles, L.in, L.out);
 }
 
-template <int D>
+template <int D, typename P>
 void tc_backward_for(const float* q, const float* k, const float* v, const float* dout, const float* lse,
                      const float* delta, float* dq, float* dk, float* dv, int64_t BH, int64_t T, int64_t S, bool causal,
                      float scale, Layouts L) {
     if (dk || dv) {
         const int64_t tiles = (S + kTcRows - 1) / kTcRows;
-        const size_t smem = sizeof(float) * TcTiles<D>::kDkdvShared;
-        static const bool opted = (tc_opt_in(flash_tc_dkdv_kernel<D>, smem, "flash attention (tensor cores) dk/dv"), true);
+        const size_t smem = TcTiles<D, P>::kDkdvBytes;
+        static const bool opted =
+            (tc_opt_in(flash_tc_dkdv_kernel<D, P>, smem, "flash attention (tensor cores) dk/dv"), true);
         (void)opted;
-        KERNEL_LAUNCH(flash_tc_dkdv_kernel<D>, grid_of(BH, tiles, "flash attention dk/dv"), kThreads, smem, q, k, v,
-                      dout, lse, delta, dk, dv, T, S, causal, scale, tiles, L.in, L.out);
+        KERNEL_LAUNCH((flash_tc_dkdv_kernel<D, P>), grid_of(BH, tiles, "flash attention dk/dv"), kThreads, smem, q, k,
+                      v, dout, lse, delta, dk, dv, T, S, causal, scale, tiles, L.in, L.out);
     }
     if (dq) {
         const int64_t tiles = (T + kTcRows - 1) / kTcRows;
-        const size_t smem = sizeof(float) * TcTiles<D>::kDqShared;
-        static const bool opted = (tc_opt_in(flash_tc_dq_kernel<D>, smem, "flash attention (tensor cores) dq"), true);
+        const size_t smem = TcTiles<D, P>::kDqBytes;
+        static const bool opted = (tc_opt_in(flash_tc_dq_kernel<D, P>, smem, "flash attention (tensor cores) dq"), true);
         (void)opted;
-        KERNEL_LAUNCH(flash_tc_dq_kernel<D>, grid_of(BH, tiles, "flash attention dq"), kThreads, smem, q, k, v, dout,
-                      lse, delta, dq, T, S, causal, scale, tiles, L.in, L.out);
+        KERNEL_LAUNCH((flash_tc_dq_kernel<D, P>), grid_of(BH, tiles, "flash attention dq"), kThreads, smem, q, k, v,
+                      dout, lse, delta, dq, T, S, causal, scale, tiles, L.in, L.out);
+    }
+}
+
+// The tensor-core kernels of head dim D in the input precision of gemm_precision(): bf16 under
+// bf16, TF32 under tf32.
+template <int D>
+void tc_forward(const float* q, const float* k, const float* v, float* out, float* lse, int64_t BH, int64_t T,
+                int64_t S, bool causal, float scale, Layouts L) {
+    if (gemm_precision() == GemmPrecision::bf16) {
+        g_bf16_forward_calls.fetch_add(1, std::memory_order_relaxed);
+        tc_forward_for<D, __nv_bfloat16>(q, k, v, out, lse, BH, T, S, causal, scale, L);
+    } else {
+        tc_forward_for<D, wmma::precision::tf32>(q, k, v, out, lse, BH, T, S, causal, scale, L);
+    }
+}
+template <int D>
+void tc_backward(const float* q, const float* k, const float* v, const float* dout, const float* lse,
+                 const float* delta, float* dq, float* dk, float* dv, int64_t BH, int64_t T, int64_t S, bool causal,
+                 float scale, Layouts L) {
+    if (gemm_precision() == GemmPrecision::bf16) {
+        g_bf16_backward_calls.fetch_add(1, std::memory_order_relaxed);
+        tc_backward_for<D, __nv_bfloat16>(q, k, v, dout, lse, delta, dq, dk, dv, BH, T, S, causal, scale, L);
+    } else {
+        tc_backward_for<D, wmma::precision::tf32>(q, k, v, dout, lse, delta, dq, dk, dv, BH, T, S, causal, scale, L);
     }
 }
 
@@ -999,6 +1111,8 @@ FlashAttentionCalls flash_attention_calls() {
     c.backward = g_backward_calls.load(std::memory_order_relaxed);
     c.tc_forward = g_tc_forward_calls.load(std::memory_order_relaxed);
     c.tc_backward = g_tc_backward_calls.load(std::memory_order_relaxed);
+    c.bf16_forward = g_bf16_forward_calls.load(std::memory_order_relaxed);
+    c.bf16_backward = g_bf16_backward_calls.load(std::memory_order_relaxed);
     return c;
 }
 
@@ -1019,9 +1133,9 @@ void flash_attention_forward(const float* q, const float* k, const float* v, flo
     if (use_tensor_cores()) {
         g_tc_forward_calls.fetch_add(1, std::memory_order_relaxed);
         switch (D) {
-            case 32: tc_forward_for<32>(q, k, v, out, lse, BH, T, S, causal, scale, L); break;
-            case 64: tc_forward_for<64>(q, k, v, out, lse, BH, T, S, causal, scale, L); break;
-            default: tc_forward_for<128>(q, k, v, out, lse, BH, T, S, causal, scale, L); break;
+            case 32: tc_forward<32>(q, k, v, out, lse, BH, T, S, causal, scale, L); break;
+            case 64: tc_forward<64>(q, k, v, out, lse, BH, T, S, causal, scale, L); break;
+            default: tc_forward<128>(q, k, v, out, lse, BH, T, S, causal, scale, L); break;
         }
         return;
     }
@@ -1057,9 +1171,9 @@ void flash_attention_backward(const float* q, const float* k, const float* v, co
         if (use_tensor_cores()) {
             g_tc_backward_calls.fetch_add(1, std::memory_order_relaxed);
             switch (D) {
-                case 32: tc_backward_for<32>(q, k, v, dout, lse, delta, dq, dk, dv, BH, T, S, causal, scale, L); break;
-                case 64: tc_backward_for<64>(q, k, v, dout, lse, delta, dq, dk, dv, BH, T, S, causal, scale, L); break;
-                default: tc_backward_for<128>(q, k, v, dout, lse, delta, dq, dk, dv, BH, T, S, causal, scale, L); break;
+                case 32: tc_backward<32>(q, k, v, dout, lse, delta, dq, dk, dv, BH, T, S, causal, scale, L); break;
+                case 64: tc_backward<64>(q, k, v, dout, lse, delta, dq, dk, dv, BH, T, S, causal, scale, L); break;
+                default: tc_backward<128>(q, k, v, dout, lse, delta, dq, dk, dv, BH, T, S, causal, scale, L); break;
             }
         } else {
             switch (D) {

@@ -14,11 +14,13 @@
 //   fp32        the fp32-core kernels (every product on the CUDA cores, in fp32); they have run on
 //               an H200 (docs/results/gpu-h200-2026-11-26.md) and stay the reference;
 //   tf32, bf16  the tensor-core kernels: every matrix product of a tile (q·kᵀ, P·v; dout·vᵀ, Pᵀ·dout,
-//               dSᵀ·q, dS·k) through nvcuda::wmma with TF32 inputs (m16n16k8, fp32 accumulators),
-//               the softmax, masks and rescaling in fp32 on regular threads. They have run on an
-//               H200 (docs/results/gpu-h200-2026-11-26-second.md: the [cuda] suite, compute-
-//               sanitizer's memcheck and racecheck clean). Their forward is about as fast as the
-//               unfused path's, their backward 1.8× slower, so the fused path stays off by default.
+//               dSᵀ·q, dS·k) through nvcuda::wmma with fp32 accumulators, its inputs (and P, dS)
+//               rounded to TF32 (m16n16k8) under tf32, to bf16 (m16n16k16) under bf16; the softmax,
+//               masks and rescaling in fp32 on regular threads. The TF32 ones have run on an H200
+//               (docs/results/gpu-h200-2026-11-26-second.md: the [cuda] suite, compute-sanitizer's
+//               memcheck and racecheck clean): their forward is about as fast as the unfused path's,
+//               their backward 1.8× slower, so the fused path stays off by default. The bf16 ones
+//               have run only in the emulator.
 // Same semantics and the same lse either way (a backward may follow a forward of the other kind).
 //
 // Deterministic: no atomics; every sum has an order fixed by the shape, so the same input gives
@@ -65,10 +67,12 @@ void flash_attention_backward(const float* q, const float* k, const float* v, co
 
 // Calls of the two entry points since the process started (tests check that `attention` took the
 // fused path; host-side counters, so they work on a GPU as in the emulator).
-// tc_forward / tc_backward: of those, the calls that ran the tensor-core kernels.
+// tc_forward / tc_backward: of those, the calls that ran the tensor-core kernels; bf16_forward /
+// bf16_backward: of those, the calls with bf16 inputs.
 struct FlashAttentionCalls {
     uint64_t forward = 0, backward = 0;
     uint64_t tc_forward = 0, tc_backward = 0;
+    uint64_t bf16_forward = 0, bf16_backward = 0;
 };
 FlashAttentionCalls flash_attention_calls();
 

@@ -7,8 +7,8 @@
 // without a kernel (20) going through the fallback; and proof that the fused path is the one
 // taken (its call counters, the device memory the forward keeps, and under the emulator the launch
 // count). The unfused path is itself checked against the CPU in test_cuda_nn.cpp. At the end, the
-// tensor-core kernels (TF32 wmma, taken when gemm_precision() is tf32 or bf16) against the unfused
-// path in fp32, with tolerances from TF32 rounding (explained there).
+// tensor-core kernels (wmma with TF32 inputs under gemm_precision() tf32, bf16 inputs under bf16)
+// against the unfused path in fp32, with tolerances from the inputs' rounding (explained there).
 //
 // Tolerances: fp32 summation-order differences only (online softmax and tiles against the GEMMs'
 // order): forward atol 5e-6, rtol 1e-5; gradients atol 1e-5, rtol 1e-5 (sums of T or S terms of
@@ -242,8 +242,8 @@ TEST_CASE("cuda flash attention: the op takes the fused path (calls, memory kept
 }
 
 // ---------------------------------------------------------------------------------------------
-// The tensor-core kernels (gemm_precision() tf32 or bf16: TF32 wmma products, fp32 softmax),
-// against the unfused path in full fp32.
+// The tensor-core kernels (gemm_precision() tf32: TF32 wmma products; bf16: bf16 ones; fp32
+// softmax either way), against the unfused path in full fp32.
 //
 // Tolerance from TF32 rounding: each product's inputs carry 10 mantissa bits (a relative error up
 // to 2^-11 each), so a sum of K products is off by about 2^-11·sqrt(2K)·rms(term): a few 2^-11 of
@@ -253,7 +253,9 @@ TEST_CASE("cuda flash attention: the op takes the fused path (calls, memory kept
 // gradients three (q·kᵀ and dout·vᵀ, then dS·k etc.), and the score errors pass through exp. So
 // each element may be off by bound · 2^-10 · (rms of the output + |element|), bound 4 forward and
 // 6 for the gradients (seen in these cases, emulated: at most 2.5 and 2.8); a wrong mask, tile
-// offset or scale is off by the rms itself (hundreds of units).
+// offset or scale is off by the rms itself (hundreds of units). bf16 inputs (and P, dS) carry 7
+// mantissa bits, a relative error up to 2^-8: the same bounds in units of 2^-7 (seen: at most
+// 3.5 forward and 2.2 for the gradients).
 namespace {
 
 
@@ -267,10 +269,11 @@ Run run_tc(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, const
     return {out.detach(), qc.grad(), kc.grad(), vc.grad()};
 }
 
-// max over the elements of |got − want| / (2^-10 · (rms(want) + floor + |want|)); requires it at
-// most `bound`. Returns the ratio.
+// max over the elements of |got − want| / (2^unit · (rms(want) + floor + |want|)); requires it at
+// most `bound`. Returns the ratio. unit −10 for TF32; −7 for bf16, whose rounding is 8× coarser
+// (8 significant bits against 11).
 double require_close_rms(const std::string& what, const Tensor& want, const Tensor& got, double bound,
-                         double floor = 0) {
+                         double floor = 0, int unit_exp = -10) {
     INFO(what);
     REQUIRE(got.defined());
     REQUIRE(want.shape() == got.shape());
@@ -280,12 +283,13 @@ double require_close_rms(const std::string& what, const Tensor& want, const Tens
     size_t at = 0;
     for (size_t i = 0; i < w.size(); i++) {
         REQUIRE(std::isfinite(g[i]));
-        const double e = std::fabs((double)g[i] - w[i]), unit = std::ldexp(rms + std::fabs((double)w[i]), -10);
+        const double e = std::fabs((double)g[i] - w[i]), unit = std::ldexp(rms + std::fabs((double)w[i]), unit_exp);
         const double r = unit > 0 ? e / unit : (e > 0 ? 1e30 : 0);
         if (r > worst) { worst = r; at = i; }
     }
     INFO("rms " << rms << ", worst element " << at << ": want " << (w.empty() ? 0.f : w[at]) << ", got "
-                << (g.empty() ? 0.f : g[at]) << ": " << worst << " units of 2^-10·(rms + |want|), bound " << bound);
+                << (g.empty() ? 0.f : g[at]) << ": " << worst << " units of 2^" << unit_exp
+                << "·(rms + |want|), bound " << bound);
     if (std::getenv("INITLAB_TC_TOL")) std::fprintf(stderr, "tc-tol %s %.3f\n", what.c_str(), worst);
     REQUIRE(worst <= bound);
     return worst;
@@ -293,23 +297,29 @@ double require_close_rms(const std::string& what, const Tensor& want, const Tens
 
 constexpr double kTcFwdBound = 4, kTcBwdBound = 6;
 
-void compare_tc(int64_t B, int64_t H, int64_t T, int64_t S, int64_t D, bool causal) {
-    INFO("tensor cores: B " << B << " H " << H << " T " << T << " S " << S << " D " << D << " causal " << causal);
+void compare_tc(int64_t B, int64_t H, int64_t T, int64_t S, int64_t D, bool causal,
+                engine::cuda::GemmPrecision p = engine::cuda::GemmPrecision::tf32) {
+    const bool bf16 = p == engine::cuda::GemmPrecision::bf16;
+    INFO("tensor cores, " << (bf16 ? "bf16" : "tf32") << ": B " << B << " H " << H << " T " << T << " S " << S
+                          << " D " << D << " causal " << causal);
     Tensor q = randn({B, H, T, D}, true, 161), k = randn({B, H, S, D}, true, 162), v = randn({B, H, S, D}, true, 163);
     Tensor w = weights_like({B, H, T, D});
     auto before = engine::cuda::flash_attention_calls();
-    Run tc = run_tc(q, k, v, causal, w);
+    Run tc = run_tc(q, k, v, causal, w, p);
     auto after = engine::cuda::flash_attention_calls();
     REQUIRE(after.tc_forward == before.tc_forward + 1);
     REQUIRE(after.tc_backward == before.tc_backward + 1);
+    REQUIRE(after.bf16_forward == before.bf16_forward + (bf16 ? 1 : 0));
+    REQUIRE(after.bf16_backward == before.bf16_backward + (bf16 ? 1 : 0));
     Run ref = run(false, q, k, v, causal, w);  // unfused, fp32 GEMMs
-    require_close_rms("forward", ref.out, tc.out, kTcFwdBound);
+    const int unit = bf16 ? -7 : -10;
+    require_close_rms("forward", ref.out, tc.out, kTcFwdBound, 0, unit);
     // A gradient can cancel to exactly 0 (one key: dS = P·(dP − Δ) = 0), where TF32's dP − Δ leaves
     // about 2^-10·|dout|·|v|: the gradients' floor is the rms of dv (|dout| weighted by P), their scale.
     const double floor = test::rms(ref.dv);
-    require_close_rms("dq", ref.dq, tc.dq, kTcBwdBound, floor);
-    require_close_rms("dk", ref.dk, tc.dk, kTcBwdBound, floor);
-    require_close_rms("dv", ref.dv, tc.dv, kTcBwdBound, floor);
+    require_close_rms("dq", ref.dq, tc.dq, kTcBwdBound, floor, unit);
+    require_close_rms("dk", ref.dk, tc.dk, kTcBwdBound, floor, unit);
+    require_close_rms("dv", ref.dv, tc.dv, kTcBwdBound, floor, unit);
 }
 
 }  // namespace
@@ -325,6 +335,15 @@ TEST_CASE("cuda flash attention, tensor cores: against unfused fp32, D 32, 64, 1
             for (bool causal : {false, true}) compare_tc(c.B, c.H, c.T, c.S, D, causal);
 }
 
+TEST_CASE("cuda flash attention, tensor cores, bf16 inputs: against unfused fp32, D 32, 64, 128, causal and not",
+          "[cuda][flash]") {
+    using engine::cuda::GemmPrecision;
+    struct Case { int64_t B, H, T, S; };
+    for (int64_t D : {32, 64, 128})
+        for (Case c : {Case{1, 1, 257, 257}, Case{1, 2, 45, 37}, Case{2, 1, 9, 5}, Case{1, 1, 70, 41}})
+            for (bool causal : {false, true}) compare_tc(c.B, c.H, c.T, c.S, D, causal, GemmPrecision::bf16);
+}
+
 TEST_CASE("cuda flash attention, tensor cores: queries that see no key give zero rows and gradients", "[cuda][flash]") {
     Tensor q = randn({1, 2, 7, 32}, true, 171), k = randn({1, 2, 4, 32}, true, 172), v = randn({1, 2, 4, 32}, true, 173);
     Run r = run_tc(q, k, v, true, weights_like({1, 2, 7, 32}));
@@ -336,8 +355,7 @@ TEST_CASE("cuda flash attention, tensor cores: queries that see no key give zero
             }
 }
 
-TEST_CASE("cuda flash attention, tensor cores: the same bits on every run; bf16 precision takes them too",
-          "[cuda][flash]") {
+TEST_CASE("cuda flash attention, tensor cores: the same bits on every run, TF32 and bf16", "[cuda][flash]") {
     Tensor q = randn({2, 2, 37, 64}, true, 181), k = randn({2, 2, 45, 64}, true, 182), v = randn({2, 2, 45, 64}, true, 183);
     Tensor w = weights_like({2, 2, 37, 64});
     auto before = engine::cuda::flash_attention_calls();
@@ -346,13 +364,20 @@ TEST_CASE("cuda flash attention, tensor cores: the same bits on every run; bf16 
     REQUIRE(bits_of(a.dq) == bits_of(b.dq));
     REQUIRE(bits_of(a.dk) == bits_of(b.dk));
     REQUIRE(bits_of(a.dv) == bits_of(b.dv));
-    // gemm_precision bf16: the same TF32 kernels (the fused kernel's inputs stay fp32), same bits.
+    // gemm_precision bf16: the bf16 kernels, deterministic too, and not the TF32 ones' bits.
     Run c = run_tc(q, k, v, true, w, engine::cuda::GemmPrecision::bf16);
-    REQUIRE(bits_of(a.out) == bits_of(c.out));
-    REQUIRE(bits_of(a.dk) == bits_of(c.dk));
+    Run c2 = run_tc(q, k, v, true, w, engine::cuda::GemmPrecision::bf16);
+    REQUIRE(bits_of(c.out) == bits_of(c2.out));
+    REQUIRE(bits_of(c.dq) == bits_of(c2.dq));
+    REQUIRE(bits_of(c.dk) == bits_of(c2.dk));
+    REQUIRE(bits_of(c.dv) == bits_of(c2.dv));
+    REQUIRE(bits_of(a.out) != bits_of(c.out));
+    REQUIRE(bits_of(a.dq) != bits_of(c.dq));
     auto after = engine::cuda::flash_attention_calls();
-    REQUIRE(after.tc_forward == before.tc_forward + 3);
-    REQUIRE(after.tc_backward == before.tc_backward + 3);
+    REQUIRE(after.tc_forward == before.tc_forward + 4);
+    REQUIRE(after.tc_backward == before.tc_backward + 4);
+    REQUIRE(after.bf16_forward == before.bf16_forward + 2);
+    REQUIRE(after.bf16_backward == before.bf16_backward + 2);
     // fp32 precision: the fp32 kernels, not the tensor-core ones.
     Run d = run(true, q, k, v, true, w);
     REQUIRE(d.out.defined());
@@ -419,6 +444,9 @@ TEST_CASE("cuda flash attention: attention_qkv and attention_tokens read and wri
 #ifdef ENGINE_CUDA_EMU
                 CHECK(launches == 1);
 #endif
+                TokensRun bf = run_tokens(true, GemmPrecision::bf16, qkv, {}, {}, heads, causal, w);
+                require_close_rms("qkv forward, bf16", ref.out, bf.out, kTcFwdBound, 0, -7);
+                require_close_rms("d(qkv), bf16", ref.dq, bf.dq, kTcBwdBound, test::rms(ref.dq), -7);
             }
             Tensor q = randn({B, c.T, W}, true, 202), k = randn({B, c.S, W}, true, 203), v = randn({B, c.S, W}, true, 204);
             TokensRun ref = run_tokens(false, GemmPrecision::fp32, q, k, v, heads, causal, w);
@@ -437,6 +465,11 @@ TEST_CASE("cuda flash attention: attention_qkv and attention_tokens read and wri
             require_close_rms("tokens dq, tensor cores", ref.dq, tc.dq, kTcBwdBound, floor);
             require_close_rms("tokens dk, tensor cores", ref.dk, tc.dk, kTcBwdBound, floor);
             require_close_rms("tokens dv, tensor cores", ref.dv, tc.dv, kTcBwdBound, floor);
+            TokensRun bf = run_tokens(true, GemmPrecision::bf16, q, k, v, heads, causal, w);
+            require_close_rms("tokens forward, bf16", ref.out, bf.out, kTcFwdBound, 0, -7);
+            require_close_rms("tokens dq, bf16", ref.dq, bf.dq, kTcBwdBound, floor, -7);
+            require_close_rms("tokens dk, bf16", ref.dk, bf.dk, kTcBwdBound, floor, -7);
+            require_close_rms("tokens dv, bf16", ref.dv, bf.dv, kTcBwdBound, floor, -7);
         }
 }
 

@@ -1,5 +1,5 @@
 // engine/cuda/emu/include/cuda_bf16.h: the CUDA emulator's stand-in for <cuda_bf16.h>: only what
-// the backend uses: the bf16 storage type and its two conversions.
+// the backend uses: the bf16 storage type, its two conversions and its raw bits.
 //
 // bf16 is the top half of an IEEE fp32 value: sign, the same 8-bit exponent, 7 mantissa bits. So
 // widening is exact (the bits shifted up), and narrowing rounds away the low 16 bits. As CUDA
@@ -32,3 +32,6 @@ inline float __bfloat162float(__nv_bfloat16 h) {
     std::memcpy(&f, &u, 4);
     return f;
 }
+
+// The raw bits (CUDA's __bfloat16_as_ushort), e.g. to pack two values into one 32-bit store.
+inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.__x; }

@@ -36,6 +36,7 @@ struct dim3 {
 };
 struct uint3 { unsigned x, y, z; };
 struct alignas(16) float4 { float x, y, z, w; };  // CUDA's vector type: 16-byte loads and stores
+struct alignas(8) uint2 { unsigned x, y; };         // 8-byte loads and stores
 
 struct CUstream_st;
 typedef CUstream_st* cudaStream_t;
