@@ -682,6 +682,32 @@ __device__ __forceinline__ float lanes_sum(float v) {
     return v;
 }
 
+// dq's part from a dk/dv block's 64 keys for its C = 32 streamed queries: out[32 × D] =
+// Σ_key dS[query][key]·k[key][:], from dSᵀ [64 keys × ldp] and k [64 × ld] in shared memory (dS is
+// dSᵀ read column-major). The 2·D/16 16×16 blocks of out are split over the 4 warps, one at a time
+// (few registers), and stored straight to global memory, rows D floats apart.
+template <typename P, int D>
+__device__ __forceinline__ void block_dq_part(const typename TcIn<P>::T* ds_t, int ldp, const typename TcIn<P>::T* k,
+                                              int ld, float* out) {
+    constexpr int KS = TcIn<P>::K, kColBlocks = D / 16;
+    static_assert(kWarp == 32, "two 16-row blocks of queries");
+    const int warp = (int)threadIdx.x / kWarp;
+    for (int b = warp; b < 2 * kColBlocks; b += kTcWarps) {
+        const int rb = b / kColBlocks, f = b % kColBlocks;
+        AccFrag<P> acc;
+        wmma::fill_fragment(acc, 0.f);
+        TC_UNROLL_K
+        for (int kk = 0; kk < kTcRows; kk += KS) {
+            wmma::fragment<wmma::matrix_a, 16, 16, KS, P, wmma::col_major> a;
+            wmma::fragment<wmma::matrix_b, 16, 16, KS, P, wmma::row_major> bk;
+            wmma::load_matrix_sync(a, ds_t + kk * ldp + 16 * rb, (unsigned)ldp);
+            wmma::load_matrix_sync(bk, k + kk * ld + 16 * f, (unsigned)ld);
+            wmma::mma_sync(acc, a, bk, acc);
+        }
+        wmma::store_matrix_sync(out + 16 * rb * D + 16 * f, acc, (unsigned)D, wmma::mem_row_major);
+    }
+}
+
 // Forward. Grid: BH · q_tiles blocks. In warp w, lanes 2r and 2r + 1 keep the running max m and
 // sum l of the warp's row r and do that row's softmax, on even and odd columns.
 template <int D, typename P>
@@ -776,12 +802,15 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // dk and dv of a tile of 64 keys, 16 a warp. Grid: BH · k_tiles blocks. Rows of its score tiles are
-// keys, columns queries (Sᵀ, Pᵀ, dSᵀ).
+// keys, columns queries (Sᵀ, Pᵀ, dSᵀ). With dq_part (the split dq, see flash_tc_dq_reduce_kernel),
+// each step also writes dS·k of its keys for its queries (unscaled) to the block's slice
+// dq_part[(tile · BH + bh) · t_pad + i][d]; the rows from the first query that sees the tile up to
+// i0 + 31 of the last step, which may pass T (t_pad = T + 32 leaves room).
 template <int D, typename P>
 __global__ void __launch_bounds__(kThreads)
     flash_tc_dkdv_kernel(const float* q, const float* k, const float* v, const float* dout, const float* lse,
-                         const float* delta, float* dk, float* dv, int64_t T, int64_t S, bool causal, float scale,
-                         int64_t k_tiles, AttentionHeads in, AttentionHeads ol) {
+                         const float* delta, float* dk, float* dv, float* dq_part, int64_t t_pad, int64_t T, int64_t S,
+                         bool causal, float scale, int64_t k_tiles, AttentionHeads in, AttentionHeads ol) {
     using Tl = TcTiles<D, P>;
     using E = typename TcIn<P>::T;
     constexpr int R = kTcRows, C = Tl::kBwdCols, LD = Tl::kLd, LDS = Tl::kBwdLds, LDP = Tl::kBwdLdp;
@@ -846,14 +875,21 @@ __global__ void __launch_bounds__(kThreads)
         __syncwarp();
         warp_gemm_accumulate<P, D, C>(p_w, LDP, do_s, LD, dv_acc);  // dv += Pᵀ·dout
         warp_gemm_accumulate<P, D, C>(ds_w, LDP, q_s, LD, dk_acc);  // dk += dSᵀ·q
+        if (dq_part) {
+            __syncthreads();  // every warp's rows of dSᵀ are written (the next step's first barrier
+                              // keeps them until every warp has read them)
+            block_dq_part<P, D>(tc_array<E>(Tl::kDkdvDs), LDP, k_s, LD,
+                                dq_part + (((int64_t)blockIdx.x % k_tiles * (gridDim.x / k_tiles) + bh) * t_pad + i0) * D);
+        }
     }
     UNROLL
     for (int f = 0; f < D / 16; f++)
         UNROLL
         for (int e = 0; e < dk_acc[f].num_elements; e++) dk_acc[f].x[e] *= scale;
-    // The staging tile: under TF32 the warp's own rows of k (read by it alone, no longer); under
-    // bf16 it spans other warps' tiles. (Every warp gets here: the query loop's trip count is the block's.)
-    if (!Tl::kInPlace) __syncthreads();
+    // The staging tile: under TF32 the warp's own rows of k, read by the other warps only for dq's
+    // part; under bf16 it spans other warps' tiles. (Every warp gets here: the query loop's trip
+    // count is the block's.)
+    if (!Tl::kInPlace || dq_part) __syncthreads();
     __syncwarp();
     float* staging = tc_array<float>(0) + 16 * warp * Tl::kOutLd;
     if (dk) tc_write_output<P, D>(dk_acc, nullptr, nullptr, staging, dk + in.offset(bh, S), in.ld, j0, S);
@@ -937,11 +973,44 @@ __global__ void __launch_bounds__(kThreads)
                           in.ld, i0, T);
 }
 
+// The split dq: dq[bh, i] = scale · Σ_tile dq_part[tile, bh, i], over the key tiles whose keys
+// query i sees some of (all, or causal the tiles up to the one of its last key), in tile order:
+// the same bits on every run. One thread per float4 of dq.
+template <int D>
+__global__ void flash_tc_dq_reduce_kernel(const float* dq_part, float* dq, int64_t BH, int64_t T, int64_t S,
+                                          int64_t t_pad, int64_t k_tiles, bool causal, float scale, AttentionHeads in) {
+    constexpr int V = D / 4;
+    GRID_STRIDE_LOOP(e, BH * T * V) {
+        const int64_t bh = e / (T * V), i = e / V % T, c = e % V;
+        // Tile t holds rows from its first query on: max(0, 64·t − (S − T)) causal, 0 otherwise.
+        const int64_t last = i + S - T;  // causal: the last key query i sees
+        const int64_t tiles = !causal ? k_tiles : last < 0 ? 0 : last / kTcRows + 1;
+        float4 sum{0.f, 0.f, 0.f, 0.f};
+        for (int64_t t = 0; t < (tiles < k_tiles ? tiles : k_tiles); t++) {
+            const float4 x = reinterpret_cast<const float4*>(dq_part + ((t * BH + bh) * t_pad + i) * D)[c];
+            sum.x += x.x;
+            sum.y += x.y;
+            sum.z += x.z;
+            sum.w += x.w;
+        }
+        reinterpret_cast<float4*>(dq + in.offset(bh, T) + i * in.ld)[c] =
+            float4{sum.x * scale, sum.y * scale, sum.z * scale, sum.w * scale};
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Host side.
 
 std::atomic<uint64_t> g_forward_calls{0}, g_backward_calls{0}, g_tc_forward_calls{0}, g_tc_backward_calls{0};
-std::atomic<uint64_t> g_bf16_forward_calls{0}, g_bf16_backward_calls{0};
+std::atomic<uint64_t> g_bf16_forward_calls{0}, g_bf16_backward_calls{0}, g_split_dq_calls{0};
+
+// The tensor-core backward's split dq (flash_tc_dq_reduce_kernel): the dk/dv kernel also writes each
+// key tile's part of dq, and a small kernel sums the parts, instead of the dq kernel, which
+// recomputes the scores and dP: 10·T·S·D FLOPs a head instead of 14, for a scratch of k_tiles
+// partial dq's. Taken when dk or dv is wanted too and there are at most 8 key tiles (S <= 512):
+// the scratch is then at most 8 times q's size, freed at the end of the backward.
+constexpr int64_t kSplitDqTiles = 8;
+std::atomic<int> g_split_dq{-1};  // -1: not decided yet (the environment is read at the first question)
 std::atomic<int> g_fused{-1};  // -1: not decided yet (the environment is read at the first question)
 
 // Blocks of a [BH × tiles] grid, as one grid dimension (x allows 2^31 − 1; y and z only 65535).
@@ -1004,23 +1073,36 @@ template <int D, typename P>
 void tc_backward_for(const float* q, const float* k, const float* v, const float* dout, const float* lse,
                      const float* delta, float* dq, float* dk, float* dv, int64_t BH, int64_t T, int64_t S, bool causal,
                      float scale, Layouts L) {
-    if (dk || dv) {
-        const int64_t tiles = (S + kTcRows - 1) / kTcRows;
-        const size_t smem = TcTiles<D, P>::kDkdvBytes;
-        static const bool opted =
-            (tc_opt_in(flash_tc_dkdv_kernel<D, P>, smem, "flash attention (tensor cores) dk/dv"), true);
-        (void)opted;
-        KERNEL_LAUNCH((flash_tc_dkdv_kernel<D, P>), grid_of(BH, tiles, "flash attention dk/dv"), kThreads, smem, q, k,
-                      v, dout, lse, delta, dk, dv, T, S, causal, scale, tiles, L.in, L.out);
+    const int64_t k_tiles = (S + kTcRows - 1) / kTcRows, t_pad = T + kWarp;
+    const bool split = dq && (dk || dv) && k_tiles <= kSplitDqTiles && flash_split_dq_enabled();
+    float* part = split ? static_cast<float*>(alloc(sizeof(float) * (size_t)(k_tiles * BH * t_pad * D))) : nullptr;
+    try {
+        if (dk || dv) {
+            const size_t smem = TcTiles<D, P>::kDkdvBytes;
+            static const bool opted =
+                (tc_opt_in(flash_tc_dkdv_kernel<D, P>, smem, "flash attention (tensor cores) dk/dv"), true);
+            (void)opted;
+            KERNEL_LAUNCH((flash_tc_dkdv_kernel<D, P>), grid_of(BH, k_tiles, "flash attention dk/dv"), kThreads, smem,
+                          q, k, v, dout, lse, delta, dk, dv, part, t_pad, T, S, causal, scale, k_tiles, L.in, L.out);
+        }
+        if (split) {
+            g_split_dq_calls.fetch_add(1, std::memory_order_relaxed);
+            KERNEL_LAUNCH(flash_tc_dq_reduce_kernel<D>, blocks_for(BH * T * (D / 4)), kBlockSize, 0, part, dq, BH, T,
+                          S, t_pad, k_tiles, causal, scale, L.in);
+        } else if (dq) {
+            const int64_t tiles = (T + kTcRows - 1) / kTcRows;
+            const size_t smem = TcTiles<D, P>::kDqBytes;
+            static const bool opted =
+                (tc_opt_in(flash_tc_dq_kernel<D, P>, smem, "flash attention (tensor cores) dq"), true);
+            (void)opted;
+            KERNEL_LAUNCH((flash_tc_dq_kernel<D, P>), grid_of(BH, tiles, "flash attention dq"), kThreads, smem, q, k,
+                          v, dout, lse, delta, dq, T, S, causal, scale, tiles, L.in, L.out);
+        }
+    } catch (...) {
+        if (part) free(part);
+        throw;
     }
-    if (dq) {
-        const int64_t tiles = (T + kTcRows - 1) / kTcRows;
-        const size_t smem = TcTiles<D, P>::kDqBytes;
-        static const bool opted = (tc_opt_in(flash_tc_dq_kernel<D, P>, smem, "flash attention (tensor cores) dq"), true);
-        (void)opted;
-        KERNEL_LAUNCH((flash_tc_dq_kernel<D, P>), grid_of(BH, tiles, "flash attention dq"), kThreads, smem, q, k, v,
-                      dout, lse, delta, dq, T, S, causal, scale, tiles, L.in, L.out);
-    }
+    if (part) free(part);  // stream-ordered: after the kernels that read it
 }
 
 // The tensor-core kernels of head dim D in the input precision of gemm_precision(): bf16 under
@@ -1105,6 +1187,19 @@ bool fused_attention_enabled() {
 
 void set_fused_attention(bool on) { g_fused.store(on ? 1 : 0, std::memory_order_relaxed); }
 
+bool flash_split_dq_enabled() {
+    int on = g_split_dq.load(std::memory_order_relaxed);
+    if (on < 0) {
+        const char* env = std::getenv("INITLAB_FLASH_SPLIT_DQ");
+        int want = env && env[0] == '0' ? 0 : 1;
+        g_split_dq.compare_exchange_strong(on, want);
+        on = g_split_dq.load(std::memory_order_relaxed);
+    }
+    return on == 1;
+}
+
+void set_flash_split_dq(bool on) { g_split_dq.store(on ? 1 : 0, std::memory_order_relaxed); }
+
 FlashAttentionCalls flash_attention_calls() {
     FlashAttentionCalls c;
     c.forward = g_forward_calls.load(std::memory_order_relaxed);
@@ -1113,6 +1208,7 @@ FlashAttentionCalls flash_attention_calls() {
     c.tc_backward = g_tc_backward_calls.load(std::memory_order_relaxed);
     c.bf16_forward = g_bf16_forward_calls.load(std::memory_order_relaxed);
     c.bf16_backward = g_bf16_backward_calls.load(std::memory_order_relaxed);
+    c.split_dq = g_split_dq_calls.load(std::memory_order_relaxed);
     return c;
 }
 

@@ -44,6 +44,14 @@ bool flash_attention_supports(int64_t D);
 bool fused_attention_enabled();
 void set_fused_attention(bool on);
 
+// Whether the tensor-core backward may split dq: the dk/dv kernel also writes each key tile's part
+// of dq (dS·k) to a scratch, and a small kernel sums the parts in tile order, instead of a dq kernel
+// that recomputes the scores and dP (10·T·S·D FLOPs a head instead of 14). Used with S <= 512 (at
+// most 8 key tiles: the scratch is then at most 8 × q) when dk or dv is wanted too. On by default;
+// INITLAB_FLASH_SPLIT_DQ=0 turns it off (read once), set_flash_split_dq overrides either.
+bool flash_split_dq_enabled();
+void set_flash_split_dq(bool on);
+
 // out = softmax(q·kᵀ·scale, masked)·v; lse [BH, T] = log Σ_j exp(scale·q_i·k_j) over the keys
 // query i sees, +inf for a query that sees none (so exp(s − lse) = 0 there). D must be supported.
 // Layouts as engine/cuda/nn.h's attention_forward (engine/attention_layout.h): q, k, v (and in the
@@ -68,11 +76,13 @@ void flash_attention_backward(const float* q, const float* k, const float* v, co
 // Calls of the two entry points since the process started (tests check that `attention` took the
 // fused path; host-side counters, so they work on a GPU as in the emulator).
 // tc_forward / tc_backward: of those, the calls that ran the tensor-core kernels; bf16_forward /
-// bf16_backward: of those, the calls with bf16 inputs.
+// bf16_backward: of those, the calls with bf16 inputs; split_dq: the tensor-core backwards that
+// split dq.
 struct FlashAttentionCalls {
     uint64_t forward = 0, backward = 0;
     uint64_t tc_forward = 0, tc_backward = 0;
     uint64_t bf16_forward = 0, bf16_backward = 0;
+    uint64_t split_dq = 0;
 };
 FlashAttentionCalls flash_attention_calls();
 

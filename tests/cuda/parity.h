@@ -127,6 +127,13 @@ struct FusedAttentionScope {  // engine/cuda/flash_attention.h: the fused attent
     FusedAttentionScope(const FusedAttentionScope&) = delete;
     FusedAttentionScope& operator=(const FusedAttentionScope&) = delete;
 };
+struct SplitDqScope {  // engine/cuda/flash_attention.h: the tensor-core backward's split dq
+    bool saved = engine::cuda::flash_split_dq_enabled();
+    explicit SplitDqScope(bool on) { engine::cuda::set_flash_split_dq(on); }
+    ~SplitDqScope() { engine::cuda::set_flash_split_dq(saved); }
+    SplitDqScope(const SplitDqScope&) = delete;
+    SplitDqScope& operator=(const SplitDqScope&) = delete;
+};
 
 inline Tensor rand_uniform(const engine::Shape& s, float lo, float hi, bool grad = true, uint64_t seed = 11) {
     engine::Generator g(seed + (uint64_t)s.numel());

@@ -304,22 +304,29 @@ void compare_tc(int64_t B, int64_t H, int64_t T, int64_t S, int64_t D, bool caus
                           << " D " << D << " causal " << causal);
     Tensor q = randn({B, H, T, D}, true, 161), k = randn({B, H, S, D}, true, 162), v = randn({B, H, S, D}, true, 163);
     Tensor w = weights_like({B, H, T, D});
-    auto before = engine::cuda::flash_attention_calls();
-    Run tc = run_tc(q, k, v, causal, w, p);
-    auto after = engine::cuda::flash_attention_calls();
-    REQUIRE(after.tc_forward == before.tc_forward + 1);
-    REQUIRE(after.tc_backward == before.tc_backward + 1);
-    REQUIRE(after.bf16_forward == before.bf16_forward + (bf16 ? 1 : 0));
-    REQUIRE(after.bf16_backward == before.bf16_backward + (bf16 ? 1 : 0));
     Run ref = run(false, q, k, v, causal, w);  // unfused, fp32 GEMMs
     const int unit = bf16 ? -7 : -10;
-    require_close_rms("forward", ref.out, tc.out, kTcFwdBound, 0, unit);
-    // A gradient can cancel to exactly 0 (one key: dS = P·(dP − Δ) = 0), where TF32's dP − Δ leaves
-    // about 2^-10·|dout|·|v|: the gradients' floor is the rms of dv (|dout| weighted by P), their scale.
-    const double floor = test::rms(ref.dv);
-    require_close_rms("dq", ref.dq, tc.dq, kTcBwdBound, floor, unit);
-    require_close_rms("dk", ref.dk, tc.dk, kTcBwdBound, floor, unit);
-    require_close_rms("dv", ref.dv, tc.dv, kTcBwdBound, floor, unit);
+    // dq split (the dk/dv kernel's parts, summed; S <= 512 here), then from the dq kernel.
+    for (bool split : {true, false}) {
+        INFO((split ? "split dq" : "dq kernel"));
+        test::SplitDqScope split_scope(split);
+        auto before = engine::cuda::flash_attention_calls();
+        Run tc = run_tc(q, k, v, causal, w, p);
+        auto after = engine::cuda::flash_attention_calls();
+        REQUIRE(after.tc_forward == before.tc_forward + 1);
+        REQUIRE(after.tc_backward == before.tc_backward + 1);
+        REQUIRE(after.bf16_forward == before.bf16_forward + (bf16 ? 1 : 0));
+        REQUIRE(after.bf16_backward == before.bf16_backward + (bf16 ? 1 : 0));
+        REQUIRE(after.split_dq == before.split_dq + (split ? 1 : 0));
+        require_close_rms("forward", ref.out, tc.out, kTcFwdBound, 0, unit);
+        // A gradient can cancel to exactly 0 (one key: dS = P·(dP − Δ) = 0), where TF32's dP − Δ
+        // leaves about 2^-10·|dout|·|v|: the gradients' floor is the rms of dv (|dout| weighted by
+        // P), their scale.
+        const double floor = test::rms(ref.dv);
+        require_close_rms("dq", ref.dq, tc.dq, kTcBwdBound, floor, unit);
+        require_close_rms("dk", ref.dk, tc.dk, kTcBwdBound, floor, unit);
+        require_close_rms("dv", ref.dv, tc.dv, kTcBwdBound, floor, unit);
+    }
 }
 
 }  // namespace
@@ -342,6 +349,35 @@ TEST_CASE("cuda flash attention, tensor cores, bf16 inputs: against unfused fp32
     for (int64_t D : {32, 64, 128})
         for (Case c : {Case{1, 1, 257, 257}, Case{1, 2, 45, 37}, Case{2, 1, 9, 5}, Case{1, 1, 70, 41}})
             for (bool causal : {false, true}) compare_tc(c.B, c.H, c.T, c.S, D, causal, GemmPrecision::bf16);
+}
+
+TEST_CASE("cuda flash attention, tensor cores: dq is split for S <= 512 when dk or dv is wanted too",
+          "[cuda][flash]") {
+    test::SplitDqScope split(true);
+    auto split_calls = [] { return engine::cuda::flash_attention_calls().split_dq; };
+    // 9 key tiles (S = 520): the dq kernel; right either way.
+    Tensor q = randn({1, 1, 5, 32}, true, 191), k = randn({1, 1, 520, 32}, true, 192), v = randn({1, 1, 520, 32}, true, 193);
+    Tensor w = weights_like({1, 1, 5, 32});
+    uint64_t before = split_calls();
+    Run tc = run_tc(q, k, v, false, w);
+    REQUIRE(split_calls() == before);
+    Run ref = run(false, q, k, v, false, w);
+    require_close_rms("dq, 9 key tiles", ref.dq, tc.dq, kTcBwdBound, test::rms(ref.dv));
+    // 8 key tiles (S = 512): split.
+    Tensor k8 = randn({1, 1, 512, 32}, true, 194), v8 = randn({1, 1, 512, 32}, true, 195);
+    before = split_calls();
+    Run tc8 = run_tc(q, k8, v8, true, w);
+    REQUIRE(split_calls() == before + 1);
+    Run ref8 = run(false, q, k8, v8, true, w);
+    require_close_rms("dq, 8 key tiles", ref8.dq, tc8.dq, kTcBwdBound, test::rms(ref8.dv));
+    // Only dq wanted: the dq kernel (the dk/dv kernel would run for nothing else).
+    Tensor kc = randn({1, 1, 40, 32}, false, 196), vc = randn({1, 1, 40, 32}, false, 197);
+    before = split_calls();
+    Run only_q = run_tc(q, kc, vc, true, w);
+    REQUIRE(split_calls() == before);
+    REQUIRE(!only_q.dk.defined());
+    Run ref_q = run(false, q, kc, vc, true, w);
+    require_close_rms("only dq", ref_q.dq, only_q.dq, kTcBwdBound, test::rms(ref_q.out));
 }
 
 TEST_CASE("cuda flash attention, tensor cores: queries that see no key give zero rows and gradients", "[cuda][flash]") {
