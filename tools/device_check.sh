@@ -2,8 +2,10 @@
 # tools/device_check.sh: one call on a lent GPU machine (see tools/device_pack.sh, which packs what
 # it needs): the [cuda] suite on the device, then bench/gpu.sh's comparisons in TF32, each ours
 # against PyTorch eager and torch.compile where the machine's PyTorch has CUDA:
-#   - vit, lm, lm4k with the fused attention off and on (under tf32 the fused path is the
-#     tensor-core flash kernels);
+#   - vit, vit-nosplit, lm, lm4k with the fused attention off and on (under tf32 the fused path is
+#     the tensor-core flash kernels; vit-nosplit is the fused backward without the split dq);
+#   - attention-bf16 (not in the default PARTS): vit and lm under bf16, fused off and on (the bf16
+#     flash kernels);
 #   - gau, lstm (cuDNN's LSTM) and lstm-own (the own kernels).
 #   - sanitize: compute-sanitizer's memcheck over the [flash] tests and racecheck over one tensor-core case
 #     (the fused kernels' shared memory and warp synchronization);
@@ -37,8 +39,14 @@ if [[ $parts == *" suite "* ]]; then
 fi
 if [[ $parts == *" attention "* ]]; then
     echo "== attention models, fused off and on (tf32)"
-    timeout "${BENCH_S:-300}" bash bench/gpu.sh --no-build --no-tests --models "vit lm lm4k" --precisions tf32 \
-        --fused-attention both --out "$OUT/gpu-attention-tf32.md"
+    timeout "${BENCH_S:-300}" bash bench/gpu.sh --no-build --no-tests --models "vit vit-nosplit lm lm4k" \
+        --precisions tf32 --fused-attention both --out "$OUT/gpu-attention-tf32.md"
+    echo "rc=$?"
+fi
+if [[ $parts == *" attention-bf16 "* ]]; then
+    echo "== attention models, fused off and on (bf16)"
+    timeout "${BENCH_S:-300}" bash bench/gpu.sh --no-build --no-tests --models "vit lm" --precisions bf16 \
+        --fused-attention both --out "$OUT/gpu-attention-bf16.md"
     echo "rc=$?"
 fi
 if [[ $parts == *" gau-lstm "* ]]; then
