@@ -602,15 +602,24 @@ __device__ __forceinline__ void tc_store_rows(float* head, int64_t ld, const flo
     }
 }
 
-// C[16 × N] = A[16 × K]·B for one warp, C to fp32 shared memory (row stride ldc): A row-major
-// (stride lda); B row-major [K][ldb], or with BLayout col_major stored transposed as [N][ldb] (A·Bᵀ
-// of two row-major tiles). Each 16×16 tile of C is summed over K in steps of TcIn<P>::K.
+// The columns [0, n) of a tile of `max` that hold rows in range (n of them, n may exceed max or be
+// negative), rounded up to whole 16-column blocks: the products skip the blocks past them, whose
+// operands are zeros or masked. At ViT-Tiny's T = S = 257, the last of five 64-key tiles has one
+// key: without the skip a fifth of the work is on padding.
+__device__ __forceinline__ int live_cols(int64_t n, int max) {
+    return n <= 0 ? 0 : n >= max ? max : (int)(n + 15) / 16 * 16;
+}
+
+// C[16 × n] = A[16 × K]·B for one warp (n <= N, a multiple of 16; columns past it not written), C
+// to fp32 shared memory (row stride ldc): A row-major (stride lda); B row-major [K][ldb], or with
+// BLayout col_major stored transposed as [N][ldb] (A·Bᵀ of two row-major tiles). Each 16×16 tile
+// of C is summed over K in steps of TcIn<P>::K.
 template <typename P, int N, int K, typename BLayout>
 __device__ __forceinline__ void warp_gemm_to_shared(const typename TcIn<P>::T* A, int lda, const typename TcIn<P>::T* B,
-                                                    int ldb, float* C, int ldc) {
+                                                    int ldb, float* C, int ldc, int n) {
     constexpr bool kBt = std::is_same<BLayout, wmma::col_major>::value;
     constexpr int KS = TcIn<P>::K;
-    for (int j = 0; j < N; j += 16) {
+    for (int j = 0; j < n; j += 16) {
         AccFrag<P> acc;
         wmma::fill_fragment(acc, 0.f);
         TC_UNROLL_K
@@ -625,15 +634,16 @@ __device__ __forceinline__ void warp_gemm_to_shared(const typename TcIn<P>::T* A
     }
 }
 
-// acc[f] (the 16×16 column block f of a warp's [16 × D] output) += A[16 × K]·B[K × D], A row-major
-// in shared memory (stride lda), B a row-major shared input tile of stride ldb.
+// acc[f] (the 16×16 column block f of a warp's [16 × D] output) += A[16 × k]·B[k × D], A row-major
+// in shared memory (stride lda), B a row-major shared input tile of stride ldb; k <= K, a multiple
+// of 16 (A's columns past it are zeros: nothing to add).
 template <typename P, int D, int K>
 __device__ __forceinline__ void warp_gemm_accumulate(const typename TcIn<P>::T* A, int lda,
                                                      const typename TcIn<P>::T* B, int ldb,
-                                                     AccFrag<P> (&acc)[D / 16]) {
+                                                     AccFrag<P> (&acc)[D / 16], int k) {
     constexpr int KS = TcIn<P>::K;
     TC_UNROLL_K
-    for (int kk = 0; kk < K; kk += KS) {
+    for (int kk = 0; kk < k; kk += KS) {
         wmma::fragment<wmma::matrix_a, 16, 16, KS, P, wmma::row_major> a;
         wmma::load_matrix_sync(a, A + kk, (unsigned)lda);
         UNROLL
@@ -682,13 +692,14 @@ __device__ __forceinline__ float lanes_sum(float v) {
     return v;
 }
 
-// dq's part from a dk/dv block's 64 keys for its C = 32 streamed queries: out[32 × D] =
-// Σ_key dS[query][key]·k[key][:], from dSᵀ [64 keys × ldp] and k [64 × ld] in shared memory (dS is
-// dSᵀ read column-major). The 2·D/16 16×16 blocks of out are split over the 4 warps, one at a time
-// (few registers), and stored straight to global memory, rows D floats apart.
+// dq's part from a dk/dv block's keys for its C = 32 streamed queries: out[32 × D] =
+// Σ_key dS[query][key]·k[key][:] over the first `keys` of its 64 (a multiple of 16; the rest are
+// past S), from dSᵀ [64 keys × ldp] and k [64 × ld] in shared memory (dS is dSᵀ read column-major).
+// The 2·D/16 16×16 blocks of out are split over the 4 warps, one at a time (few registers), and
+// stored straight to global memory, rows D floats apart.
 template <typename P, int D>
 __device__ __forceinline__ void block_dq_part(const typename TcIn<P>::T* ds_t, int ldp, const typename TcIn<P>::T* k,
-                                              int ld, float* out) {
+                                              int ld, float* out, int keys) {
     constexpr int KS = TcIn<P>::K, kColBlocks = D / 16;
     static_assert(kWarp == 32, "two 16-row blocks of queries");
     const int warp = (int)threadIdx.x / kWarp;
@@ -697,7 +708,7 @@ __device__ __forceinline__ void block_dq_part(const typename TcIn<P>::T* ds_t, i
         AccFrag<P> acc;
         wmma::fill_fragment(acc, 0.f);
         TC_UNROLL_K
-        for (int kk = 0; kk < kTcRows; kk += KS) {
+        for (int kk = 0; kk < keys; kk += KS) {
             wmma::fragment<wmma::matrix_a, 16, 16, KS, P, wmma::col_major> a;
             wmma::fragment<wmma::matrix_b, 16, 16, KS, P, wmma::row_major> bk;
             wmma::load_matrix_sync(a, ds_t + kk * ldp + 16 * rb, (unsigned)ldp);
@@ -748,12 +759,15 @@ __global__ void __launch_bounds__(kThreads)
     float m = -INFINITY, l = 0.f;
     const int64_t seen = i < T ? visible_keys(i, T, S, causal) : 0;  // this row sees keys [0, seen)
     const int64_t k_end = keys_seen_by(q0, R, T, S, causal);
+    const bool live = q0 + 16 * warp < T;  // a warp whose rows are all past T only keeps the barriers
     for (int64_t k0 = 0; k0 < k_end; k0 += C) {
         __syncthreads();  // the previous step's k and v are no longer read
         tc_load_rows<D, C, LD>(k_s, k, in.ld, k0, S);
         tc_load_rows<D, C, LD>(v_s, v, in.ld, k0, S);
         __syncthreads();
-        warp_gemm_to_shared<P, C, D, wmma::col_major>(q_w, LD, k_s, LD, s_w, LDS);  // q·kᵀ
+        if (!live) continue;
+        const int n = live_cols(k_end - k0, C);  // the keys some row of the block sees
+        warp_gemm_to_shared<P, C, D, wmma::col_major>(q_w, LD, k_s, LD, s_w, LDS, n);  // q·kᵀ
         __syncwarp();
         float* srow = s_w + row * LDS;
         E* prow = p_w + row * LDP;
@@ -785,7 +799,7 @@ __global__ void __launch_bounds__(kThreads)
                 UNROLL
                 for (int e = 0; e < o[f].num_elements; e++) o[f].x[e] *= alpha_w[(int)rows.x[e]];
         }
-        warp_gemm_accumulate<P, D, C>(p_w, LDP, v_s, LD, o);  // o += P·v
+        warp_gemm_accumulate<P, D, C>(p_w, LDP, v_s, LD, o, n);  // o += P·v
     }
     __syncwarp();  // every lane has read alpha_w
     // l >= 1 once a key is seen (the max contributes exp2(0)); 0 means none was. lse in natural log.
@@ -848,6 +862,7 @@ __global__ void __launch_bounds__(kThreads)
     // The first query that sees key k0 (the block's smallest); causal, earlier queries see none of the tile.
     int64_t i_begin = causal ? k0 - (S - T) : 0;
     if (i_begin < 0) i_begin = 0;
+    const bool live = j0 < S;  // a warp whose keys are all past S only keeps the barriers (and its dq share)
     for (int64_t i0 = i_begin; i0 < T; i0 += C) {
         __syncthreads();  // the previous step's q and dout are no longer read (first time: k and v are in place)
         tc_load_rows<D, C, LD>(q_s, q, in.ld, i0, T);
@@ -857,29 +872,35 @@ __global__ void __launch_bounds__(kThreads)
             delta_s[c] = i0 + c < T ? delta[i0 + c] : 0.f;
         }
         __syncthreads();
-        warp_gemm_to_shared<P, C, D, wmma::col_major>(k_w, LD, q_s, LD, s_w, LDS);    // (k·qᵀ)[key][query]
-        warp_gemm_to_shared<P, C, D, wmma::col_major>(v_w, LD, do_s, LD, dp_w, LDS);  // (v·doutᵀ) = dPᵀ
-        __syncwarp();
-        // Lane c does column c (query i0 + c) of every row (C = 32 lanes): its lse and Δ once, and
-        // the last key it sees (keys j0 + r <= last).
-        const int64_t i = i0 + lane;
-        const float lse2 = lse_s[lane], d = delta_s[lane];
-        const int64_t last = i >= T ? -1 : (causal ? (i + S - T < S ? i + S - T : S - 1) : S - 1);
-        TC_UNROLL_ELEMENTS
-        for (int r = 0; r < 16; r++) {
-            const int at = r * LDS + lane, atp = r * LDP + lane;
-            const float p = j0 + r <= last ? exp2f(s_w[at] * scale2 - lse2) : 0.f;
-            ds_w[atp] = TcIn<P>::round(p * (dp_w[at] - d));
-            p_w[atp] = TcIn<P>::round(p);
+        const int n = live_cols(T - i0, C);  // the queries of the tile in range
+        if (live) {
+            warp_gemm_to_shared<P, C, D, wmma::col_major>(k_w, LD, q_s, LD, s_w, LDS, n);    // (k·qᵀ)[key][query]
+            warp_gemm_to_shared<P, C, D, wmma::col_major>(v_w, LD, do_s, LD, dp_w, LDS, n);  // (v·doutᵀ) = dPᵀ
+            __syncwarp();
+            // Lane c does column c (query i0 + c) of every row (C = 32 lanes): its lse and Δ once,
+            // and the last key it sees (keys j0 + r <= last). Columns past n were not computed:
+            // masked, so never read.
+            const int64_t i = i0 + lane;
+            const float lse2 = lse_s[lane], d = delta_s[lane];
+            const int64_t last = i >= T ? -1 : (causal ? (i + S - T < S ? i + S - T : S - 1) : S - 1);
+            TC_UNROLL_ELEMENTS
+            for (int r = 0; r < 16; r++) {
+                const int at = r * LDS + lane, atp = r * LDP + lane;
+                const bool seen = j0 + r <= last;
+                const float p = seen ? exp2f(s_w[at] * scale2 - lse2) : 0.f;
+                ds_w[atp] = TcIn<P>::round(seen ? p * (dp_w[at] - d) : 0.f);
+                p_w[atp] = TcIn<P>::round(p);
+            }
+            __syncwarp();
+            warp_gemm_accumulate<P, D, C>(p_w, LDP, do_s, LD, dv_acc, n);  // dv += Pᵀ·dout
+            warp_gemm_accumulate<P, D, C>(ds_w, LDP, q_s, LD, dk_acc, n);  // dk += dSᵀ·q
         }
-        __syncwarp();
-        warp_gemm_accumulate<P, D, C>(p_w, LDP, do_s, LD, dv_acc);  // dv += Pᵀ·dout
-        warp_gemm_accumulate<P, D, C>(ds_w, LDP, q_s, LD, dk_acc);  // dk += dSᵀ·q
         if (dq_part) {
             __syncthreads();  // every warp's rows of dSᵀ are written (the next step's first barrier
                               // keeps them until every warp has read them)
             block_dq_part<P, D>(tc_array<E>(Tl::kDkdvDs), LDP, k_s, LD,
-                                dq_part + (((int64_t)blockIdx.x % k_tiles * (gridDim.x / k_tiles) + bh) * t_pad + i0) * D);
+                                dq_part + (((int64_t)blockIdx.x % k_tiles * (gridDim.x / k_tiles) + bh) * t_pad + i0) * D,
+                                live_cols(S - k0, R));
         }
     }
     UNROLL
@@ -943,24 +964,29 @@ __global__ void __launch_bounds__(kThreads)
     UNROLL
     for (int f = 0; f < D / 16; f++) wmma::fill_fragment(acc[f], 0.f);
     const int64_t k_end = keys_seen_by(q0, R, T, S, causal);
+    const bool live = i0 < T;  // a warp whose rows are all past T only keeps the barriers
     for (int64_t k0 = 0; k0 < k_end; k0 += C) {
         __syncthreads();  // the previous step's k and v are no longer read (first time: q, dout, lse, Δ are in place)
         tc_load_rows<D, C, LD>(k_s, k, in.ld, k0, S);
         tc_load_rows<D, C, LD>(v_s, v, in.ld, k0, S);
         __syncthreads();
-        warp_gemm_to_shared<P, C, D, wmma::col_major>(q_w, LD, k_s, LD, s_w, LDS);    // q·kᵀ
-        warp_gemm_to_shared<P, C, D, wmma::col_major>(do_w, LD, v_s, LD, dp_w, LDS);  // dP = dout·vᵀ
+        if (!live) continue;
+        const int n = live_cols(k_end - k0, C);  // the keys some row of the block sees
+        warp_gemm_to_shared<P, C, D, wmma::col_major>(q_w, LD, k_s, LD, s_w, LDS, n);    // q·kᵀ
+        warp_gemm_to_shared<P, C, D, wmma::col_major>(do_w, LD, v_s, LD, dp_w, LDS, n);  // dP = dout·vᵀ
         __syncwarp();
         // Lane c does column c (key k0 + c) of every row (C = 32 lanes); row r sees keys [0, seen_w[r]).
+        // Columns past n were not computed: masked, so never read.
         const int64_t j = k0 + lane;
         TC_UNROLL_ELEMENTS
         for (int r = 0; r < 16; r++) {
             const int at = r * LDS + lane;
-            const float p = j < seen_w[r] ? exp2f(s_w[at] * scale2 - lse_w[r]) : 0.f;
-            ds_w[r * LDP + lane] = TcIn<P>::round(p * (dp_w[at] - delta_w[r]));
+            const bool seen = j < seen_w[r];
+            const float p = seen ? exp2f(s_w[at] * scale2 - lse_w[r]) : 0.f;
+            ds_w[r * LDP + lane] = TcIn<P>::round(seen ? p * (dp_w[at] - delta_w[r]) : 0.f);
         }
         __syncwarp();
-        warp_gemm_accumulate<P, D, C>(ds_w, LDP, k_s, LD, acc);  // dq += dS·k
+        warp_gemm_accumulate<P, D, C>(ds_w, LDP, k_s, LD, acc, n);  // dq += dS·k
     }
     UNROLL
     for (int f = 0; f < D / 16; f++)
