@@ -23,6 +23,7 @@
 // Device memory is host memory from posix_memalign with exactly the size asked (so AddressSanitizer
 // sees a kernel's out-of-bounds access), filled with the poison pattern, and recorded, so copies
 // and frees can check that a pointer really is (or is not) device memory.
+#include "cuda_pipeline_primitives.h"
 #include "cuda_runtime.h"
 #include "internal.h"
 
@@ -32,6 +33,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <deque>
 #include <cstdlib>
 #include <exception>
 #include <iterator>
@@ -89,6 +91,13 @@ std::unordered_map<const void*, bool> g_kernel_syncs;     // kernel -> reached a
 
 enum class State { Ready, AtBlockBarrier, AtWarpOp, Done };
 
+// An asynchronous copy (__pipeline_memcpy_async) waiting for its thread's __pipeline_wait_prior.
+struct AsyncCopy {
+    void* dst;
+    const void* src;
+    size_t copied, zeroed;
+};
+
 struct Fiber {
     ThreadState st;
     ucontext_t ctx;      // the ucontext switch's saved context
@@ -110,6 +119,9 @@ struct Fiber {
     const char* barrier_file = nullptr;
     unsigned barrier_line = 0;
     void* asan_fake_stack = nullptr;
+    // Asynchronous copies: the batch being issued, and the committed batches not yet waited for.
+    std::vector<AsyncCopy> copies_open;
+    std::deque<std::vector<AsyncCopy>> copies_committed;
 };
 
 struct Launch {
@@ -321,6 +333,8 @@ void yield_to_scheduler(BlockRun& b, Fiber& f, bool dying) {
     g_self = &f.st;
 }
 
+std::string where(const Fiber& f);  // "block (x, y, z) thread (x, y, z)", below
+
 void fiber_entry() {
     BlockRun& b = *g_block;
     Fiber& f = *b.current;
@@ -330,6 +344,11 @@ void fiber_entry() {
 #endif
     try {
         (*g_launch->body)();
+        size_t pending = f.copies_open.size();
+        for (const auto& batch : f.copies_committed) pending += batch.size();
+        if (pending)
+            fail(std::string("kernel ") + g_launch->name + ": " + where(f) + " ended with " + std::to_string(pending) +
+                 " asynchronous copies not waited for (__pipeline_wait_prior)");
     } catch (...) {
         if (!b.error) b.error = std::current_exception();
     }
@@ -495,6 +514,8 @@ void run_block(Launch& L, uint3 block_idx, std::vector<Fiber>& fs, std::vector<i
         f.st.block_dim = L.block;
         f.st.grid_dim = L.grid;
         f.state = State::Ready;
+        f.copies_open.clear();
+        f.copies_committed.clear();
         f.lane = (int)(t % 32);
         f.warp = (int)(t / 32);
         f.stack_index = -1;
@@ -622,6 +643,48 @@ void warp_collective(const char* kind, void* arg, WarpCollective run) {
     f.warp_is_ballot = false;
     f.warp_collective = run;
     yield_to_scheduler(*g_block, f, false);
+}
+
+namespace {
+bool inside_device(const void* p, size_t bytes);  // below, with the device memory bookkeeping
+}
+
+// Asynchronous copies (include/cuda_pipeline_primitives.h): recorded now, done at the wait.
+void pipeline_memcpy_async(void* dst, const void* src, size_t size, size_t zfill) {
+    Fiber& f = current_fiber("__pipeline_memcpy_async");
+    auto bad = [&](const std::string& why) {
+        fail(std::string("kernel ") + g_launch->name + ": __pipeline_memcpy_async at " + where(f) + ": " + why);
+    };
+    if (size != 4 && size != 8 && size != 16) bad(std::to_string(size) + " bytes (4, 8 or 16)");
+    if (zfill > size) bad("zfill " + std::to_string(zfill) + " of " + std::to_string(size) + " bytes");
+    if (reinterpret_cast<uintptr_t>(dst) % size || reinterpret_cast<uintptr_t>(src) % size)
+        bad("dst " + hex(dst) + " or src " + hex(src) + " not aligned to " + std::to_string(size) + " bytes");
+    auto within = [&](const SharedBuffer& buf) {
+        const unsigned char* p = static_cast<const unsigned char*>(dst);
+        return buf.p && p >= buf.p && p + size <= buf.p + buf.bytes;
+    };
+    bool in_shared = within(g_block->dynamic);
+    for (const auto& kv : g_block->shared) in_shared = in_shared || within(kv.second);
+    if (!in_shared) bad("dst " + hex(dst) + " is not in the block's shared memory");
+    if (size > zfill && !inside_device(src, size - zfill)) bad("src " + hex(src) + " is not in device memory");
+    f.copies_open.push_back({dst, src, size - zfill, zfill});
+}
+
+void pipeline_commit() {
+    Fiber& f = current_fiber("__pipeline_commit");
+    f.copies_committed.push_back(std::move(f.copies_open));
+    f.copies_open.clear();
+}
+
+void pipeline_wait_prior(size_t n) {
+    Fiber& f = current_fiber("__pipeline_wait_prior");
+    while (f.copies_committed.size() > n) {
+        for (const AsyncCopy& c : f.copies_committed.front()) {
+            std::memcpy(c.dst, c.src, c.copied);
+            std::memset(static_cast<unsigned char*>(c.dst) + c.copied, 0, c.zeroed);
+        }
+        f.copies_committed.pop_front();
+    }
 }
 
 void* shared_array(const void* site, size_t bytes) {

@@ -1,0 +1,145 @@
+// tests/cuda/test_cuda_async_copy.cpp: the emulator's asynchronous global-to-shared copies
+// (engine/cuda/emu/include/cuda_pipeline_primitives.h: __pipeline_memcpy_async, __pipeline_commit,
+// __pipeline_wait_prior). A copy lands when the wait that covers it returns, so a kernel that reads
+// its destination too early reads the poison pattern; zfill writes zeros; a wait for all but the
+// newest batch leaves that batch unlanded; copies never waited for, bad sizes, misaligned pointers
+// and destinations outside shared memory are errors naming the kernel.
+//
+// Only in the emulated build (make emu); in the nvcc build this file is empty.
+#ifdef ENGINE_CUDA_EMU
+
+#include <catch2/catch.hpp>
+#include <cuda_pipeline_primitives.h>
+
+#include <cmath>
+#include <vector>
+#include "engine/cuda/kernel.h"
+#include "engine/cuda/runtime.h"
+
+using Catch::Matchers::Contains;
+
+namespace {
+
+constexpr int kChunks = 64;  // float4s in the tile
+
+// Chunks [0, valid) of x into a shared tile, the rest zero-filled, in one batch; then, after every
+// thread's wait and a barrier, the tile out to y reversed (each thread reads chunks others copied).
+// wait_first = false reads the tile before waiting (the bug the emulator must show; the waits
+// then come after a second barrier, so that no thread's copies land before every thread has read).
+__global__ void async_tile_kernel(const float* x, float* y, int valid, bool wait_first) {
+    SHARED_ARRAY(float, tile, 4 * kChunks);
+    for (int c = (int)threadIdx.x; c < kChunks; c += (int)blockDim.x)
+        __pipeline_memcpy_async(tile + 4 * c, x + 4 * c, 16, c < valid ? 0 : 16);
+    __pipeline_commit();
+    if (wait_first) __pipeline_wait_prior(0);
+    __syncthreads();
+    for (int j = (int)threadIdx.x; j < 4 * kChunks; j += (int)blockDim.x) y[j] = tile[4 * kChunks - 1 - j];
+    if (!wait_first) {
+        __syncthreads();  // every thread has read before any waits
+        __pipeline_wait_prior(0);
+    }
+}
+
+// Two batches: the first half of x, then the second; a wait for all but the newest batch, so only
+// the first half has landed when the tile is read.
+__global__ void async_two_batches_kernel(const float* x, float* y) {
+    SHARED_ARRAY(float, tile, 4 * kChunks);
+    const int c = (int)threadIdx.x;  // 32 threads: chunk c, then chunk 32 + c
+    __pipeline_memcpy_async(tile + 4 * c, x + 4 * c, 16);
+    __pipeline_commit();
+    __pipeline_memcpy_async(tile + 4 * (32 + c), x + 4 * (32 + c), 16);
+    __pipeline_commit();
+    __pipeline_wait_prior(1);
+    __syncthreads();
+    for (int j = c; j < 4 * kChunks; j += 32) y[j] = tile[j];
+    __syncthreads();  // every thread has read before any waits for the second batch
+    __pipeline_wait_prior(0);
+}
+
+__global__ void async_never_waited_kernel(const float* x) {
+    SHARED_ARRAY(float, tile, 4);
+    __pipeline_memcpy_async(tile, x, 16);
+    __pipeline_commit();
+}
+
+// mode 0: 12 bytes; 1: a source 8 bytes off a 16-byte boundary; 2: a destination in device memory;
+// 3: zfill larger than the copy.
+__global__ void async_bad_copy_kernel(const float* x, float* device_dst, int mode) {
+    SHARED_ARRAY(float, tile, 8);
+    if (mode == 0) __pipeline_memcpy_async(tile, x, 12);
+    if (mode == 1) __pipeline_memcpy_async(tile, x + 2, 16);
+    if (mode == 2) __pipeline_memcpy_async(device_dst, x, 16);
+    if (mode == 3) __pipeline_memcpy_async(tile, x, 8, 12);
+    __pipeline_commit();
+    __pipeline_wait_prior(0);
+}
+
+struct Buffers {
+    float* x;
+    float* y;
+    Buffers() {
+        x = static_cast<float*>(engine::cuda::alloc(sizeof(float) * 4 * kChunks));
+        y = static_cast<float*>(engine::cuda::alloc(sizeof(float) * 4 * kChunks));
+        std::vector<float> h(4 * kChunks);
+        for (int i = 0; i < 4 * kChunks; i++) h[i] = (float)(i + 1);
+        engine::cuda::copy_to_device(x, h.data(), sizeof(float) * h.size());
+    }
+    ~Buffers() {
+        engine::cuda::free(x);
+        engine::cuda::free(y);
+    }
+    std::vector<float> out() const {
+        std::vector<float> h(4 * kChunks);
+        engine::cuda::copy_to_host(h.data(), y, sizeof(float) * h.size());
+        return h;
+    }
+};
+
+}  // namespace
+
+TEST_CASE("emulator: asynchronous copies land at the wait, zfill writes zeros", "[cuda][emulator]") {
+    Buffers b;
+    const int valid = 50;  // chunks 50..63 zero-filled
+    KERNEL_LAUNCH(async_tile_kernel, 1, 32, 0, (const float*)b.x, b.y, valid, true);
+    std::vector<float> y = b.out();
+    for (int j = 0; j < 4 * kChunks; j++) {
+        const int i = 4 * kChunks - 1 - j;  // the tile element y[j] holds
+        INFO("y[" << j << "]");
+        REQUIRE(y[j] == (i < 4 * valid ? (float)(i + 1) : 0.f));
+    }
+}
+
+TEST_CASE("emulator: reading an asynchronous copy's destination before the wait reads poison", "[cuda][emulator]") {
+    Buffers b;
+    KERNEL_LAUNCH(async_tile_kernel, 1, 32, 0, (const float*)b.x, b.y, kChunks, false);
+    for (float v : b.out()) REQUIRE(std::isnan(v));
+}
+
+TEST_CASE("emulator: __pipeline_wait_prior(1) leaves the newest batch in flight", "[cuda][emulator]") {
+    Buffers b;
+    KERNEL_LAUNCH(async_two_batches_kernel, 1, 32, 0, (const float*)b.x, b.y);
+    std::vector<float> y = b.out();
+    for (int j = 0; j < 4 * kChunks; j++) {
+        INFO("y[" << j << "]");
+        if (j < 4 * 32)
+            REQUIRE(y[j] == (float)(j + 1));
+        else
+            REQUIRE(std::isnan(y[j]));
+    }
+}
+
+TEST_CASE("emulator: asynchronous copies never waited for, or malformed, are errors", "[cuda][emulator]") {
+    Buffers b;
+    REQUIRE_THROWS_WITH(KERNEL_LAUNCH(async_never_waited_kernel, 1, 32, 0, (const float*)b.x),
+                        Contains("async_never_waited_kernel") && Contains("not waited for"));
+    REQUIRE_THROWS_WITH(KERNEL_LAUNCH(async_bad_copy_kernel, 1, 1, 0, (const float*)b.x, b.y, 0),
+                        Contains("async_bad_copy_kernel") && Contains("12 bytes (4, 8 or 16)"));
+    REQUIRE_THROWS_WITH(KERNEL_LAUNCH(async_bad_copy_kernel, 1, 1, 0, (const float*)b.x, b.y, 1),
+                        Contains("not aligned to 16 bytes"));
+    REQUIRE_THROWS_WITH(KERNEL_LAUNCH(async_bad_copy_kernel, 1, 1, 0, (const float*)b.x, b.y, 2),
+                        Contains("not in the block's shared memory"));
+    REQUIRE_THROWS_WITH(KERNEL_LAUNCH(async_bad_copy_kernel, 1, 1, 0, (const float*)b.x, b.y, 3),
+                        Contains("zfill 12 of 8 bytes"));
+}
+
+#endif  // ENGINE_CUDA_EMU
