@@ -60,6 +60,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cuda_bf16.h>
+#include <cuda_pipeline_primitives.h>
 #include <initializer_list>
 #include <mma.h>
 #include <string>
@@ -458,6 +459,18 @@ __global__ void __launch_bounds__(kThreads)
 // barrier is needed before it). Global rows are read and written as float4 (the host checks the
 // alignment). The kernels take dynamic shared memory (over 48 KiB; tc_opt_in, once per kernel).
 //
+// Asynchronous copies (TF32, on by default: flash_async_enabled): the streamed tiles (k and v in
+// the forward and dq; q, dout, lse and Δ in dk/dv) have two stages in shared memory, and step t + 1's
+// are copied global to shared with cp.async (__pipeline_memcpy_async, no registers on the way)
+// while step t computes: at step t a thread issues step t + 1's batch, waits for step t's
+// (__pipeline_wait_prior(1)), and a barrier makes every thread's part visible; a barrier at the end
+// of the step keeps its stage until every warp has read it (the stage is refilled at step t + 1).
+// The copied floats are raw: the products round them to TF32 as they load the fragments
+// (kRoundB), which gives the same values as rounding at the store, so the results are the same
+// bits as the synchronous kernels'. bf16 tiles are converted on the way in, so the bf16 kernels
+// load synchronously. The price: the streamed tiles' shared memory twice over (the D = 64 forward
+// 106 KB a block, two blocks an SM, against 71 KB and three).
+//
 // Deterministic: every output element is summed by one warp in a fixed order, no atomics.
 
 namespace wmma = nvcuda::wmma;
@@ -499,10 +512,13 @@ constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
 // pointers must be 32-byte aligned, so every array starts on such a boundary).
 constexpr int tc_bytes(int n, int size) { return (n * size + 31) / 32 * 32; }
 
-// Tile shapes and the byte offsets of each kernel's shared arrays.
-template <int D, typename P>
+// Tile shapes and the byte offsets of each kernel's shared arrays. kStages: 1, or 2 when the
+// streamed tiles are double-buffered for the asynchronous copies (stage t % 2 holds step t's).
+template <int D, typename P, int kStages = 1>
 struct TcTiles {
     static_assert(D == 32 || D == 64 || D == 128, "flash attention is compiled for head dims 32, 64, 128");
+    static_assert(kStages == 1 || kStages == 2, "one stage, or two");
+    static constexpr int kNumStages = kStages;
     using T = typename TcIn<P>::T;
     static constexpr int kSize = (int)sizeof(T);
     static constexpr bool kInPlace = kSize == 4;  // TF32: P and dS overwrite the fp32 score tiles
@@ -514,26 +530,28 @@ struct TcTiles {
     static constexpr int kBwdLdp = kInPlace ? kBwdLds : kBwdCols + 16 / kSize;
     static constexpr int kOutLd = D + 4;  // the fp32 staging tile of the outputs
     static constexpr int kRowsTile = tc_bytes(kTcRows * kLd, kSize);
-    // Forward: q, k, v, the scores, P, the row ids (256 floats), alpha.
-    static constexpr int kFwdK = kRowsTile, kFwdV = kFwdK + tc_bytes(kFwdCols * kLd, kSize);
-    static constexpr int kFwdS = kFwdV + tc_bytes(kFwdCols * kLd, kSize);
+    static constexpr int kFwdTile = tc_bytes(kFwdCols * kLd, kSize), kBwdTile = tc_bytes(kBwdCols * kLd, kSize);
+    // Forward: q, then per stage k and v, the scores, P, the row ids (256 floats), alpha.
+    static constexpr int kFwdK = kRowsTile, kFwdStage = 2 * kFwdTile;  // stage s: k at kFwdK + s·kFwdStage, v after
+    static constexpr int kFwdS = kFwdK + kStages * kFwdStage;
     static constexpr int kFwdP = kFwdS + (kInPlace ? 0 : tc_bytes(kTcRows * kFwdLds, 4));
     static constexpr int kFwdIds = kFwdP + tc_bytes(kTcRows * kFwdLdp, kSize);
     static constexpr int kFwdAlpha = kFwdIds + tc_bytes(256, 4);
     static constexpr int kFwdBytes = kFwdAlpha + tc_bytes(kTcRows, 4);
-    // dk/dv: k, v, q, dout, Sᵀ, dPᵀ, Pᵀ, dSᵀ, then lse and Δ of the streamed queries.
-    static constexpr int kDkdvV = kRowsTile, kDkdvQ = 2 * kRowsTile, kDkdvDo = kDkdvQ + tc_bytes(kBwdCols * kLd, kSize);
-    static constexpr int kDkdvS = kDkdvDo + tc_bytes(kBwdCols * kLd, kSize);
+    // dk/dv: k, v, then per stage q and dout, Sᵀ, dPᵀ, Pᵀ, dSᵀ, then per stage lse and Δ of the
+    // streamed queries.
+    static constexpr int kDkdvV = kRowsTile, kDkdvQ = 2 * kRowsTile, kDkdvStage = 2 * kBwdTile;
+    static constexpr int kDkdvS = kDkdvQ + kStages * kDkdvStage;
     static constexpr int kDkdvDp = kDkdvS + tc_bytes(kTcRows * kBwdLds, 4);
     static constexpr int kDkdvP = kInPlace ? kDkdvS : kDkdvDp + tc_bytes(kTcRows * kBwdLds, 4);
     static constexpr int kDkdvDs = kInPlace ? kDkdvDp : kDkdvP + tc_bytes(kTcRows * kBwdLdp, kSize);
     static constexpr int kDkdvLse = (kInPlace ? kDkdvDp + tc_bytes(kTcRows * kBwdLds, 4)
                                               : kDkdvDs + tc_bytes(kTcRows * kBwdLdp, kSize));
-    static constexpr int kDkdvDelta = kDkdvLse + tc_bytes(kBwdCols, 4);
-    static constexpr int kDkdvBytes = kDkdvDelta + tc_bytes(kBwdCols, 4);
-    // dq: q, dout, k, v, S, dP, dS, then lse, Δ and the keys each row sees (int64).
-    static constexpr int kDqDo = kRowsTile, kDqK = 2 * kRowsTile, kDqV = kDqK + tc_bytes(kBwdCols * kLd, kSize);
-    static constexpr int kDqS = kDqV + tc_bytes(kBwdCols * kLd, kSize);
+    static constexpr int kRowStats = tc_bytes(kBwdCols, 4), kDkdvStatsStage = 2 * kRowStats;  // lse, then Δ
+    static constexpr int kDkdvBytes = kDkdvLse + kStages * kDkdvStatsStage;
+    // dq: q, dout, then per stage k and v, S, dP, dS, then lse, Δ and the keys each row sees (int64).
+    static constexpr int kDqDo = kRowsTile, kDqK = 2 * kRowsTile, kDqStage = 2 * kBwdTile;
+    static constexpr int kDqS = kDqK + kStages * kDqStage;
     static constexpr int kDqDp = kDqS + tc_bytes(kTcRows * kBwdLds, 4);
     static constexpr int kDqDs = kInPlace ? kDqS : kDqDp + tc_bytes(kTcRows * kBwdLds, 4);
     static constexpr int kDqLse = (kInPlace ? kDqDp + tc_bytes(kTcRows * kBwdLds, 4)
@@ -589,6 +607,22 @@ __device__ __forceinline__ void tc_load_rows(T* tile, const float* head, int64_t
     }
 }
 
+// The asynchronous twin of tc_load_rows for TF32 tiles (the streamed tiles of the double-buffered
+// kernels): each float4 copied global to shared without passing through registers, rows past n
+// zero-filled, not rounded (the products round them as they load them, kRoundB). The caller
+// commits the batch and waits for it (__pipeline_wait_prior, then a block barrier) before reading.
+template <int D, int ROWS, int LD>
+__device__ __forceinline__ void tc_copy_rows_async(float* tile, const float* head, int64_t ld, int64_t row0,
+                                                   int64_t n) {
+    constexpr int V = D / 4;
+    for (int e = (int)threadIdx.x; e < ROWS * V; e += kThreads) {
+        const int r = e / V, c = e % V;
+        const bool in_range = row0 + r < n;
+        __pipeline_memcpy_async(tile + r * LD + 4 * c, in_range ? head + (row0 + r) * ld + 4 * c : head, 16,
+                                in_range ? 0 : 16);
+    }
+}
+
 // A warp's 16 rows of the fp32 staging tile (stride D + 4) out to rows [row0, row0 + 16) of a
 // head, those below n.
 template <int D>
@@ -602,6 +636,14 @@ __device__ __forceinline__ void tc_store_rows(float* head, int64_t ld, const flo
     }
 }
 
+// Rounds a matrix fragment's elements as TcIn<P>::round (element-wise: portable whatever the
+// fragment's layout).
+template <typename P, typename Frag>
+__device__ __forceinline__ void round_fragment(Frag& f) {
+    UNROLL
+    for (int t = 0; t < f.num_elements; t++) f.x[t] = TcIn<P>::round(f.x[t]);
+}
+
 // The columns [0, n) of a tile of `max` that hold rows in range (n of them, n may exceed max or be
 // negative), rounded up to whole 16-column blocks: the products skip the blocks past them, whose
 // operands are zeros or masked. At ViT-Tiny's T = S = 257, the last of five 64-key tiles has one
@@ -613,8 +655,9 @@ __device__ __forceinline__ int live_cols(int64_t n, int max) {
 // C[16 × n] = A[16 × K]·B for one warp (n <= N, a multiple of 16; columns past it not written), C
 // to fp32 shared memory (row stride ldc): A row-major (stride lda); B row-major [K][ldb], or with
 // BLayout col_major stored transposed as [N][ldb] (A·Bᵀ of two row-major tiles). Each 16×16 tile
-// of C is summed over K in steps of TcIn<P>::K.
-template <typename P, int N, int K, typename BLayout>
+// of C is summed over K in steps of TcIn<P>::K. kRoundB: B holds raw floats (an asynchronously
+// copied tile), rounded in the fragment as it is loaded (the same values as rounding at the store).
+template <typename P, int N, int K, typename BLayout, bool kRoundB = false>
 __device__ __forceinline__ void warp_gemm_to_shared(const typename TcIn<P>::T* A, int lda, const typename TcIn<P>::T* B,
                                                     int ldb, float* C, int ldc, int n) {
     constexpr bool kBt = std::is_same<BLayout, wmma::col_major>::value;
@@ -628,6 +671,7 @@ __device__ __forceinline__ void warp_gemm_to_shared(const typename TcIn<P>::T* A
             wmma::fragment<wmma::matrix_b, 16, 16, KS, P, BLayout> b;
             wmma::load_matrix_sync(a, A + kk, (unsigned)lda);
             wmma::load_matrix_sync(b, kBt ? B + j * ldb + kk : B + kk * ldb + j, (unsigned)ldb);
+            if constexpr (kRoundB) round_fragment<P>(b);
             wmma::mma_sync(acc, a, b, acc);
         }
         wmma::store_matrix_sync(C + j, acc, (unsigned)ldc, wmma::mem_row_major);
@@ -636,8 +680,8 @@ __device__ __forceinline__ void warp_gemm_to_shared(const typename TcIn<P>::T* A
 
 // acc[f] (the 16×16 column block f of a warp's [16 × D] output) += A[16 × k]·B[k × D], A row-major
 // in shared memory (stride lda), B a row-major shared input tile of stride ldb; k <= K, a multiple
-// of 16 (A's columns past it are zeros: nothing to add).
-template <typename P, int D, int K>
+// of 16 (A's columns past it are zeros: nothing to add). kRoundB as for warp_gemm_to_shared.
+template <typename P, int D, int K, bool kRoundB = false>
 __device__ __forceinline__ void warp_gemm_accumulate(const typename TcIn<P>::T* A, int lda,
                                                      const typename TcIn<P>::T* B, int ldb,
                                                      AccFrag<P> (&acc)[D / 16], int k) {
@@ -650,6 +694,7 @@ __device__ __forceinline__ void warp_gemm_accumulate(const typename TcIn<P>::T* 
         for (int f = 0; f < D / 16; f++) {
             wmma::fragment<wmma::matrix_b, 16, 16, KS, P, wmma::row_major> b;
             wmma::load_matrix_sync(b, B + kk * ldb + 16 * f, (unsigned)ldb);
+            if constexpr (kRoundB) round_fragment<P>(b);
             wmma::mma_sync(acc[f], a, b, acc[f]);
         }
     }
@@ -719,19 +764,69 @@ __device__ __forceinline__ void block_dq_part(const typename TcIn<P>::T* ds_t, i
     }
 }
 
+// One key step of the forward for a warp's 16 rows: the scores q·kᵀ of the tile's first n keys,
+// the online softmax of row `row` (this lane's half of its columns: part 0 even, 1 odd), and
+// o += P·v. m and l are the row's running max (log2 units) and sum; seen: how many of the tile's
+// keys the row sees (may be <= 0 or > C). kRoundB: k and v are raw floats (asynchronous copies).
+template <typename Tl, int D, typename P, bool kRoundB>
+__device__ __forceinline__ void forward_step(const typename Tl::T* q_w, const typename Tl::T* k_s,
+                                             const typename Tl::T* v_s, float* s_w, typename Tl::T* p_w,
+                                             float* alpha_w, const AccFrag<P>& rows, AccFrag<P> (&o)[D / 16], float& m,
+                                             float& l, int64_t seen, int n, float scale2, int row, int part) {
+    constexpr int C = Tl::kFwdCols, LD = Tl::kLd, LDS = Tl::kFwdLds, LDP = Tl::kFwdLdp;
+    warp_gemm_to_shared<P, C, D, wmma::col_major, kRoundB>(q_w, LD, k_s, LD, s_w, LDS, n);  // q·kᵀ
+    __syncwarp();
+    float* srow = s_w + row * LDS;
+    typename Tl::T* prow = p_w + row * LDP;
+    const int cols = (int)(seen < 0 ? 0 : (seen > C ? C : seen));  // seen columns of the tile
+    float tile_max = -INFINITY;
+    for (int c = part; c < C; c += 2) {
+        const float s = c < cols ? srow[c] * scale2 : -INFINITY;
+        srow[c] = s;
+        tile_max = fmaxf(tile_max, s);
+    }
+    const float m_new = fmaxf(m, lanes_max<2>(tile_max));
+    // A row that has seen no key yet keeps m = −inf; exponents relative to 0 then give
+    // exp(−inf) = 0 instead of exp(−inf + inf) = NaN.
+    const float base = m_new == -INFINITY ? 0.f : m_new;
+    const float alpha = exp2f(m - base);
+    float tile_sum = 0.f;
+    for (int c = part; c < C; c += 2) {
+        const float p = exp2f(srow[c] - base);
+        tile_sum += p;
+        prow[c] = TcIn<P>::round(p);
+    }
+    l = l * alpha + lanes_sum<2>(tile_sum);
+    m = m_new;
+    if (part == 0) alpha_w[row] = alpha;
+    __syncwarp();  // P and alpha of every row of the warp are written
+    if (__any_sync(kFullMask, alpha != 1.f)) {
+        UNROLL
+        for (int f = 0; f < D / 16; f++)
+            UNROLL
+            for (int e = 0; e < o[f].num_elements; e++) o[f].x[e] *= alpha_w[(int)rows.x[e]];
+    }
+    warp_gemm_accumulate<P, D, C, kRoundB>(p_w, LDP, v_s, LD, o, n);  // o += P·v
+}
+
 // Forward. Grid: BH · q_tiles blocks. In warp w, lanes 2r and 2r + 1 keep the running max m and
-// sum l of the warp's row r and do that row's softmax, on even and odd columns.
-template <int D, typename P>
-__global__ void __launch_bounds__(kThreads)
+// sum l of the warp's row r and do that row's softmax, on even and odd columns. kAsync (TF32 only):
+// the k and v tiles are double-buffered and copied asynchronously, step t + 1's while step t
+// computes ("Asynchronous copies" at the top of this section).
+// (The launch bounds: the double-buffered kernel fits two blocks an SM in shared memory, so ptxas
+// may take up to 255 registers a thread, which it needs at D = 64: without the hint it stopped at
+// 128 and spilled. The other is sized for three.)
+template <int D, typename P, bool kAsync>
+__global__ void __launch_bounds__(kThreads, kAsync ? 2 : 3)
     flash_tc_forward_kernel(const float* q, const float* k, const float* v, float* out, float* lse, int64_t T,
                             int64_t S, bool causal, float scale, int64_t q_tiles, AttentionHeads in,
                             AttentionHeads ol) {
-    using Tl = TcTiles<D, P>;
+    using Tl = TcTiles<D, P, kAsync ? 2 : 1>;
     using E = typename TcIn<P>::T;
+    static_assert(!kAsync || Tl::kInPlace, "asynchronous copies for TF32 tiles only (bf16 is converted on the way)");
     constexpr int R = kTcRows, C = Tl::kFwdCols, LD = Tl::kLd, LDS = Tl::kFwdLds, LDP = Tl::kFwdLdp;
     E* q_s = tc_array<E>(0);
-    E* k_s = tc_array<E>(Tl::kFwdK);
-    E* v_s = tc_array<E>(Tl::kFwdV);
+    auto k_tile = [](int64_t step) { return tc_array<E>(Tl::kFwdK + (int)(step % Tl::kNumStages) * Tl::kFwdStage); };
     float* ids_s = tc_array<float>(Tl::kFwdIds);
     const int64_t bh = (int64_t)blockIdx.x / q_tiles, q0 = (int64_t)blockIdx.x % q_tiles * R;
     q += in.offset(bh, T);
@@ -758,48 +853,37 @@ __global__ void __launch_bounds__(kThreads)
     const float scale2 = scale * kLog2e;
     float m = -INFINITY, l = 0.f;
     const int64_t seen = i < T ? visible_keys(i, T, S, causal) : 0;  // this row sees keys [0, seen)
-    const int64_t k_end = keys_seen_by(q0, R, T, S, causal);
+    const int64_t k_end = keys_seen_by(q0, R, T, S, causal), steps = (k_end + C - 1) / C;
     const bool live = q0 + 16 * warp < T;  // a warp whose rows are all past T only keeps the barriers
-    for (int64_t k0 = 0; k0 < k_end; k0 += C) {
-        __syncthreads();  // the previous step's k and v are no longer read
-        tc_load_rows<D, C, LD>(k_s, k, in.ld, k0, S);
-        tc_load_rows<D, C, LD>(v_s, v, in.ld, k0, S);
-        __syncthreads();
-        if (!live) continue;
-        const int n = live_cols(k_end - k0, C);  // the keys some row of the block sees
-        warp_gemm_to_shared<P, C, D, wmma::col_major>(q_w, LD, k_s, LD, s_w, LDS, n);  // q·kᵀ
-        __syncwarp();
-        float* srow = s_w + row * LDS;
-        E* prow = p_w + row * LDP;
-        const int cols = (int)(seen - k0 < 0 ? 0 : (seen - k0 > C ? C : seen - k0));  // seen columns of the tile
-        float tile_max = -INFINITY;
-        for (int c = part; c < C; c += 2) {
-            const float s = c < cols ? srow[c] * scale2 : -INFINITY;
-            srow[c] = s;
-            tile_max = fmaxf(tile_max, s);
+    // Step t's k and v tiles, copied asynchronously into stage t % 2 (one batch).
+    auto copy_step = [&](int64_t t) {
+        tc_copy_rows_async<D, C, LD>(reinterpret_cast<float*>(k_tile(t)), k, in.ld, t * C, S);
+        tc_copy_rows_async<D, C, LD>(reinterpret_cast<float*>(k_tile(t) + C * LD), v, in.ld, t * C, S);
+        __pipeline_commit();
+    };
+    if (kAsync && steps > 0) copy_step(0);
+    for (int64_t t = 0; t < steps; t++) {
+        const int64_t k0 = t * C;
+        const E* k_s = k_tile(t);
+        const E* v_s = k_s + C * LD;
+        if constexpr (kAsync) {
+            if (t + 1 < steps) {  // into the other stage, which every warp finished reading at step t − 1
+                copy_step(t + 1);
+                __pipeline_wait_prior(1);  // this thread's part of step t's tiles has landed
+            } else {
+                __pipeline_wait_prior(0);
+            }
+            __syncthreads();  // every thread's part has
+        } else {
+            __syncthreads();  // the previous step's k and v are no longer read
+            tc_load_rows<D, C, LD>(k_tile(t), k, in.ld, k0, S);
+            tc_load_rows<D, C, LD>(k_tile(t) + C * LD, v, in.ld, k0, S);
+            __syncthreads();
         }
-        const float m_new = fmaxf(m, lanes_max<2>(tile_max));
-        // A row that has seen no key yet keeps m = −inf; exponents relative to 0 then give
-        // exp(−inf) = 0 instead of exp(−inf + inf) = NaN.
-        const float base = m_new == -INFINITY ? 0.f : m_new;
-        const float alpha = exp2f(m - base);
-        float tile_sum = 0.f;
-        for (int c = part; c < C; c += 2) {
-            const float p = exp2f(srow[c] - base);
-            tile_sum += p;
-            prow[c] = TcIn<P>::round(p);
-        }
-        l = l * alpha + lanes_sum<2>(tile_sum);
-        m = m_new;
-        if (part == 0) alpha_w[row] = alpha;
-        __syncwarp();  // P and alpha of every row of the warp are written
-        if (__any_sync(kFullMask, alpha != 1.f)) {
-            UNROLL
-            for (int f = 0; f < D / 16; f++)
-                UNROLL
-                for (int e = 0; e < o[f].num_elements; e++) o[f].x[e] *= alpha_w[(int)rows.x[e]];
-        }
-        warp_gemm_accumulate<P, D, C>(p_w, LDP, v_s, LD, o, n);  // o += P·v
+        if (live)
+            forward_step<Tl, D, P, kAsync>(q_w, k_s, v_s, s_w, p_w, alpha_w, rows, o, m, l, seen - k0,
+                                           live_cols(k_end - k0, C), scale2, row, part);
+        if constexpr (kAsync) __syncthreads();  // this stage is refilled at step t + 2, copied at t + 1
     }
     __syncwarp();  // every lane has read alpha_w
     // l >= 1 once a key is seen (the max contributes exp2(0)); 0 means none was. lse in natural log.
@@ -819,21 +903,24 @@ __global__ void __launch_bounds__(kThreads)
 // keys, columns queries (Sᵀ, Pᵀ, dSᵀ). With dq_part (the split dq, see flash_tc_dq_reduce_kernel),
 // each step also writes dS·k of its keys for its queries (unscaled) to the block's slice
 // dq_part[(tile · BH + bh) · t_pad + i][d]; the rows from the first query that sees the tile up to
-// i0 + 31 of the last step, which may pass T (t_pad = T + 32 leaves room).
-template <int D, typename P>
+// i0 + 31 of the last step, which may pass T (t_pad = T + 32 leaves room). kAsync (TF32 only): the
+// q and dout tiles, lse and Δ are double-buffered and copied asynchronously.
+template <int D, typename P, bool kAsync>
 __global__ void __launch_bounds__(kThreads)
     flash_tc_dkdv_kernel(const float* q, const float* k, const float* v, const float* dout, const float* lse,
                          const float* delta, float* dk, float* dv, float* dq_part, int64_t t_pad, int64_t T, int64_t S,
                          bool causal, float scale, int64_t k_tiles, AttentionHeads in, AttentionHeads ol) {
-    using Tl = TcTiles<D, P>;
+    using Tl = TcTiles<D, P, kAsync ? 2 : 1>;
     using E = typename TcIn<P>::T;
+    static_assert(!kAsync || Tl::kInPlace, "asynchronous copies for TF32 tiles only (bf16 is converted on the way)");
     constexpr int R = kTcRows, C = Tl::kBwdCols, LD = Tl::kLd, LDS = Tl::kBwdLds, LDP = Tl::kBwdLdp;
     E* k_s = tc_array<E>(0);
     E* v_s = tc_array<E>(Tl::kDkdvV);
-    E* q_s = tc_array<E>(Tl::kDkdvQ);
-    E* do_s = tc_array<E>(Tl::kDkdvDo);
-    float* lse_s = tc_array<float>(Tl::kDkdvLse);  // in log2 units
-    float* delta_s = tc_array<float>(Tl::kDkdvDelta);
+    // Step t's q tile (dout's follows it), and its lse (raw; Δ follows it), in stage t % 2.
+    auto q_tile = [](int64_t step) { return tc_array<E>(Tl::kDkdvQ + (int)(step % Tl::kNumStages) * Tl::kDkdvStage); };
+    auto stats = [](int64_t step) {
+        return tc_array<float>(Tl::kDkdvLse + (int)(step % Tl::kNumStages) * Tl::kDkdvStatsStage);
+    };
     const int64_t bh = (int64_t)blockIdx.x / k_tiles, k0 = (int64_t)blockIdx.x % k_tiles * R;
     q += in.offset(bh, T);
     k += in.offset(bh, S);
@@ -863,25 +950,56 @@ __global__ void __launch_bounds__(kThreads)
     int64_t i_begin = causal ? k0 - (S - T) : 0;
     if (i_begin < 0) i_begin = 0;
     const bool live = j0 < S;  // a warp whose keys are all past S only keeps the barriers (and its dq share)
-    for (int64_t i0 = i_begin; i0 < T; i0 += C) {
-        __syncthreads();  // the previous step's q and dout are no longer read (first time: k and v are in place)
-        tc_load_rows<D, C, LD>(q_s, q, in.ld, i0, T);
-        tc_load_rows<D, C, LD>(do_s, dout, ol.ld, i0, T);
-        for (int c = (int)threadIdx.x; c < C; c += kThreads) {
-            lse_s[c] = i0 + c < T ? lse[i0 + c] * kLog2e : INFINITY;
-            delta_s[c] = i0 + c < T ? delta[i0 + c] : 0.f;
+    const int64_t steps = (T - i_begin + C - 1) / C;
+    // Step t's q, dout, lse and Δ, copied asynchronously into stage t % 2 (one batch; lse and Δ
+    // four bytes at a time: their rows are not 16-byte aligned).
+    auto copy_step = [&](int64_t t) {
+        const int64_t i0 = i_begin + t * C;
+        tc_copy_rows_async<D, C, LD>(reinterpret_cast<float*>(q_tile(t)), q, in.ld, i0, T);
+        tc_copy_rows_async<D, C, LD>(reinterpret_cast<float*>(q_tile(t) + C * LD), dout, ol.ld, i0, T);
+        for (int c = (int)threadIdx.x; c < 2 * C; c += kThreads) {
+            const int64_t i = i0 + c % C;
+            const float* src = c < C ? lse : delta;
+            __pipeline_memcpy_async(stats(t) + (c < C ? 0 : Tl::kRowStats / 4) + c % C, i < T ? src + i : src, 4,
+                                    i < T ? 0 : 4);
         }
-        __syncthreads();
+        __pipeline_commit();
+    };
+    if (kAsync && steps > 0) copy_step(0);
+    for (int64_t t = 0; t < steps; t++) {
+        const int64_t i0 = i_begin + t * C;
+        const E* q_s = q_tile(t);
+        const E* do_s = q_s + C * LD;
+        const float* lse_s = stats(t);  // natural log; Δ follows
+        const float* delta_s = lse_s + Tl::kRowStats / 4;
+        if constexpr (kAsync) {
+            if (t + 1 < steps) {  // into the other stage, which every warp finished reading at step t − 1
+                copy_step(t + 1);
+                __pipeline_wait_prior(1);
+            } else {
+                __pipeline_wait_prior(0);
+            }
+            __syncthreads();  // step t's tiles have landed (first time: k and v are in place too)
+        } else {
+            __syncthreads();  // the previous step's q and dout are no longer read (first time: k and v are in place)
+            tc_load_rows<D, C, LD>(q_tile(t), q, in.ld, i0, T);
+            tc_load_rows<D, C, LD>(q_tile(t) + C * LD, dout, ol.ld, i0, T);
+            for (int c = (int)threadIdx.x; c < C; c += kThreads) {
+                stats(t)[c] = i0 + c < T ? lse[i0 + c] : 0.f;
+                stats(t)[Tl::kRowStats / 4 + c] = i0 + c < T ? delta[i0 + c] : 0.f;
+            }
+            __syncthreads();
+        }
         const int n = live_cols(T - i0, C);  // the queries of the tile in range
         if (live) {
-            warp_gemm_to_shared<P, C, D, wmma::col_major>(k_w, LD, q_s, LD, s_w, LDS, n);    // (k·qᵀ)[key][query]
-            warp_gemm_to_shared<P, C, D, wmma::col_major>(v_w, LD, do_s, LD, dp_w, LDS, n);  // (v·doutᵀ) = dPᵀ
+            warp_gemm_to_shared<P, C, D, wmma::col_major, kAsync>(k_w, LD, q_s, LD, s_w, LDS, n);  // (k·qᵀ)[key][query]
+            warp_gemm_to_shared<P, C, D, wmma::col_major, kAsync>(v_w, LD, do_s, LD, dp_w, LDS, n);  // (v·doutᵀ) = dPᵀ
             __syncwarp();
             // Lane c does column c (query i0 + c) of every row (C = 32 lanes): its lse and Δ once,
             // and the last key it sees (keys j0 + r <= last). Columns past n were not computed:
             // masked, so never read.
             const int64_t i = i0 + lane;
-            const float lse2 = lse_s[lane], d = delta_s[lane];
+            const float lse2 = lse_s[lane] * kLog2e, d = delta_s[lane];
             const int64_t last = i >= T ? -1 : (causal ? (i + S - T < S ? i + S - T : S - 1) : S - 1);
             TC_UNROLL_ELEMENTS
             for (int r = 0; r < 16; r++) {
@@ -892,8 +1010,8 @@ __global__ void __launch_bounds__(kThreads)
                 p_w[atp] = TcIn<P>::round(p);
             }
             __syncwarp();
-            warp_gemm_accumulate<P, D, C>(p_w, LDP, do_s, LD, dv_acc, n);  // dv += Pᵀ·dout
-            warp_gemm_accumulate<P, D, C>(ds_w, LDP, q_s, LD, dk_acc, n);  // dk += dSᵀ·q
+            warp_gemm_accumulate<P, D, C, kAsync>(p_w, LDP, do_s, LD, dv_acc, n);  // dv += Pᵀ·dout
+            warp_gemm_accumulate<P, D, C, kAsync>(ds_w, LDP, q_s, LD, dk_acc, n);  // dk += dSᵀ·q
         }
         if (dq_part) {
             __syncthreads();  // every warp's rows of dSᵀ are written (the next step's first barrier
@@ -901,6 +1019,9 @@ __global__ void __launch_bounds__(kThreads)
             block_dq_part<P, D>(tc_array<E>(Tl::kDkdvDs), LDP, k_s, LD,
                                 dq_part + (((int64_t)blockIdx.x % k_tiles * (gridDim.x / k_tiles) + bh) * t_pad + i0) * D,
                                 live_cols(S - k0, R));
+        } else if (kAsync) {
+            __syncthreads();  // this stage is refilled at step t + 2, copied at t + 1 (with dq_part the
+                              // barrier above comes after its last read)
         }
     }
     UNROLL
@@ -917,20 +1038,48 @@ __global__ void __launch_bounds__(kThreads)
     if (dv) tc_write_output<P, D>(dv_acc, nullptr, nullptr, staging, dv + in.offset(bh, S), in.ld, j0, S);
 }
 
+// One key step of dq for a warp's 16 rows: S = q·kᵀ and dP = dout·vᵀ of the tile's first n keys,
+// dS = P ⊙ (dP − Δ) with P recomputed from lse, and acc += dS·k. kRoundB: k and v are raw floats.
+template <typename Tl, int D, typename P, bool kRoundB>
+__device__ __forceinline__ void dq_step(const typename Tl::T* q_w, const typename Tl::T* do_w,
+                                        const typename Tl::T* k_s, const typename Tl::T* v_s, float* s_w, float* dp_w,
+                                        typename Tl::T* ds_w, const float* lse_w, const float* delta_w,
+                                        const int64_t* seen_w, AccFrag<P> (&acc)[D / 16], int64_t k0, int n,
+                                        float scale2) {
+    constexpr int C = Tl::kBwdCols, LD = Tl::kLd, LDS = Tl::kBwdLds, LDP = Tl::kBwdLdp;
+    warp_gemm_to_shared<P, C, D, wmma::col_major, kRoundB>(q_w, LD, k_s, LD, s_w, LDS, n);    // q·kᵀ
+    warp_gemm_to_shared<P, C, D, wmma::col_major, kRoundB>(do_w, LD, v_s, LD, dp_w, LDS, n);  // dP = dout·vᵀ
+    __syncwarp();
+    // Lane c does column c (key k0 + c) of every row (C = 32 lanes); row r sees keys [0, seen_w[r]).
+    // Columns past n were not computed: masked, so never read.
+    const int lane = (int)threadIdx.x % kWarp;
+    const int64_t j = k0 + lane;
+    TC_UNROLL_ELEMENTS
+    for (int r = 0; r < 16; r++) {
+        const int at = r * LDS + lane;
+        const bool seen = j < seen_w[r];
+        const float p = seen ? exp2f(s_w[at] * scale2 - lse_w[r]) : 0.f;
+        ds_w[r * LDP + lane] = TcIn<P>::round(seen ? p * (dp_w[at] - delta_w[r]) : 0.f);
+    }
+    __syncwarp();
+    warp_gemm_accumulate<P, D, C, kRoundB>(ds_w, LDP, k_s, LD, acc, n);  // dq += dS·k
+}
+
 // dq of a tile of 64 queries, 16 a warp. Grid: BH · q_tiles blocks. Rows of its score tiles are
-// queries, columns keys.
-template <int D, typename P>
+// queries, columns keys. kAsync (TF32 only): the k and v tiles are double-buffered and copied
+// asynchronously.
+template <int D, typename P, bool kAsync>
 __global__ void __launch_bounds__(kThreads)
     flash_tc_dq_kernel(const float* q, const float* k, const float* v, const float* dout, const float* lse,
                        const float* delta, float* dq, int64_t T, int64_t S, bool causal, float scale, int64_t q_tiles,
                        AttentionHeads in, AttentionHeads ol) {
-    using Tl = TcTiles<D, P>;
+    using Tl = TcTiles<D, P, kAsync ? 2 : 1>;
     using E = typename TcIn<P>::T;
+    static_assert(!kAsync || Tl::kInPlace, "asynchronous copies for TF32 tiles only (bf16 is converted on the way)");
     constexpr int R = kTcRows, C = Tl::kBwdCols, LD = Tl::kLd, LDS = Tl::kBwdLds, LDP = Tl::kBwdLdp;
     E* q_s = tc_array<E>(0);
     E* do_s = tc_array<E>(Tl::kDqDo);
-    E* k_s = tc_array<E>(Tl::kDqK);
-    E* v_s = tc_array<E>(Tl::kDqV);
+    auto k_tile = [](int64_t step) { return tc_array<E>(Tl::kDqK + (int)(step % Tl::kNumStages) * Tl::kDqStage); };
     float* lse_s = tc_array<float>(Tl::kDqLse);  // in log2 units
     float* delta_s = tc_array<float>(Tl::kDqDelta);
     int64_t* seen_s = tc_array<int64_t>(Tl::kDqSeen);  // keys [0, seen) each row sees
@@ -941,7 +1090,7 @@ __global__ void __launch_bounds__(kThreads)
     dout += ol.offset(bh, T);
     lse += bh * T;
     delta += bh * T;
-    const int warp = (int)threadIdx.x / kWarp, lane = (int)threadIdx.x % kWarp;
+    const int warp = (int)threadIdx.x / kWarp;
     const int64_t i0 = q0 + 16 * warp;  // the warp's first query
     const E* q_w = q_s + 16 * warp * LD;
     const E* do_w = do_s + 16 * warp * LD;
@@ -963,30 +1112,36 @@ __global__ void __launch_bounds__(kThreads)
     AccFrag<P> acc[D / 16];
     UNROLL
     for (int f = 0; f < D / 16; f++) wmma::fill_fragment(acc[f], 0.f);
-    const int64_t k_end = keys_seen_by(q0, R, T, S, causal);
+    const int64_t k_end = keys_seen_by(q0, R, T, S, causal), steps = (k_end + C - 1) / C;
     const bool live = i0 < T;  // a warp whose rows are all past T only keeps the barriers
-    for (int64_t k0 = 0; k0 < k_end; k0 += C) {
-        __syncthreads();  // the previous step's k and v are no longer read (first time: q, dout, lse, Δ are in place)
-        tc_load_rows<D, C, LD>(k_s, k, in.ld, k0, S);
-        tc_load_rows<D, C, LD>(v_s, v, in.ld, k0, S);
-        __syncthreads();
-        if (!live) continue;
-        const int n = live_cols(k_end - k0, C);  // the keys some row of the block sees
-        warp_gemm_to_shared<P, C, D, wmma::col_major>(q_w, LD, k_s, LD, s_w, LDS, n);    // q·kᵀ
-        warp_gemm_to_shared<P, C, D, wmma::col_major>(do_w, LD, v_s, LD, dp_w, LDS, n);  // dP = dout·vᵀ
-        __syncwarp();
-        // Lane c does column c (key k0 + c) of every row (C = 32 lanes); row r sees keys [0, seen_w[r]).
-        // Columns past n were not computed: masked, so never read.
-        const int64_t j = k0 + lane;
-        TC_UNROLL_ELEMENTS
-        for (int r = 0; r < 16; r++) {
-            const int at = r * LDS + lane;
-            const bool seen = j < seen_w[r];
-            const float p = seen ? exp2f(s_w[at] * scale2 - lse_w[r]) : 0.f;
-            ds_w[r * LDP + lane] = TcIn<P>::round(seen ? p * (dp_w[at] - delta_w[r]) : 0.f);
+    // Step t's k and v tiles, copied asynchronously into stage t % 2 (one batch).
+    auto copy_step = [&](int64_t t) {
+        tc_copy_rows_async<D, C, LD>(reinterpret_cast<float*>(k_tile(t)), k, in.ld, t * C, S);
+        tc_copy_rows_async<D, C, LD>(reinterpret_cast<float*>(k_tile(t) + C * LD), v, in.ld, t * C, S);
+        __pipeline_commit();
+    };
+    if (kAsync && steps > 0) copy_step(0);
+    for (int64_t t = 0; t < steps; t++) {
+        const int64_t k0 = t * C;
+        const E* k_s = k_tile(t);
+        const E* v_s = k_s + C * LD;
+        if constexpr (kAsync) {
+            if (t + 1 < steps) {  // into the other stage, which every warp finished reading at step t − 1
+                copy_step(t + 1);
+                __pipeline_wait_prior(1);
+            } else {
+                __pipeline_wait_prior(0);
+            }
+            __syncthreads();  // step t's tiles have landed (first time: q, dout, lse, Δ are in place too)
+        } else {
+            __syncthreads();  // the previous step's k and v are no longer read (first time: q, dout, lse, Δ are in place)
+            tc_load_rows<D, C, LD>(k_tile(t), k, in.ld, k0, S);
+            tc_load_rows<D, C, LD>(k_tile(t) + C * LD, v, in.ld, k0, S);
+            __syncthreads();
         }
-        __syncwarp();
-        warp_gemm_accumulate<P, D, C>(ds_w, LDP, k_s, LD, acc, n);  // dq += dS·k
+        if (live) dq_step<Tl, D, P, kAsync>(q_w, do_w, k_s, v_s, s_w, dp_w, ds_w, lse_w, delta_w, seen_w, acc, k0,
+                                            live_cols(k_end - k0, C), scale2);
+        if constexpr (kAsync) __syncthreads();  // this stage is refilled at step t + 2, copied at t + 1
     }
     UNROLL
     for (int f = 0; f < D / 16; f++)
@@ -1029,6 +1184,8 @@ __global__ void flash_tc_dq_reduce_kernel(const float* dq_part, float* dq, int64
 
 std::atomic<uint64_t> g_forward_calls{0}, g_backward_calls{0}, g_tc_forward_calls{0}, g_tc_backward_calls{0};
 std::atomic<uint64_t> g_bf16_forward_calls{0}, g_bf16_backward_calls{0}, g_split_dq_calls{0};
+std::atomic<uint64_t> g_async_forward_calls{0}, g_async_backward_calls{0};
+std::atomic<int> g_async{-1};  // -1: not decided yet (the environment is read at the first question)
 
 // The tensor-core backward's split dq (flash_tc_dq_reduce_kernel): the dk/dv kernel also writes each
 // key tile's part of dq, and a small kernel sums the parts, instead of the dq kernel, which
@@ -1083,19 +1240,19 @@ void tc_opt_in(void (*kernel)(A...), size_t bytes, const char* what) {
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes), what);
 }
 
-template <int D, typename P>
+template <int D, typename P, bool kAsync>
 void tc_forward_for(const float* q, const float* k, const float* v, float* out, float* lse, int64_t BH, int64_t T,
                     int64_t S, bool causal, float scale, Layouts L) {
     const int64_t tiles = (T + kTcRows - 1) / kTcRows;
-    const size_t smem = TcTiles<D, P>::kFwdBytes;
+    const size_t smem = TcTiles<D, P, kAsync ? 2 : 1>::kFwdBytes;
     static const bool opted =
-        (tc_opt_in(flash_tc_forward_kernel<D, P>, smem, "flash attention (tensor cores) forward"), true);
+        (tc_opt_in(flash_tc_forward_kernel<D, P, kAsync>, smem, "flash attention (tensor cores) forward"), true);
     (void)opted;
-    KERNEL_LAUNCH((flash_tc_forward_kernel<D, P>), grid_of(BH, tiles, "flash attention forward"), kThreads, smem, q,
-                  k, v, out, lse, T, S, causal, scale, tiles, L.in, L.out);
+    KERNEL_LAUNCH((flash_tc_forward_kernel<D, P, kAsync>), grid_of(BH, tiles, "flash attention forward"), kThreads,
+                  smem, q, k, v, out, lse, T, S, causal, scale, tiles, L.in, L.out);
 }
 
-template <int D, typename P>
+template <int D, typename P, bool kAsync>
 void tc_backward_for(const float* q, const float* k, const float* v, const float* dout, const float* lse,
                      const float* delta, float* dq, float* dk, float* dv, int64_t BH, int64_t T, int64_t S, bool causal,
                      float scale, Layouts L) {
@@ -1104,12 +1261,13 @@ void tc_backward_for(const float* q, const float* k, const float* v, const float
     float* part = split ? static_cast<float*>(alloc(sizeof(float) * (size_t)(k_tiles * BH * t_pad * D))) : nullptr;
     try {
         if (dk || dv) {
-            const size_t smem = TcTiles<D, P>::kDkdvBytes;
+            const size_t smem = TcTiles<D, P, kAsync ? 2 : 1>::kDkdvBytes;
             static const bool opted =
-                (tc_opt_in(flash_tc_dkdv_kernel<D, P>, smem, "flash attention (tensor cores) dk/dv"), true);
+                (tc_opt_in(flash_tc_dkdv_kernel<D, P, kAsync>, smem, "flash attention (tensor cores) dk/dv"), true);
             (void)opted;
-            KERNEL_LAUNCH((flash_tc_dkdv_kernel<D, P>), grid_of(BH, k_tiles, "flash attention dk/dv"), kThreads, smem,
-                          q, k, v, dout, lse, delta, dk, dv, part, t_pad, T, S, causal, scale, k_tiles, L.in, L.out);
+            KERNEL_LAUNCH((flash_tc_dkdv_kernel<D, P, kAsync>), grid_of(BH, k_tiles, "flash attention dk/dv"), kThreads,
+                          smem, q, k, v, dout, lse, delta, dk, dv, part, t_pad, T, S, causal, scale, k_tiles, L.in,
+                          L.out);
         }
         if (split) {
             g_split_dq_calls.fetch_add(1, std::memory_order_relaxed);
@@ -1117,12 +1275,12 @@ void tc_backward_for(const float* q, const float* k, const float* v, const float
                           S, t_pad, k_tiles, causal, scale, L.in);
         } else if (dq) {
             const int64_t tiles = (T + kTcRows - 1) / kTcRows;
-            const size_t smem = TcTiles<D, P>::kDqBytes;
+            const size_t smem = TcTiles<D, P, kAsync ? 2 : 1>::kDqBytes;
             static const bool opted =
-                (tc_opt_in(flash_tc_dq_kernel<D, P>, smem, "flash attention (tensor cores) dq"), true);
+                (tc_opt_in(flash_tc_dq_kernel<D, P, kAsync>, smem, "flash attention (tensor cores) dq"), true);
             (void)opted;
-            KERNEL_LAUNCH((flash_tc_dq_kernel<D, P>), grid_of(BH, tiles, "flash attention dq"), kThreads, smem, q, k,
-                          v, dout, lse, delta, dq, T, S, causal, scale, tiles, L.in, L.out);
+            KERNEL_LAUNCH((flash_tc_dq_kernel<D, P, kAsync>), grid_of(BH, tiles, "flash attention dq"), kThreads, smem,
+                          q, k, v, dout, lse, delta, dq, T, S, causal, scale, tiles, L.in, L.out);
         }
     } catch (...) {
         if (part) free(part);
@@ -1138,9 +1296,12 @@ void tc_forward(const float* q, const float* k, const float* v, float* out, floa
                 int64_t S, bool causal, float scale, Layouts L) {
     if (gemm_precision() == GemmPrecision::bf16) {
         g_bf16_forward_calls.fetch_add(1, std::memory_order_relaxed);
-        tc_forward_for<D, __nv_bfloat16>(q, k, v, out, lse, BH, T, S, causal, scale, L);
+        tc_forward_for<D, __nv_bfloat16, false>(q, k, v, out, lse, BH, T, S, causal, scale, L);
+    } else if (flash_async_enabled()) {
+        g_async_forward_calls.fetch_add(1, std::memory_order_relaxed);
+        tc_forward_for<D, wmma::precision::tf32, true>(q, k, v, out, lse, BH, T, S, causal, scale, L);
     } else {
-        tc_forward_for<D, wmma::precision::tf32>(q, k, v, out, lse, BH, T, S, causal, scale, L);
+        tc_forward_for<D, wmma::precision::tf32, false>(q, k, v, out, lse, BH, T, S, causal, scale, L);
     }
 }
 template <int D>
@@ -1149,9 +1310,14 @@ void tc_backward(const float* q, const float* k, const float* v, const float* do
                  float scale, Layouts L) {
     if (gemm_precision() == GemmPrecision::bf16) {
         g_bf16_backward_calls.fetch_add(1, std::memory_order_relaxed);
-        tc_backward_for<D, __nv_bfloat16>(q, k, v, dout, lse, delta, dq, dk, dv, BH, T, S, causal, scale, L);
+        tc_backward_for<D, __nv_bfloat16, false>(q, k, v, dout, lse, delta, dq, dk, dv, BH, T, S, causal, scale, L);
+    } else if (flash_async_enabled()) {
+        g_async_backward_calls.fetch_add(1, std::memory_order_relaxed);
+        tc_backward_for<D, wmma::precision::tf32, true>(q, k, v, dout, lse, delta, dq, dk, dv, BH, T, S, causal, scale,
+                                                        L);
     } else {
-        tc_backward_for<D, wmma::precision::tf32>(q, k, v, dout, lse, delta, dq, dk, dv, BH, T, S, causal, scale, L);
+        tc_backward_for<D, wmma::precision::tf32, false>(q, k, v, dout, lse, delta, dq, dk, dv, BH, T, S, causal, scale,
+                                                         L);
     }
 }
 
@@ -1226,6 +1392,19 @@ bool flash_split_dq_enabled() {
 
 void set_flash_split_dq(bool on) { g_split_dq.store(on ? 1 : 0, std::memory_order_relaxed); }
 
+bool flash_async_enabled() {
+    int on = g_async.load(std::memory_order_relaxed);
+    if (on < 0) {
+        const char* env = std::getenv("INITLAB_FLASH_ASYNC");
+        int want = env && env[0] == '0' ? 0 : 1;
+        g_async.compare_exchange_strong(on, want);
+        on = g_async.load(std::memory_order_relaxed);
+    }
+    return on == 1;
+}
+
+void set_flash_async(bool on) { g_async.store(on ? 1 : 0, std::memory_order_relaxed); }
+
 FlashAttentionCalls flash_attention_calls() {
     FlashAttentionCalls c;
     c.forward = g_forward_calls.load(std::memory_order_relaxed);
@@ -1235,6 +1414,8 @@ FlashAttentionCalls flash_attention_calls() {
     c.bf16_forward = g_bf16_forward_calls.load(std::memory_order_relaxed);
     c.bf16_backward = g_bf16_backward_calls.load(std::memory_order_relaxed);
     c.split_dq = g_split_dq_calls.load(std::memory_order_relaxed);
+    c.async_forward = g_async_forward_calls.load(std::memory_order_relaxed);
+    c.async_backward = g_async_backward_calls.load(std::memory_order_relaxed);
     return c;
 }
 

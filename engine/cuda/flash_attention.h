@@ -52,6 +52,14 @@ void set_fused_attention(bool on);
 bool flash_split_dq_enabled();
 void set_flash_split_dq(bool on);
 
+// Whether the TF32 tensor-core kernels double-buffer their streamed tiles (k and v; q and dout)
+// with asynchronous copies (cp.async): step t + 1's tiles load while step t computes, at twice
+// those tiles' shared memory. bf16 kernels load synchronously (their tiles are converted on the
+// way in). On by default; INITLAB_FLASH_ASYNC=0 turns it off (read once), set_flash_async
+// overrides either. The results are the same bits either way.
+bool flash_async_enabled();
+void set_flash_async(bool on);
+
 // out = softmax(q·kᵀ·scale, masked)·v; lse [BH, T] = log Σ_j exp(scale·q_i·k_j) over the keys
 // query i sees, +inf for a query that sees none (so exp(s − lse) = 0 there). D must be supported.
 // Layouts as engine/cuda/nn.h's attention_forward (engine/attention_layout.h): q, k, v (and in the
@@ -83,6 +91,7 @@ struct FlashAttentionCalls {
     uint64_t tc_forward = 0, tc_backward = 0;
     uint64_t bf16_forward = 0, bf16_backward = 0;
     uint64_t split_dq = 0;
+    uint64_t async_forward = 0, async_backward = 0;  // TF32 calls with double-buffered asynchronous copies
 };
 FlashAttentionCalls flash_attention_calls();
 

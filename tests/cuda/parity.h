@@ -127,6 +127,13 @@ struct FusedAttentionScope {  // engine/cuda/flash_attention.h: the fused attent
     FusedAttentionScope(const FusedAttentionScope&) = delete;
     FusedAttentionScope& operator=(const FusedAttentionScope&) = delete;
 };
+struct AsyncCopyScope {  // engine/cuda/flash_attention.h: the TF32 flash kernels' asynchronous copies
+    bool saved = engine::cuda::flash_async_enabled();
+    explicit AsyncCopyScope(bool on) { engine::cuda::set_flash_async(on); }
+    ~AsyncCopyScope() { engine::cuda::set_flash_async(saved); }
+    AsyncCopyScope(const AsyncCopyScope&) = delete;
+    AsyncCopyScope& operator=(const AsyncCopyScope&) = delete;
+};
 struct SplitDqScope {  // engine/cuda/flash_attention.h: the tensor-core backward's split dq
     bool saved = engine::cuda::flash_split_dq_enabled();
     explicit SplitDqScope(bool on) { engine::cuda::set_flash_split_dq(on); }

@@ -649,7 +649,14 @@ namespace {
 bool inside_device(const void* p, size_t bytes);  // below, with the device memory bookkeeping
 }
 
-// Asynchronous copies (include/cuda_pipeline_primitives.h): recorded now, done at the wait.
+// Asynchronous copies (include/cuda_pipeline_primitives.h).
+namespace {
+void land(const AsyncCopy& c) {
+    std::memcpy(c.dst, c.src, c.copied);
+    std::memset(static_cast<unsigned char*>(c.dst) + c.copied, 0, c.zeroed);
+}
+}  // namespace
+
 void pipeline_memcpy_async(void* dst, const void* src, size_t size, size_t zfill) {
     Fiber& f = current_fiber("__pipeline_memcpy_async");
     auto bad = [&](const std::string& why) {
@@ -667,7 +674,15 @@ void pipeline_memcpy_async(void* dst, const void* src, size_t size, size_t zfill
     for (const auto& kv : g_block->shared) in_shared = in_shared || within(kv.second);
     if (!in_shared) bad("dst " + hex(dst) + " is not in the block's shared memory");
     if (size > zfill && !inside_device(src, size - zfill)) bad("src " + hex(src) + " is not in device memory");
-    f.copies_open.push_back({dst, src, size - zfill, zfill});
+    // On a GPU the copy lands at some time between now and the wait that covers it. Here at one of
+    // the two ends, picked at random (seeded): landing now catches a kernel that refills a buffer
+    // other warps may still read (a missing barrier before the refill), landing at the wait one
+    // that reads before waiting.
+    const AsyncCopy c{dst, src, size - zfill, zfill};
+    if (g_order_rng() & 1)
+        land(c);
+    else
+        f.copies_open.push_back(c);
 }
 
 void pipeline_commit() {
@@ -679,10 +694,7 @@ void pipeline_commit() {
 void pipeline_wait_prior(size_t n) {
     Fiber& f = current_fiber("__pipeline_wait_prior");
     while (f.copies_committed.size() > n) {
-        for (const AsyncCopy& c : f.copies_committed.front()) {
-            std::memcpy(c.dst, c.src, c.copied);
-            std::memset(static_cast<unsigned char*>(c.dst) + c.copied, 0, c.zeroed);
-        }
+        for (const AsyncCopy& c : f.copies_committed.front()) land(c);
         f.copies_committed.pop_front();
     }
 }

@@ -7,12 +7,16 @@
 //   __pipeline_commit(): closes the thread's current batch of copies;
 //   __pipeline_wait_prior(n): waits until at most the n most recently committed batches of the
 //       calling thread are still in flight.
-// Here a copy happens when the issuing thread's wait that covers it returns (engine/cuda/emu/
-// emu.cpp), never earlier, so a kernel that reads a destination before the thread that copied it
-// has waited (no wait, or no __syncthreads() between every thread's wait and the reads) reads what
-// was there, the poison pattern at first, in the random thread orders: its tests fail. Checked: the size and alignment, zfill <= size, dst inside the block's shared memory,
-// src inside device memory (when bytes are read), and that no thread ends with copies not waited
-// for.
+// On a GPU a copy lands at some time between its issue and the wait that covers it. Here each copy
+// lands at one of the two ends, picked at random (seeded; engine/cuda/emu/emu.cpp): at its issue,
+// so a kernel that refills a buffer other warps may still be reading (no barrier before the
+// refill) corrupts their reads; or when the issuing thread's covering wait returns, so a kernel
+// that reads a destination before the copying thread has waited reads what was there (the poison
+// pattern at first). Either way its tests fail for some seed. Not caught: a missing
+// __syncthreads() between every thread's wait and the reads when a warp op follows the wait (the
+// scheduler runs every thread to its next wait point, so every wait returns before a warp goes on).
+// Checked: the size and alignment, zfill <= size, dst inside the block's shared memory, src inside
+// device memory (when bytes are read), and that no thread ends with copies not waited for.
 #pragma once
 #include <cstddef>
 
