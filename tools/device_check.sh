@@ -2,8 +2,9 @@
 # tools/device_check.sh: one call on a lent GPU machine (see tools/device_pack.sh, which packs what
 # it needs): the [cuda] suite on the device, then bench/gpu.sh's comparisons in TF32, each ours
 # against PyTorch eager and torch.compile where the machine's PyTorch has CUDA:
-#   - vit, vit-nosplit, lm, lm4k with the fused attention off and on (under tf32 the fused path is
-#     the tensor-core flash kernels; vit-nosplit is the fused backward without the split dq);
+#   - vit, vit-nosplit, vit-sync, lm, lm4k with the fused attention off and on (under tf32 the fused
+#     path is the tensor-core flash kernels; vit-nosplit is the fused backward without the split
+#     dq, vit-sync the flash kernels without the asynchronous copies);
 #   - attention-bf16 (not in the default PARTS): vit and lm under bf16, fused off and on (the bf16
 #     flash kernels);
 #   - gau, lstm (cuDNN's LSTM) and lstm-own (the own kernels).
@@ -39,7 +40,7 @@ if [[ $parts == *" suite "* ]]; then
 fi
 if [[ $parts == *" attention "* ]]; then
     echo "== attention models, fused off and on (tf32)"
-    timeout "${BENCH_S:-300}" bash bench/gpu.sh --no-build --no-tests --models "vit vit-nosplit lm lm4k" \
+    timeout "${BENCH_S:-300}" bash bench/gpu.sh --no-build --no-tests --models "vit vit-nosplit vit-sync lm lm4k" \
         --precisions tf32 --fused-attention both --out "$OUT/gpu-attention-tf32.md"
     echo "rc=$?"
 fi
