@@ -19,8 +19,9 @@
 //               masks and rescaling in fp32 on regular threads. The TF32 ones have run on an H200
 //               (docs/results/gpu-h200-2026-11-26-second.md: the [cuda] suite, compute-sanitizer's
 //               memcheck and racecheck clean): their forward is about as fast as the unfused path's,
-//               their backward 1.8× slower, so the fused path stays off by default. The bf16 ones
-//               have run only in the emulator.
+//               their backward 1.8× slower, so the fused path stays off by default. The bf16 ones,
+//               the split dq, the padding skip and the asynchronous copies (session 11) have run
+//               only in the emulator.
 // Same semantics and the same lse either way (a backward may follow a forward of the other kind).
 //
 // Deterministic: no atomics; every sum has an order fixed by the shape, so the same input gives
