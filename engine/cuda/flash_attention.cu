@@ -1196,6 +1196,20 @@ constexpr int64_t kSplitDqTiles = 8;
 std::atomic<int> g_split_dq{-1};  // -1: not decided yet (the environment is read at the first question)
 std::atomic<int> g_fused{-1};  // -1: not decided yet (the environment is read at the first question)
 
+// A switch (state −1: not decided yet; 0 off; 1 on) decided from the environment at its first
+// question: `name` = "0" turns off one that is on by default, "1" turns on one that is off. Its
+// setter stores 0 or 1 and wins over a concurrent first question.
+bool env_switch(std::atomic<int>& state, const char* name, bool by_default) {
+    int on = state.load(std::memory_order_relaxed);
+    if (on < 0) {
+        const char* env = std::getenv(name);
+        const int want = by_default ? !(env && env[0] == '0') : (env && env[0] == '1');
+        state.compare_exchange_strong(on, want);
+        on = state.load(std::memory_order_relaxed);
+    }
+    return on == 1;
+}
+
 // Blocks of a [BH × tiles] grid, as one grid dimension (x allows 2^31 − 1; y and z only 65535).
 dim3 grid_of(int64_t BH, int64_t tiles, const char* what) {
     int64_t blocks = BH * tiles;
@@ -1366,43 +1380,13 @@ void zero_rows(float* x, AttentionHeads L, int64_t BH, int64_t rows) {
 
 bool flash_attention_supports(int64_t D) { return D == 32 || D == 64 || D == 128; }
 
-bool fused_attention_enabled() {
-    int on = g_fused.load(std::memory_order_relaxed);
-    if (on < 0) {
-        const char* env = std::getenv("INITLAB_FUSED_ATTENTION");
-        int want = env && env[0] == '1' ? 1 : 0;
-        g_fused.compare_exchange_strong(on, want);  // a concurrent set_fused_attention wins
-        on = g_fused.load(std::memory_order_relaxed);
-    }
-    return on == 1;
-}
-
+bool fused_attention_enabled() { return env_switch(g_fused, "INITLAB_FUSED_ATTENTION", false); }
 void set_fused_attention(bool on) { g_fused.store(on ? 1 : 0, std::memory_order_relaxed); }
 
-bool flash_split_dq_enabled() {
-    int on = g_split_dq.load(std::memory_order_relaxed);
-    if (on < 0) {
-        const char* env = std::getenv("INITLAB_FLASH_SPLIT_DQ");
-        int want = env && env[0] == '0' ? 0 : 1;
-        g_split_dq.compare_exchange_strong(on, want);
-        on = g_split_dq.load(std::memory_order_relaxed);
-    }
-    return on == 1;
-}
-
+bool flash_split_dq_enabled() { return env_switch(g_split_dq, "INITLAB_FLASH_SPLIT_DQ", true); }
 void set_flash_split_dq(bool on) { g_split_dq.store(on ? 1 : 0, std::memory_order_relaxed); }
 
-bool flash_async_enabled() {
-    int on = g_async.load(std::memory_order_relaxed);
-    if (on < 0) {
-        const char* env = std::getenv("INITLAB_FLASH_ASYNC");
-        int want = env && env[0] == '0' ? 0 : 1;
-        g_async.compare_exchange_strong(on, want);
-        on = g_async.load(std::memory_order_relaxed);
-    }
-    return on == 1;
-}
-
+bool flash_async_enabled() { return env_switch(g_async, "INITLAB_FLASH_ASYNC", true); }
 void set_flash_async(bool on) { g_async.store(on ? 1 : 0, std::memory_order_relaxed); }
 
 FlashAttentionCalls flash_attention_calls() {
