@@ -623,6 +623,40 @@ __device__ __forceinline__ void tc_copy_rows_async(float* tile, const float* hea
     }
 }
 
+// The k and v tiles the forward and dq stream, C rows each, v's C·LD elements after k's.
+// copy_kv: step rows [row0, row0 + C) copied asynchronously into kv, one batch.
+template <int D, int C, int LD>
+__device__ __forceinline__ void copy_kv(float* kv, const float* k, const float* v, int64_t ld, int64_t row0, int64_t S) {
+    tc_copy_rows_async<D, C, LD>(kv, k, ld, row0, S);
+    tc_copy_rows_async<D, C, LD>(kv + C * LD, v, ld, row0, S);
+    __pipeline_commit();
+}
+
+// The top of step t (of `steps`): returns when step t's k and v are in kv for every thread.
+// Synchronous: a barrier (the previous step's tiles are no longer read), the loads, a barrier.
+// Asynchronous: step t + 1's copies go into next_kv, the other stage, which every warp finished
+// reading at step t − 1 (the caller ends each step with a barrier, and issues step 0's copies
+// before its loop); then the wait for step t's, and a barrier.
+template <int D, int C, int LD, bool kAsync, typename E>
+__device__ __forceinline__ void kv_step_begin(E* kv, E* next_kv, const float* k, const float* v, int64_t ld, int64_t t,
+                                              int64_t steps, int64_t S) {
+    if constexpr (kAsync) {
+        if (t + 1 < steps) {
+            copy_kv<D, C, LD>(next_kv, k, v, ld, (t + 1) * C, S);
+            __pipeline_wait_prior(1);  // this thread's part of step t's tiles has landed
+        } else {
+            __pipeline_wait_prior(0);
+        }
+        __syncthreads();  // every thread's part has (first time: what the block loaded before too)
+    } else {
+        __syncthreads();  // the previous step's k and v are no longer read (first time: what the block
+                          // loaded before its loop is in place)
+        tc_load_rows<D, C, LD>(kv, k, ld, t * C, S);
+        tc_load_rows<D, C, LD>(kv + C * LD, v, ld, t * C, S);
+        __syncthreads();
+    }
+}
+
 // A warp's 16 rows of the fp32 staging tile (stride D + 4) out to rows [row0, row0 + 16) of a
 // head, those below n.
 template <int D>
@@ -855,31 +889,13 @@ __global__ void __launch_bounds__(kThreads, kAsync ? 2 : 3)
     const int64_t seen = i < T ? visible_keys(i, T, S, causal) : 0;  // this row sees keys [0, seen)
     const int64_t k_end = keys_seen_by(q0, R, T, S, causal), steps = (k_end + C - 1) / C;
     const bool live = q0 + 16 * warp < T;  // a warp whose rows are all past T only keeps the barriers
-    // Step t's k and v tiles, copied asynchronously into stage t % 2 (one batch).
-    auto copy_step = [&](int64_t t) {
-        tc_copy_rows_async<D, C, LD>(reinterpret_cast<float*>(k_tile(t)), k, in.ld, t * C, S);
-        tc_copy_rows_async<D, C, LD>(reinterpret_cast<float*>(k_tile(t) + C * LD), v, in.ld, t * C, S);
-        __pipeline_commit();
-    };
-    if (kAsync && steps > 0) copy_step(0);
+    if constexpr (kAsync)
+        if (steps > 0) copy_kv<D, C, LD>(k_tile(0), k, v, in.ld, 0, S);
     for (int64_t t = 0; t < steps; t++) {
         const int64_t k0 = t * C;
+        kv_step_begin<D, C, LD, kAsync>(k_tile(t), k_tile(t + 1), k, v, in.ld, t, steps, S);
         const E* k_s = k_tile(t);
         const E* v_s = k_s + C * LD;
-        if constexpr (kAsync) {
-            if (t + 1 < steps) {  // into the other stage, which every warp finished reading at step t − 1
-                copy_step(t + 1);
-                __pipeline_wait_prior(1);  // this thread's part of step t's tiles has landed
-            } else {
-                __pipeline_wait_prior(0);
-            }
-            __syncthreads();  // every thread's part has
-        } else {
-            __syncthreads();  // the previous step's k and v are no longer read
-            tc_load_rows<D, C, LD>(k_tile(t), k, in.ld, k0, S);
-            tc_load_rows<D, C, LD>(k_tile(t) + C * LD, v, in.ld, k0, S);
-            __syncthreads();
-        }
         if (live)
             forward_step<Tl, D, P, kAsync>(q_w, k_s, v_s, s_w, p_w, alpha_w, rows, o, m, l, seen - k0,
                                            live_cols(k_end - k0, C), scale2, row, part);
@@ -1114,31 +1130,13 @@ __global__ void __launch_bounds__(kThreads)
     for (int f = 0; f < D / 16; f++) wmma::fill_fragment(acc[f], 0.f);
     const int64_t k_end = keys_seen_by(q0, R, T, S, causal), steps = (k_end + C - 1) / C;
     const bool live = i0 < T;  // a warp whose rows are all past T only keeps the barriers
-    // Step t's k and v tiles, copied asynchronously into stage t % 2 (one batch).
-    auto copy_step = [&](int64_t t) {
-        tc_copy_rows_async<D, C, LD>(reinterpret_cast<float*>(k_tile(t)), k, in.ld, t * C, S);
-        tc_copy_rows_async<D, C, LD>(reinterpret_cast<float*>(k_tile(t) + C * LD), v, in.ld, t * C, S);
-        __pipeline_commit();
-    };
-    if (kAsync && steps > 0) copy_step(0);
+    if constexpr (kAsync)
+        if (steps > 0) copy_kv<D, C, LD>(k_tile(0), k, v, in.ld, 0, S);
     for (int64_t t = 0; t < steps; t++) {
         const int64_t k0 = t * C;
+        kv_step_begin<D, C, LD, kAsync>(k_tile(t), k_tile(t + 1), k, v, in.ld, t, steps, S);
         const E* k_s = k_tile(t);
         const E* v_s = k_s + C * LD;
-        if constexpr (kAsync) {
-            if (t + 1 < steps) {  // into the other stage, which every warp finished reading at step t − 1
-                copy_step(t + 1);
-                __pipeline_wait_prior(1);
-            } else {
-                __pipeline_wait_prior(0);
-            }
-            __syncthreads();  // step t's tiles have landed (first time: q, dout, lse, Δ are in place too)
-        } else {
-            __syncthreads();  // the previous step's k and v are no longer read (first time: q, dout, lse, Δ are in place)
-            tc_load_rows<D, C, LD>(k_tile(t), k, in.ld, k0, S);
-            tc_load_rows<D, C, LD>(k_tile(t) + C * LD, v, in.ld, k0, S);
-            __syncthreads();
-        }
         if (live) dq_step<Tl, D, P, kAsync>(q_w, do_w, k_s, v_s, s_w, dp_w, ds_w, lse_w, delta_w, seen_w, acc, k0,
                                             live_cols(k_end - k0, C), scale2);
         if constexpr (kAsync) __syncthreads();  // this stage is refilled at step t + 2, copied at t + 1
