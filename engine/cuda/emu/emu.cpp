@@ -13,6 +13,9 @@
 //     count as there, as on a GPU), all at the same __syncthreads() (two different ones are an
 //     error: a barrier in a branch only some threads take);
 //   - anything else is a deadlock (a barrier some threads never reach) and an error.
+// Asynchronous global-to-shared copies (cp.async) are kept per thread, and each lands at its issue
+// or at the wait that covers it, at random (include/cuda_pipeline_primitives.h says what that
+// catches).
 // A thread gets a fiber stack when it first runs and gives it to the next thread when it ends, so
 // a kernel without barriers runs on one warm stack. With the asm context switch every launch runs
 // this way (about 20 ns per thread more than a plain call). With the ucontext switch (a system
@@ -33,8 +36,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <deque>
 #include <cstdlib>
+#include <deque>
 #include <exception>
 #include <iterator>
 #include <map>
@@ -645,12 +648,10 @@ void warp_collective(const char* kind, void* arg, WarpCollective run) {
     yield_to_scheduler(*g_block, f, false);
 }
 
-namespace {
-bool inside_device(const void* p, size_t bytes);  // below, with the device memory bookkeeping
-}
-
 // Asynchronous copies (include/cuda_pipeline_primitives.h).
 namespace {
+bool inside_device(const void* p, size_t bytes);  // below, with the device memory bookkeeping
+
 void land(const AsyncCopy& c) {
     std::memcpy(c.dst, c.src, c.copied);
     std::memset(static_cast<unsigned char*>(c.dst) + c.copied, 0, c.zeroed);
