@@ -11,7 +11,9 @@
 // untimed ones), items_per_s (images or tokens), peak_rss_mb, peak_tensor_mb (the host memory
 // CPU tensors held at their peak: peak_rss_mb less the libraries and the allocator's slack), and
 // peak_device_mb on a GPU (the device memory pool's peak in use), and there cudnn_calls (calls that
-// went through cuDNN in the whole run: 0 where the own kernels ran). tools/bench_torch.py builds
+// went through cuDNN in the whole run: 0 where the own kernels ran) and, for vit and lm,
+// attention_kernels: the attention path the run took ("unfused", or "flash" with fp32 / tf32 / bf16
+// and "async" and "split-dq" where those ran; engine/cuda/flash_attention.h). tools/bench_torch.py builds
 // the same models in PyTorch and prints the same fields, for a same-machine comparison.
 //
 // --profile N: after the timed steps, N more steps under the op-level profiler (engine/profile.h):
@@ -43,11 +45,26 @@
 #include "nn/transformer.h"
 #ifdef ENGINE_CUDA
 #include "engine/cuda/cudnn.h"
+#include "engine/cuda/flash_attention.h"
 #include "engine/cuda/runtime.h"
 #endif
 
 using namespace engine;
 using namespace nn;
+
+#ifdef ENGINE_CUDA
+// The attention path of a run, from the flash kernels' call counters before and after it: no
+// fused call is the unfused path; else the fused kernels' kind.
+static std::string attention_kernels(const engine::cuda::FlashAttentionCalls& before,
+                                     const engine::cuda::FlashAttentionCalls& after) {
+    if (after.forward == before.forward) return "unfused";
+    if (after.tc_forward == before.tc_forward) return "flash fp32";
+    std::string path = after.bf16_forward > before.bf16_forward ? "flash bf16" : "flash tf32";
+    if (after.async_forward > before.async_forward) path += " async";
+    if (after.split_dq > before.split_dq) path += " split-dq";
+    return path;
+}
+#endif
 
 int main(int argc, char** argv) {
     CLI::App app{"Time training steps (forward + backward + AdamW) of a model; prints one JSON line."};
@@ -89,6 +106,9 @@ int main(int argc, char** argv) {
         };
         if (threads > 0) omp_set_num_threads(threads);
         manual_seed(seed);
+#ifdef ENGINE_CUDA
+        const engine::cuda::FlashAttentionCalls flash_before = engine::cuda::flash_attention_calls();
+#endif
 
         std::shared_ptr<Module> net;
         std::function<Tensor()> loss_fn;
@@ -195,7 +215,11 @@ int main(int argc, char** argv) {
                                       {"peak_tensor_mb", (double)engine::host_peak_memory() / (1 << 20)}};
         apps::add_peak_device_mb(out, dev);
 #ifdef ENGINE_CUDA
-        if (dev == Device::CUDA) out["cudnn_calls"] = engine::cuda::cudnn_calls();
+        if (dev == Device::CUDA) {
+            out["cudnn_calls"] = engine::cuda::cudnn_calls();
+            if (model == "vit" || model == "lm")
+                out["attention_kernels"] = attention_kernels(flash_before, engine::cuda::flash_attention_calls());
+        }
 #endif
         if (graph) {
             out["cuda_graph"] = true;

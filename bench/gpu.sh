@@ -3,9 +3,9 @@
 # toolkit: builds (make), runs the [cuda] parity suite on the device, then times a training step
 # of every model family with apps/bench (fp32, tf32 and bf16; --profile for the op table), and
 # with tools/bench_torch.py in PyTorch eager and torch.compile where a CUDA PyTorch is importable
-# (it has twins of all four families; its bf16 is autocast). Writes one markdown table (ms/step,
-# items/s, peak device memory, ours and PyTorch's, ratios to each PyTorch mode) with the device
-# name and date.
+# (it has twins of all four families; its bf16 is autocast). Writes one markdown table (the
+# attention kernels each run took, ms/step, items/s, peak device memory, ours and PyTorch's, ratios
+# to each PyTorch mode) with the device name and date.
 #
 #   bash bench/gpu.sh                       # the full kit, table in bench/results/gpu-<date>.md
 #   bash bench/gpu.sh --smoke               # tiny models, one [cuda] test, no PyTorch
@@ -149,7 +149,8 @@ for model in $models; do
                 fi
             fi
             first=0
-            rows+="| $model | $prec | $fa_name | $ms | $(field "$line" ms_per_step_eager) | $(field "$line" items_per_s) | $(field "$line" peak_device_mb) | ${eager_mb:-–} | ${compiled_mb:-–} | $(field "$line" cudnn_calls) | $(field "$line" params) | ${eager:-–} | ${compiled:-–} | $(ratio "$ms" "$eager") | $(ratio "$ms" "$compiled") |"$'\n'
+            kernels=$(field "$line" attention_kernels)
+            rows+="| $model | $prec | $fa_name | ${kernels:-–} | $ms | $(field "$line" ms_per_step_eager) | $(field "$line" items_per_s) | $(field "$line" peak_device_mb) | ${eager_mb:-–} | ${compiled_mb:-–} | $(field "$line" cudnn_calls) | $(field "$line" params) | ${eager:-–} | ${compiled:-–} | $(ratio "$ms" "$eager") | $(ratio "$ms" "$compiled") |"$'\n'
         done
     done
 done
@@ -161,13 +162,14 @@ done
     echo "[cuda] suite on this device: $suite."
     [ $torch_ok = 1 ] || echo "PyTorch with CUDA: not importable here (or a smoke run): no PyTorch columns."
     echo
-    echo "| model | precision | fused attention | ms/step | without CUDA graph | items/s | peak device MB | PyTorch eager peak MB | torch.compile peak MB | cuDNN calls | params | PyTorch eager ms | torch.compile ms | eager / ours | compile / ours |"
-    echo "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    echo "| model | precision | fused attention | attention kernels | ms/step | without CUDA graph | items/s | peak device MB | PyTorch eager peak MB | torch.compile peak MB | cuDNN calls | params | PyTorch eager ms | torch.compile ms | eager / ours | compile / ours |"
+    echo "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     printf "%s" "$rows"
     echo
     lm4k_note=""
     case " $models " in *" lm4k "*) lm4k_note=", lm4k \`$sizes_lm4k\`" ;; esac
     echo "Sizes: vit \`$sizes_vit\`, lm/gau/lstm/lstm-own \`$sizes_lm\`$lm4k_note, $steps. lstm: cuDNN's LSTM where the build has cuDNN (fp32, tf32); lstm-own: INITLAB_CUDNN=0."
+    echo "attention kernels: what the run took (apps/bench's attention_kernels: unfused, or flash with fp32 / tf32 / bf16, async for the asynchronous copies, split-dq for the split backward; – for a model without the attention op)."
     echo "fused attention: INITLAB_FUSED_ATTENTION=0 (off: two batched GEMMs and a softmax kernel) or 1 (on: engine/cuda/flash_attention.cu; fp32 kernels under fp32, the tensor-core kernels under tf32 (TF32 inputs) and bf16 (bf16 inputs)). vit-nosplit: vit with INITLAB_FLASH_SPLIT_DQ=0; vit-sync: vit with INITLAB_FLASH_ASYNC=0."
     echo "ms/step: the step replayed from a CUDA graph where it applies (vit, lm, gau), else eager. A ratio above 1 means this engine is faster. Op profiles (apps/bench --profile 2, eager, device time from events):"
     for f in "$logdir"/*.profile; do
