@@ -119,28 +119,21 @@ struct PrecisionScope {  // engine/cuda/matmul.h: the GEMM precision
     PrecisionScope(const PrecisionScope&) = delete;
     PrecisionScope& operator=(const PrecisionScope&) = delete;
 };
-struct FusedAttentionScope {  // engine/cuda/flash_attention.h: the fused attention path
-    bool saved = engine::cuda::fused_attention_enabled();
-    FusedAttentionScope() = default;
-    explicit FusedAttentionScope(bool on) { engine::cuda::set_fused_attention(on); }
-    ~FusedAttentionScope() { engine::cuda::set_fused_attention(saved); }
-    FusedAttentionScope(const FusedAttentionScope&) = delete;
-    FusedAttentionScope& operator=(const FusedAttentionScope&) = delete;
+// An on/off switch of engine/cuda/flash_attention.h (its getter and setter) for a scope.
+template <bool (*Get)(), void (*Set)(bool)>
+struct SwitchScope {
+    bool saved = Get();
+    SwitchScope() = default;
+    explicit SwitchScope(bool on) { Set(on); }
+    ~SwitchScope() { Set(saved); }
+    SwitchScope(const SwitchScope&) = delete;
+    SwitchScope& operator=(const SwitchScope&) = delete;
 };
-struct AsyncCopyScope {  // engine/cuda/flash_attention.h: the TF32 flash kernels' asynchronous copies
-    bool saved = engine::cuda::flash_async_enabled();
-    explicit AsyncCopyScope(bool on) { engine::cuda::set_flash_async(on); }
-    ~AsyncCopyScope() { engine::cuda::set_flash_async(saved); }
-    AsyncCopyScope(const AsyncCopyScope&) = delete;
-    AsyncCopyScope& operator=(const AsyncCopyScope&) = delete;
-};
-struct SplitDqScope {  // engine/cuda/flash_attention.h: the tensor-core backward's split dq
-    bool saved = engine::cuda::flash_split_dq_enabled();
-    explicit SplitDqScope(bool on) { engine::cuda::set_flash_split_dq(on); }
-    ~SplitDqScope() { engine::cuda::set_flash_split_dq(saved); }
-    SplitDqScope(const SplitDqScope&) = delete;
-    SplitDqScope& operator=(const SplitDqScope&) = delete;
-};
+// The fused attention path; the tensor-core backward's split dq; the TF32 flash kernels'
+// asynchronous copies.
+using FusedAttentionScope = SwitchScope<engine::cuda::fused_attention_enabled, engine::cuda::set_fused_attention>;
+using SplitDqScope = SwitchScope<engine::cuda::flash_split_dq_enabled, engine::cuda::set_flash_split_dq>;
+using AsyncCopyScope = SwitchScope<engine::cuda::flash_async_enabled, engine::cuda::set_flash_async>;
 
 inline Tensor rand_uniform(const engine::Shape& s, float lo, float hi, bool grad = true, uint64_t seed = 11) {
     engine::Generator g(seed + (uint64_t)s.numel());
