@@ -2,17 +2,20 @@
 # tools/device_check.sh: one call on a lent GPU machine (see tools/device_pack.sh, which packs what
 # it needs): the [cuda] suite on the device, then bench/gpu.sh's comparisons in TF32, each ours
 # against PyTorch eager and torch.compile where the machine's PyTorch has CUDA:
-#   - vit, vit-nosplit, vit-sync, lm, lm4k with the fused attention off and on (under tf32 the fused
+#   - vit, vit-nosplit, vit-async, lm, lm4k with the fused attention off and on (under tf32 the fused
 #     path is the tensor-core flash kernels; vit-nosplit is the fused backward without the split
-#     dq, vit-sync the flash kernels without the asynchronous copies);
+#     dq, vit-async the flash kernels with the asynchronous copies);
 #   - attention-bf16 (not in the default PARTS): vit and lm under bf16, fused off and on (the bf16
 #     flash kernels);
 #   - gau, lstm (cuDNN's LSTM) and lstm-own (the own kernels).
 #   - sanitize: compute-sanitizer's memcheck over the [flash] tests and racecheck over one tensor-core case
 #     (the fused kernels' shared memory and warp synchronization);
 #   - kernels: Nsight Compute over one eager ViT-Tiny step (TF32, batch 128), every launch's time,
-#     DRAM bytes and SM throughput, summed per kernel by tools/kernel_table.py (kernels-vit.md; the
-#     raw CSV beside it): which GEMM, which elementwise kernel the step's time goes to.
+#     summed per kernel by tools/kernel_table.py (kernels-vit.md; the raw CSV beside it): which
+#     GEMM, which elementwise kernel the step's time goes to. Time alone is one replay a kernel
+#     (about 15 s a step on an H100); KERNEL_METRICS=gpu__time_duration.sum,dram__bytes.sum,
+#     sm__throughput.avg.pct_of_peak_sustained_elapsed adds DRAM bytes and SM throughput, at
+#     several replays a kernel (over 150 s for the step on the H100).
 # Writes under $OUT (the device tool's folder; /tmp/out elsewhere): log.txt, suite.txt and the
 # tables. Sized for about 7 minutes on an H100 or H200; SUITE_S, BENCH_S, SANITIZE_S and KERNELS_S
 # bound each part. PARTS picks the parts (default "suite attention gau-lstm sanitize kernels"), for
@@ -40,7 +43,7 @@ if [[ $parts == *" suite "* ]]; then
 fi
 if [[ $parts == *" attention "* ]]; then
     echo "== attention models, fused off and on (tf32)"
-    timeout "${BENCH_S:-300}" bash bench/gpu.sh --no-build --no-tests --models "vit vit-nosplit vit-sync lm lm4k" \
+    timeout "${BENCH_S:-300}" bash bench/gpu.sh --no-build --no-tests --models "vit vit-nosplit vit-async lm lm4k" \
         --precisions tf32 --fused-attention both --out "$OUT/gpu-attention-tf32.md"
     echo "rc=$?"
 fi
@@ -67,7 +70,7 @@ fi
 if [[ $parts == *" kernels "* ]]; then
     echo "== ncu: the kernels of one eager ViT-Tiny step (tf32, batch 128)"
     timeout "${KERNELS_S:-150}" ncu --csv --page raw --print-units base --clock-control none \
-        --metrics gpu__time_duration.sum,dram__bytes.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed \
+        --metrics "${KERNEL_METRICS:-gpu__time_duration.sum}" \
         apps/bench vit --dim 192 --depth 12 --heads 3 --patch 2 --batch 128 --steps 1 --warmup 0 --device cuda \
         --precision tf32 --cuda-graph off > "$OUT/kernels-vit.csv" 2> "$OUT/kernels-vit.err"
     echo "ncu rc=$?"

@@ -459,7 +459,7 @@ __global__ void __launch_bounds__(kThreads)
 // barrier is needed before it). Global rows are read and written as float4 (the host checks the
 // alignment). The kernels take dynamic shared memory (over 48 KiB; tc_opt_in, once per kernel).
 //
-// Asynchronous copies (TF32, on by default: flash_async_enabled): the streamed tiles (k and v in
+// Asynchronous copies (TF32, off by default since the H100 timed them: flash_async_enabled): the streamed tiles (k and v in
 // the forward and dq; q, dout, lse and Δ in dk/dv) have two stages in shared memory, and step t + 1's
 // are copied global to shared with cp.async (__pipeline_memcpy_async, no registers on the way)
 // while step t computes: at step t a thread issues step t + 1's batch, waits for step t's
@@ -469,7 +469,9 @@ __global__ void __launch_bounds__(kThreads)
 // (kRoundB), which gives the same values as rounding at the store, so the results are the same
 // bits as the synchronous kernels'. bf16 tiles are converted on the way in, so the bf16 kernels
 // load synchronously. The price: the streamed tiles' shared memory twice over (the D = 64 forward
-// 106 KB a block, two blocks an SM, against 71 KB and three).
+// 106 KB a block, two blocks an SM, against 71 KB and three). On an H100 the lost blocks cost more
+// than the overlap gains: the ViT-Tiny attention forward took 4.06 ms a step against 3.24
+// synchronous, the backward 10.62 against 8.11 (docs/results/gpu-h100-2026-11-26.md).
 //
 // Deterministic: every output element is summed by one warp in a fixed order, no atomics.
 
@@ -1384,7 +1386,7 @@ void set_fused_attention(bool on) { g_fused.store(on ? 1 : 0, std::memory_order_
 bool flash_split_dq_enabled() { return env_switch(g_split_dq, "INITLAB_FLASH_SPLIT_DQ", true); }
 void set_flash_split_dq(bool on) { g_split_dq.store(on ? 1 : 0, std::memory_order_relaxed); }
 
-bool flash_async_enabled() { return env_switch(g_async, "INITLAB_FLASH_ASYNC", true); }
+bool flash_async_enabled() { return env_switch(g_async, "INITLAB_FLASH_ASYNC", false); }
 void set_flash_async(bool on) { g_async.store(on ? 1 : 0, std::memory_order_relaxed); }
 
 FlashAttentionCalls flash_attention_calls() {

@@ -261,7 +261,7 @@ TEST_CASE("cuda apps: bench/gpu.sh --fused-attention both gives a row with the f
     INFO(table);
     // The attention kernels column says which path ran: at seq 64 (one key tile) the split dq.
     CHECK(table.find("| lm4k | tf32 | off | unfused |") != std::string::npos);
-    CHECK(table.find("| lm4k | tf32 | on | flash tf32 async split-dq |") != std::string::npos);
+    CHECK(table.find("| lm4k | tf32 | on | flash tf32 split-dq |") != std::string::npos);
     CHECK(table.find("lm4k `--dim 32") != std::string::npos);
     CHECK(run("bash bench/gpu.sh " + gpu_sh_smoke_flags() + " --fused-attention sometimes", tmp / "log2") != 0);
 }
