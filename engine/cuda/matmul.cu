@@ -11,17 +11,19 @@
 // CUDA runtime has torn down). Its math mode follows gemm_precision(): TF32 tensor-op math for
 // tf32, cuBLAS's default otherwise, re-applied whenever the flag changed since the last GEMM.
 //
-// bf16 (autocast style: only the GEMMs change): each GEMM rounds its two fp32 inputs into bf16
-// scratch (round_bf16_kernel, round to nearest even, the rounding PyTorch's autocast applies too)
-// and calls the GemmEx form with bf16 A and B, fp32 C and CUBLAS_COMPUTE_32F, so products are
-// accumulated in fp32 and the output is fp32 like every other tensor. The scratch comes from the
-// stream-ordered pool and is freed right after the call is queued: the pool hands it out again
-// only to work queued later on the same stream. The conversion costs a read of 4 and a write of 2
-// bytes per input element on every GEMM (a weight is converted again for each GEMM that uses it):
-// the simplest correct design, not the fastest (docs/ROOFLINE.md weighs it).
+// bf16 (autocast style: only the GEMMs change): each GEMM rounds the elements it reads of its two
+// fp32 inputs into packed bf16 scratch (Bf16Operand, round_bf16_kernel: round to nearest even, the
+// rounding PyTorch's autocast applies too) and calls the GemmEx form with bf16 A and B, fp32 C and
+// CUBLAS_COMPUTE_32F, so products are accumulated in fp32 and the output is fp32 like every other
+// tensor. The scratch comes from the stream-ordered pool and is freed right after the call is
+// queued: the pool hands it out again only to work queued later on the same stream. The
+// conversion costs a read of 4 and a write of 2 bytes per element read, on every GEMM (a weight is
+// converted again for each GEMM that uses it): the simplest correct design, not the fastest
+// (docs/ROOFLINE.md weighs it).
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
+#include <atomic>
 #include <climits>
 #include <mutex>
 #include "engine/cuda/kernel.h"
@@ -88,35 +90,93 @@ cublasHandle_t handle(const std::string& where) {
 
 int ld(int64_t v) { return (int)(v > 1 ? v : 1); }  // cuBLAS wants leading dimensions >= 1 even for empty operands
 
-__global__ void round_bf16_kernel(const float* in, __nv_bfloat16* out, int64_t n) {
-    GRID_STRIDE_LOOP(i, n) out[i] = __float2bfloat16(in[i]);  // round to nearest even
-}
-
-// An operand rounded to bf16 in scratch device memory, same layout; `n` elements from `src`
-// (n <= 0: nothing, a null pointer, as for an empty operand). Freed (stream-ordered) on destruction.
-struct Bf16Copy {
-    __nv_bfloat16* p = nullptr;
-    Bf16Copy(const float* src, int64_t n) {
-        if (n <= 0) return;
-        p = static_cast<__nv_bfloat16*>(alloc((size_t)n * sizeof(__nv_bfloat16)));
-        KERNEL_LAUNCH(round_bf16_kernel, blocks_for(n), kBlockSize, 0, src, p, n);
-    }
-    ~Bf16Copy() {
-        if (p) engine::cuda::free(p);
-    }
-    Bf16Copy(const Bf16Copy&) = delete;
-    Bf16Copy& operator=(const Bf16Copy&) = delete;
+// A GEMM operand as the GEMM reads it: `batch` matrices of `rows` lines of `cols` elements, lines
+// `ld` apart, matrices `stride` apart (0: one matrix shared by the batch).
+struct OperandShape {
+    int64_t batch, rows, cols, ld, stride;
 };
 
-// Elements a batched operand spans: `batch` matrices of rows×cols elements with row stride ld
-// (>= cols), `stride` apart (0: one shared matrix). Empty or negative sizes give 0: nothing to
-// convert (cuBLAS refuses negatives).
-int64_t span(int64_t batch, int64_t rows, int64_t cols, int64_t stride, int64_t ld) {
-    if (batch <= 0 || rows <= 0 || cols <= 0) return 0;
-    return stride * (batch - 1) + (rows - 1) * ld + cols;
+// The source offset of element c of line l (line l is line l % rows of matrix l / rows).
+template <typename Index>
+__device__ inline int64_t operand_offset(Index line, Index c, Index rows, int64_t ld, int64_t stride) {
+    const Index matrix = line / rows;
+    return (int64_t)matrix * stride + (int64_t)(line - matrix * rows) * ld + (int64_t)c;
 }
 
+// out[l·out_ld + c] = bf16(in at line l, column c), round to nearest even. `Index` is uint32_t when
+// every packed index is below 2^31: finding an element's line is then a 32-bit division, several
+// times cheaper than a 64-bit one.
+template <typename Index>
+__global__ void round_bf16_kernel(const float* in, __nv_bfloat16* out, Index n, Index cols, Index rows, int64_t ld,
+                                  int64_t stride, int64_t out_ld) {
+    for (Index i = (Index)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (Index)blockDim.x * gridDim.x) {
+        const Index line = i / cols, c = i - line * cols;
+        out[(int64_t)line * out_ld + c] = __float2bfloat16(in[operand_offset(line, c, rows, ld, stride)]);
+    }
+}
+
+// The float4 twin for lines of a multiple of 4 elements at 16-byte aligned offsets: 4 elements a
+// thread (i counts groups of 4, cols4 a line's groups), stored as one 8-byte pair of bf16 pairs.
+template <typename Index>
+__global__ void round_bf16_kernel4(const float* in, __nv_bfloat16* out, Index n4, Index cols4, Index rows,
+                                   int64_t ld, int64_t stride, int64_t out_ld) {
+    for (Index i = (Index)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += (Index)blockDim.x * gridDim.x) {
+        const Index line = i / cols4, c = 4 * (i - line * cols4);
+        const float4 x = *reinterpret_cast<const float4*>(in + operand_offset(line, c, rows, ld, stride));
+        uint2 packed;
+        packed.x = (unsigned)__bfloat16_as_ushort(__float2bfloat16(x.x)) |
+                   ((unsigned)__bfloat16_as_ushort(__float2bfloat16(x.y)) << 16);
+        packed.y = (unsigned)__bfloat16_as_ushort(__float2bfloat16(x.z)) |
+                   ((unsigned)__bfloat16_as_ushort(__float2bfloat16(x.w)) << 16);
+        *reinterpret_cast<uint2*>(out + (int64_t)line * out_ld + c) = packed;
+    }
+}
+
+std::atomic<uint64_t> g_bf16_rounded{0};
+
+// A GEMM operand rounded to bf16 into scratch: only the elements the GEMM reads, as [batch, rows,
+// cols] with lines padded to a multiple of 8 elements (16 bytes: cuBLAS's fastest bf16 kernels
+// want every line aligned; the padding is never read), one matrix when the source's is shared. A
+// per-head operand, strided across a bigger tensor (one head's columns of a [B, T, 3·H·D]
+// projection, one head of [B, H, T, T] probabilities), would otherwise pull the whole tensor
+// through the conversion, once per head: 60 % of a bf16 ViT-Tiny step on an H100 (session 12).
+// Freed (stream-ordered) on destruction.
+struct Bf16Operand {
+    __nv_bfloat16* p = nullptr;
+    int64_t ld = 1, stride = 0;  // the copy's, for cuBLAS
+    Bf16Operand(const float* src, OperandShape s) {
+        ld = (s.cols + 7) / 8 * 8;
+        stride = s.stride == 0 ? 0 : s.rows * ld;
+        if (s.batch <= 0 || s.rows <= 0 || s.cols <= 0) return;  // empty: a null operand
+        const int64_t lines = (s.stride == 0 ? 1 : s.batch) * s.rows, n = lines * s.cols;
+        p = static_cast<__nv_bfloat16*>(alloc((size_t)(lines * ld) * sizeof(__nv_bfloat16)));
+        g_bf16_rounded.fetch_add((uint64_t)n, std::memory_order_relaxed);
+        const bool narrow = lines * ld <= (int64_t)INT32_MAX;  // (so i + the grid stride cannot wrap)
+        if (s.cols % 4 == 0 && s.ld % 4 == 0 && s.stride % 4 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0) {
+            if (narrow)
+                KERNEL_LAUNCH(round_bf16_kernel4<uint32_t>, blocks_for(n / 4), kBlockSize, 0, src, p,
+                              (uint32_t)(n / 4), (uint32_t)(s.cols / 4), (uint32_t)s.rows, s.ld, s.stride, ld);
+            else
+                KERNEL_LAUNCH(round_bf16_kernel4<int64_t>, blocks_for(n / 4), kBlockSize, 0, src, p, n / 4,
+                              s.cols / 4, s.rows, s.ld, s.stride, ld);
+        } else if (narrow) {
+            KERNEL_LAUNCH(round_bf16_kernel<uint32_t>, blocks_for(n), kBlockSize, 0, src, p, (uint32_t)n,
+                          (uint32_t)s.cols, (uint32_t)s.rows, s.ld, s.stride, ld);
+        } else {
+            KERNEL_LAUNCH(round_bf16_kernel<int64_t>, blocks_for(n), kBlockSize, 0, src, p, n, s.cols, s.rows, s.ld,
+                          s.stride, ld);
+        }
+    }
+    ~Bf16Operand() {
+        if (p) engine::cuda::free(p);
+    }
+    Bf16Operand(const Bf16Operand&) = delete;
+    Bf16Operand& operator=(const Bf16Operand&) = delete;
+};
+
 }  // namespace
+
+uint64_t bf16_rounded_elements() { return g_bf16_rounded.load(std::memory_order_relaxed); }
 
 bool bf16_supported() {
     cudaDeviceProp p;
@@ -141,10 +201,10 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const 
     std::lock_guard<std::mutex> lock(g_mu);
     cublasHandle_t h = handle(at());
     if (gemm_precision() == GemmPrecision::bf16) {
-        Bf16Copy a(A, span(1, M, K, 0, K)), b(B, span(1, K, N, 0, N));
+        Bf16Operand a(A, {1, ta ? K : M, ta ? M : K, ta ? M : K, 0}), b(B, {1, tb ? N : K, tb ? K : N, tb ? K : N, 0});
         cublasStatus_t st = cublasGemmEx(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N,
-                                         (int)M, (int)K, &alpha, b.p, CUDA_R_16BF, ld(tb ? K : N), a.p, CUDA_R_16BF,
-                                         ld(ta ? M : K), &beta, C, CUDA_R_32F, ld(N), CUBLAS_COMPUTE_32F,
+                                         (int)M, (int)K, &alpha, b.p, CUDA_R_16BF, ld(b.ld), a.p, CUDA_R_16BF,
+                                         ld(a.ld), &beta, C, CUDA_R_32F, ld(N), CUBLAS_COMPUTE_32F,
                                          CUBLAS_GEMM_DEFAULT);
         if (st != CUBLAS_STATUS_SUCCESS) check_cublas(st, "cublasGemmEx", at());
         return;
@@ -191,11 +251,10 @@ void gemm_batched_ld(bool ta, bool tb, int64_t batch, int64_t M, int64_t N, int6
     std::lock_guard<std::mutex> lock(g_mu);
     cublasHandle_t h = handle(at());
     if (gemm_precision() == GemmPrecision::bf16) {
-        // The bf16 copies keep the layout, so the same strides (in elements) address them.
-        Bf16Copy a(A, span(batch, a_rows, a_cols, stride_a, lda)), b(B, span(batch, b_rows, b_cols, stride_b, ldb));
+        Bf16Operand a(A, {batch, a_rows, a_cols, lda, stride_a}), b(B, {batch, b_rows, b_cols, ldb, stride_b});
         cublasStatus_t st = cublasGemmStridedBatchedEx(
             h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N, (int)M, (int)K, &alpha, b.p,
-            CUDA_R_16BF, ld(ldb), (long long)stride_b, a.p, CUDA_R_16BF, ld(lda), (long long)stride_a, &beta, C,
+            CUDA_R_16BF, ld(b.ld), (long long)b.stride, a.p, CUDA_R_16BF, ld(a.ld), (long long)a.stride, &beta, C,
             CUDA_R_32F, ld(ldc), (long long)stride_c, (int)batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
         if (st != CUBLAS_STATUS_SUCCESS) check_cublas(st, "cublasGemmStridedBatchedEx", at());
         return;

@@ -15,7 +15,8 @@ namespace engine::cuda {
 // The precision of every cuBLAS GEMM, process-wide (the apps' --precision; default fp32):
 //   fp32  cublasSgemm in full fp32;
 //   tf32  cublasSgemm with TF32 tensor-op math (the inputs rounded to a 10-bit mantissa by cuBLAS);
-//   bf16  both inputs rounded to bf16 (round to nearest even, a conversion kernel into scratch),
+//   bf16  both inputs rounded to bf16 (round to nearest even, a conversion kernel into packed
+//         scratch: only the elements the GEMM reads, see bf16_rounded_elements),
 //         then cublasGemmEx / cublasGemmStridedBatchedEx: bf16 inputs, fp32 output, fp32
 //         accumulation (CUBLAS_COMPUTE_32F). Everything outside the GEMMs stays fp32: parameters,
 //         optimizer state, stored activations, reductions, normalization, softmax, the loss, and
@@ -29,6 +30,9 @@ const char* gemm_precision_name(GemmPrecision p);  // "fp32", "tf32", "bf16"
 // bf16 GEMMs need bf16 tensor cores: compute capability 8.0 (Ampere) or newer. The emulator
 // reports sm_90, so it says yes.
 bool bf16_supported();
+// Elements the bf16 GEMMs have rounded into scratch so far, process-wide (tests check that a
+// strided operand converts only what the GEMM reads).
+uint64_t bf16_rounded_elements();
 
 // C[M,N] = alpha·op(A)·op(B) + beta·C, where op(A) is [M,K] (A stored [K,M] when trans_a) and
 // op(B) is [K,N] (B stored [N,K] when trans_b). All row-major, contiguous, device memory.

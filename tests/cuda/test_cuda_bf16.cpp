@@ -229,6 +229,45 @@ TEST_CASE("cuda gemm_batched_ld: padded rows of A, B and C, in fp32 and bf16", "
             }
 }
 
+// Attention's per-head GEMMs read one head's columns of a [B, T, 3·H·D] projection: A's lines are
+// D of every 3·H·D floats. The bf16 GEMM must round only those (before session 12 it rounded the
+// whole span from the first to the last element read, the other heads' columns too, once per
+// head). D = 4 takes the float4 conversion kernel, D = 3 the scalar one; B shared (stride 0) is
+// rounded once, not once per batch entry.
+TEST_CASE("cuda bf16 gemm_batched_ld: a per-head operand rounds only the elements the GEMM reads", "[cuda]") {
+    test::PrecisionScope precision;
+    const int64_t batch = 3, T = 5, H = 2;
+    for (int64_t D : {4, 3})
+        for (int h : {0, 1})
+            for (bool shared_b : {false, true}) {
+                INFO("D " << D << " head " << h << " shared B " << shared_b);
+                const int64_t row = 3 * H * D;  // one token's q, k and v of every head
+                Tensor qkv = test::randn({batch, T, row}, false, 71);
+                // The CPU reference on packed, rounded copies of the head's q and k columns.
+                Tensor q = Tensor::empty({batch, T, D}), k = Tensor::empty({shared_b ? 1 : batch, T, D});
+                for (int64_t b = 0; b < batch; b++)
+                    for (int64_t t = 0; t < T; t++)
+                        for (int64_t d = 0; d < D; d++) {
+                            const float* src = qkv.data_f32() + (b * T + t) * row;
+                            q.data_f32()[(b * T + t) * D + d] = bf16_round(src[h * D + d]);
+                            if (b < k.size(0)) k.data_f32()[(b * T + t) * D + d] = bf16_round(src[H * D + h * D + d]);
+                        }
+                Tensor want = Tensor::empty({batch, T, T});
+                engine::cpu::gemm_batched(false, true, batch, T, T, D, q.data_f32(), T * D, k.data_f32(),
+                                          shared_b ? 0 : T * D, want.data_f32(), T * T);
+                Tensor dqkv = qkv.to(Device::CUDA), got = Tensor::empty({batch, T, T}, engine::DType::F32, Device::CUDA);
+                engine::cuda::set_gemm_precision(GemmPrecision::bf16);
+                const uint64_t before = engine::cuda::bf16_rounded_elements();
+                engine::cuda::gemm_batched_ld(false, true, batch, T, T, D, dqkv.raw_f32() + h * D, T * row, row,
+                                              dqkv.raw_f32() + H * D + h * D, shared_b ? 0 : T * row, row,
+                                              got.raw_f32(), T * T, 0);
+                const uint64_t rounded_now = engine::cuda::bf16_rounded_elements() - before;
+                engine::cuda::set_gemm_precision(GemmPrecision::fp32);
+                CHECK(rounded_now == (uint64_t)((batch + (shared_b ? 1 : batch)) * T * D));
+                test::require_close("per-head bf16 gemm_batched_ld", want, got, {1e-4f, 1e-4f});
+            }
+}
+
 TEST_CASE("cuda bf16 gemm: alpha, beta, K = 0, empty outputs, and errors naming cublasGemmEx", "[cuda]") {
     using Catch::Contains;
     test::PrecisionScope precision;  // restores both when the test ends
