@@ -38,19 +38,6 @@ int64_t set_conv2d_scratch_limit(int64_t floats) {
     return old;
 }
 
-// Device scratch freed on scope exit (stream-ordered, so after the kernels queued before it).
-struct Scratch {
-    float* p = nullptr;
-    explicit Scratch(int64_t floats) {
-        if (floats > 0) p = static_cast<float*>(alloc(sizeof(float) * (size_t)floats));
-    }
-    ~Scratch() {
-        if (p) free(p);
-    }
-    Scratch(const Scratch&) = delete;
-    Scratch& operator=(const Scratch&) = delete;
-};
-
 // ---------------------------------------------------------------------------------------------
 // Block reductions.
 
@@ -257,7 +244,7 @@ void conv2d_forward(const float* x, const float* w, const float* b, float* y, co
         gemm_batched(false, false, g.N, g.Cout, P, K, w, 0, x, K * P, y, g.Cout * P);
     } else {
         const int64_t chunk = chunk_images(g.N, K * P);
-        Scratch cols(chunk * K * P);
+        Scratch<> cols(chunk * K * P);
         for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
             const int64_t m = chunk < g.N - n0 ? chunk : g.N - n0;
             KERNEL_LAUNCH(im2col_kernel, blocks_for(m * K * P), kBlockSize, 0, x + n0 * image, cols.p, g, m, false);
@@ -280,7 +267,7 @@ void conv2d_backward(const float* x, const float* w, const float* dy, float* dx,
     // Per image: the columns ([K, P], for dW side by side, for dx as dcols) and dY permuted for dW.
     const bool need_cols = dw || !pointwise;
     const int64_t chunk = chunk_images(g.N, (need_cols ? K * P : 0) + (dw ? g.Cout * P : 0));
-    Scratch cols(need_cols ? chunk * K * P : 0), dy_t(dw ? chunk * g.Cout * P : 0);
+    Scratch<> cols(need_cols ? chunk * K * P : 0), dy_t(dw ? chunk * g.Cout * P : 0);
     for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
         const int64_t m = chunk < g.N - n0 ? chunk : g.N - n0;
         const float* xn = x + n0 * image;

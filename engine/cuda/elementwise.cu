@@ -4,6 +4,7 @@
 // the math of each unary op is the functor of engine/ops/pointwise.h, shared with the CPU loops.
 #include "engine/cuda/elementwise.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 #include "engine/attention_layout.h"
@@ -261,25 +262,48 @@ __global__ void bias_act_forward_kernel(const float* x, const float* bias, float
         y[r * n + j] = F::f(x[r * n + j] + b);
 }
 
-// y (null: not wanted) gets act(x + bias) again, the forward's bits; it may be dy (each thread
-// reads its element of dy before it writes that element of y).
-template <typename F>
-__global__ void bias_act_backward_kernel(const float* x, const float* bias, const float* dy, float* dx, float* y,
-                                          int64_t rows, int64_t n) {
-    int64_t j = (int64_t)blockIdx.x * kBiasTile + threadIdx.x;
-    if (j >= n) return;
-    float b = bias[j];
-    for (int64_t r = (int64_t)blockIdx.y * kBiasRows + threadIdx.y; r < rows; r += (int64_t)gridDim.y * kBiasRows) {
-        float v = x[r * n + j] + b, g = dy[r * n + j];
-        dx[r * n + j] = g * F::df(v, 0.f);  // df reads x only (BiasAct)
-        if (y) y[r * n + j] = F::f(v);
-    }
+// The column sums of the thread block's dx for bias_act_backward's dbias: each thread's sum over
+// its rows (acc, of type V: float or float4) meets the other 7 warps' in shared memory, added in
+// warp order, into partial[blockIdx.y][j] (one row of partial sums per slice of rows). Every
+// thread of the block reaches the barrier.
+__device__ __forceinline__ float plus(float a, float b) { return a + b; }
+__device__ __forceinline__ float4 plus(float4 a, float4 b) { return float4{a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w}; }
+
+template <typename V>
+__device__ __forceinline__ void bias_partial(V acc, V* partial, int64_t j, int64_t n) {
+    SHARED_ARRAY(V, sums, kBiasRows * kBiasTile);
+    sums[threadIdx.y * kBiasTile + threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y != 0 || j >= n) return;
+    for (int k = 1; k < kBiasRows; k++) acc = plus(acc, sums[k * kBiasTile + threadIdx.x]);
+    partial[(int64_t)blockIdx.y * n + j] = acc;
 }
 
-// The same over float4s, when the width is a multiple of 4 and the pointers 16-byte aligned (the
-// usual case): a flat grid-stride loop with 16-byte loads and stores and a 32-bit modulo for the
-// column. The kernels above moved 1.5 TB/s on an H200 (ViT-Tiny's [32896, 768]); the values are
-// the same bits, element by element.
+// y (null: not wanted) gets act(x + bias) again, the forward's bits; it may be dy (each thread
+// reads its element of dy before it writes that element of y). partial (null: no dbias wanted)
+// gets the column sums of dx of each slice of rows (bias_partial).
+template <typename F>
+__global__ void bias_act_backward_kernel(const float* x, const float* bias, const float* dy, float* dx, float* y,
+                                          float* partial, int64_t rows, int64_t n) {
+    const int64_t j = (int64_t)blockIdx.x * kBiasTile + threadIdx.x;
+    float acc = 0.f;
+    if (j < n) {
+        const float b = bias[j];
+        for (int64_t r = (int64_t)blockIdx.y * kBiasRows + threadIdx.y; r < rows; r += (int64_t)gridDim.y * kBiasRows) {
+            const float v = x[r * n + j] + b, g = dy[r * n + j], d = g * F::df(v, 0.f);  // df reads x only
+            dx[r * n + j] = d;
+            acc += d;
+            if (y) y[r * n + j] = F::f(v);
+        }
+    }
+    if (partial) bias_partial(acc, partial, j, n);
+}
+
+// The forward over float4s, when the width is a multiple of 4 and the pointers 16-byte aligned
+// (the usual case): a flat grid-stride loop with 16-byte loads and stores and a 32-bit modulo for
+// the column. The scalar kernels moved 1.5 TB/s on an H200 (ViT-Tiny's [32896, 768]), the flat
+// float4 ones 3.1 (the backward's 3.06 on an H100: x, dy, dx and y, 404 MB in 132 µs); the values
+// are the same bits, element by element.
 template <typename F>
 __global__ void bias_act_forward4_kernel(const float4* x, const float4* bias, float4* y, int n4, int total4) {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total4; i += blockDim.x * gridDim.x) {
@@ -288,18 +312,31 @@ __global__ void bias_act_forward4_kernel(const float4* x, const float4* bias, fl
     }
 }
 
+// The backward over float4 columns (n4 of them a row), in the scalar backward's block layout: a
+// warp takes 32 consecutive float4s of a row (512 bytes, coalesced), a thread one float4 column,
+// whose dx it adds up for dbias. (Until session 12 it was a flat loop like the forward's, and
+// dbias a second pass over dx: 41 µs of the 132 again, on the H100.)
 template <typename F>
 __global__ void bias_act_backward4_kernel(const float4* x, const float4* bias, const float4* dy, float4* dx,
-                                           float4* y, int n4, int total4) {
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total4; i += blockDim.x * gridDim.x) {
-        float4 v = x[i], b = bias[i % n4], g = dy[i];
-        v = float4{v.x + b.x, v.y + b.y, v.z + b.z, v.w + b.w};
-        dx[i] = float4{g.x * F::df(v.x, 0.f), g.y * F::df(v.y, 0.f), g.z * F::df(v.z, 0.f), g.w * F::df(v.w, 0.f)};
-        if (y) y[i] = float4{F::f(v.x), F::f(v.y), F::f(v.z), F::f(v.w)};
+                                           float4* y, float4* partial, int64_t rows, int64_t n4) {
+    const int64_t j = (int64_t)blockIdx.x * kBiasTile + threadIdx.x;
+    float4 acc{0.f, 0.f, 0.f, 0.f};
+    if (j < n4) {
+        const float4 b = bias[j];
+        for (int64_t r = (int64_t)blockIdx.y * kBiasRows + threadIdx.y; r < rows; r += (int64_t)gridDim.y * kBiasRows) {
+            float4 v = x[r * n4 + j];
+            const float4 g = dy[r * n4 + j];
+            v = float4{v.x + b.x, v.y + b.y, v.z + b.z, v.w + b.w};
+            const float4 d{g.x * F::df(v.x, 0.f), g.y * F::df(v.y, 0.f), g.z * F::df(v.z, 0.f), g.w * F::df(v.w, 0.f)};
+            dx[r * n4 + j] = d;
+            acc = plus(acc, d);
+            if (y) y[r * n4 + j] = float4{F::f(v.x), F::f(v.y), F::f(v.z), F::f(v.w)};
+        }
     }
+    if (partial) bias_partial(acc, partial, j, n4);
 }
 
-// Whether the float4 kernels apply: n divisible by 4, every pointer 16-byte aligned, and rows·n/4
+// Whether the float4 forward applies: n divisible by 4, every pointer 16-byte aligned, and rows·n/4
 // plus a grid's stride within int.
 static bool bias_vec4(int64_t rows, int64_t n, std::initializer_list<const void*> ptrs) {
     return float4_ok(n, ptrs) && rows * n < (int64_t(1) << 32);
@@ -318,16 +355,14 @@ static void bias_act_forward_as(const float* x, const float* bias, float* y, int
 
 template <typename F>
 static void bias_act_backward_as(const float* x, const float* bias, const float* dy, float* dx, float* y,
-                                 int64_t rows, int64_t n) {
+                                 float* partial, bool vec, dim3 grid, int64_t rows, int64_t n) {
     static_assert(!F::kReadsY, "bias_act: the activation's derivative must read its input only");
-    if (bias_vec4(rows, n, {x, bias, dy, dx, y})) {  // a null y is 16-byte aligned
-        int total4 = (int)(rows * n / 4);
-        KERNEL_LAUNCH(bias_act_backward4_kernel<F>, blocks_for(total4), kBlockSize, 0, (const float4*)x,
-                      (const float4*)bias, (const float4*)dy, (float4*)dx, (float4*)y, (int)(n / 4), total4);
-    } else {
-        KERNEL_LAUNCH(bias_act_backward_kernel<F>, bias_grid(rows, n), dim3(kBiasTile, kBiasRows), 0, x, bias, dy, dx,
-                      y, rows, n);
-    }
+    if (vec)
+        KERNEL_LAUNCH(bias_act_backward4_kernel<F>, grid, dim3(kBiasTile, kBiasRows), 0, (const float4*)x,
+                      (const float4*)bias, (const float4*)dy, (float4*)dx, (float4*)y, (float4*)partial, rows, n / 4);
+    else
+        KERNEL_LAUNCH(bias_act_backward_kernel<F>, grid, dim3(kBiasTile, kBiasRows), 0, x, bias, dy, dx, y, partial,
+                      rows, n);
 }
 
 void bias_act_forward(const float* x, const float* bias, float* y, int64_t rows, int64_t n, BiasAct act) {
@@ -335,17 +370,27 @@ void bias_act_forward(const float* x, const float* bias, float* y, int64_t rows,
     pointwise::with_bias_act(act, [&](auto f) { bias_act_forward_as<decltype(f)>(x, bias, y, rows, n); });
 }
 
-// dbias: the column sums of dx by reduce.cu's sum_dim (its [outer, n, inner] = [1, rows, n] layout
-// is the 32-column kernel, chunked along the rows when there are few columns), a second read of dx
-// in exchange for its fixed, shape-only summation tree.
+// dbias: each slice of rows sums its dx as it writes it (bias_partial: no second read of dx), and
+// reduce.cu's sum_dim adds up the slices' rows of partial sums: fixed orders, the same bits every
+// run. At most kBiasSumSlices slices (a thread then takes rows/2048 rows or more): enough blocks
+// to fill a GPU (ViT-Tiny's [32896, 768]: 6 × 256 blocks of 256 threads), few partial sums (768 KB).
+constexpr int64_t kBiasSumSlices = 256;
 void bias_act_backward(const float* x, const float* bias, const float* dy, float* dx, float* dbias, float* y,
                        int64_t rows, int64_t n, BiasAct act) {
     if (n == 0) return;
-    if (rows > 0)
-        pointwise::with_bias_act(act, [&](auto f) {
-            bias_act_backward_as<decltype(f)>(x, bias, dy, dx, y, rows, n);
-        });
-    if (dbias) sum_dim(dx, dbias, 1, rows, n);  // rows == 0: zeros
+    if (rows == 0) {  // an empty sum
+        if (dbias) memset_zero(dbias, sizeof(float) * n);
+        return;
+    }
+    const int64_t slices = std::min((rows + kBiasRows - 1) / kBiasRows, dbias ? kBiasSumSlices : kBiasMaxSlices);
+    Scratch<> partial(dbias ? slices * n : 0);
+    const bool vec = float4_ok(n, {x, bias, dy, dx, y, partial.p});  // a null pointer is 16-byte aligned
+    const int64_t cols = vec ? n / 4 : n;
+    const dim3 grid((unsigned)((cols + kBiasTile - 1) / kBiasTile), (unsigned)slices);
+    pointwise::with_bias_act(act, [&](auto f) {
+        bias_act_backward_as<decltype(f)>(x, bias, dy, dx, y, partial.p, vec, grid, rows, n);
+    });
+    if (dbias) sum_dim(partial.p, dbias, 1, slices, n);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -73,6 +73,20 @@ inline bool float4_ok(int64_t n, std::initializer_list<const void*> pointers) {
     return n % 4 == 0 && bits % 16 == 0;
 }
 
+// Device scratch freed on scope exit (stream-ordered, so after the kernels queued before it).
+template <typename T = float>
+struct Scratch {
+    T* p = nullptr;
+    explicit Scratch(int64_t count) {
+        if (count > 0) p = static_cast<T*>(alloc(sizeof(T) * (size_t)count));
+    }
+    ~Scratch() {
+        if (p) free(p);
+    }
+    Scratch(const Scratch&) = delete;
+    Scratch& operator=(const Scratch&) = delete;
+};
+
 constexpr int kBlockSize = 256;
 inline unsigned blocks_for(int64_t n, int threads = kBlockSize) {
     int64_t b = (n + threads - 1) / threads;

@@ -35,20 +35,6 @@ namespace {
 constexpr int kRowThreads = 256;      // block size of every row kernel (a multiple of 32)
 constexpr int64_t kWarpRowMax = 1024;  // rows up to this long get one warp, longer ones a block
 
-// Device scratch freed on scope exit (stream-ordered, so after the kernels queued before it).
-template <typename T>
-struct Scratch {
-    T* p = nullptr;
-    explicit Scratch(int64_t count) {
-        if (count > 0) p = static_cast<T*>(alloc(sizeof(T) * (size_t)count));
-    }
-    ~Scratch() {
-        if (p) free(p);
-    }
-    Scratch(const Scratch&) = delete;
-    Scratch& operator=(const Scratch&) = delete;
-};
-
 // ---------------------------------------------------------------------------------------------
 // Reductions within a row group (a warp, or the whole block). Every thread gets the result.
 
