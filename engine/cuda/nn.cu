@@ -275,7 +275,7 @@ __global__ void layer_norm_backward_dx_kernel(const float* x, const float* weigh
 // whose x and dy stay in registers for the row's two passes, and whose Σ dy·x̂ and Σ dy it adds up
 // over the warp's rows. The 8 warps' sums then meet in shared memory in warp order and go to
 // partial [chunks, 2, n] as the two-kernel path writes it: fixed orders, the same bits every run.
-// Up to 8 columns a lane (ViT-Tiny's 192 take 6): 48-80 registers and no spills under launch
+// Up to 8 columns a lane (ViT-Tiny's 192 take 6): 44-80 registers and no spills under launch
 // bounds that ask for two blocks an SM (without that minimum nvcc took up to 128). 16 columns took
 // 121-143 registers, one block (8 warps) an SM: too few loads in flight for a memory-bound pass,
 // so wider rows keep the two-kernel path (make cuda-check has the figures).
@@ -299,12 +299,17 @@ __global__ void __launch_bounds__(kRowThreads, 2)
     }
     for (int64_t r = begin + warp; r < end; r += kWarps) {
         const float mu = mean[r], rs = rstd[r];
-        float xhat[kCols], g[kCols], a = 0.f, b = 0.f;  // a = Σ dx̂, b = Σ dx̂·x̂
+        // With add_dx, the old dx is loaded with x and dy (this lane writes those elements only
+        // later): one trip to memory a row instead of a second one after the sums. Up to 6 columns
+        // a lane (80 registers); at 8 it would take 96, two blocks an SM instead of three.
+        constexpr bool kEarlyOld = kCols <= 6;
+        float xhat[kCols], g[kCols], old[kEarlyOld ? kCols : 1], a = 0.f, b = 0.f;  // a = Σ dx̂, b = Σ dx̂·x̂
         UNROLL
         for (int i = 0; i < kCols; i++) {
             const int j = lane + i * kWarp;
             xhat[i] = j < n ? (x[r * n + j] - mu) * rs : 0.f;
             g[i] = j < n ? dy[r * n + j] : 0.f;
+            if constexpr (kEarlyOld) old[i] = add_dx && j < n ? dx[r * n + j] : 0.f;
             a += g[i] * w[i];
             b += g[i] * w[i] * xhat[i];
             sw[i] += g[i] * xhat[i];
@@ -316,7 +321,8 @@ __global__ void __launch_bounds__(kRowThreads, 2)
             const int j = lane + i * kWarp;
             if (j >= n) continue;
             const float v = rs * (g[i] * w[i] - mean_dxhat - xhat[i] * mean_dxhat_xhat);
-            dx[r * n + j] = add_dx ? dx[r * n + j] + v : v;
+            if constexpr (kEarlyOld) dx[r * n + j] = add_dx ? old[i] + v : v;
+            else dx[r * n + j] = add_dx ? dx[r * n + j] + v : v;
         }
     }
     UNROLL
@@ -806,6 +812,7 @@ void layer_norm_backward(const float* x, const float* weight, const float* mean,
         if (n <= 32) run(layer_norm_backward_fused<1>);
         else if (n <= 64) run(layer_norm_backward_fused<2>);
         else if (n <= 128) run(layer_norm_backward_fused<4>);
+        else if (n <= 192) run(layer_norm_backward_fused<6>);  // ViT-Tiny, DeiT-S's 384 / 2, ...
         else run(layer_norm_backward_fused<8>);
     } else {
         KERNEL_LAUNCH(layer_norm_params_partial_kernel, blocks_for(tiles * chunks, 1), dim3(kLnTile, kLnRowsPerBlock),

@@ -123,10 +123,11 @@ TEST_CASE("cuda layer_norm: gradient for the parameters only, and for x only", "
                  kLnFwd, kLnBwd);
 }
 
-// The one-pass backward (n <= 256 with parameter gradients), the dx kernel alone (no parameter
-// gradients) and the two-kernel path (n = 512), each adding dx into the residual's gradient.
+// The one-pass backward (n <= 256 with parameter gradients: at 192 it loads the old dx with x and
+// dy, at 250 after the sums), the dx kernel alone (no parameter gradients) and the two-kernel path
+// (n = 512), each adding dx into the residual's gradient.
 TEST_CASE("cuda layer_norm: dx added into the gradient a residual gave its input, as adding afterwards", "[cuda]") {
-    for (int64_t n : {192, 512})
+    for (int64_t n : {192, 250, 512})
         for (bool params : {true, false}) {
             INFO("n " << n << " parameter gradients " << params);
             Tensor x = test::to_cuda(scaled_randn({70, n}, 2.f, 20)), g = test::to_cuda(randn({70, n}, false, 21));
