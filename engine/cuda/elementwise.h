@@ -20,8 +20,12 @@ template <typename F> void unary_forward(const float* x, float* y, int64_t n);
 // x (y) is not read, and may be null, where F::kReadsX (F::kReadsY) is false.
 template <typename F> void unary_backward(const float* x, const float* y, const float* dy, float* dx, int64_t n);
 
+// y[r, :] = bias for each of `rows` rows of n: a linear's output before its GEMM adds x·Wᵀ.
+void bias_rows(const float* bias, float* y, int64_t rows, int64_t n);
+
 // y = act(x + bias) over [rows, n]; dx = dy·act'(x + bias) and dbias = Σ_rows dx (null: not
-// wanted), the sum by sum_dim (engine/cuda/reduce.h) over dx: deterministic. The backward's y (null:
+// wanted), summed per slice of rows as dx is written, then over the slices by sum_dim
+// (engine/cuda/reduce.h): deterministic. The backward's y (null:
 // not wanted) gets the forward's output again, the same bits, and may be dy itself (as the CPU's,
 // engine/cpu/elementwise.h).
 void bias_act_forward(const float* x, const float* bias, float* y, int64_t rows, int64_t n, BiasAct act);

@@ -70,10 +70,9 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
 }
 
 // y = x·Wᵀ + b over rows R = numel(x)/in:  dx = dy·W,  dW = dyᵀ·x,  db = Σ_rows dy.
-// On the GPU the bias rows are a GEMM too, with a column of ones (1_R): y = 1_R·bᵀ first (a rank-1
-// product, K = 1), then += x·Wᵀ (beta = 1). db is the column-sum kernel's, as on the CPU (until
-// session 12 it was the GEMM 1_Rᵀ·dy: a filled column of ones and cuBLAS's reduction kernels,
-// about 21 µs a call for ViT-Tiny's [32896, 192 or 576] on an H100).
+// y is the bias tiled over the rows (bias_rows), then += x·Wᵀ (the GEMM with beta = 1); db is the
+// column-sum kernel's (sum_dim). Until session 12 the GPU did both as GEMMs with a filled column of
+// ones, 1_R·bᵀ and 1_Rᵀ·dy: cuBLAS's rank-1 and reduction kernels, slower than these on an H100.
 namespace {
 
 // linear's argument checks (messages name `op`); returns the rows of x.
@@ -102,16 +101,7 @@ Tensor linear_product(const Tensor& x, const Tensor& w, const Tensor& b, int64_t
     Tensor y = x.new_empty(os);
     Device dev = x.device();
     float* py = y.raw_f32();
-    if (b.defined()) {
-        if (dev == Device::CPU) {
-            const float* pb = b.data_f32();
-            for (int64_t r = 0; r < rows; r++)
-                for (int64_t j = 0; j < out_f; j++) py[r * out_f + j] = pb[j];
-        } else {
-            Tensor ones = x.new_full({rows}, 1.f);
-            ON_DEVICE(dev, gemm)(false, false, rows, out_f, 1, 1.f, ones.raw_f32(), b.raw_f32(), 0.f, py);
-        }
-    }
+    if (b.defined()) ON_DEVICE(dev, bias_rows)(b.raw_f32(), py, rows, out_f);
     ON_DEVICE(dev, gemm)(false, true, rows, out_f, in, 1.f, x.raw_f32(), w.raw_f32(), b.defined() ? 1.f : 0.f, py);
     return y;
 }
