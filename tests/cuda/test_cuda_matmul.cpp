@@ -71,9 +71,10 @@ TEST_CASE("cuda matmul: batched with equal batch dims", "[cuda]") {
     check_matmul("matmul [1,1,33] . [1,33,7]", {1}, {1}, 1, 7, 33);
 }
 
+// Widths of 5, 1025 (the bias rows' per-element kernel) and 12 (its float4 kernel).
 TEST_CASE("cuda linear: with and without bias", "[cuda]") {
     for (auto [lead, in, out] : std::vector<std::tuple<std::vector<int64_t>, int64_t, int64_t>>{
-             {{2, 7}, 33, 5}, {{1}, 1, 1}, {{1025}, 3, 2}, {{3}, 7, 1025}}) {
+             {{2, 7}, 33, 5}, {{1}, 1, 1}, {{1025}, 3, 2}, {{3}, 7, 1025}, {{5, 3}, 9, 12}}) {
         std::vector<int64_t> xs = lead;
         xs.push_back(in);
         Tensor x = randn(Shape(xs), true, 3), w = randn({out, in}, true, 4), b = randn({out}, true, 5);
