@@ -109,6 +109,20 @@ __device__ __forceinline__ double block_sum_double(double v, double* scratch) {
             KERNEL_LAUNCH(kernel<true>, blocks_for((rows), 1), kRowThreads, 0, __VA_ARGS__);           \
     } while (0)
 
+// A row kernel for rows of n <= kRegsRowMax that keeps its row in registers, a warp per row, lane
+// l holding columns l, l + 32, ...: the instantiation with the fewest registers a lane that hold
+// the row.
+constexpr int64_t kRegsRowMax = 1024;
+#define REGS_LAUNCH(kernel, rows, n, ...)                                                              \
+    do {                                                                                               \
+        const unsigned blocks_ = blocks_for((rows) * kWarp, kRowThreads);                              \
+        if ((n) <= 4 * kWarp) KERNEL_LAUNCH(kernel<4>, blocks_, kRowThreads, 0, __VA_ARGS__);          \
+        else if ((n) <= 8 * kWarp) KERNEL_LAUNCH(kernel<8>, blocks_, kRowThreads, 0, __VA_ARGS__);     \
+        else if ((n) <= 16 * kWarp) KERNEL_LAUNCH(kernel<16>, blocks_, kRowThreads, 0, __VA_ARGS__);   \
+        else KERNEL_LAUNCH(kernel<32>, blocks_, kRowThreads, 0, __VA_ARGS__);                          \
+    } while (0)
+static_assert(kRegsRowMax == 32 * kWarp, "REGS_LAUNCH's widest instantiation");
+
 // ---------------------------------------------------------------------------------------------
 // softmax / log_softmax
 
@@ -237,6 +251,71 @@ __global__ void add_layer_norm_forward_kernel(const float* x, const float* resid
             s += v;
         }
         layer_norm_row<kBlock>(sr, s, weight, bias, y + r * n, mean, rstd, r, n, eps, g, scratch);
+    }
+}
+
+// The register kernels of the two forward kernels above, for rows of at most 32·kPerLane
+// (REGS_LAUNCH): the row is read once, into registers, instead of once a pass (from cache). Lane
+// `tid` holds columns tid, tid + 32, ... of the row in v and their sum in s; layer_norm_row_regs
+// does the same operations in the same order as layer_norm_row's warp path.
+template <int kPerLane>
+__device__ __forceinline__ void layer_norm_row_regs(const float (&v)[kPerLane], float s, const float* weight,
+                                                    const float* bias, float* yr, float* mean, float* rstd, int64_t r,
+                                                    int64_t n, float eps, int tid) {
+    const float mu = warp_sum(s) / (float)n;
+    float var = 0.f;
+    UNROLL
+    for (int i = 0; i < kPerLane; i++)
+        if (tid + (int64_t)kWarp * i < n) var += (v[i] - mu) * (v[i] - mu);
+    const float rs = 1.f / sqrtf(warp_sum(var) / (float)n + eps);
+    UNROLL
+    for (int i = 0; i < kPerLane; i++) {
+        const int64_t j = tid + (int64_t)kWarp * i;
+        if (j >= n) break;
+        float o = (v[i] - mu) * rs;
+        if (weight) o *= weight[j];
+        if (bias) o += bias[j];
+        yr[j] = o;
+    }
+    if (tid == 0) {
+        mean[r] = mu;
+        rstd[r] = rs;
+    }
+}
+
+template <int kPerLane>
+__global__ void layer_norm_forward_regs_kernel(const float* x, const float* weight, const float* bias, float* y,
+                                               float* mean, float* rstd, int64_t rows, int64_t n, float eps) {
+    const RowGroup g = row_group<false>();
+    for (int64_t r = g.first; r < rows; r += g.stride) {
+        float v[kPerLane], s = 0.f;
+        UNROLL
+        for (int i = 0; i < kPerLane; i++) {
+            const int64_t j = g.tid + (int64_t)kWarp * i;
+            v[i] = j < n ? x[r * n + j] : 0.f;
+            if (j < n) s += v[i];
+        }
+        layer_norm_row_regs<kPerLane>(v, s, weight, bias, y + r * n, mean, rstd, r, n, eps, g.tid);
+    }
+}
+
+template <int kPerLane>
+__global__ void add_layer_norm_forward_regs_kernel(const float* x, const float* residual, const float* weight,
+                                                   const float* bias, float* sum, float* y, float* mean, float* rstd,
+                                                   int64_t rows, int64_t n, float eps) {
+    const RowGroup g = row_group<false>();
+    for (int64_t r = g.first; r < rows; r += g.stride) {
+        float v[kPerLane], s = 0.f;
+        UNROLL
+        for (int i = 0; i < kPerLane; i++) {
+            const int64_t j = g.tid + (int64_t)kWarp * i;
+            v[i] = j < n ? x[r * n + j] + residual[r * n + j] : 0.f;
+            if (j < n) {
+                sum[r * n + j] = v[i];
+                s += v[i];
+            }
+        }
+        layer_norm_row_regs<kPerLane>(v, s, weight, bias, y + r * n, mean, rstd, r, n, eps, g.tid);
     }
 }
 
@@ -622,7 +701,6 @@ __global__ void attention_softmax_backward_kernel(const float* p, const float* m
 // above pass over the row three and two times), and every load of a row is in flight at once:
 // on an H100 the forward moved 1.9 TB/s and the backward 2.6 at ViT-Tiny's 257 keys (session 12),
 // with the row kernels above a warp a row. Each element gets the same operations as there.
-constexpr int64_t kRegsRowMax = 1024;
 template <int kPerLane>
 __global__ void attention_softmax_regs_kernel(float* p, const float* mask, float* dropped, int64_t rows, int64_t T,
                                               int64_t S, int64_t ldp, bool causal, float scale) {
@@ -684,17 +762,6 @@ __global__ void attention_softmax_backward_regs_kernel(const float* p, const flo
     }
 }
 
-// A row kernel for rows of n <= kRegsRowMax: the instantiation with the fewest registers a lane
-// that holds the row, a warp per row.
-#define REGS_LAUNCH(kernel, rows, n, ...)                                                              \
-    do {                                                                                               \
-        const unsigned blocks_ = blocks_for((rows) * kWarp, kRowThreads);                              \
-        if ((n) <= 4 * kWarp) KERNEL_LAUNCH(kernel<4>, blocks_, kRowThreads, 0, __VA_ARGS__);          \
-        else if ((n) <= 8 * kWarp) KERNEL_LAUNCH(kernel<8>, blocks_, kRowThreads, 0, __VA_ARGS__);     \
-        else if ((n) <= 16 * kWarp) KERNEL_LAUNCH(kernel<16>, blocks_, kRowThreads, 0, __VA_ARGS__);   \
-        else KERNEL_LAUNCH(kernel<32>, blocks_, kRowThreads, 0, __VA_ARGS__);                          \
-    } while (0)
-static_assert(kRegsRowMax == 32 * kWarp, "REGS_LAUNCH's widest instantiation");
 
 // ---------------------------------------------------------------------------------------------
 // rope. A [T, D/2] table of cos and sign·sin computed in double as the CPU's (positions can be
@@ -770,7 +837,10 @@ void layer_norm_forward(const float* x, const float* weight, const float* bias, 
         fill_f32(rstd, NAN, rows);
         return;
     }
-    ROWS_LAUNCH(layer_norm_forward_kernel, rows, n, x, weight, bias, y, mean, rstd, rows, n, eps);
+    if (n <= kRegsRowMax)
+        REGS_LAUNCH(layer_norm_forward_regs_kernel, rows, n, x, weight, bias, y, mean, rstd, rows, n, eps);
+    else
+        ROWS_LAUNCH(layer_norm_forward_kernel, rows, n, x, weight, bias, y, mean, rstd, rows, n, eps);
 }
 
 void add_layer_norm_forward(const float* x, const float* residual, const float* weight, const float* bias,
@@ -781,7 +851,11 @@ void add_layer_norm_forward(const float* x, const float* residual, const float* 
         fill_f32(rstd, NAN, rows);
         return;
     }
-    ROWS_LAUNCH(add_layer_norm_forward_kernel, rows, n, x, residual, weight, bias, sum, y, mean, rstd, rows, n, eps);
+    if (n <= kRegsRowMax)
+        REGS_LAUNCH(add_layer_norm_forward_regs_kernel, rows, n, x, residual, weight, bias, sum, y, mean, rstd, rows, n,
+                    eps);
+    else
+        ROWS_LAUNCH(add_layer_norm_forward_kernel, rows, n, x, residual, weight, bias, sum, y, mean, rstd, rows, n, eps);
 }
 
 void layer_norm_backward(const float* x, const float* weight, const float* mean, const float* rstd,
