@@ -5,8 +5,8 @@
 #   - vit, vit-nosplit, vit-async, lm, lm4k with the fused attention off and on (under tf32 the fused
 #     path is the tensor-core flash kernels; vit-nosplit is the fused backward without the split
 #     dq, vit-async the flash kernels with the asynchronous copies);
-#   - attention-bf16 (not in the default PARTS): vit and lm under bf16, fused off and on (the bf16
-#     flash kernels);
+#   - attention-bf16 (not in the default PARTS): vit, vit-bf16fast (cuBLAS rounding the GEMM
+#     inputs itself) and lm under bf16, fused off and on (the bf16 flash kernels);
 #   - gau, lstm (cuDNN's LSTM) and lstm-own (the own kernels).
 #   - sanitize: compute-sanitizer's memcheck over the [flash] tests and racecheck over one tensor-core case
 #     (the fused kernels' shared memory and warp synchronization);
@@ -49,7 +49,7 @@ if [[ $parts == *" attention "* ]]; then
 fi
 if [[ $parts == *" attention-bf16 "* ]]; then
     echo "== attention models, fused off and on (bf16)"
-    timeout "${BENCH_S:-300}" bash bench/gpu.sh --no-build --no-tests --models "vit lm" --precisions bf16 \
+    timeout "${BENCH_S:-300}" bash bench/gpu.sh --no-build --no-tests --models "vit vit-bf16fast lm" --precisions bf16 \
         --fused-attention both --out "$OUT/gpu-attention-bf16.md"
     echo "rc=$?"
 fi

@@ -1196,20 +1196,6 @@ constexpr int64_t kSplitDqTiles = 8;
 std::atomic<int> g_split_dq{-1};  // -1: not decided yet (the environment is read at the first question)
 std::atomic<int> g_fused{-1};  // -1: not decided yet (the environment is read at the first question)
 
-// A switch (state −1: not decided yet; 0 off; 1 on) decided from the environment at its first
-// question: `name` = "0" turns off one that is on by default, "1" turns on one that is off. Its
-// setter stores 0 or 1 and wins over a concurrent first question.
-bool env_switch(std::atomic<int>& state, const char* name, bool by_default) {
-    int on = state.load(std::memory_order_relaxed);
-    if (on < 0) {
-        const char* env = std::getenv(name);
-        const int want = by_default ? !(env && env[0] == '0') : (env && env[0] == '1');
-        state.compare_exchange_strong(on, want);
-        on = state.load(std::memory_order_relaxed);
-    }
-    return on == 1;
-}
-
 // Blocks of a [BH × tiles] grid, as one grid dimension (x allows 2^31 − 1; y and z only 65535).
 dim3 grid_of(int64_t BH, int64_t tiles, const char* what) {
     int64_t blocks = BH * tiles;

@@ -19,7 +19,8 @@
 // queued: the pool hands it out again only to work queued later on the same stream. The
 // conversion costs a read of 4 and a write of 2 bytes per element read, on every GEMM (a weight is
 // converted again for each GEMM that uses it): the simplest correct design, not the fastest
-// (docs/ROOFLINE.md weighs it).
+// (docs/ROOFLINE.md weighs it). bf16_fast_gemm_enabled() (off by default) skips the pass: fp32
+// A and B with CUBLAS_COMPUTE_32F_FAST_16BF, cuBLAS rounding inside its kernels.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
@@ -178,6 +179,12 @@ struct Bf16Operand {
 
 uint64_t bf16_rounded_elements() { return g_bf16_rounded.load(std::memory_order_relaxed); }
 
+namespace {
+std::atomic<int> g_bf16_fast{-1};  // -1: not decided yet (the environment is read at the first question)
+}
+bool bf16_fast_gemm_enabled() { return env_switch(g_bf16_fast, "INITLAB_BF16_GEMM_FAST", false); }
+void set_bf16_fast_gemm(bool on) { g_bf16_fast.store(on ? 1 : 0, std::memory_order_relaxed); }
+
 bool bf16_supported() {
     cudaDeviceProp p;
     check_cuda(cudaGetDeviceProperties(&p, 0), "cudaGetDeviceProperties");
@@ -200,6 +207,14 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const 
     profile::note_flops(2.0 * (double)M * (double)N * (double)K);
     std::lock_guard<std::mutex> lock(g_mu);
     cublasHandle_t h = handle(at());
+    if (gemm_precision() == GemmPrecision::bf16 && bf16_fast_gemm_enabled()) {
+        cublasStatus_t st = cublasGemmEx(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N,
+                                         (int)M, (int)K, &alpha, B, CUDA_R_32F, ld(tb ? K : N), A, CUDA_R_32F,
+                                         ld(ta ? M : K), &beta, C, CUDA_R_32F, ld(N), CUBLAS_COMPUTE_32F_FAST_16BF,
+                                         CUBLAS_GEMM_DEFAULT);
+        if (st != CUBLAS_STATUS_SUCCESS) check_cublas(st, "cublasGemmEx (CUBLAS_COMPUTE_32F_FAST_16BF)", at());
+        return;
+    }
     if (gemm_precision() == GemmPrecision::bf16) {
         Bf16Operand a(A, {1, ta ? K : M, ta ? M : K, ta ? M : K, 0}), b(B, {1, tb ? N : K, tb ? K : N, tb ? K : N, 0});
         cublasStatus_t st = cublasGemmEx(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N,
@@ -250,6 +265,15 @@ void gemm_batched_ld(bool ta, bool tb, int64_t batch, int64_t M, int64_t N, int6
     const float alpha = 1.f, beta = 0.f;
     std::lock_guard<std::mutex> lock(g_mu);
     cublasHandle_t h = handle(at());
+    if (gemm_precision() == GemmPrecision::bf16 && bf16_fast_gemm_enabled()) {
+        cublasStatus_t st = cublasGemmStridedBatchedEx(
+            h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N, (int)M, (int)K, &alpha, B,
+            CUDA_R_32F, ld(ldb), (long long)stride_b, A, CUDA_R_32F, ld(lda), (long long)stride_a, &beta, C, CUDA_R_32F,
+            ld(ldc), (long long)stride_c, (int)batch, CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_GEMM_DEFAULT);
+        if (st != CUBLAS_STATUS_SUCCESS)
+            check_cublas(st, "cublasGemmStridedBatchedEx (CUBLAS_COMPUTE_32F_FAST_16BF)", at());
+        return;
+    }
     if (gemm_precision() == GemmPrecision::bf16) {
         Bf16Operand a(A, {batch, a_rows, a_cols, lda, stride_a}), b(B, {batch, b_rows, b_cols, ldb, stride_b});
         cublasStatus_t st = cublasGemmStridedBatchedEx(

@@ -33,6 +33,15 @@ bool bf16_supported();
 // Elements the bf16 GEMMs have rounded into scratch so far, process-wide (tests check that a
 // strided operand converts only what the GEMM reads).
 uint64_t bf16_rounded_elements();
+// Under bf16, whether a GEMM hands cuBLAS its fp32 inputs as they are and lets its kernels round
+// them to bf16 (cublasGemmEx with fp32 A and B and CUBLAS_COMPUTE_32F_FAST_16BF: no conversion
+// pass, no scratch) instead of rounding them into bf16 scratch first. Off by default: it has never
+// run on a GPU, and cuBLAS documents neither its rounding nor which kernels it takes (the
+// emulator rounds to nearest even; tests/cuda/test_cuda_bf16.cpp runs its rounding tests both
+// ways, so a GPU run says). INITLAB_BF16_GEMM_FAST=1 turns it on (read once), set_bf16_fast_gemm
+// overrides either; `vit-bf16fast` in bench/gpu.sh times it.
+bool bf16_fast_gemm_enabled();
+void set_bf16_fast_gemm(bool on);
 
 // C[M,N] = alpha·op(A)·op(B) + beta·C, where op(A) is [M,K] (A stored [K,M] when trans_a) and
 // op(B) is [K,N] (B stored [N,K] when trans_b). All row-major, contiguous, device memory.

@@ -10,6 +10,17 @@
 
 namespace engine::cuda {
 
+bool env_switch(std::atomic<int>& state, const char* name, bool by_default) {
+    int on = state.load(std::memory_order_relaxed);
+    if (on < 0) {
+        const char* env = std::getenv(name);
+        const int want = by_default ? !(env && env[0] == '0') : (env && env[0] == '1');
+        state.compare_exchange_strong(on, want);
+        on = state.load(std::memory_order_relaxed);
+    }
+    return on == 1;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Errors
 

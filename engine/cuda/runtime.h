@@ -6,6 +6,7 @@
 // One stream for the device: every kernel, copy and cuBLAS call goes on it in order, so the host
 // waits only where it reads a result (copy_to_host, synchronize).
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -15,6 +16,11 @@ namespace engine::cuda {
 
 // Throws engine::Error with the message (defined in a g++-compiled file: nvcc cannot compile fmt).
 [[noreturn]] void fail(const std::string& message);
+
+// A switch of the backend (state −1: not decided yet; 0 off; 1 on) decided from the environment at
+// its first question: `name` = "0" turns off one that is on by default, "1" turns on one that is
+// off. Its setter stores 0 or 1 and wins over a concurrent first question.
+bool env_switch(std::atomic<int>& state, const char* name, bool by_default);
 
 bool emulated();                   // this build runs kernels in the CPU emulator
 bool available();                  // a device is there (always, in the emulated build)

@@ -119,7 +119,7 @@ struct PrecisionScope {  // engine/cuda/matmul.h: the GEMM precision
     PrecisionScope(const PrecisionScope&) = delete;
     PrecisionScope& operator=(const PrecisionScope&) = delete;
 };
-// An on/off switch of engine/cuda/flash_attention.h (its getter and setter) for a scope.
+// An on/off switch of the backend (its getter and setter) for a scope.
 template <bool (*Get)(), void (*Set)(bool)>
 struct SwitchScope {
     bool saved = Get();
@@ -134,6 +134,8 @@ struct SwitchScope {
 using FusedAttentionScope = SwitchScope<engine::cuda::fused_attention_enabled, engine::cuda::set_fused_attention>;
 using SplitDqScope = SwitchScope<engine::cuda::flash_split_dq_enabled, engine::cuda::set_flash_split_dq>;
 using AsyncCopyScope = SwitchScope<engine::cuda::flash_async_enabled, engine::cuda::set_flash_async>;
+// bf16 GEMMs on fp32 inputs that cuBLAS rounds itself (engine/cuda/matmul.h).
+using Bf16FastGemmScope = SwitchScope<engine::cuda::bf16_fast_gemm_enabled, engine::cuda::set_bf16_fast_gemm>;
 
 inline Tensor rand_uniform(const engine::Shape& s, float lo, float hi, bool grad = true, uint64_t seed = 11) {
     engine::Generator g(seed + (uint64_t)s.numel());

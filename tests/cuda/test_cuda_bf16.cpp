@@ -89,6 +89,9 @@ TEST_CASE("bf16: the reference rounding is round-to-nearest-even on 8 significan
 // device result must be the rounded values bit for bit; swapping the roles checks B's rounding.
 TEST_CASE("cuda bf16 gemm: both inputs are rounded to nearest even, bit for bit", "[cuda]") {
     test::PrecisionScope precision;  // restores both when the test ends
+    const bool fast = GENERATE(false, true);  // our rounding into scratch, then cuBLAS's own (FAST_16BF)
+    test::Bf16FastGemmScope fast_scope(fast);
+    INFO("bf16 fast GEMM " << fast);
     test::FusedAttentionScope fused_switch;
     const float u = std::ldexp(1.f, -8);
     const std::array<float, 5> v = {1.f + u, 1.f + 3 * u, 1.f + u + std::ldexp(1.f, -20),
@@ -126,6 +129,9 @@ TEST_CASE("cuda bf16 gemm: both inputs are rounded to nearest even, bit for bit"
 //  3. Not zero: bf16 really happened (random inputs have bits below bf16's).
 TEST_CASE("cuda bf16 gemm: equals fp32 on rounded inputs; within bf16 rounding of fp32", "[cuda]") {
     test::PrecisionScope precision;  // restores both when the test ends
+    const bool fast = GENERATE(false, true);  // our rounding into scratch, then cuBLAS's own (FAST_16BF)
+    test::Bf16FastGemmScope fast_scope(fast);
+    INFO("bf16 fast GEMM " << fast);
     test::FusedAttentionScope fused_switch;
     const double unit = std::ldexp(1.0, -8), per_product = 2 * unit + unit * unit;
     for (bool ta : {false, true})
@@ -156,6 +162,9 @@ TEST_CASE("cuda bf16 gemm: equals fp32 on rounded inputs; within bf16 rounding o
 // sampling noise over 1024 outputs of 256 terms).
 TEST_CASE("cuda bf16 gemm: the rounding is unbiased (a truncating conversion would not be)", "[cuda]") {
     test::PrecisionScope precision;  // restores both when the test ends
+    const bool fast = GENERATE(false, true);  // our rounding into scratch, then cuBLAS's own (FAST_16BF)
+    test::Bf16FastGemmScope fast_scope(fast);
+    INFO("bf16 fast GEMM " << fast);
     test::FusedAttentionScope fused_switch;
     const int64_t M = 32, N = 32, K = 256;
     Tensor a = absolute(test::randn({M, K}, false, 41)), b = absolute(test::randn({K, N}, false, 42));
@@ -170,6 +179,9 @@ TEST_CASE("cuda bf16 gemm: the rounding is unbiased (a truncating conversion wou
 
 TEST_CASE("cuda bf16 gemm_batched: strided and shared operands against fp32 on rounded inputs", "[cuda]") {
     test::PrecisionScope precision;  // restores both when the test ends
+    const bool fast = GENERATE(false, true);  // our rounding into scratch, then cuBLAS's own (FAST_16BF)
+    test::Bf16FastGemmScope fast_scope(fast);
+    INFO("bf16 fast GEMM " << fast);
     test::FusedAttentionScope fused_switch;
     const int64_t batch = 3, M = 7, N = 5, K = 33;
     for (bool ta : {false, true})
@@ -194,6 +206,9 @@ TEST_CASE("cuda bf16 gemm_batched: strided and shared operands against fp32 on r
 // operands it copies by their row strides).
 TEST_CASE("cuda gemm_batched_ld: padded rows of A, B and C, in fp32 and bf16", "[cuda]") {
     test::PrecisionScope precision;
+    const bool fast = GENERATE(false, true);  // our rounding into scratch, then cuBLAS's own (FAST_16BF)
+    test::Bf16FastGemmScope fast_scope(fast);
+    INFO("bf16 fast GEMM " << fast);
     const int64_t batch = 2, M = 5, N = 7, K = 9, pad = 3;
     for (GemmPrecision p : {GemmPrecision::fp32, GemmPrecision::bf16})
         for (bool ta : {false, true})
@@ -236,6 +251,9 @@ TEST_CASE("cuda gemm_batched_ld: padded rows of A, B and C, in fp32 and bf16", "
 // rounded once, not once per batch entry.
 TEST_CASE("cuda bf16 gemm_batched_ld: a per-head operand rounds only the elements the GEMM reads", "[cuda]") {
     test::PrecisionScope precision;
+    const bool fast = GENERATE(false, true);  // our rounding into scratch, then cuBLAS's own (FAST_16BF)
+    test::Bf16FastGemmScope fast_scope(fast);
+    INFO("bf16 fast GEMM " << fast);
     const int64_t batch = 3, T = 5, H = 2;
     for (int64_t D : {4, 3})
         for (int h : {0, 1})
@@ -263,7 +281,7 @@ TEST_CASE("cuda bf16 gemm_batched_ld: a per-head operand rounds only the element
                                               got.raw_f32(), T * T, 0);
                 const uint64_t rounded_now = engine::cuda::bf16_rounded_elements() - before;
                 engine::cuda::set_gemm_precision(GemmPrecision::fp32);
-                CHECK(rounded_now == (uint64_t)((batch + (shared_b ? 1 : batch)) * T * D));
+                CHECK(rounded_now == (fast ? 0 : (uint64_t)((batch + (shared_b ? 1 : batch)) * T * D)));
                 test::require_close("per-head bf16 gemm_batched_ld", want, got, {1e-4f, 1e-4f});
             }
 }
@@ -271,6 +289,9 @@ TEST_CASE("cuda bf16 gemm_batched_ld: a per-head operand rounds only the element
 TEST_CASE("cuda bf16 gemm: alpha, beta, K = 0, empty outputs, and errors naming cublasGemmEx", "[cuda]") {
     using Catch::Contains;
     test::PrecisionScope precision;  // restores both when the test ends
+    const bool fast = GENERATE(false, true);  // our rounding into scratch, then cuBLAS's own (FAST_16BF)
+    test::Bf16FastGemmScope fast_scope(fast);
+    INFO("bf16 fast GEMM " << fast);
     test::FusedAttentionScope fused_switch;
     engine::cuda::set_gemm_precision(GemmPrecision::bf16);
     // alpha and beta stay fp32 (only A and B are rounded): C = 0.5·A·B − 2·C.

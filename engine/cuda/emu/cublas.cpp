@@ -87,10 +87,25 @@ void check_operand(const char* call, const char* name, const void* p, int rows, 
                          std::to_string(cols) + ", ld " + std::to_string(ld) + ") is not (all) in device memory");
 }
 
-std::vector<float> rounded_copy(const float* p, int rows, int cols, int ld) {
+// How a GEMM rounds its fp32 inputs: not (fp32), to TF32 (TF32 tensor-op math), to bf16
+// (CUBLAS_COMPUTE_32F_FAST_16BF).
+enum class Rounding { none, tf32, bf16 };
+
+float to_bf16(float x) {  // round to nearest even on the top 16 bits (finite values; NaN stays NaN)
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    std::memcpy(&x, &u, 4);
+    return x;
+}
+
+std::vector<float> rounded_copy(const float* p, int rows, int cols, int ld, Rounding how) {
     std::vector<float> out((size_t)ld * (cols - 1) + rows);
     for (int c = 0; c < cols; c++)
-        for (int r = 0; r < rows; r++) out[(size_t)c * ld + r] = emu::to_tf32(p[(size_t)c * ld + r]);
+        for (int r = 0; r < rows; r++) {
+            const float x = p[(size_t)c * ld + r];
+            out[(size_t)c * ld + r] = how == Rounding::tf32 ? emu::to_tf32(x) : to_bf16(x);
+        }
     return out;
 }
 
@@ -114,16 +129,17 @@ struct Dims {  // the stored rows × cols of A and B (column-major) for these tr
           b_cols(tb == CUBLAS_OP_N ? n : k) {}
 };
 
-// The GEMM itself on fp32 operands whose checks are done; `tf32` rounds the inputs first.
+// The GEMM itself on fp32 operands whose checks are done, the inputs rounded first as `how` says.
 cublasStatus_t sgemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float* alpha,
-                     const float* A, int lda, const float* B, int ldb, const float* beta, float* C, int ldc, bool tf32) {
+                     const float* A, int lda, const float* B, int ldb, const float* beta, float* C, int ldc,
+                     Rounding how) {
     if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
     Dims d(ta, tb, m, n, k);
     int a_rows = d.a_rows, a_cols = d.a_cols, b_rows = d.b_rows, b_cols = d.b_cols;
     std::vector<float> a_r, b_r;
-    if (tf32 && k > 0) {
-        a_r = rounded_copy(A, a_rows, a_cols, lda);
-        b_r = rounded_copy(B, b_rows, b_cols, ldb);
+    if (how != Rounding::none && k > 0) {
+        a_r = rounded_copy(A, a_rows, a_cols, lda, how);
+        b_r = rounded_copy(B, b_rows, b_cols, ldb, how);
         A = a_r.data();
         B = b_r.data();
     }
@@ -167,9 +183,9 @@ cublasStatus_t gemm_bf16(const char* call, cublasOperation_t ta, cublasOperation
     check_gemm(call, ta, tb, m, n, k, A, lda, B, ldb, C, ldc, 2);
     Dims d(ta, tb, m, n, k);
     if (m == 0 || n == 0 || k == 0)
-        return sgemm(ta, tb, m, n, k, alpha, nullptr, lda, nullptr, ldb, beta, C, ldc, false);
+        return sgemm(ta, tb, m, n, k, alpha, nullptr, lda, nullptr, ldb, beta, C, ldc, Rounding::none);
     std::vector<float> a = widened_bf16(A, d.a_rows, d.a_cols, lda), b = widened_bf16(B, d.b_rows, d.b_cols, ldb);
-    return sgemm(ta, tb, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, C, ldc, false);
+    return sgemm(ta, tb, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, C, ldc, Rounding::none);
 }
 
 bool bad_args(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, int lda, int ldb,
@@ -191,10 +207,10 @@ cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperati
     if (bad_args(h, ta, tb, m, n, k, lda, ldb, ldc)) return CUBLAS_STATUS_INVALID_VALUE;
     check_gemm("cublasSgemm", ta, tb, m, n, k, A, lda, B, ldb, C, ldc, 4);
     float a = *alpha, b = *beta;
-    bool tf32 = h->math == CUBLAS_TF32_TENSOR_OP_MATH;
+    const Rounding how = h->math == CUBLAS_TF32_TENSOR_OP_MATH ? Rounding::tf32 : Rounding::none;
     return enqueue(h, "cublasSgemm", [=] {
         check_gemm("cublasSgemm", ta, tb, m, n, k, A, lda, B, ldb, C, ldc, 4);
-        sgemm(ta, tb, m, n, k, &a, A, lda, B, ldb, &b, C, ldc, tf32);
+        sgemm(ta, tb, m, n, k, &a, A, lda, B, ldb, &b, C, ldc, how);
     });
 }
 
@@ -210,17 +226,20 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta,
     };
     checks();
     float a = *alpha, b = *beta;
-    bool tf32 = h->math == CUBLAS_TF32_TENSOR_OP_MATH;
+    const Rounding how = h->math == CUBLAS_TF32_TENSOR_OP_MATH ? Rounding::tf32 : Rounding::none;
     return enqueue(h, "cublasSgemmStridedBatched", [=] {
         checks();
         for (int i = 0; i < batch; i++)
-            sgemm(ta, tb, m, n, k, &a, A + i * sA, lda, B + i * sB, ldb, &b, C + i * sC, ldc, tf32);
+            sgemm(ta, tb, m, n, k, &a, A + i * sA, lda, B + i * sB, ldb, &b, C + i * sC, ldc, how);
     });
 }
 
-// The types cublasGemmEx is asked for: the one mixed-precision form the backend uses, else unsupported.
+// The types cublasGemmEx is asked for: the two forms the backend uses, else unsupported.
 static bool bf16_in_fp32_out(cudaDataType at, cudaDataType bt, cudaDataType ct, cublasComputeType_t compute) {
     return at == CUDA_R_16BF && bt == CUDA_R_16BF && ct == CUDA_R_32F && compute == CUBLAS_COMPUTE_32F;
+}
+static bool fp32_fast_bf16(cudaDataType at, cudaDataType bt, cudaDataType ct, cublasComputeType_t compute) {
+    return at == CUDA_R_32F && bt == CUDA_R_32F && ct == CUDA_R_32F && compute == CUBLAS_COMPUTE_32F_FAST_16BF;
 }
 
 cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
@@ -228,10 +247,20 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
                             int ldb, const void* beta, void* C, cudaDataType ct, int ldc, cublasComputeType_t compute,
                             cublasGemmAlgo_t) {
     if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
-    if (!bf16_in_fp32_out(at, bt, ct, compute)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    const bool fast = fp32_fast_bf16(at, bt, ct, compute);
+    if (!fast && !bf16_in_fp32_out(at, bt, ct, compute)) return CUBLAS_STATUS_NOT_SUPPORTED;
     if (bad_args(h, ta, tb, m, n, k, lda, ldb, ldc)) return CUBLAS_STATUS_INVALID_VALUE;
-    // CUBLAS_COMPUTE_32F: alpha and beta are floats.
+    // Both compute types are 32F ones: alpha and beta are floats.
     float* c = static_cast<float*>(C);
+    if (fast) {
+        const float *a = static_cast<const float*>(A), *b = static_cast<const float*>(B);
+        check_gemm("cublasGemmEx", ta, tb, m, n, k, a, lda, b, ldb, c, ldc, 4);
+        float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
+        return enqueue(h, "cublasGemmEx", [=] {
+            check_gemm("cublasGemmEx", ta, tb, m, n, k, a, lda, b, ldb, c, ldc, 4);
+            sgemm(ta, tb, m, n, k, &al, a, lda, b, ldb, &be, c, ldc, Rounding::bf16);
+        });
+    }
     check_gemm("cublasGemmEx", ta, tb, m, n, k, A, lda, B, ldb, c, ldc, 2);
     float a = *static_cast<const float*>(alpha), b = *static_cast<const float*>(beta);
     return enqueue(h, "cublasGemmEx", [=] { gemm_bf16("cublasGemmEx", ta, tb, m, n, k, &a, A, lda, B, ldb, &b, c, ldc); });
@@ -243,8 +272,20 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta
                                           const void* beta, void* C, cudaDataType ct, int ldc, long long sC,
                                           int batch, cublasComputeType_t compute, cublasGemmAlgo_t) {
     if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
-    if (!bf16_in_fp32_out(at, bt, ct, compute)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    const bool fast = fp32_fast_bf16(at, bt, ct, compute);
+    if (!fast && !bf16_in_fp32_out(at, bt, ct, compute)) return CUBLAS_STATUS_NOT_SUPPORTED;
     if (bad_args(h, ta, tb, m, n, k, lda, ldb, ldc) || batch < 0) return CUBLAS_STATUS_INVALID_VALUE;
+    if (fast) {
+        const float *a = static_cast<const float*>(A), *b = static_cast<const float*>(B);
+        float* c = static_cast<float*>(C);
+        for (int i = 0; i < batch; i++)
+            check_gemm("cublasGemmStridedBatchedEx", ta, tb, m, n, k, a + i * sA, lda, b + i * sB, ldb, c + i * sC, ldc, 4);
+        float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
+        return enqueue(h, "cublasGemmStridedBatchedEx", [=] {
+            for (int i = 0; i < batch; i++)
+                sgemm(ta, tb, m, n, k, &al, a + i * sA, lda, b + i * sB, ldb, &be, c + i * sC, ldc, Rounding::bf16);
+        });
+    }
     // Strides count elements of each operand's own type: two bytes for A and B, four for C.
     const uint16_t* a = static_cast<const uint16_t*>(A);
     const uint16_t* b = static_cast<const uint16_t*>(B);

@@ -9,9 +9,11 @@
 // inputs are rounded to TF32 (10-bit mantissa) first, as the tensor cores would.
 //
 // cublasGemmEx / cublasGemmStridedBatchedEx: the same operation with typed operands. Only the
-// combination the backend uses is modelled: A and B CUDA_R_16BF, C CUDA_R_32F, computeType
-// CUBLAS_COMPUTE_32F (alpha and beta are then floats); any other returns
-// CUBLAS_STATUS_NOT_SUPPORTED. A and B are read as bf16 (two bytes per element, widened exactly to
+// combinations the backend uses are modelled: A and B CUDA_R_16BF, C CUDA_R_32F, computeType
+// CUBLAS_COMPUTE_32F (alpha and beta are then floats); and A, B, C CUDA_R_32F with
+// CUBLAS_COMPUTE_32F_FAST_16BF, whose inputs are rounded to bf16 (to nearest even, as the
+// backend's own conversion; cuBLAS does not document its rounding) before the fp32 GEMM. Any other
+// returns CUBLAS_STATUS_NOT_SUPPORTED. A and B are read as bf16 (two bytes per element, widened exactly to
 // fp32: a wrong conversion or layout upstream shows), and the products are accumulated in fp32 by
 // the reference sgemm (a product of two bf16 values is exact in fp32, so this is what cuBLAS
 // computes up to the order of the sums). The algo argument is accepted and ignored.
@@ -31,7 +33,7 @@ typedef enum {
 // Element types (library_types.h in CUDA; the same values) and compute types: only those used.
 typedef enum { CUDA_R_32F = 0, CUDA_R_16BF = 14 } cudaDataType_t;
 typedef cudaDataType_t cudaDataType;
-typedef enum { CUBLAS_COMPUTE_32F = 68 } cublasComputeType_t;
+typedef enum { CUBLAS_COMPUTE_32F = 68, CUBLAS_COMPUTE_32F_FAST_16BF = 75 } cublasComputeType_t;
 typedef enum { CUBLAS_GEMM_DEFAULT = -1 } cublasGemmAlgo_t;
 
 typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1, CUBLAS_OP_C = 2 } cublasOperation_t;
