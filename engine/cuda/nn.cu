@@ -111,17 +111,17 @@ __device__ __forceinline__ double block_sum_double(double v, double* scratch) {
 
 // A row kernel for rows of n <= kRegsRowMax that keeps its row in registers, a warp per row, lane
 // l holding columns l, l + 32, ...: the instantiation with the fewest registers a lane that hold
-// the row.
-constexpr int64_t kRegsRowMax = 1024;
+// the row. Longer rows keep the row-group kernels (ROWS_LAUNCH): 32 values a lane took 95-136
+// registers, few warps an SM for a memory-bound pass.
+constexpr int64_t kRegsRowMax = 512;
 #define REGS_LAUNCH(kernel, rows, n, ...)                                                              \
     do {                                                                                               \
         const unsigned blocks_ = blocks_for((rows) * kWarp, kRowThreads);                              \
         if ((n) <= 4 * kWarp) KERNEL_LAUNCH(kernel<4>, blocks_, kRowThreads, 0, __VA_ARGS__);          \
         else if ((n) <= 8 * kWarp) KERNEL_LAUNCH(kernel<8>, blocks_, kRowThreads, 0, __VA_ARGS__);     \
-        else if ((n) <= 16 * kWarp) KERNEL_LAUNCH(kernel<16>, blocks_, kRowThreads, 0, __VA_ARGS__);   \
-        else KERNEL_LAUNCH(kernel<32>, blocks_, kRowThreads, 0, __VA_ARGS__);                          \
+        else KERNEL_LAUNCH(kernel<16>, blocks_, kRowThreads, 0, __VA_ARGS__);                          \
     } while (0)
-static_assert(kRegsRowMax == 32 * kWarp, "REGS_LAUNCH's widest instantiation");
+static_assert(kRegsRowMax == 16 * kWarp, "REGS_LAUNCH's widest instantiation");
 
 // ---------------------------------------------------------------------------------------------
 // softmax / log_softmax
@@ -646,8 +646,8 @@ __global__ void mse_backward_kernel(const float* pred, const float* target, cons
 
 // Row r = (head, query i) of p holds the raw scores q·kᵀ. Scaled, softmax over the visible keys
 // [0, visible), exactly 0 beyond (a query that sees no key: all 0); with dropout, also
-// dropped = P ⊙ mask, the operand of the value product. These row-group kernels run with a block
-// per row, for rows longer than kRegsRowMax; shorter rows take the register kernels below.
+// dropped = P ⊙ mask, the operand of the value product. These row-group kernels take rows longer
+// than kRegsRowMax; shorter rows take the register kernels below.
 template <bool kBlock>
 __global__ void attention_softmax_kernel(float* p, const float* mask, float* dropped, int64_t rows, int64_t T,
                                          int64_t S, int64_t ldp, bool causal, float scale) {
@@ -696,11 +696,12 @@ __global__ void attention_softmax_backward_kernel(const float* p, const float* m
     }
 }
 
-// The two kernels above for rows of at most 32·kPerLane keys, a warp per row with the row in
-// registers: lane l keeps columns l, l + 32, ... So P is read once and written once (the kernels
-// above pass over the row three and two times), and every load of a row is in flight at once:
-// on an H100 the forward moved 1.9 TB/s and the backward 2.6 at ViT-Tiny's 257 keys (session 12),
-// with the row kernels above a warp a row. Each element gets the same operations as there.
+// The two kernels above for rows of at most 32·kPerLane keys (REGS_LAUNCH, up to kRegsRowMax), a
+// warp per row with the row in registers: lane l keeps columns l, l + 32, ... So P is read once and
+// written once (the kernels above pass over the row three and two times), and every load of a row
+// is in flight at once: on an H100 the forward moved 1.9 TB/s and the backward 2.6 at ViT-Tiny's
+// 257 keys (session 12), with the row kernels above a warp a row. Each element gets the same
+// operations as there.
 template <int kPerLane>
 __global__ void attention_softmax_regs_kernel(float* p, const float* mask, float* dropped, int64_t rows, int64_t T,
                                               int64_t S, int64_t ldp, bool causal, float scale) {
@@ -1042,8 +1043,7 @@ void attention_forward(const float* q, const float* k, const float* v, const flo
     if (S <= kRegsRowMax)
         REGS_LAUNCH(attention_softmax_regs_kernel, BH * T, S, p, mask, dropped.p, BH * T, T, S, ldp, causal, scale);
     else
-        KERNEL_LAUNCH(attention_softmax_kernel<true>, blocks_for(BH * T, 1), kRowThreads, 0, p, mask, dropped.p,
-                      BH * T, T, S, ldp, causal, scale);
+        ROWS_LAUNCH(attention_softmax_kernel, BH * T, S, p, mask, dropped.p, BH * T, T, S, ldp, causal, scale);
     const float* probs = mask ? dropped.p : p;
     for (int64_t c = 0; c < hb.calls(); c++)
         gemm_batched_ld(false, false, hb.batch(), T, D, S, probs + hb.p_first(c), hb.p_stride(), ldp,
@@ -1081,8 +1081,7 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
     if (S <= kRegsRowMax)
         REGS_LAUNCH(attention_softmax_backward_regs_kernel, BH * T, S, p, mask, ds.p, BH * T, S, ldp, scale);
     else
-        KERNEL_LAUNCH(attention_softmax_backward_kernel<true>, blocks_for(BH * T, 1), kRowThreads, 0, p, mask, ds.p,
-                      BH * T, S, ldp, scale);
+        ROWS_LAUNCH(attention_softmax_backward_kernel, BH * T, S, p, mask, ds.p, BH * T, S, ldp, scale);
     for (int64_t c = 0; c < hb.calls(); c++) {
         if (dq)  // dq = dS·k
             gemm_batched_ld(false, false, hb.batch(), T, D, S, ds.p + hb.p_first(c), hb.p_stride(), ldp,
