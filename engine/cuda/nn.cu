@@ -254,7 +254,7 @@ __global__ void add_layer_norm_forward_kernel(const float* x, const float* resid
     }
 }
 
-// The register kernels of the two forward kernels above, for rows of at most 32·kPerLane
+// The register kernel of the two forward kernels above, for rows of at most 32·kPerLane
 // (REGS_LAUNCH): the row is read once, into registers, instead of once a pass (from cache). Lane
 // `tid` holds columns tid, tid + 32, ... of the row in v and their sum in s; layer_norm_row_regs
 // does the same operations in the same order as layer_norm_row's warp path.
@@ -283,37 +283,21 @@ __device__ __forceinline__ void layer_norm_row_regs(const float (&v)[kPerLane], 
     }
 }
 
+// residual null: layer_norm of x. Else add_layer_norm: the row is x + residual, written to sum.
 template <int kPerLane>
-__global__ void layer_norm_forward_regs_kernel(const float* x, const float* weight, const float* bias, float* y,
-                                               float* mean, float* rstd, int64_t rows, int64_t n, float eps) {
+__global__ void layer_norm_forward_regs_kernel(const float* x, const float* residual, const float* weight,
+                                               const float* bias, float* sum, float* y, float* mean, float* rstd,
+                                               int64_t rows, int64_t n, float eps) {
     const RowGroup g = row_group<false>();
     for (int64_t r = g.first; r < rows; r += g.stride) {
         float v[kPerLane], s = 0.f;
         UNROLL
         for (int i = 0; i < kPerLane; i++) {
             const int64_t j = g.tid + (int64_t)kWarp * i;
-            v[i] = j < n ? x[r * n + j] : 0.f;
-            if (j < n) s += v[i];
-        }
-        layer_norm_row_regs<kPerLane>(v, s, weight, bias, y + r * n, mean, rstd, r, n, eps, g.tid);
-    }
-}
-
-template <int kPerLane>
-__global__ void add_layer_norm_forward_regs_kernel(const float* x, const float* residual, const float* weight,
-                                                   const float* bias, float* sum, float* y, float* mean, float* rstd,
-                                                   int64_t rows, int64_t n, float eps) {
-    const RowGroup g = row_group<false>();
-    for (int64_t r = g.first; r < rows; r += g.stride) {
-        float v[kPerLane], s = 0.f;
-        UNROLL
-        for (int i = 0; i < kPerLane; i++) {
-            const int64_t j = g.tid + (int64_t)kWarp * i;
-            v[i] = j < n ? x[r * n + j] + residual[r * n + j] : 0.f;
-            if (j < n) {
-                sum[r * n + j] = v[i];
-                s += v[i];
-            }
+            v[i] = j < n ? (residual ? x[r * n + j] + residual[r * n + j] : x[r * n + j]) : 0.f;
+            if (j >= n) continue;
+            if (residual) sum[r * n + j] = v[i];
+            s += v[i];
         }
         layer_norm_row_regs<kPerLane>(v, s, weight, bias, y + r * n, mean, rstd, r, n, eps, g.tid);
     }
@@ -839,7 +823,8 @@ void layer_norm_forward(const float* x, const float* weight, const float* bias, 
         return;
     }
     if (n <= kRegsRowMax)
-        REGS_LAUNCH(layer_norm_forward_regs_kernel, rows, n, x, weight, bias, y, mean, rstd, rows, n, eps);
+        REGS_LAUNCH(layer_norm_forward_regs_kernel, rows, n, x, nullptr, weight, bias, nullptr, y, mean, rstd, rows, n,
+                    eps);
     else
         ROWS_LAUNCH(layer_norm_forward_kernel, rows, n, x, weight, bias, y, mean, rstd, rows, n, eps);
 }
@@ -853,7 +838,7 @@ void add_layer_norm_forward(const float* x, const float* residual, const float* 
         return;
     }
     if (n <= kRegsRowMax)
-        REGS_LAUNCH(add_layer_norm_forward_regs_kernel, rows, n, x, residual, weight, bias, sum, y, mean, rstd, rows, n,
+        REGS_LAUNCH(layer_norm_forward_regs_kernel, rows, n, x, residual, weight, bias, sum, y, mean, rstd, rows, n,
                     eps);
     else
         ROWS_LAUNCH(add_layer_norm_forward_kernel, rows, n, x, residual, weight, bias, sum, y, mean, rstd, rows, n, eps);
