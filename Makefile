@@ -107,8 +107,9 @@ ifeq ($(CUDA),1)
     CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
     CXXFLAGS  += -DENGINE_CUDA -isystem $(CUDA_HOME)/include
     LDLIBS    += -L$(CUDA_LIBDIR) -lcudart_static -ldl -lrt
-    # cuBLAS as a shared library (toolkits ship no static cuBLAS everywhere), found through the rpath.
-    LDLIBS    += -lcublas -Wl,-rpath,$(CUDA_LIBDIR)
+    # cuBLAS and cuBLASLt as shared libraries (toolkits ship no static cuBLAS everywhere), found
+    # through the rpath.
+    LDLIBS    += -lcublasLt -lcublas -Wl,-rpath,$(CUDA_LIBDIR)
     CUDA_OBJ  := $(CUDA_SRC:%.cu=$(BUILD)/%.o)
     $(info ✓ CUDA: $(NVCC), runtime in $(CUDA_LIBDIR) (make CUDA=0 to build CPU only))
     # cuDNN (conv2d, depthwise conv2d, batch norm: engine/cuda/cudnn.cu; the LSTM: cudnn_rnn.cu) when its header and library

@@ -3,6 +3,7 @@
 
 #include <cblas.h>
 
+#include "engine/cpu/elementwise.h"
 #include "engine/profile.h"
 
 namespace engine::cpu {
@@ -10,6 +11,12 @@ namespace engine::cpu {
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, const float* B,
           float beta, float* C) {
     gemm_ld(ta, tb, M, N, K, alpha, A, 0, B, 0, beta, C, 0);
+}
+
+void gemm_bias(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, const float* B, const float* bias,
+               float* C) {
+    bias_rows(bias, C, M, N);
+    gemm(ta, tb, M, N, K, 1.f, A, B, 1.f, C);
 }
 
 void gemm_ld(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,

@@ -21,12 +21,14 @@
 // converted again for each GEMM that uses it): the simplest correct design, not the fastest
 // (docs/ROOFLINE.md weighs it). bf16_fast_gemm_enabled() (off by default) skips the pass: fp32
 // A and B with CUBLAS_COMPUTE_32F_FAST_16BF, cuBLAS rounding inside its kernels.
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
 #include <atomic>
 #include <climits>
 #include <mutex>
+#include "engine/cuda/elementwise.h"
 #include "engine/cuda/kernel.h"
 #include "engine/cuda/matmul.h"
 #include "engine/profile.h"
@@ -58,6 +60,7 @@ constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;
 
 std::mutex g_mu;  // one handle: GEMMs from several host threads take turns
 cublasHandle_t g_handle = nullptr;
+void* g_workspace = nullptr;  // the handle's, shared with cuBLASLt's matmuls (one stream: never at once)
 int g_applied_tf32 = -1;  // math mode last set on the handle (-1: none yet)
 
 // The handle, created on first use, with the math mode of the current precision. Call with g_mu held.
@@ -76,6 +79,7 @@ cublasHandle_t handle(const std::string& where) {
         // long as the handle, i.e. the process.
         void* workspace = nullptr;
         check_cuda(cudaMalloc(&workspace, kCublasWorkspaceBytes), "cudaMalloc (cuBLAS workspace)");
+        g_workspace = workspace;
         check_cublas(cublasSetWorkspace(h, workspace, kCublasWorkspaceBytes), "cublasSetWorkspace", where);
         g_handle = h;
     }
@@ -290,5 +294,112 @@ void gemm_batched_ld(bool ta, bool tb, int64_t batch, int64_t M, int64_t N, int6
                                                   (int)batch);
     if (st != CUBLAS_STATUS_SUCCESS) check_cublas(st, "cublasSgemmStridedBatched", at());
 }
+
+// ---------------------------------------------------------------------------------------------
+// gemm_bias: cuBLASLt's matmul with its bias epilogue, where it is on (lt_bias_enabled). In the
+// column-major view (top of this file) the row-major C[M,N] is Cᵀ[N,M], so the bias of C's columns
+// is the bias of Cᵀ's rows: the epilogue's vector of D's row count. The descriptors are made per
+// call (host work only, a few µs; a captured step replays without them).
+
+namespace {
+
+cublasLtHandle_t g_lt = nullptr;
+std::atomic<uint64_t> g_lt_bias_calls{0};
+std::atomic<int> g_lt_bias{-1};  // -1: not decided yet (the environment is read at the first question)
+
+// Owns cuBLASLt descriptors until the call returns.
+struct LtDescriptors {
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulPreference_t pref = nullptr;
+    ~LtDescriptors() {
+        if (pref) cublasLtMatmulPreferenceDestroy(pref);
+        if (c) cublasLtMatrixLayoutDestroy(c);
+        if (b) cublasLtMatrixLayoutDestroy(b);
+        if (a) cublasLtMatrixLayoutDestroy(a);
+        if (op) cublasLtMatmulDescDestroy(op);
+    }
+};
+
+// The matmul with the bias epilogue, or false where cuBLASLt declines it (no algorithm, an
+// unsupported combination): the caller then takes the two-step path. Errors of the matmul itself
+// throw. Call with g_mu held.
+bool lt_gemm_bias(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void* A, int64_t lda, const void* B,
+                  int64_t ldb, cudaDataType_t type, cublasComputeType_t compute, const float* bias, float* C,
+                  const std::string& where) {
+    if (!g_lt) check_cublas(cublasLtCreate(&g_lt), "cublasLtCreate", where);
+    LtDescriptors d;
+    if (cublasLtMatmulDescCreate(&d.op, compute, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) return false;
+    // The first operand is B (its transpose flag as given), the second A (see the top of the file).
+    const int32_t op_first = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_second = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const uint32_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    if (cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof op_first) ||
+        cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof op_second) ||
+        cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue) ||
+        cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias))
+        return false;
+    // Column-major layouts: the first operand N×K (K×N stored when transposed), the second K×M
+    // (M×K), the output N×M.
+    if (cublasLtMatrixLayoutCreate(&d.a, type, tb ? K : N, tb ? N : K, ldb) ||
+        cublasLtMatrixLayoutCreate(&d.b, type, ta ? M : K, ta ? K : M, lda) ||
+        cublasLtMatrixLayoutCreate(&d.c, CUDA_R_32F, N, M, N) || cublasLtMatmulPreferenceCreate(&d.pref))
+        return false;
+    const uint64_t workspace_bytes = kCublasWorkspaceBytes;
+    if (cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
+                                             sizeof workspace_bytes))
+        return false;
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    if (cublasLtMatmulAlgoGetHeuristic(g_lt, d.op, d.a, d.b, d.c, d.c, d.pref, 1, &result, &found) ||
+        found == 0)
+        return false;
+    const float alpha = 1.f, beta = 0.f;
+    check_cublas(cublasLtMatmul(g_lt, d.op, &alpha, B, d.a, A, d.b, &beta, C, d.c, C, d.c, &result.algo, g_workspace,
+                                kCublasWorkspaceBytes, stream()),
+                 "cublasLtMatmul (bias epilogue)", where);
+    return true;
+}
+
+}  // namespace
+
+bool lt_bias_enabled() { return env_switch(g_lt_bias, "INITLAB_LT_BIAS", false); }
+void set_lt_bias(bool on) { g_lt_bias.store(on ? 1 : 0, std::memory_order_relaxed); }
+
+void gemm_bias(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, const float* B, const float* bias,
+               float* C) {
+    if (M > 0 && N > 0 && K > 0 && M <= INT_MAX && N <= INT_MAX && K <= INT_MAX && lt_bias_enabled()) {
+        std::string where;
+        auto at = [&]() -> const std::string& {
+            if (where.empty()) where = shapes("gemm_bias", ta, tb, -1, M, N, K);
+            return where;
+        };
+        bool done = false;
+        {
+            std::lock_guard<std::mutex> lock(g_mu);
+            handle(at());  // the workspace, and the math mode for the fallback
+            const GemmPrecision p = gemm_precision();
+            if (p == GemmPrecision::bf16 && !bf16_fast_gemm_enabled()) {
+                Bf16Operand a(A, {1, ta ? K : M, ta ? M : K, ta ? M : K, 0}),
+                    b(B, {1, tb ? N : K, tb ? K : N, tb ? K : N, 0});
+                done = lt_gemm_bias(ta, tb, M, N, K, a.p, a.ld, b.p, b.ld, CUDA_R_16BF, CUBLAS_COMPUTE_32F, bias, C,
+                                    at());
+            } else {
+                const cublasComputeType_t compute = p == GemmPrecision::tf32   ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                    : p == GemmPrecision::bf16 ? CUBLAS_COMPUTE_32F_FAST_16BF
+                                                                               : CUBLAS_COMPUTE_32F;
+                done = lt_gemm_bias(ta, tb, M, N, K, A, ta ? M : K, B, tb ? K : N, CUDA_R_32F, compute, bias, C, at());
+            }
+        }
+        if (done) {
+            g_lt_bias_calls.fetch_add(1, std::memory_order_relaxed);
+            profile::note_flops(2.0 * (double)M * (double)N * (double)K);
+            return;
+        }
+    }
+    bias_rows(bias, C, M, N);
+    gemm(ta, tb, M, N, K, 1.f, A, B, 1.f, C);
+}
+
+uint64_t lt_bias_calls() { return g_lt_bias_calls.load(std::memory_order_relaxed); }
 
 }  // namespace engine::cuda

@@ -47,6 +47,18 @@ void set_bf16_fast_gemm(bool on);
 // op(B) is [K,N] (B stored [N,K] when trans_b). All row-major, contiguous, device memory.
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           const float* B, float beta, float* C);
+// C[M,N] = op(A)·op(B) + bias, bias [N] added to every row (beta 0): linear's forward. With
+// cuBLASLt's bias epilogue where lt_bias_enabled() (one pass over C), else the bias rows
+// (engine/cuda/elementwise.h) then gemm with beta = 1 (C written twice, read once more), also where
+// cuBLASLt declines the shapes. lt_bias_enabled: off by default, as it has never run on a GPU (the
+// emulator models cuBLASLt's documented semantics); INITLAB_LT_BIAS=1 turns it on (read once),
+// set_lt_bias overrides either; `vit-lt` in bench/gpu.sh times it. lt_bias_calls counts the
+// GEMMs that took the epilogue.
+void gemm_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, const float* B,
+               const float* bias, float* C);
+bool lt_bias_enabled();
+void set_lt_bias(bool on);
+uint64_t lt_bias_calls();
 // `batch` independent GEMMs (cublasSgemmStridedBatched, or cublasGemmStridedBatchedEx in bf16); a
 // stride of 0 shares that operand.
 void gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, const float* A,

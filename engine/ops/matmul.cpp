@@ -70,8 +70,9 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
 }
 
 // y = x·Wᵀ + b over rows R = numel(x)/in:  dx = dy·W,  dW = dyᵀ·x,  db = Σ_rows dy.
-// y is the bias tiled over the rows (bias_rows), then += x·Wᵀ (the GEMM with beta = 1); db is the
-// column-sum kernel's (sum_dim). Until session 12 the GPU did both as GEMMs with a filled column of
+// y = x·Wᵀ + b by gemm_bias: the bias tiled over the rows (bias_rows), then += x·Wᵀ (the GEMM with
+// beta = 1), or on CUDA cuBLASLt's bias epilogue where it is on; db is the column-sum kernel's
+// (sum_dim). Until session 12 the GPU did both as GEMMs with a filled column of
 // ones, 1_R·bᵀ and 1_Rᵀ·dy: cuBLAS's rank-1 and reduction kernels, slower than these on an H100.
 namespace {
 
@@ -101,8 +102,10 @@ Tensor linear_product(const Tensor& x, const Tensor& w, const Tensor& b, int64_t
     Tensor y = x.new_empty(os);
     Device dev = x.device();
     float* py = y.raw_f32();
-    if (b.defined()) ON_DEVICE(dev, bias_rows)(b.raw_f32(), py, rows, out_f);
-    ON_DEVICE(dev, gemm)(false, true, rows, out_f, in, 1.f, x.raw_f32(), w.raw_f32(), b.defined() ? 1.f : 0.f, py);
+    if (b.defined())
+        ON_DEVICE(dev, gemm_bias)(false, true, rows, out_f, in, x.raw_f32(), w.raw_f32(), b.raw_f32(), py);
+    else
+        ON_DEVICE(dev, gemm)(false, true, rows, out_f, in, 1.f, x.raw_f32(), w.raw_f32(), 0.f, py);
     return y;
 }
 

@@ -136,6 +136,8 @@ using SplitDqScope = SwitchScope<engine::cuda::flash_split_dq_enabled, engine::c
 using AsyncCopyScope = SwitchScope<engine::cuda::flash_async_enabled, engine::cuda::set_flash_async>;
 // bf16 GEMMs on fp32 inputs that cuBLAS rounds itself (engine/cuda/matmul.h).
 using Bf16FastGemmScope = SwitchScope<engine::cuda::bf16_fast_gemm_enabled, engine::cuda::set_bf16_fast_gemm>;
+// linear's bias by cuBLASLt's epilogue (engine/cuda/matmul.h's gemm_bias).
+using LtBiasScope = SwitchScope<engine::cuda::lt_bias_enabled, engine::cuda::set_lt_bias>;
 
 inline Tensor rand_uniform(const engine::Shape& s, float lo, float hi, bool grad = true, uint64_t seed = 11) {
     engine::Generator g(seed + (uint64_t)s.numel());

@@ -6,6 +6,8 @@
 // (|C| ~ 32, and a GPU's blocked sums differ more) atol 1e-3, rtol 1e-4.
 #include <catch2/catch.hpp>
 
+#include "engine/cpu/matmul.h"
+#include "engine/cuda/matmul.h"
 #include "engine/cuda/runtime.h"
 #include "tests/cuda/parity.h"
 
@@ -71,8 +73,13 @@ TEST_CASE("cuda matmul: batched with equal batch dims", "[cuda]") {
     check_matmul("matmul [1,1,33] . [1,33,7]", {1}, {1}, 1, 7, 33);
 }
 
-// Widths of 5, 1025 (the bias rows' per-element kernel) and 12 (its float4 kernel).
+// Widths of 5, 1025 (the bias rows' per-element kernel) and 12 (its float4 kernel); the bias by
+// the bias rows and a GEMM with beta = 1, and by cuBLASLt's bias epilogue.
 TEST_CASE("cuda linear: with and without bias", "[cuda]") {
+    const bool lt = GENERATE(false, true);
+    test::LtBiasScope lt_scope(lt);
+    INFO("cuBLASLt bias epilogue " << lt);
+    const uint64_t lt_before = engine::cuda::lt_bias_calls();
     for (auto [lead, in, out] : std::vector<std::tuple<std::vector<int64_t>, int64_t, int64_t>>{
              {{2, 7}, 33, 5}, {{1}, 1, 1}, {{1025}, 3, 2}, {{3}, 7, 1025}, {{5, 3}, 9, 12}}) {
         std::vector<int64_t> xs = lead;
@@ -86,6 +93,42 @@ TEST_CASE("cuda linear: with and without bias", "[cuda]") {
     // Only some inputs need gradients.
     Tensor x = randn({7, 33}, false, 8), w = randn({5, 33}, true, 9), b = randn({5}, false, 10);
     check_parity("linear, grad of w only", [](auto& t) { return engine::linear(t[0], t[1], t[2]); }, {x, w, b}, kTol, kTol);
+    CHECK((engine::cuda::lt_bias_calls() > lt_before) == lt);
+}
+
+// gemm_bias in each precision and transpose against the bias rows plus a GEMM with beta = 1 (the
+// fallback, and the CPU's way), and against the CPU; the epilogue's calls counted.
+TEST_CASE("cuda gemm_bias: cuBLASLt's bias epilogue against the bias rows and a GEMM", "[cuda]") {
+    using engine::cuda::GemmPrecision;
+    test::PrecisionScope precision;
+    test::Bf16FastGemmScope fast_scope;
+    test::LtBiasScope lt_scope;
+    const int64_t M = 9, N = 12, K = 37;
+    for (int mode = 0; mode < 4; mode++)  // fp32, tf32, bf16 (rounded into scratch), bf16 (cuBLAS rounds)
+        for (bool ta : {false, true})
+            for (bool tb : {false, true}) {
+                const GemmPrecision p = mode == 0 ? GemmPrecision::fp32 : mode == 1 ? GemmPrecision::tf32 : GemmPrecision::bf16;
+                INFO("precision " << engine::cuda::gemm_precision_name(p) << " fast " << (mode == 3) << " ta " << ta
+                                  << " tb " << tb);
+                engine::cuda::set_gemm_precision(p);
+                engine::cuda::set_bf16_fast_gemm(mode == 3);
+                Tensor a = randn(ta ? Shape{K, M} : Shape{M, K}, false, 11), b = randn(tb ? Shape{N, K} : Shape{K, N}, false, 12);
+                Tensor bias = randn({N}, false, 13);
+                Tensor da = a.to(Device::CUDA), db = b.to(Device::CUDA), dbias = bias.to(Device::CUDA);
+                auto run = [&](bool lt) {
+                    engine::cuda::set_lt_bias(lt);
+                    Tensor c = Tensor::empty({M, N}, engine::DType::F32, Device::CUDA);
+                    const uint64_t before = engine::cuda::lt_bias_calls();
+                    engine::cuda::gemm_bias(ta, tb, M, N, K, da.raw_f32(), db.raw_f32(), dbias.raw_f32(), c.raw_f32());
+                    CHECK(engine::cuda::lt_bias_calls() - before == (lt ? 1u : 0u));
+                    return c.to(Device::CPU);
+                };
+                Tensor fused = run(true), plain = run(false), want = Tensor::empty({M, N});
+                engine::cpu::gemm_bias(ta, tb, M, N, K, a.data_f32(), b.data_f32(), bias.data_f32(), want.data_f32());
+                test::require_close("epilogue vs bias rows + GEMM", plain, fused, kTol);
+                // Against fp32 on the CPU: bf16 rounds each input by up to 2^-8 relative (|C| ~ 6 at K = 37).
+                test::require_close("vs the CPU", want, fused, mode >= 2 ? test::Tol{5e-2f, 2e-2f} : test::Tol{2e-2f, 1e-2f});
+            }
 }
 
 // TF32: inputs rounded to 10 mantissa bits, so results are within ~1e-2 relative of fp32

@@ -1,12 +1,16 @@
 // engine/cuda/emu/cublas.cpp: the emulator's cuBLAS (see include/cublas_v2.h): argument checks as
 // cuBLAS documents them, then the reference column-major sgemm (OpenBLAS's cblas_sgemm). The bf16
-// GemmEx forms widen their bf16 operands to fp32 first and then take the same path.
+// GemmEx forms widen their bf16 operands to fp32 first and then take the same path; so does
+// cuBLASLt's matmul (include/cublasLt.h, at the end of this file), then adds its bias epilogue.
 #include "cublas_v2.h"
+#include "cublasLt.h"
 #include "internal.h"
 
 #include <cblas.h>
 
+#include <climits>
 #include <cstdint>
+#include <cstring>
 
 #include <algorithm>
 #include <functional>
@@ -298,4 +302,198 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta
             gemm_bf16("cublasGemmStridedBatchedEx", ta, tb, m, n, k, &al, a + i * sA, lda, b + i * sB, ldb, &be,
                       c + i * sC, ldc);
     });
+}
+
+// ---------------------------------------------------------------------------------------------
+// cuBLASLt (include/cublasLt.h)
+
+struct cublasLtContext {};
+struct cublasLtMatmulDescOpaque {
+    cublasComputeType_t compute;
+    cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
+    cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+    const float* bias = nullptr;
+};
+struct cublasLtMatrixLayoutOpaque {
+    cudaDataType type;
+    uint64_t rows, cols;
+    int64_t ld;
+};
+struct cublasLtMatmulPreferenceOpaque {
+    size_t workspace_bytes = 0;
+};
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t* handle) {
+    *handle = new cublasLtContext;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle) {
+    delete handle;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* desc, cublasComputeType_t compute, cudaDataType_t scale) {
+    if (scale != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (compute != CUBLAS_COMPUTE_32F && compute != CUBLAS_COMPUTE_32F_FAST_TF32 && compute != CUBLAS_COMPUTE_32F_FAST_16BF)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    *desc = new cublasLtMatmulDescOpaque{compute};
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc) {
+    delete desc;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+// Attributes are copied from buf, whose size must be the attribute's, as cuBLASLt checks.
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr,
+                                              const void* buf, size_t bytes) {
+    if (!desc || !buf) return CUBLAS_STATUS_INVALID_VALUE;
+    switch (attr) {
+        case CUBLASLT_MATMUL_DESC_TRANSA:
+        case CUBLASLT_MATMUL_DESC_TRANSB: {
+            if (bytes != sizeof(int32_t)) return CUBLAS_STATUS_INVALID_VALUE;
+            int32_t op;
+            std::memcpy(&op, buf, sizeof op);
+            if (op != CUBLAS_OP_N && op != CUBLAS_OP_T) return CUBLAS_STATUS_INVALID_VALUE;
+            (attr == CUBLASLT_MATMUL_DESC_TRANSA ? desc->ta : desc->tb) = (cublasOperation_t)op;
+            return CUBLAS_STATUS_SUCCESS;
+        }
+        case CUBLASLT_MATMUL_DESC_EPILOGUE: {
+            if (bytes != sizeof(uint32_t)) return CUBLAS_STATUS_INVALID_VALUE;
+            uint32_t e;
+            std::memcpy(&e, buf, sizeof e);
+            if (e != CUBLASLT_EPILOGUE_DEFAULT && e != CUBLASLT_EPILOGUE_BIAS) return CUBLAS_STATUS_NOT_SUPPORTED;
+            desc->epilogue = (cublasLtEpilogue_t)e;
+            return CUBLAS_STATUS_SUCCESS;
+        }
+        case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
+            if (bytes != sizeof(const void*)) return CUBLAS_STATUS_INVALID_VALUE;
+            std::memcpy(&desc->bias, buf, sizeof desc->bias);
+            return CUBLAS_STATUS_SUCCESS;
+    }
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+}
+
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* layout, cudaDataType type, uint64_t rows,
+                                          uint64_t cols, int64_t ld) {
+    if (type != CUDA_R_32F && type != CUDA_R_16BF) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (ld < (int64_t)std::max<uint64_t>(1, rows) || rows > INT32_MAX || cols > INT32_MAX || ld > INT32_MAX)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    *layout = new cublasLtMatrixLayoutOpaque{type, rows, cols, ld};
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout) {
+    delete layout;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* pref) {
+    *pref = new cublasLtMatmulPreferenceOpaque;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref) {
+    delete pref;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t pref,
+                                                    cublasLtMatmulPreferenceAttributes_t attr, const void* buf,
+                                                    size_t bytes) {
+    if (!pref || !buf || attr != CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES || bytes != sizeof(uint64_t))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    uint64_t v;
+    std::memcpy(&v, buf, sizeof v);
+    pref->workspace_bytes = (size_t)v;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+namespace {
+
+// m, n, k of a matmul from its layouts and transposes, or false where they do not fit together
+// (D is m × n; op(A) m × k; op(B) k × n; C as D), or the types are not a supported combination.
+bool lt_shapes(const cublasLtMatmulDescOpaque* desc, const cublasLtMatrixLayoutOpaque* a,
+               const cublasLtMatrixLayoutOpaque* b, const cublasLtMatrixLayoutOpaque* c,
+               const cublasLtMatrixLayoutOpaque* d, int& m, int& n, int& k) {
+    m = (int)d->rows;
+    n = (int)d->cols;
+    const uint64_t a_m = desc->ta == CUBLAS_OP_N ? a->rows : a->cols, a_k = desc->ta == CUBLAS_OP_N ? a->cols : a->rows;
+    const uint64_t b_k = desc->tb == CUBLAS_OP_N ? b->rows : b->cols, b_n = desc->tb == CUBLAS_OP_N ? b->cols : b->rows;
+    k = (int)a_k;
+    return a_m == d->rows && b_n == d->cols && b_k == a_k && c->rows == d->rows && c->cols == d->cols;
+}
+
+bool lt_types(const cublasLtMatmulDescOpaque* desc, const cublasLtMatrixLayoutOpaque* a,
+              const cublasLtMatrixLayoutOpaque* b, const cublasLtMatrixLayoutOpaque* c,
+              const cublasLtMatrixLayoutOpaque* d) {
+    if (c->type != CUDA_R_32F || d->type != CUDA_R_32F || a->type != b->type) return false;
+    return a->type == CUDA_R_32F || desc->compute == CUBLAS_COMPUTE_32F;  // bf16 inputs: plain 32F compute
+}
+
+}  // namespace
+
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
+                                              cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                                              cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d,
+                                              cublasLtMatmulPreference_t pref, int requested,
+                                              cublasLtMatmulHeuristicResult_t results[], int* returned) {
+    if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (!desc || !a || !b || !c || !d || !pref || requested < 1 || !results || !returned)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    int m, n, k;
+    if (!lt_shapes(desc, a, b, c, d, m, n, k)) return CUBLAS_STATUS_INVALID_VALUE;
+    if (!lt_types(desc, a, b, c, d)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    results[0] = cublasLtMatmulHeuristicResult_t{};
+    results[0].state = CUBLAS_STATUS_SUCCESS;
+    results[0].wavesCount = 1.f;
+    *returned = 1;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const void* alpha, const void* A,
+                              cublasLtMatrixLayout_t a, const void* B, cublasLtMatrixLayout_t b, const void* beta,
+                              const void* C, cublasLtMatrixLayout_t c, void* D, cublasLtMatrixLayout_t d,
+                              const cublasLtMatmulAlgo_t* algo, void*, size_t, cudaStream_t stream) {
+    if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (!desc || !a || !b || !c || !d || !alpha || !beta || !algo) return CUBLAS_STATUS_INVALID_VALUE;
+    int m, n, k;
+    if (!lt_shapes(desc, a, b, c, d, m, n, k)) return CUBLAS_STATUS_INVALID_VALUE;
+    if (!lt_types(desc, a, b, c, d)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    const bool bias = desc->epilogue == CUBLASLT_EPILOGUE_BIAS;
+    if (bias && !desc->bias) return CUBLAS_STATUS_INVALID_VALUE;
+    const size_t elem = a->type == CUDA_R_16BF ? 2 : 4;
+    const cublasOperation_t ta = desc->ta, tb = desc->tb;
+    const int lda = (int)a->ld, ldb = (int)b->ld, ldc = (int)c->ld, ldd = (int)d->ld;
+    const float* cp = static_cast<const float*>(C);
+    float* dp = static_cast<float*>(D);
+    const float* bias_p = bias ? desc->bias : nullptr;
+    auto checks = [=] {
+        check_gemm("cublasLtMatmul", ta, tb, m, n, k, A, lda, B, ldb, dp, ldd, elem);
+        check_operand("cublasLtMatmul", "C", cp, m, n, ldc);
+        if (bias_p) check_operand("cublasLtMatmul", "bias", bias_p, m, 1, m);
+    };
+    checks();
+    const Rounding how = a->type == CUDA_R_16BF                              ? Rounding::none
+                         : desc->compute == CUBLAS_COMPUTE_32F_FAST_TF32 ? Rounding::tf32
+                         : desc->compute == CUBLAS_COMPUTE_32F_FAST_16BF ? Rounding::bf16
+                                                                          : Rounding::none;
+    const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
+    const bool widen = a->type == CUDA_R_16BF;
+    const Dims dims(ta, tb, m, n, k);
+    cudaError_t e = emu::on_stream(stream, "cublasLtMatmul", [=] {
+        checks();
+        if (cp != dp && be != 0.f)  // D = beta·C first, in D
+            for (int col = 0; col < n; col++)
+                for (int r = 0; r < m; r++) dp[(size_t)col * ldd + r] = cp[(size_t)col * ldc + r];
+        if (widen && k > 0 && m > 0 && n > 0) {
+            std::vector<float> wa = widened_bf16(A, dims.a_rows, dims.a_cols, lda),
+                               wb = widened_bf16(B, dims.b_rows, dims.b_cols, ldb);
+            sgemm(ta, tb, m, n, k, &al, wa.data(), lda, wb.data(), ldb, &be, dp, ldd, Rounding::none);
+        } else {
+            sgemm(ta, tb, m, n, k, &al, static_cast<const float*>(A), lda, static_cast<const float*>(B), ldb, &be, dp,
+                  ldd, how);
+        }
+        if (bias_p)
+            for (int col = 0; col < n; col++)
+                for (int r = 0; r < m; r++) dp[(size_t)col * ldd + r] += bias_p[r];
+    });
+    return e == cudaSuccess ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
 }
