@@ -459,19 +459,20 @@ __global__ void __launch_bounds__(kThreads)
 // barrier is needed before it). Global rows are read and written as float4 (the host checks the
 // alignment). The kernels take dynamic shared memory (over 48 KiB; tc_opt_in, once per kernel).
 //
-// Asynchronous copies (TF32, off by default since the H100 timed them: flash_async_enabled): the streamed tiles (k and v in
-// the forward and dq; q, dout, lse and Δ in dk/dv) have two stages in shared memory, and step t + 1's
-// are copied global to shared with cp.async (__pipeline_memcpy_async, no registers on the way)
-// while step t computes: at step t a thread issues step t + 1's batch, waits for step t's
-// (__pipeline_wait_prior(1)), and a barrier makes every thread's part visible; a barrier at the end
-// of the step keeps its stage until every warp has read it (the stage is refilled at step t + 1).
-// The copied floats are raw: the products round them to TF32 as they load the fragments
-// (kRoundB), which gives the same values as rounding at the store, so the results are the same
-// bits as the synchronous kernels'. bf16 tiles are converted on the way in, so the bf16 kernels
-// load synchronously. The price: the streamed tiles' shared memory twice over (the D = 64 forward
-// 106 KB a block, two blocks an SM, against 71 KB and three). On an H100 the lost blocks cost more
-// than the overlap gains: the ViT-Tiny attention forward took 4.06 ms a step against 3.24
-// synchronous, the backward 10.62 against 8.11 (docs/results/gpu-h100-2026-11-26.md).
+// Asynchronous copies (TF32, off by default since the H100 timed them: flash_async_enabled): the
+// streamed tiles (k and v in the forward and dq; q, dout, lse and Δ in dk/dv) have two stages in
+// shared memory, and step t + 1's are copied global to shared with cp.async
+// (__pipeline_memcpy_async, no registers on the way) while step t computes: at step t a thread
+// issues step t + 1's batch, waits for step t's (__pipeline_wait_prior(1)), and a barrier makes
+// every thread's part visible; a barrier at the end of the step keeps its stage until every warp
+// has read it (the stage is refilled at step t + 1). The copied floats are raw: the products round
+// them to TF32 as they load the fragments (kRoundB), which gives the same values as rounding at the
+// store, so the results are the same bits as the synchronous kernels'. bf16 tiles are converted on
+// the way in, so the bf16 kernels load synchronously. The price: the streamed tiles' shared memory
+// twice over (the D = 64 forward 106 KB a block, two blocks an SM, against 71 KB and three). On an
+// H100 the lost blocks cost more than the overlap gains: the ViT-Tiny attention forward took
+// 4.06 ms a step against 3.24 synchronous, the backward 10.62 against 8.11
+// (docs/results/gpu-h100-2026-11-26.md).
 //
 // Deterministic: every output element is summed by one warp in a fixed order, no atomics.
 

@@ -72,8 +72,8 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
 // y = x·Wᵀ + b over rows R = numel(x)/in:  dx = dy·W,  dW = dyᵀ·x,  db = Σ_rows dy.
 // y = x·Wᵀ + b by gemm_bias: the bias tiled over the rows (bias_rows), then += x·Wᵀ (the GEMM with
 // beta = 1), or on CUDA cuBLASLt's bias epilogue where it is on; db is the column-sum kernel's
-// (sum_dim). Until session 12 the GPU did both as GEMMs with a filled column of
-// ones, 1_R·bᵀ and 1_Rᵀ·dy: cuBLAS's rank-1 and reduction kernels, slower than these on an H100.
+// (sum_dim). Until session 12 the GPU did both as GEMMs with a filled column of ones, 1_R·bᵀ and
+// 1_Rᵀ·dy: cuBLAS's rank-1 and reduction kernels, slower than these on an H100.
 namespace {
 
 // linear's argument checks (messages name `op`); returns the rows of x.
