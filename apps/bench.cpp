@@ -13,7 +13,7 @@
 // peak_device_mb on a GPU (the device memory pool's peak in use), and there cudnn_calls (calls that
 // went through cuDNN in the whole run: 0 where the own kernels ran) and, for vit and lm,
 // attention_kernels: the attention path the run took ("unfused", or "flash" with fp32 / tf32 / bf16
-// and "async" and "split-dq" where those ran; engine/cuda/flash_attention.h). tools/bench_torch.py builds
+// and "async", "narrow-fwd" and "split-dq" where those ran; engine/cuda/flash_attention.h). tools/bench_torch.py builds
 // the same models in PyTorch and prints the same fields, for a same-machine comparison.
 //
 // --profile N: after the timed steps, N more steps under the op-level profiler (engine/profile.h):
@@ -61,6 +61,7 @@ static std::string attention_kernels(const engine::cuda::FlashAttentionCalls& be
     if (after.tc_forward == before.tc_forward) return "flash fp32";
     std::string path = after.bf16_forward > before.bf16_forward ? "flash bf16" : "flash tf32";
     if (after.async_forward > before.async_forward) path += " async";
+    if (after.narrow_forward > before.narrow_forward) path += " narrow-fwd";
     if (after.split_dq > before.split_dq) path += " split-dq";
     return path;
 }

@@ -20,6 +20,7 @@
 # cuBLAS instead of cuDNN's LSTM); vit-nosplit, vit with INITLAB_FLASH_SPLIT_DQ=0 (the fused
 # backward's dq kernel instead of the split dq); vit-async, vit with INITLAB_FLASH_ASYNC=1 (the TF32
 # flash kernels' double-buffered asynchronous copies instead of the default synchronous loads);
+# vit-narrow, vit with INITLAB_FLASH_NARROW_FORWARD=1 (the tensor-core forward at 32 keys a step);
 # vit-bf16fast, vit with INITLAB_BF16_GEMM_FAST=1 (under bf16, fp32 inputs that cuBLAS rounds in
 # its kernels, CUBLAS_COMPUTE_32F_FAST_16BF, instead of a conversion pass into bf16 scratch);
 # vit-lt, vit with INITLAB_LT_BIAS=1 (the linears' bias by cuBLASLt's epilogue instead of bias
@@ -43,7 +44,7 @@ while [ $# -gt 0 ]; do
         --models) models="$2"; shift ;;
         --precisions) only_precisions="$2"; shift ;;
         --fused-attention) fused_attention="$2"; shift ;;
-        -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
         *) echo "bench/gpu.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -105,11 +106,11 @@ fi
 sizes_lm4k="--dim 512 --depth 4 --heads 8 --seq 4096 --batch 2 --vocab 10000"
 [ $smoke = 1 ] && sizes_lm4k="--dim 32 --depth 1 --heads 1 --seq 64 --batch 1 --vocab 11"  # head dim 32: the fused kernels run
 sizes_for() {  # gau, lstm ignore --heads
-    case "$1" in vit | vit-nosplit | vit-async | vit-bf16fast | vit-lt) echo "$sizes_vit" ;; lm4k) echo "$sizes_lm4k" ;; *) echo "$sizes_lm" ;; esac
+    case "$1" in vit | vit-nosplit | vit-async | vit-narrow | vit-bf16fast | vit-lt) echo "$sizes_vit" ;; lm4k) echo "$sizes_lm4k" ;; *) echo "$sizes_lm" ;; esac
 }
-app_model() { case "$1" in lm4k) echo lm ;; lstm-own) echo lstm ;; vit-nosplit | vit-async | vit-bf16fast | vit-lt) echo vit ;; *) echo "$1" ;; esac; }
+app_model() { case "$1" in lm4k) echo lm ;; lstm-own) echo lstm ;; vit-nosplit | vit-async | vit-narrow | vit-bf16fast | vit-lt) echo vit ;; *) echo "$1" ;; esac; }
 # Variants: another path of a model whose PyTorch rows are that model's.
-variant_of_model() { case "$1" in lstm-own | vit-nosplit | vit-async | vit-bf16fast | vit-lt) return 0 ;; *) return 1 ;; esac; }
+variant_of_model() { case "$1" in lstm-own | vit-nosplit | vit-async | vit-narrow | vit-bf16fast | vit-lt) return 0 ;; *) return 1 ;; esac; }
 model_env() {  # extra environment of a model
     case "$1" in
         lstm-own) echo INITLAB_CUDNN=0 ;;
@@ -117,6 +118,7 @@ model_env() {  # extra environment of a model
         vit-async) echo INITLAB_FLASH_ASYNC=1 ;;
         vit-bf16fast) echo INITLAB_BF16_GEMM_FAST=1 ;;
         vit-lt) echo INITLAB_LT_BIAS=1 ;;
+        vit-narrow) echo INITLAB_FLASH_NARROW_FORWARD=1 ;;
     esac
 }
 # One field of a JSON line (numbers and strings), without jq.
@@ -176,7 +178,7 @@ done
     case " $models " in *" lm4k "*) lm4k_note=", lm4k \`$sizes_lm4k\`" ;; esac
     echo "Sizes: vit \`$sizes_vit\`, lm/gau/lstm/lstm-own \`$sizes_lm\`$lm4k_note, $steps. lstm: cuDNN's LSTM where the build has cuDNN (fp32, tf32); lstm-own: INITLAB_CUDNN=0."
     echo "attention kernels: what the run took (apps/bench's attention_kernels: unfused, or flash with fp32 / tf32 / bf16, async for the asynchronous copies, split-dq for the split backward; – for a model without the attention op)."
-    echo "fused attention: INITLAB_FUSED_ATTENTION=0 (off: two batched GEMMs and a softmax kernel) or 1 (on: engine/cuda/flash_attention.cu; fp32 kernels under fp32, the tensor-core kernels under tf32 (TF32 inputs) and bf16 (bf16 inputs)). vit-nosplit: vit with INITLAB_FLASH_SPLIT_DQ=0; vit-async: vit with INITLAB_FLASH_ASYNC=1; vit-bf16fast: vit with INITLAB_BF16_GEMM_FAST=1 (under bf16, cuBLAS rounds the fp32 inputs in its kernels); vit-lt: vit with INITLAB_LT_BIAS=1 (linear biases by cuBLASLt's epilogue)."
+    echo "fused attention: INITLAB_FUSED_ATTENTION=0 (off: two batched GEMMs and a softmax kernel) or 1 (on: engine/cuda/flash_attention.cu; fp32 kernels under fp32, the tensor-core kernels under tf32 (TF32 inputs) and bf16 (bf16 inputs)). vit-nosplit: vit with INITLAB_FLASH_SPLIT_DQ=0; vit-async: vit with INITLAB_FLASH_ASYNC=1; vit-bf16fast: vit with INITLAB_BF16_GEMM_FAST=1 (under bf16, cuBLAS rounds the fp32 inputs in its kernels); vit-lt: vit with INITLAB_LT_BIAS=1 (linear biases by cuBLASLt's epilogue); vit-narrow: vit with INITLAB_FLASH_NARROW_FORWARD=1 (the tensor-core forward at 32 keys a step)."
     echo "ms/step: the step replayed from a CUDA graph where it applies (vit, lm, gau), else eager. A ratio above 1 means this engine is faster. Op profiles (apps/bench --profile 2, eager, device time from events):"
     for f in "$logdir"/*.profile; do
         echo

@@ -517,17 +517,21 @@ constexpr int tc_bytes(int n, int size) { return (n * size + 31) / 32 * 32; }
 
 // Tile shapes and the byte offsets of each kernel's shared arrays. kStages: 1, or 2 when the
 // streamed tiles are double-buffered for the asynchronous copies (stage t % 2 holds step t's).
-template <int D, typename P, int kStages = 1>
+// kFwdC: keys a forward step streams (the default, or 32 for the narrow forward at D = 64).
+template <int D>
+constexpr int kDefaultFwdCols = D <= 64 ? 64 : 32;
+template <int D, typename P, int kStages = 1, int kFwdC = kDefaultFwdCols<D>>
 struct TcTiles {
     static_assert(D == 32 || D == 64 || D == 128, "flash attention is compiled for head dims 32, 64, 128");
     static_assert(kStages == 1 || kStages == 2, "one stage, or two");
+    static_assert(kFwdC == 32 || kFwdC == 64, "32 or 64 keys a forward step");
     static constexpr int kNumStages = kStages;
     using T = typename TcIn<P>::T;
     static constexpr int kSize = (int)sizeof(T);
     static constexpr bool kInPlace = kSize == 4;  // TF32: P and dS overwrite the fp32 score tiles
     static constexpr int kLd = D + 16 / kSize;   // row stride of a [rows × D] input tile
     // Columns streamed per step: keys in the forward and dq, queries in dk/dv.
-    static constexpr int kFwdCols = D <= 64 ? 64 : 32, kBwdCols = kWarp;  // backward: a lane a column
+    static constexpr int kFwdCols = kFwdC, kBwdCols = kWarp;  // backward: a lane a column
     static constexpr int kFwdLds = kFwdCols + 4, kBwdLds = kBwdCols + 4;  // fp32 score tiles
     static constexpr int kFwdLdp = kInPlace ? kFwdLds : kFwdCols + 16 / kSize;  // P, dS tiles
     static constexpr int kBwdLdp = kInPlace ? kBwdLds : kBwdCols + 16 / kSize;
@@ -566,6 +570,7 @@ struct TcTiles {
                       (kBwdLdp * kSize) % 16 == 0 && kOutLd % 4 == 0,
                   "wmma: ldm a multiple of 16 bytes");
     static_assert(kFwdCols % 16 == 0 && kBwdCols % 16 == 0, "16-column tiles");
+    static_assert(kDkdvV == kRowsTile && kDqDo == kRowsTile, "dk/dv's v and dq's dout follow the first row tile");
     // The staging tile (at offset 0) must not reach what is still read when it is written: the
     // forward's alpha; dk/dv and dq read nothing of shared memory then.
     static constexpr int kStaging = tc_bytes(kTcRows * kOutLd, 4);
@@ -850,15 +855,16 @@ __device__ __forceinline__ void forward_step(const typename Tl::T* q_w, const ty
 // sum l of the warp's row r and do that row's softmax, on even and odd columns. kAsync (TF32 only):
 // the k and v tiles are double-buffered and copied asynchronously, step t + 1's while step t
 // computes ("Asynchronous copies" at the top of this section).
+// kFwdC: keys a step (TcTiles); 32 at D = 64 is the narrow forward (flash_narrow_forward_enabled).
 // (The launch bounds: the double-buffered kernel fits two blocks an SM in shared memory, so ptxas
 // may take up to 255 registers a thread, which it needs at D = 64: without the hint it stopped at
-// 128 and spilled. The other is sized for three.)
-template <int D, typename P, bool kAsync>
-__global__ void __launch_bounds__(kThreads, kAsync ? 2 : 3)
+// 128 and spilled. The synchronous one is sized for three, the narrow one for four.)
+template <int D, typename P, bool kAsync, int kFwdC = kDefaultFwdCols<D>>
+__global__ void __launch_bounds__(kThreads, kAsync ? 2 : (kFwdC < kDefaultFwdCols<D> ? 4 : 3))
     flash_tc_forward_kernel(const float* q, const float* k, const float* v, float* out, float* lse, int64_t T,
                             int64_t S, bool causal, float scale, int64_t q_tiles, AttentionHeads in,
                             AttentionHeads ol) {
-    using Tl = TcTiles<D, P, kAsync ? 2 : 1>;
+    using Tl = TcTiles<D, P, kAsync ? 2 : 1, kFwdC>;
     using E = typename TcIn<P>::T;
     static_assert(!kAsync || Tl::kInPlace, "asynchronous copies for TF32 tiles only (bf16 is converted on the way)");
     constexpr int R = kTcRows, C = Tl::kFwdCols, LD = Tl::kLd, LDS = Tl::kFwdLds, LDP = Tl::kFwdLdp;
@@ -1185,8 +1191,9 @@ __global__ void flash_tc_dq_reduce_kernel(const float* dq_part, float* dq, int64
 
 std::atomic<uint64_t> g_forward_calls{0}, g_backward_calls{0}, g_tc_forward_calls{0}, g_tc_backward_calls{0};
 std::atomic<uint64_t> g_bf16_forward_calls{0}, g_bf16_backward_calls{0}, g_split_dq_calls{0};
-std::atomic<uint64_t> g_async_forward_calls{0}, g_async_backward_calls{0};
+std::atomic<uint64_t> g_async_forward_calls{0}, g_async_backward_calls{0}, g_narrow_forward_calls{0};
 std::atomic<int> g_async{-1};  // -1: not decided yet (the environment is read at the first question)
+std::atomic<int> g_narrow{-1};
 
 // The tensor-core backward's split dq (flash_tc_dq_reduce_kernel): the dk/dv kernel also writes each
 // key tile's part of dq, and a small kernel sums the parts, instead of the dq kernel, which
@@ -1241,16 +1248,17 @@ void tc_opt_in(void (*kernel)(A...), size_t bytes, const char* what) {
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes), what);
 }
 
-template <int D, typename P, bool kAsync>
+template <int D, typename P, bool kAsync, int kFwdC = kDefaultFwdCols<D>>
 void tc_forward_for(const float* q, const float* k, const float* v, float* out, float* lse, int64_t BH, int64_t T,
                     int64_t S, bool causal, float scale, Layouts L) {
     const int64_t tiles = (T + kTcRows - 1) / kTcRows;
-    const size_t smem = TcTiles<D, P, kAsync ? 2 : 1>::kFwdBytes;
-    static const bool opted =
-        (tc_opt_in(flash_tc_forward_kernel<D, P, kAsync>, smem, "flash attention (tensor cores) forward"), true);
+    const size_t smem = TcTiles<D, P, kAsync ? 2 : 1, kFwdC>::kFwdBytes;
+    static const bool opted = (tc_opt_in(flash_tc_forward_kernel<D, P, kAsync, kFwdC>, smem,
+                                         "flash attention (tensor cores) forward"),
+                               true);
     (void)opted;
-    KERNEL_LAUNCH((flash_tc_forward_kernel<D, P, kAsync>), grid_of(BH, tiles, "flash attention forward"), kThreads,
-                  smem, q, k, v, out, lse, T, S, causal, scale, tiles, L.in, L.out);
+    KERNEL_LAUNCH((flash_tc_forward_kernel<D, P, kAsync, kFwdC>), grid_of(BH, tiles, "flash attention forward"),
+                  kThreads, smem, q, k, v, out, lse, T, S, causal, scale, tiles, L.in, L.out);
 }
 
 template <int D, typename P, bool kAsync>
@@ -1295,8 +1303,17 @@ void tc_backward_for(const float* q, const float* k, const float* v, const float
 template <int D>
 void tc_forward(const float* q, const float* k, const float* v, float* out, float* lse, int64_t BH, int64_t T,
                 int64_t S, bool causal, float scale, Layouts L) {
-    if (gemm_precision() == GemmPrecision::bf16) {
-        g_bf16_forward_calls.fetch_add(1, std::memory_order_relaxed);
+    const bool bf16 = gemm_precision() == GemmPrecision::bf16;
+    if (bf16) g_bf16_forward_calls.fetch_add(1, std::memory_order_relaxed);
+    if constexpr (D == 64) {  // the narrow forward: 32 keys a step, four blocks an SM
+        if ((bf16 || !flash_async_enabled()) && flash_narrow_forward_enabled()) {
+            g_narrow_forward_calls.fetch_add(1, std::memory_order_relaxed);
+            if (bf16) tc_forward_for<D, __nv_bfloat16, false, 32>(q, k, v, out, lse, BH, T, S, causal, scale, L);
+            else tc_forward_for<D, wmma::precision::tf32, false, 32>(q, k, v, out, lse, BH, T, S, causal, scale, L);
+            return;
+        }
+    }
+    if (bf16) {
         tc_forward_for<D, __nv_bfloat16, false>(q, k, v, out, lse, BH, T, S, causal, scale, L);
     } else if (flash_async_enabled()) {
         g_async_forward_calls.fetch_add(1, std::memory_order_relaxed);
@@ -1376,6 +1393,9 @@ void set_flash_split_dq(bool on) { g_split_dq.store(on ? 1 : 0, std::memory_orde
 bool flash_async_enabled() { return env_switch(g_async, "INITLAB_FLASH_ASYNC", false); }
 void set_flash_async(bool on) { g_async.store(on ? 1 : 0, std::memory_order_relaxed); }
 
+bool flash_narrow_forward_enabled() { return env_switch(g_narrow, "INITLAB_FLASH_NARROW_FORWARD", false); }
+void set_flash_narrow_forward(bool on) { g_narrow.store(on ? 1 : 0, std::memory_order_relaxed); }
+
 FlashAttentionCalls flash_attention_calls() {
     FlashAttentionCalls c;
     c.forward = g_forward_calls.load(std::memory_order_relaxed);
@@ -1386,6 +1406,7 @@ FlashAttentionCalls flash_attention_calls() {
     c.bf16_backward = g_bf16_backward_calls.load(std::memory_order_relaxed);
     c.split_dq = g_split_dq_calls.load(std::memory_order_relaxed);
     c.async_forward = g_async_forward_calls.load(std::memory_order_relaxed);
+    c.narrow_forward = g_narrow_forward_calls.load(std::memory_order_relaxed);
     c.async_backward = g_async_backward_calls.load(std::memory_order_relaxed);
     return c;
 }

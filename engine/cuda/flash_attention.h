@@ -62,6 +62,16 @@ void set_flash_split_dq(bool on);
 bool flash_async_enabled();
 void set_flash_async(bool on);
 
+// Whether the tensor-core forward at head dim 64 streams 32 keys a step instead of 64 (synchronous
+// loads, TF32 or bf16): 45 KB of shared memory a block instead of 71 (TF32), so four blocks an SM
+// instead of three, at twice the steps and barriers. The H100 measured that blocks an SM decide
+// these kernels' speed (docs/results/gpu-h100-2026-11-26.md: two blocks lost 25 % against three);
+// whether four win over the extra steps is for a GPU to say. Off by default;
+// INITLAB_FLASH_NARROW_FORWARD=1 turns it on (read once), set_flash_narrow_forward overrides
+// either; `vit-narrow` in bench/gpu.sh times it.
+bool flash_narrow_forward_enabled();
+void set_flash_narrow_forward(bool on);
+
 // out = softmax(q·kᵀ·scale, masked)·v; lse [BH, T] = log Σ_j exp(scale·q_i·k_j) over the keys
 // query i sees, +inf for a query that sees none (so exp(s − lse) = 0 there). D must be supported.
 // Layouts as engine/cuda/nn.h's attention_forward (engine/attention_layout.h): q, k, v (and in the
@@ -94,6 +104,7 @@ struct FlashAttentionCalls {
     uint64_t bf16_forward = 0, bf16_backward = 0;
     uint64_t split_dq = 0;
     uint64_t async_forward = 0, async_backward = 0;  // TF32 calls with double-buffered asynchronous copies
+    uint64_t narrow_forward = 0;                     // tensor-core forwards with 32 keys a step
 };
 FlashAttentionCalls flash_attention_calls();
 

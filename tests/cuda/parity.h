@@ -130,10 +130,11 @@ struct SwitchScope {
     SwitchScope& operator=(const SwitchScope&) = delete;
 };
 // The fused attention path; the tensor-core backward's split dq; the TF32 flash kernels'
-// asynchronous copies.
+// asynchronous copies; the narrow tensor-core forward.
 using FusedAttentionScope = SwitchScope<engine::cuda::fused_attention_enabled, engine::cuda::set_fused_attention>;
 using SplitDqScope = SwitchScope<engine::cuda::flash_split_dq_enabled, engine::cuda::set_flash_split_dq>;
 using AsyncCopyScope = SwitchScope<engine::cuda::flash_async_enabled, engine::cuda::set_flash_async>;
+using NarrowForwardScope = SwitchScope<engine::cuda::flash_narrow_forward_enabled, engine::cuda::set_flash_narrow_forward>;
 // bf16 GEMMs on fp32 inputs that cuBLAS rounds itself (engine/cuda/matmul.h).
 using Bf16FastGemmScope = SwitchScope<engine::cuda::bf16_fast_gemm_enabled, engine::cuda::set_bf16_fast_gemm>;
 // linear's bias by cuBLASLt's epilogue (engine/cuda/matmul.h's gemm_bias).

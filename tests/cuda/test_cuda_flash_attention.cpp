@@ -307,13 +307,17 @@ void compare_tc(int64_t B, int64_t H, int64_t T, int64_t S, int64_t D, bool caus
     Run ref = run(false, q, k, v, causal, w);  // unfused, fp32 GEMMs
     const int unit = bf16 ? -7 : -10;
     // dq split (the dk/dv kernel's parts, summed; S <= 512 here), then from the dq kernel; TF32 with
-    // synchronous loads (the default) and, once, with the asynchronous copies: the same bits.
-    struct Mode { bool split, async; };
-    for (Mode mode : {Mode{true, false}, Mode{false, false}, Mode{true, true}}) {
+    // synchronous loads (the default) and, once, with the asynchronous copies: the same bits; and
+    // the narrow forward (32 keys a step, at D = 64 only).
+    struct Mode { bool split, async, narrow; };
+    for (Mode mode : {Mode{true, false, false}, Mode{false, false, false}, Mode{true, true, false},
+                      Mode{true, false, true}}) {
         if (bf16 && mode.async) continue;  // bf16 has no asynchronous kernels
-        INFO((mode.split ? "split dq" : "dq kernel") << (mode.async ? ", asynchronous copies" : ", synchronous loads"));
+        INFO((mode.split ? "split dq" : "dq kernel") << (mode.async ? ", asynchronous copies" : ", synchronous loads")
+                                                     << (mode.narrow ? ", narrow forward" : ""));
         test::SplitDqScope split_scope(mode.split);
         test::AsyncCopyScope async_scope(mode.async);
+        test::NarrowForwardScope narrow_scope(mode.narrow);
         auto before = engine::cuda::flash_attention_calls();
         Run tc = run_tc(q, k, v, causal, w, p);
         auto after = engine::cuda::flash_attention_calls();
@@ -325,6 +329,7 @@ void compare_tc(int64_t B, int64_t H, int64_t T, int64_t S, int64_t D, bool caus
         const int async_calls = mode.async ? 1 : 0;
         REQUIRE(after.async_forward == before.async_forward + async_calls);
         REQUIRE(after.async_backward == before.async_backward + async_calls);
+        REQUIRE(after.narrow_forward == before.narrow_forward + (mode.narrow && D == 64 ? 1 : 0));
         if (mode.async) {  // against the synchronous run of the same split
             test::AsyncCopyScope off(false);
             Run sync = run_tc(q, k, v, causal, w, p);
