@@ -529,6 +529,9 @@ struct TcTiles {
     using T = typename TcIn<P>::T;
     static constexpr int kSize = (int)sizeof(T);
     static constexpr bool kInPlace = kSize == 4;  // TF32: P and dS overwrite the fp32 score tiles
+    // Two stages are for the asynchronous copies, which move raw floats: bf16 tiles are converted on
+    // the way in, so they load synchronously.
+    static_assert(kStages == 1 || kInPlace, "asynchronous copies for TF32 tiles only");
     static constexpr int kLd = D + 16 / kSize;   // row stride of a [rows × D] input tile
     // Columns streamed per step: keys in the forward and dq, queries in dk/dv.
     static constexpr int kFwdCols = kFwdC, kBwdCols = kWarp;  // backward: a lane a column
@@ -662,6 +665,22 @@ __device__ __forceinline__ void kv_step_begin(E* kv, E* next_kv, const float* k,
         tc_load_rows<D, C, LD>(kv, k, ld, t * C, S);
         tc_load_rows<D, C, LD>(kv + C * LD, v, ld, t * C, S);
         __syncthreads();
+    }
+}
+
+// The key loop of the forward and dq: `steps` steps of C keys, step t's k and v in k_tile(t) (v
+// after k), loaded at the step or (kAsync) copied a step ahead; body(k_s, v_s, k0) computes step t,
+// whose first key is k0. Every thread of the block runs the loop, so all reach its barriers.
+template <int D, int C, int LD, bool kAsync, typename Tile, typename Body>
+__device__ __forceinline__ void for_each_kv_step(Tile k_tile, const float* k, const float* v, int64_t ld,
+                                                 int64_t steps, int64_t S, Body body) {
+    if constexpr (kAsync)
+        if (steps > 0) copy_kv<D, C, LD>(k_tile(0), k, v, ld, 0, S);
+    for (int64_t t = 0; t < steps; t++) {
+        kv_step_begin<D, C, LD, kAsync>(k_tile(t), k_tile(t + 1), k, v, ld, t, steps, S);
+        const auto* k_s = k_tile(t);
+        body(k_s, k_s + C * LD, t * C);
+        if constexpr (kAsync) __syncthreads();  // this stage is refilled at step t + 2, copied at t + 1
     }
 }
 
@@ -866,7 +885,6 @@ __global__ void __launch_bounds__(kThreads, kAsync ? 2 : (kFwdC < kDefaultFwdCol
                             AttentionHeads ol) {
     using Tl = TcTiles<D, P, kAsync ? 2 : 1, kFwdC>;
     using E = typename TcIn<P>::T;
-    static_assert(!kAsync || Tl::kInPlace, "asynchronous copies for TF32 tiles only (bf16 is converted on the way)");
     constexpr int R = kTcRows, C = Tl::kFwdCols, LD = Tl::kLd, LDS = Tl::kFwdLds, LDP = Tl::kFwdLdp;
     E* q_s = tc_array<E>(0);
     auto k_tile = [](int64_t step) { return tc_array<E>(Tl::kFwdK + (int)(step % Tl::kNumStages) * Tl::kFwdStage); };
@@ -898,18 +916,11 @@ __global__ void __launch_bounds__(kThreads, kAsync ? 2 : (kFwdC < kDefaultFwdCol
     const int64_t seen = i < T ? visible_keys(i, T, S, causal) : 0;  // this row sees keys [0, seen)
     const int64_t k_end = keys_seen_by(q0, R, T, S, causal), steps = (k_end + C - 1) / C;
     const bool live = q0 + 16 * warp < T;  // a warp whose rows are all past T only keeps the barriers
-    if constexpr (kAsync)
-        if (steps > 0) copy_kv<D, C, LD>(k_tile(0), k, v, in.ld, 0, S);
-    for (int64_t t = 0; t < steps; t++) {
-        const int64_t k0 = t * C;
-        kv_step_begin<D, C, LD, kAsync>(k_tile(t), k_tile(t + 1), k, v, in.ld, t, steps, S);
-        const E* k_s = k_tile(t);
-        const E* v_s = k_s + C * LD;
+    for_each_kv_step<D, C, LD, kAsync>(k_tile, k, v, in.ld, steps, S, [&](const E* k_s, const E* v_s, int64_t k0) {
         if (live)
             forward_step<Tl, D, P, kAsync>(q_w, k_s, v_s, s_w, p_w, alpha_w, rows, o, m, l, seen - k0,
                                            live_cols(k_end - k0, C), scale2, row, part);
-        if constexpr (kAsync) __syncthreads();  // this stage is refilled at step t + 2, copied at t + 1
-    }
+    });
     __syncwarp();  // every lane has read alpha_w
     // l >= 1 once a key is seen (the max contributes exp2(0)); 0 means none was. lse in natural log.
     if (part == 0) {
@@ -937,7 +948,6 @@ __global__ void __launch_bounds__(kThreads)
                          bool causal, float scale, int64_t k_tiles, AttentionHeads in, AttentionHeads ol) {
     using Tl = TcTiles<D, P, kAsync ? 2 : 1>;
     using E = typename TcIn<P>::T;
-    static_assert(!kAsync || Tl::kInPlace, "asynchronous copies for TF32 tiles only (bf16 is converted on the way)");
     constexpr int R = kTcRows, C = Tl::kBwdCols, LD = Tl::kLd, LDS = Tl::kBwdLds, LDP = Tl::kBwdLdp;
     E* k_s = tc_array<E>(0);
     E* v_s = tc_array<E>(Tl::kDkdvV);
@@ -1100,7 +1110,6 @@ __global__ void __launch_bounds__(kThreads)
                        AttentionHeads in, AttentionHeads ol) {
     using Tl = TcTiles<D, P, kAsync ? 2 : 1>;
     using E = typename TcIn<P>::T;
-    static_assert(!kAsync || Tl::kInPlace, "asynchronous copies for TF32 tiles only (bf16 is converted on the way)");
     constexpr int R = kTcRows, C = Tl::kBwdCols, LD = Tl::kLd, LDS = Tl::kBwdLds, LDP = Tl::kBwdLdp;
     E* q_s = tc_array<E>(0);
     E* do_s = tc_array<E>(Tl::kDqDo);
@@ -1139,17 +1148,11 @@ __global__ void __launch_bounds__(kThreads)
     for (int f = 0; f < D / 16; f++) wmma::fill_fragment(acc[f], 0.f);
     const int64_t k_end = keys_seen_by(q0, R, T, S, causal), steps = (k_end + C - 1) / C;
     const bool live = i0 < T;  // a warp whose rows are all past T only keeps the barriers
-    if constexpr (kAsync)
-        if (steps > 0) copy_kv<D, C, LD>(k_tile(0), k, v, in.ld, 0, S);
-    for (int64_t t = 0; t < steps; t++) {
-        const int64_t k0 = t * C;
-        kv_step_begin<D, C, LD, kAsync>(k_tile(t), k_tile(t + 1), k, v, in.ld, t, steps, S);
-        const E* k_s = k_tile(t);
-        const E* v_s = k_s + C * LD;
-        if (live) dq_step<Tl, D, P, kAsync>(q_w, do_w, k_s, v_s, s_w, dp_w, ds_w, lse_w, delta_w, seen_w, acc, k0,
-                                            live_cols(k_end - k0, C), scale2);
-        if constexpr (kAsync) __syncthreads();  // this stage is refilled at step t + 2, copied at t + 1
-    }
+    for_each_kv_step<D, C, LD, kAsync>(k_tile, k, v, in.ld, steps, S, [&](const E* k_s, const E* v_s, int64_t k0) {
+        if (live)
+            dq_step<Tl, D, P, kAsync>(q_w, do_w, k_s, v_s, s_w, dp_w, ds_w, lse_w, delta_w, seen_w, acc, k0,
+                                      live_cols(k_end - k0, C), scale2);
+    });
     UNROLL
     for (int f = 0; f < D / 16; f++)
         UNROLL
