@@ -179,6 +179,20 @@ struct Bf16Operand {
     Bf16Operand& operator=(const Bf16Operand&) = delete;
 };
 
+// A bf16 GEMM's operand as cuBLAS gets it: rounded into packed bf16 scratch (Bf16Operand), or with
+// bf16_fast_gemm_enabled the fp32 data as it is, which cuBLAS rounds in its kernels.
+struct Bf16Input {
+    Bf16Operand packed;
+    const void* p;
+    int64_t ld, stride;
+    Bf16Input(bool fast, const float* src, OperandShape s)
+        : packed(src, fast ? OperandShape{0, 0, 0, 1, 0} : s), p(fast ? (const void*)src : packed.p),
+          ld(fast ? s.ld : packed.ld), stride(fast ? s.stride : packed.stride) {}
+};
+// The element type and the compute type of the bf16 GEMMs' operands, packed or fast.
+cudaDataType_t bf16_input_type(bool fast) { return fast ? CUDA_R_32F : CUDA_R_16BF; }
+cublasComputeType_t bf16_compute(bool fast) { return fast ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F; }
+
 }  // namespace
 
 uint64_t bf16_rounded_elements() { return g_bf16_rounded.load(std::memory_order_relaxed); }
@@ -211,20 +225,14 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const 
     profile::note_flops(2.0 * (double)M * (double)N * (double)K);
     std::lock_guard<std::mutex> lock(g_mu);
     cublasHandle_t h = handle(at());
-    if (gemm_precision() == GemmPrecision::bf16 && bf16_fast_gemm_enabled()) {
-        cublasStatus_t st = cublasGemmEx(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N,
-                                         (int)M, (int)K, &alpha, B, CUDA_R_32F, ld(tb ? K : N), A, CUDA_R_32F,
-                                         ld(ta ? M : K), &beta, C, CUDA_R_32F, ld(N), CUBLAS_COMPUTE_32F_FAST_16BF,
-                                         CUBLAS_GEMM_DEFAULT);
-        if (st != CUBLAS_STATUS_SUCCESS) check_cublas(st, "cublasGemmEx (CUBLAS_COMPUTE_32F_FAST_16BF)", at());
-        return;
-    }
     if (gemm_precision() == GemmPrecision::bf16) {
-        Bf16Operand a(A, {1, ta ? K : M, ta ? M : K, ta ? M : K, 0}), b(B, {1, tb ? N : K, tb ? K : N, tb ? K : N, 0});
+        const bool fast = bf16_fast_gemm_enabled();
+        Bf16Input a(fast, A, {1, ta ? K : M, ta ? M : K, ta ? M : K, 0}),
+            b(fast, B, {1, tb ? N : K, tb ? K : N, tb ? K : N, 0});
         cublasStatus_t st = cublasGemmEx(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N,
-                                         (int)M, (int)K, &alpha, b.p, CUDA_R_16BF, ld(b.ld), a.p, CUDA_R_16BF,
-                                         ld(a.ld), &beta, C, CUDA_R_32F, ld(N), CUBLAS_COMPUTE_32F,
-                                         CUBLAS_GEMM_DEFAULT);
+                                         (int)M, (int)K, &alpha, b.p, bf16_input_type(fast), ld(b.ld), a.p,
+                                         bf16_input_type(fast), ld(a.ld), &beta, C, CUDA_R_32F, ld(N),
+                                         bf16_compute(fast), CUBLAS_GEMM_DEFAULT);
         if (st != CUBLAS_STATUS_SUCCESS) check_cublas(st, "cublasGemmEx", at());
         return;
     }
@@ -269,21 +277,14 @@ void gemm_batched_ld(bool ta, bool tb, int64_t batch, int64_t M, int64_t N, int6
     const float alpha = 1.f, beta = 0.f;
     std::lock_guard<std::mutex> lock(g_mu);
     cublasHandle_t h = handle(at());
-    if (gemm_precision() == GemmPrecision::bf16 && bf16_fast_gemm_enabled()) {
-        cublasStatus_t st = cublasGemmStridedBatchedEx(
-            h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N, (int)M, (int)K, &alpha, B,
-            CUDA_R_32F, ld(ldb), (long long)stride_b, A, CUDA_R_32F, ld(lda), (long long)stride_a, &beta, C, CUDA_R_32F,
-            ld(ldc), (long long)stride_c, (int)batch, CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_GEMM_DEFAULT);
-        if (st != CUBLAS_STATUS_SUCCESS)
-            check_cublas(st, "cublasGemmStridedBatchedEx (CUBLAS_COMPUTE_32F_FAST_16BF)", at());
-        return;
-    }
     if (gemm_precision() == GemmPrecision::bf16) {
-        Bf16Operand a(A, {batch, a_rows, a_cols, lda, stride_a}), b(B, {batch, b_rows, b_cols, ldb, stride_b});
+        const bool fast = bf16_fast_gemm_enabled();
+        Bf16Input a(fast, A, {batch, a_rows, a_cols, lda, stride_a}), b(fast, B, {batch, b_rows, b_cols, ldb, stride_b});
         cublasStatus_t st = cublasGemmStridedBatchedEx(
             h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N, (int)M, (int)K, &alpha, b.p,
-            CUDA_R_16BF, ld(b.ld), (long long)b.stride, a.p, CUDA_R_16BF, ld(a.ld), (long long)a.stride, &beta, C,
-            CUDA_R_32F, ld(ldc), (long long)stride_c, (int)batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+            bf16_input_type(fast), ld(b.ld), (long long)b.stride, a.p, bf16_input_type(fast), ld(a.ld),
+            (long long)a.stride, &beta, C, CUDA_R_32F, ld(ldc), (long long)stride_c, (int)batch, bf16_compute(fast),
+            CUBLAS_GEMM_DEFAULT);
         if (st != CUBLAS_STATUS_SUCCESS) check_cublas(st, "cublasGemmStridedBatchedEx", at());
         return;
     }
@@ -378,15 +379,15 @@ void gemm_bias(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A
             std::lock_guard<std::mutex> lock(g_mu);
             handle(at());  // the workspace, and the math mode for the fallback
             const GemmPrecision p = gemm_precision();
-            if (p == GemmPrecision::bf16 && !bf16_fast_gemm_enabled()) {
-                Bf16Operand a(A, {1, ta ? K : M, ta ? M : K, ta ? M : K, 0}),
-                    b(B, {1, tb ? N : K, tb ? K : N, tb ? K : N, 0});
-                done = lt_gemm_bias(ta, tb, M, N, K, a.p, a.ld, b.p, b.ld, CUDA_R_16BF, CUBLAS_COMPUTE_32F, bias, C,
-                                    at());
+            if (p == GemmPrecision::bf16) {
+                const bool fast = bf16_fast_gemm_enabled();
+                Bf16Input a(fast, A, {1, ta ? K : M, ta ? M : K, ta ? M : K, 0}),
+                    b(fast, B, {1, tb ? N : K, tb ? K : N, tb ? K : N, 0});
+                done = lt_gemm_bias(ta, tb, M, N, K, a.p, a.ld, b.p, b.ld, bf16_input_type(fast), bf16_compute(fast),
+                                    bias, C, at());
             } else {
-                const cublasComputeType_t compute = p == GemmPrecision::tf32   ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                                    : p == GemmPrecision::bf16 ? CUBLAS_COMPUTE_32F_FAST_16BF
-                                                                               : CUBLAS_COMPUTE_32F;
+                const cublasComputeType_t compute =
+                    p == GemmPrecision::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
                 done = lt_gemm_bias(ta, tb, M, N, K, A, ta ? M : K, B, tb ? K : N, CUDA_R_32F, compute, bias, C, at());
             }
         }

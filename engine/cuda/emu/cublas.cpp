@@ -246,6 +246,21 @@ static bool fp32_fast_bf16(cudaDataType at, cudaDataType bt, cudaDataType ct, cu
     return at == CUDA_R_32F && bt == CUDA_R_32F && ct == CUDA_R_32F && compute == CUBLAS_COMPUTE_32F_FAST_16BF;
 }
 
+namespace {
+
+// One product of GemmEx's typed operands, checked: bf16 A and B (gemm_bf16), or with `fast` fp32
+// ones rounded to bf16 first. Both compute types are 32F ones: alpha and beta are floats.
+cublasStatus_t gemm_typed(const char* call, bool fast, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                          const float* alpha, const void* A, int lda, const void* B, int ldb, const float* beta,
+                          float* C, int ldc) {
+    if (!fast) return gemm_bf16(call, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+    check_gemm(call, ta, tb, m, n, k, A, lda, B, ldb, C, ldc, 4);
+    return sgemm(ta, tb, m, n, k, alpha, static_cast<const float*>(A), lda, static_cast<const float*>(B), ldb, beta, C,
+                 ldc, Rounding::bf16);
+}
+
+}  // namespace
+
 cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                             const void* alpha, const void* A, cudaDataType at, int lda, const void* B, cudaDataType bt,
                             int ldb, const void* beta, void* C, cudaDataType ct, int ldc, cublasComputeType_t compute,
@@ -254,20 +269,11 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
     const bool fast = fp32_fast_bf16(at, bt, ct, compute);
     if (!fast && !bf16_in_fp32_out(at, bt, ct, compute)) return CUBLAS_STATUS_NOT_SUPPORTED;
     if (bad_args(h, ta, tb, m, n, k, lda, ldb, ldc)) return CUBLAS_STATUS_INVALID_VALUE;
-    // Both compute types are 32F ones: alpha and beta are floats.
     float* c = static_cast<float*>(C);
-    if (fast) {
-        const float *a = static_cast<const float*>(A), *b = static_cast<const float*>(B);
-        check_gemm("cublasGemmEx", ta, tb, m, n, k, a, lda, b, ldb, c, ldc, 4);
-        float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
-        return enqueue(h, "cublasGemmEx", [=] {
-            check_gemm("cublasGemmEx", ta, tb, m, n, k, a, lda, b, ldb, c, ldc, 4);
-            sgemm(ta, tb, m, n, k, &al, a, lda, b, ldb, &be, c, ldc, Rounding::bf16);
-        });
-    }
-    check_gemm("cublasGemmEx", ta, tb, m, n, k, A, lda, B, ldb, c, ldc, 2);
-    float a = *static_cast<const float*>(alpha), b = *static_cast<const float*>(beta);
-    return enqueue(h, "cublasGemmEx", [=] { gemm_bf16("cublasGemmEx", ta, tb, m, n, k, &a, A, lda, B, ldb, &b, c, ldc); });
+    check_gemm("cublasGemmEx", ta, tb, m, n, k, A, lda, B, ldb, c, ldc, fast ? 4 : 2);
+    float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
+    return enqueue(h, "cublasGemmEx",
+                   [=] { gemm_typed("cublasGemmEx", fast, ta, tb, m, n, k, &al, A, lda, B, ldb, &be, c, ldc); });
 }
 
 cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
@@ -279,28 +285,19 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta
     const bool fast = fp32_fast_bf16(at, bt, ct, compute);
     if (!fast && !bf16_in_fp32_out(at, bt, ct, compute)) return CUBLAS_STATUS_NOT_SUPPORTED;
     if (bad_args(h, ta, tb, m, n, k, lda, ldb, ldc) || batch < 0) return CUBLAS_STATUS_INVALID_VALUE;
-    if (fast) {
-        const float *a = static_cast<const float*>(A), *b = static_cast<const float*>(B);
-        float* c = static_cast<float*>(C);
-        for (int i = 0; i < batch; i++)
-            check_gemm("cublasGemmStridedBatchedEx", ta, tb, m, n, k, a + i * sA, lda, b + i * sB, ldb, c + i * sC, ldc, 4);
-        float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
-        return enqueue(h, "cublasGemmStridedBatchedEx", [=] {
-            for (int i = 0; i < batch; i++)
-                sgemm(ta, tb, m, n, k, &al, a + i * sA, lda, b + i * sB, ldb, &be, c + i * sC, ldc, Rounding::bf16);
-        });
-    }
-    // Strides count elements of each operand's own type: two bytes for A and B, four for C.
-    const uint16_t* a = static_cast<const uint16_t*>(A);
-    const uint16_t* b = static_cast<const uint16_t*>(B);
+    // Strides count elements of each operand's own type: A and B two bytes (bf16) or four, C four.
+    const long long elem = fast ? 4 : 2;
+    const char* a = static_cast<const char*>(A);
+    const char* b = static_cast<const char*>(B);
     float* c = static_cast<float*>(C);
     for (int i = 0; i < batch; i++)
-        check_gemm("cublasGemmStridedBatchedEx", ta, tb, m, n, k, a + i * sA, lda, b + i * sB, ldb, c + i * sC, ldc, 2);
+        check_gemm("cublasGemmStridedBatchedEx", ta, tb, m, n, k, a + i * sA * elem, lda, b + i * sB * elem, ldb,
+                   c + i * sC, ldc, (size_t)elem);
     float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
     return enqueue(h, "cublasGemmStridedBatchedEx", [=] {
         for (int i = 0; i < batch; i++)
-            gemm_bf16("cublasGemmStridedBatchedEx", ta, tb, m, n, k, &al, a + i * sA, lda, b + i * sB, ldb, &be,
-                      c + i * sC, ldc);
+            gemm_typed("cublasGemmStridedBatchedEx", fast, ta, tb, m, n, k, &al, a + i * sA * elem, lda,
+                       b + i * sB * elem, ldb, &be, c + i * sC, ldc);
     });
 }
 
