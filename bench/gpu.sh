@@ -24,7 +24,9 @@
 # vit-bf16fast, vit with INITLAB_BF16_GEMM_FAST=1 (under bf16, fp32 inputs that cuBLAS rounds in
 # its kernels, CUBLAS_COMPUTE_32F_FAST_16BF, instead of a conversion pass into bf16 scratch);
 # vit-lt, vit with INITLAB_LT_BIAS=1 (the linears' bias by cuBLASLt's epilogue instead of bias
-# rows and a GEMM with beta = 1). The variants' PyTorch rows are their model's. E.g. a short
+# rows and a GEMM with beta = 1); vit-noedge, vit with INITLAB_ATTENTION_EDGE_KEYS=0 (the unfused
+# attention's GEMMs over all 257 keys instead of 256 and the edge key in the softmax kernels). The
+# variants' PyTorch rows are their model's. E.g. a short
 # comparison of the paths:
 #   bash bench/gpu.sh --no-tests --models "vit lm lm4k lstm lstm-own" --precisions tf32 --fused-attention both
 # Budget: the full kit is sized to finish within 10 minutes on an H100 (the [cuda] suite ~30 s on
@@ -44,7 +46,7 @@ while [ $# -gt 0 ]; do
         --models) models="$2"; shift ;;
         --precisions) only_precisions="$2"; shift ;;
         --fused-attention) fused_attention="$2"; shift ;;
-        -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
+        -h|--help) awk 'NR > 1 && /^set -euo pipefail/ { exit } NR > 1' "$0"; exit 0 ;;  # the header
         *) echo "bench/gpu.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -106,11 +108,12 @@ fi
 sizes_lm4k="--dim 512 --depth 4 --heads 8 --seq 4096 --batch 2 --vocab 10000"
 [ $smoke = 1 ] && sizes_lm4k="--dim 32 --depth 1 --heads 1 --seq 64 --batch 1 --vocab 11"  # head dim 32: the fused kernels run
 sizes_for() {  # gau, lstm ignore --heads
-    case "$1" in vit | vit-nosplit | vit-async | vit-narrow | vit-bf16fast | vit-lt) echo "$sizes_vit" ;; lm4k) echo "$sizes_lm4k" ;; *) echo "$sizes_lm" ;; esac
+    case "$1" in vit | vit-*) echo "$sizes_vit" ;; lm4k) echo "$sizes_lm4k" ;; *) echo "$sizes_lm" ;; esac
 }
-app_model() { case "$1" in lm4k) echo lm ;; lstm-own) echo lstm ;; vit-nosplit | vit-async | vit-narrow | vit-bf16fast | vit-lt) echo vit ;; *) echo "$1" ;; esac; }
-# Variants: another path of a model whose PyTorch rows are that model's.
-variant_of_model() { case "$1" in lstm-own | vit-nosplit | vit-async | vit-narrow | vit-bf16fast | vit-lt) return 0 ;; *) return 1 ;; esac; }
+app_model() { case "$1" in lm4k) echo lm ;; lstm-own) echo lstm ;; vit-*) echo vit ;; *) echo "$1" ;; esac; }
+# Variants: another path of a model whose PyTorch rows are that model's (a vit-* variant: vit with
+# the switch model_env names).
+variant_of_model() { case "$1" in lstm-own | vit-*) return 0 ;; *) return 1 ;; esac; }
 model_env() {  # extra environment of a model
     case "$1" in
         lstm-own) echo INITLAB_CUDNN=0 ;;
@@ -119,6 +122,8 @@ model_env() {  # extra environment of a model
         vit-bf16fast) echo INITLAB_BF16_GEMM_FAST=1 ;;
         vit-lt) echo INITLAB_LT_BIAS=1 ;;
         vit-narrow) echo INITLAB_FLASH_NARROW_FORWARD=1 ;;
+        vit-noedge) echo INITLAB_ATTENTION_EDGE_KEYS=0 ;;
+        vit-*) echo "bench/gpu.sh: unknown vit variant $1" >&2; exit 2 ;;
     esac
 }
 # One field of a JSON line (numbers and strings), without jq.
@@ -139,7 +144,7 @@ for model in $models; do
             device=$(field "$line" device)
             ms=$(field "$line" ms_per_step)
             # PyTorch once per model and precision (its attention does not change with ours; lstm-own
-            # vit-nosplit and vit-async are compared with the lstm and vit rows').
+            # and the vit-* variants are compared with the lstm and vit rows').
             if [ $first = 1 ]; then
                 eager="" compiled="" eager_mb="" compiled_mb=""
                 if [ $torch_ok = 1 ] && ! variant_of_model "$model"; then
@@ -178,7 +183,7 @@ done
     case " $models " in *" lm4k "*) lm4k_note=", lm4k \`$sizes_lm4k\`" ;; esac
     echo "Sizes: vit \`$sizes_vit\`, lm/gau/lstm/lstm-own \`$sizes_lm\`$lm4k_note, $steps. lstm: cuDNN's LSTM where the build has cuDNN (fp32, tf32); lstm-own: INITLAB_CUDNN=0."
     echo "attention kernels: what the run took (apps/bench's attention_kernels: unfused, or flash with fp32 / tf32 / bf16, async for the asynchronous copies, split-dq for the split backward; – for a model without the attention op)."
-    echo "fused attention: INITLAB_FUSED_ATTENTION=0 (off: two batched GEMMs and a softmax kernel) or 1 (on: engine/cuda/flash_attention.cu; fp32 kernels under fp32, the tensor-core kernels under tf32 (TF32 inputs) and bf16 (bf16 inputs)). vit-nosplit: vit with INITLAB_FLASH_SPLIT_DQ=0; vit-async: vit with INITLAB_FLASH_ASYNC=1; vit-bf16fast: vit with INITLAB_BF16_GEMM_FAST=1 (under bf16, cuBLAS rounds the fp32 inputs in its kernels); vit-lt: vit with INITLAB_LT_BIAS=1 (linear biases by cuBLASLt's epilogue); vit-narrow: vit with INITLAB_FLASH_NARROW_FORWARD=1 (the tensor-core forward at 32 keys a step)."
+    echo "fused attention: INITLAB_FUSED_ATTENTION=0 (off: two batched GEMMs and a softmax kernel) or 1 (on: engine/cuda/flash_attention.cu; fp32 kernels under fp32, the tensor-core kernels under tf32 (TF32 inputs) and bf16 (bf16 inputs)). vit-nosplit: vit with INITLAB_FLASH_SPLIT_DQ=0; vit-async: vit with INITLAB_FLASH_ASYNC=1; vit-bf16fast: vit with INITLAB_BF16_GEMM_FAST=1 (under bf16, cuBLAS rounds the fp32 inputs in its kernels); vit-lt: vit with INITLAB_LT_BIAS=1 (linear biases by cuBLASLt's epilogue); vit-narrow: vit with INITLAB_FLASH_NARROW_FORWARD=1 (the tensor-core forward at 32 keys a step); vit-noedge: vit with INITLAB_ATTENTION_EDGE_KEYS=0 (the unfused GEMMs over every key)."
     echo "ms/step: the step replayed from a CUDA graph where it applies (vit, lm, gau), else eager. A ratio above 1 means this engine is faster. Op profiles (apps/bench --profile 2, eager, device time from events):"
     for f in "$logdir"/*.profile; do
         echo

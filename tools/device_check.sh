@@ -2,10 +2,12 @@
 # tools/device_check.sh: one call on a lent GPU machine (see tools/device_pack.sh, which packs what
 # it needs): the [cuda] suite on the device, then bench/gpu.sh's comparisons in TF32, each ours
 # against PyTorch eager and torch.compile where the machine's PyTorch has CUDA:
-#   - vit, vit-nosplit, vit-async, vit-narrow, vit-lt, lm, lm4k with the fused attention off and on
+#   - vit, vit-nosplit, vit-async, vit-narrow, vit-lt, vit-noedge, lm, lm4k with the fused attention
+#     off and on
 #     (under tf32 the fused path is the tensor-core flash kernels; vit-nosplit is the fused backward
 #     without the split dq, vit-async the flash kernels with the asynchronous copies, vit-narrow the
-#     forward at 32 keys a step, vit-lt the linears' bias by cuBLASLt's epilogue);
+#     forward at 32 keys a step, vit-lt the linears' bias by cuBLASLt's epilogue, vit-noedge the
+#     unfused attention's GEMMs over all 257 keys, no edge keys);
 #   - attention-bf16 (not in the default PARTS): vit, vit-bf16fast (cuBLAS rounding the GEMM
 #     inputs itself) and lm under bf16, fused off and on (the bf16 flash kernels);
 #   - gau, lstm (cuDNN's LSTM) and lstm-own (the own kernels).
@@ -44,7 +46,7 @@ if [[ $parts == *" suite "* ]]; then
 fi
 if [[ $parts == *" attention "* ]]; then
     echo "== attention models, fused off and on (tf32)"
-    timeout "${BENCH_S:-300}" bash bench/gpu.sh --no-build --no-tests --models "vit vit-nosplit vit-async vit-narrow vit-lt lm lm4k" \
+    timeout "${BENCH_S:-300}" bash bench/gpu.sh --no-build --no-tests --models "vit vit-nosplit vit-async vit-narrow vit-lt vit-noedge lm lm4k" \
         --precisions tf32 --fused-attention both --out "$OUT/gpu-attention-tf32.md"
     echo "rc=$?"
 fi

@@ -249,7 +249,7 @@ void gemm_batched(bool ta, bool tb, int64_t batch, int64_t M, int64_t N, int64_t
 
 void gemm_batched_ld(bool ta, bool tb, int64_t batch, int64_t M, int64_t N, int64_t K, const float* A,
                      int64_t stride_a, int64_t lda, const float* B, int64_t stride_b, int64_t ldb, float* C,
-                     int64_t stride_c, int64_t ldc) {
+                     int64_t stride_c, int64_t ldc, float beta) {
     // Stored shapes: A is [M, K] ([K, M] transposed), B [K, N] ([N, K]), C [M, N]; packed rows
     // unless a leading dimension is given.
     const int64_t a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
@@ -274,7 +274,7 @@ void gemm_batched_ld(bool ta, bool tb, int64_t batch, int64_t M, int64_t N, int6
     }
     if (M == 0 || N == 0 || batch == 0) return;
     profile::note_flops(2.0 * (double)batch * (double)M * (double)N * (double)K);
-    const float alpha = 1.f, beta = 0.f;
+    const float alpha = 1.f;
     std::lock_guard<std::mutex> lock(g_mu);
     cublasHandle_t h = handle(at());
     if (gemm_precision() == GemmPrecision::bf16) {

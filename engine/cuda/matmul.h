@@ -66,9 +66,10 @@ void gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t 
 // The same with row strides (leading dimensions, in floats, at least the stored row length; 0:
 // packed rows) for each operand: a matrix's rows may be padded, e.g. to 16 bytes, which cuBLAS's
 // fastest tensor-core kernels need of every row and every matrix of the batch (engine/cuda/nn.cu's
-// attention pads P's rows for that reason).
+// attention pads P's rows for that reason). beta: C = op(A)·op(B) + beta·C (attention adds its
+// edge keys' share this way).
 void gemm_batched_ld(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, const float* A,
                      int64_t stride_a, int64_t lda, const float* B, int64_t stride_b, int64_t ldb, float* C,
-                     int64_t stride_c, int64_t ldc);
+                     int64_t stride_c, int64_t ldc, float beta = 0.f);
 
 }  // namespace engine::cuda

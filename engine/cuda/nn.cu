@@ -21,6 +21,7 @@
 //
 // Dropout's uniforms come from uniform_fill, Philox4x32-10 (engine/cuda/philox.h) on the counter
 // blocks the op reserved from the global generator: bitwise the CPU's mask.
+#include <atomic>
 #include <cstdint>
 
 #include "engine/attention_layout.h"
@@ -680,26 +681,88 @@ __global__ void attention_softmax_backward_kernel(const float* p, const float* m
     }
 }
 
+// Edge keys. cuBLAS takes its fast tensor-core GEMMs only where the extent along each operand's
+// contiguous dimension is a multiple of 16 bytes as well as its row stride: with S = 257 keys (ViT-
+// Tiny's patch-2 tokens) every attention GEMM has 257 there (the key count is P's row length, the
+// scores' row length, the rows of dk and dv) and an H100 ran all six in align1 kernels at about a
+// quarter of the others' speed (8.3 of the step's 28.5 ms; P's padded rows did not help). So where
+// S is not a multiple of 8 (16 bytes of bf16) the GEMMs take the keys [0, first), first = S rounded
+// down to 8, and the register row kernels take the edge [first, S), at most 7 keys, lane l key
+// first + l in a register of its own: their scores (forward: q·k; backward: dP = dout·v) as warp
+// dot products, and their share of the row's product (forward: out = Σ P·v over the edge, then the
+// GEMM adds the rest with beta = 1; backward: dq the same with dS·k); attention_edge_backward_kernel
+// gives dk's and dv's edge rows. e.y null: no product wanted (dq not needed); first == S: no edge.
+struct EdgeKeys {
+    int64_t first, S, T, D;  // edge keys [first, S); T queries; head dim D (a multiple of 32, <= 128)
+    const float* rows;       // the queries' operand: q (forward) or dout (backward), T rows a head
+    AttentionHeads rows_at;  // its layout
+    const float* keys;       // the scored key rows: k (forward) or v (backward), layout in, S a head
+    const float* mix;        // the mixed key rows: v (forward) or k (backward), layout in
+    float* y;                // the mixture: out (forward, layout y_at) or dq (backward, layout in)
+    AttentionHeads y_at, in;
+};
+constexpr int kEdgeChunks = 4;  // D / 32 at most (D <= 128)
+
+// Lane l's edge score of row r (head r / T, query r % T): key first + l's, as the GEMM would give
+// it, times scale; `none` for lanes past the edge and keys at or past `visible`.
+__device__ float edge_score(const EdgeKeys& e, int64_t r, int64_t visible, float scale, float none) {
+    const int64_t head = r / e.T, t = r % e.T, lane = threadIdx.x % kWarp;
+    const float* a = e.rows + e.rows_at.offset(head, e.T) + t * e.rows_at.ld;
+    const float* keys = e.keys + e.in.offset(head, e.S);
+    float mine = none;
+    for (int64_t j = e.first; j < e.S && j < visible; j++) {
+        const float* b = keys + j * e.in.ld;
+        float s = 0.f;
+        for (int64_t d = lane; d < e.D; d += kWarp) s += a[d] * b[d];
+        s = warp_sum(s) * scale;
+        if (lane == j - e.first) mine = s;
+    }
+    return mine;
+}
+
+// Row r of e.y = Σ over the edge keys of w_j · mix_j, lane l holding w of key first + l. Every row
+// is written, 0 where no edge key is visible, since the GEMM then adds to it.
+__device__ void edge_mix(const EdgeKeys& e, int64_t r, float w) {
+    if (!e.y) return;
+    const int64_t head = r / e.T, t = r % e.T, lane = threadIdx.x % kWarp;
+    const float* mix = e.mix + e.in.offset(head, e.S);
+    float acc[kEdgeChunks] = {};
+    for (int64_t j = e.first; j < e.S; j++) {
+        const float wj = __shfl_sync(kFullMask, w, (int)(j - e.first));
+        UNROLL
+        for (int c = 0; c < kEdgeChunks; c++)
+            if (c * kWarp < e.D) acc[c] += wj * mix[j * e.in.ld + c * kWarp + lane];
+    }
+    float* y = e.y + e.y_at.offset(head, e.T) + t * e.y_at.ld;
+    UNROLL
+    for (int c = 0; c < kEdgeChunks; c++)
+        if (c * kWarp < e.D) y[c * kWarp + lane] = acc[c];
+}
+
 // The two kernels above for rows of at most 32·kPerLane keys (REGS_LAUNCH, up to kRegsRowMax), a
 // warp per row with the row in registers: lane l keeps columns l, l + 32, ... So P is read once and
 // written once (the kernels above pass over the row three and two times), and every load of a row
 // is in flight at once: on an H100 the forward moved 1.9 TB/s and the backward 2.6 at ViT-Tiny's
 // 257 keys (session 12), with the row kernels above a warp a row. Each element gets the same
-// operations as there.
+// operations as there. The array holds the GEMMs' keys [0, e.first); the edge keys (EdgeKeys) are
+// one more register a lane, so REGS_LAUNCH sizes the array for e.first (256 of ViT-Tiny's 257).
 template <int kPerLane>
 __global__ void attention_softmax_regs_kernel(float* p, const float* mask, float* dropped, int64_t rows, int64_t T,
-                                              int64_t S, int64_t ldp, bool causal, float scale) {
+                                              int64_t S, int64_t ldp, bool causal, float scale, EdgeKeys e) {
     const RowGroup g = row_group<false>();
+    const int64_t je = e.first + g.tid;  // this lane's edge key (if < S)
     for (int64_t r = g.first; r < rows; r += g.stride) {
         float* pr = p + r * ldp;
         const int64_t visible = visible_keys(r % T, T, S, causal);
-        float x[kPerLane], m = -INFINITY;
+        float x[kPerLane];
         UNROLL
         for (int i = 0; i < kPerLane; i++) {
             const int64_t j = g.tid + (int64_t)kWarp * i;
-            x[i] = j < visible ? pr[j] * scale : -INFINITY;
-            m = fmaxf(m, x[i]);
+            x[i] = j < visible && j < e.first ? pr[j] * scale : -INFINITY;
         }
+        float xe = edge_score(e, r, visible, scale, -INFINITY), m = xe;  // (after the row's loads are issued)
+        UNROLL
+        for (int i = 0; i < kPerLane; i++) m = fmaxf(m, x[i]);
         m = warp_max(m);
         float s = 0.f;
         UNROLL
@@ -708,23 +771,36 @@ __global__ void attention_softmax_regs_kernel(float* p, const float* mask, float
             x[i] = expf(x[i] - m);
             s += x[i];
         }
+        if (je < visible) {
+            xe = expf(xe - m);
+            s += xe;
+        }
         s = warp_sum(s);
         const float inv = visible > 0 ? 1.f / s : 0.f;
         UNROLL
         for (int i = 0; i < kPerLane; i++) {
             const int64_t j = g.tid + (int64_t)kWarp * i;
-            if (j >= S) break;
+            if (j >= e.first) break;
             const float v = j < visible ? x[i] * inv : 0.f;
             pr[j] = v;
             if (mask) dropped[r * ldp + j] = v * mask[r * S + j];
         }
+        float we = 0.f;  // the edge key's weight in the value product
+        if (je < S) {
+            const float v = je < visible ? xe * inv : 0.f;
+            pr[je] = v;
+            we = mask ? v * mask[r * S + je] : v;
+            if (mask) dropped[r * ldp + je] = we;
+        }
+        edge_mix(e, r, we);
     }
 }
 
 template <int kPerLane>
 __global__ void attention_softmax_backward_regs_kernel(const float* p, const float* mask, float* ds, int64_t rows,
-                                                       int64_t S, int64_t ldp, float scale) {
+                                                       int64_t S, int64_t ldp, float scale, EdgeKeys e) {
     const RowGroup g = row_group<false>();
+    const int64_t je = e.first + g.tid;  // this lane's edge key (if < S)
     for (int64_t r = g.first; r < rows; r += g.stride) {
         const float* pr = p + r * ldp;
         float* dr = ds + r * ldp;
@@ -732,21 +808,76 @@ __global__ void attention_softmax_backward_regs_kernel(const float* p, const flo
         UNROLL
         for (int i = 0; i < kPerLane; i++) {
             const int64_t j = g.tid + (int64_t)kWarp * i;
-            pv[i] = j < S ? pr[j] : 0.f;
-            d[i] = j < S ? (mask ? dr[j] * mask[r * S + j] : dr[j]) : 0.f;
+            pv[i] = j < e.first ? pr[j] : 0.f;
+            d[i] = j < e.first ? (mask ? dr[j] * mask[r * S + j] : dr[j]) : 0.f;
         }
+        float de = edge_score(e, r, S, 1.f, 0.f);  // dP's edge: dout·v
+        const float pe = je < S ? pr[je] : 0.f;
+        if (mask && je < S) de *= mask[r * S + je];
         UNROLL
         for (int i = 0; i < kPerLane; i++)
-            if (g.tid + (int64_t)kWarp * i < S) dot += d[i] * pv[i];
+            if (g.tid + (int64_t)kWarp * i < e.first) dot += d[i] * pv[i];
+        if (je < S) dot += de * pe;
         dot = warp_sum(dot);
         UNROLL
         for (int i = 0; i < kPerLane; i++) {
             const int64_t j = g.tid + (int64_t)kWarp * i;
-            if (j < S) dr[j] = pv[i] * (d[i] - dot) * scale;
+            if (j < e.first) dr[j] = pv[i] * (d[i] - dot) * scale;
         }
+        de = je < S ? pe * (de - dot) * scale : 0.f;
+        if (je < S) dr[je] = de;
+        edge_mix(e, r, de);  // dq's edge share, dS·k
     }
 }
 
+// dv's and dk's edge rows j in [first, S): dv_j = Σ_t (P ⊙ mask)[t, j]·dout_t and dk_j =
+// Σ_t dS[t, j]·q_t (ds, dk null: dv only; dv null: dk only). A block per (head, edge key): its 8
+// warps take every 8th query, lane l the columns l, l + 32, ... of D, then the warps' sums are
+// added in shared memory in a fixed order.
+constexpr int kEdgeWarps = kRowThreads / kWarp;
+__global__ void attention_edge_backward_kernel(const float* p, const float* mask, const float* ds, const float* q,
+                                               const float* dout, float* dk, float* dv, int64_t BH, int64_t T,
+                                               int64_t S, int64_t first, int64_t ldp, int64_t D, AttentionHeads in,
+                                               AttentionHeads out_layout) {
+    SHARED_ARRAY(float, partial, 2 * kEdgeWarps * kEdgeChunks * kWarp);
+    const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+    const int64_t edge = S - first;
+    for (int64_t b = blockIdx.x; b < BH * edge; b += gridDim.x) {  // b depends on the block only
+        const int64_t head = b / edge, j = first + b % edge;
+        float acc_v[kEdgeChunks] = {}, acc_k[kEdgeChunks] = {};
+        for (int64_t t = warp; t < T; t += kEdgeWarps) {
+            const int64_t pt = (head * T + t) * ldp + j;
+            const float* dout_t = dout + out_layout.offset(head, T) + t * out_layout.ld;
+            const float* q_t = q + in.offset(head, T) + t * in.ld;
+            const float pd = mask ? p[pt] * mask[(head * T + t) * S + j] : p[pt];
+            const float dst = ds ? ds[pt] : 0.f;
+            UNROLL
+            for (int c = 0; c < kEdgeChunks; c++) {
+                if (c * kWarp >= D) break;
+                if (dv) acc_v[c] += pd * dout_t[c * kWarp + lane];
+                if (dk) acc_k[c] += dst * q_t[c * kWarp + lane];
+            }
+        }
+        float* mine = partial + warp * 2 * kEdgeChunks * kWarp;
+        UNROLL
+        for (int c = 0; c < kEdgeChunks; c++) {
+            mine[c * kWarp + lane] = acc_v[c];
+            mine[(kEdgeChunks + c) * kWarp + lane] = acc_k[c];
+        }
+        __syncthreads();
+        for (int64_t i = threadIdx.x; i < 2 * D; i += blockDim.x) {  // i < D: dv column i; else dk column i − D
+            const bool is_v = i < D;
+            const int64_t col = is_v ? i : i - D;
+            float* out = is_v ? dv : dk;
+            if (!out) continue;
+            const int64_t at = (is_v ? 0 : kEdgeChunks * kWarp) + col;
+            float sum = 0.f;
+            for (int w = 0; w < kEdgeWarps; w++) sum += partial[w * 2 * kEdgeChunks * kWarp + at];
+            out[in.offset(head, S) + j * in.ld + col] = sum;
+        }
+        __syncthreads();  // the next key's partial sums overwrite these
+    }
+}
 
 // ---------------------------------------------------------------------------------------------
 // rope. A [T, D/2] table of cos and sign·sin computed in double as the CPU's (positions can be
@@ -971,8 +1102,9 @@ int64_t attention_p_stride(int64_t S) { return (S + 3) / 4 * 4; }
 
 // P (and the dropped P and dS of the same shape) with rows of ldp = S rounded up to 4 floats: then
 // every row and every head's matrix starts 16-byte aligned whatever S is (257 for ViT-Tiny's
-// patch-2 tokens), which cuBLAS's fastest TF32 tensor-core kernels require of all operands; the
-// padding columns are never written nor read (each GEMM's K or N is S, its leading dimension ldp).
+// patch-2 tokens), which cuBLAS's fastest TF32 tensor-core kernels require of all operands (with
+// extents to match: the edge keys above); the padding columns are never written nor read (each
+// GEMM's K or N is at most S, its leading dimension ldp).
 // dropped[r, j] = P[r, j]·mask[r, j] for the dv GEMM of the backward (mask rows unpadded).
 __global__ void mask_rows_kernel(const float* p, const float* mask, float* dropped, int64_t rows, int64_t S,
                                  int64_t ldp) {
@@ -1007,7 +1139,23 @@ HeadBatches head_batches(AttentionHeads in, AttentionHeads out, int64_t BH, int6
              std::to_string(out.heads) + " heads, " + std::to_string(BH) + " in all)");
     return {in, out, BH, T, ldp};
 }
+
+// Where the GEMMs' keys end ([0, first)) and the edge keys begin (EdgeKeys): S rounded down to 8
+// where S is not a multiple of 8 and the register kernels take the rows (S <= kRegsRowMax), with
+// D a multiple of 32 up to 128 (the edge kernels' lanes); else S, no edge.
+int64_t gemm_keys(int64_t S, int64_t D) {
+    if (S % 8 == 0 || S < 8 || S > kRegsRowMax || D % kWarp || D > kEdgeChunks * kWarp) return S;
+    if (!attention_edge_keys_enabled()) return S;
+    return S / 8 * 8;
+}
+
+std::atomic<int> g_edge_keys{-1};
+std::atomic<uint64_t> g_edge_calls{0};
 }  // namespace
+
+bool attention_edge_keys_enabled() { return env_switch(g_edge_keys, "INITLAB_ATTENTION_EDGE_KEYS", true); }
+void set_attention_edge_keys(bool on) { g_edge_keys.store(on ? 1 : 0, std::memory_order_relaxed); }
+uint64_t attention_edge_key_calls() { return g_edge_calls.load(std::memory_order_relaxed); }
 
 void attention_forward(const float* q, const float* k, const float* v, const float* mask, float* p, float* out,
                        int64_t BH, int64_t T, int64_t S, int64_t D, bool causal, float scale, AttentionHeads in,
@@ -1017,22 +1165,26 @@ void attention_forward(const float* q, const float* k, const float* v, const flo
         memset_zero(out, sizeof(float) * BH * T * D);
         return;
     }
-    const int64_t ldp = attention_p_stride(S);
+    const int64_t ldp = attention_p_stride(S), first = gemm_keys(S, D);
     const HeadBatches hb = head_batches(in, out_layout, BH, T, ldp);
     const AttentionHeads& L = hb.in;
     const AttentionHeads& O = hb.out;
+    if (first < S) g_edge_calls.fetch_add(1, std::memory_order_relaxed);
     for (int64_t c = 0; c < hb.calls(); c++)  // raw scores q·kᵀ
-        gemm_batched_ld(false, true, hb.batch(), T, S, D, q + L.offset(c, T), hb.stride(L, T), L.ld,
+        gemm_batched_ld(false, true, hb.batch(), T, first, D, q + L.offset(c, T), hb.stride(L, T), L.ld,
                         k + L.offset(c, S), hb.stride(L, S), L.ld, p + hb.p_first(c), hb.p_stride(), ldp);
     Scratch<float> dropped(mask ? BH * T * ldp : 0);
+    const EdgeKeys edge{first, S, T, D, q, L, k, v, first < S ? out : nullptr, O, L};
     if (S <= kRegsRowMax)
-        REGS_LAUNCH(attention_softmax_regs_kernel, BH * T, S, p, mask, dropped.p, BH * T, T, S, ldp, causal, scale);
+        REGS_LAUNCH(attention_softmax_regs_kernel, BH * T, first, p, mask, dropped.p, BH * T, T, S, ldp, causal, scale,
+                    edge);
     else
         ROWS_LAUNCH(attention_softmax_kernel, BH * T, S, p, mask, dropped.p, BH * T, T, S, ldp, causal, scale);
     const float* probs = mask ? dropped.p : p;
-    for (int64_t c = 0; c < hb.calls(); c++)
-        gemm_batched_ld(false, false, hb.batch(), T, D, S, probs + hb.p_first(c), hb.p_stride(), ldp,
-                        v + L.offset(c, S), hb.stride(L, S), L.ld, out + O.offset(c, T), hb.stride(O, T), O.ld);
+    for (int64_t c = 0; c < hb.calls(); c++)  // out = P·v (plus the edge's share, written above)
+        gemm_batched_ld(false, false, hb.batch(), T, D, first, probs + hb.p_first(c), hb.p_stride(), ldp,
+                        v + L.offset(c, S), hb.stride(L, S), L.ld, out + O.offset(c, T), hb.stride(O, T), O.ld,
+                        first < S ? 1.f : 0.f);
 }
 
 void attention_backward(const float* q, const float* k, const float* v, const float* mask, const float* p,
@@ -1045,36 +1197,48 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
         if (dv) memset_zero(dv, sizeof(float) * BH * S * D);
         return;
     }
-    const int64_t ldp = attention_p_stride(S);
+    const int64_t ldp = attention_p_stride(S), first = gemm_keys(S, D);
     const HeadBatches hb = head_batches(in, out_layout, BH, T, ldp);
     const AttentionHeads& L = hb.in;
     const AttentionHeads& O = hb.out;
+    // dk's and dv's edge rows (after dS, where dk is wanted)
+    auto edge_rows = [&](const float* ds, float* dk_edge, float* dv_edge) {
+        if (first == S || (!dk_edge && !dv_edge)) return;
+        KERNEL_LAUNCH(attention_edge_backward_kernel, blocks_for(BH * (S - first), 1), kRowThreads, 0, p, mask, ds, q,
+                      dout, dk_edge, dv_edge, BH, T, S, first, ldp, D, L, O);
+    };
     if (dv) {  // dv = (P ⊙ mask)ᵀ·dout
         Scratch<float> dropped(mask ? BH * T * ldp : 0);
         if (mask) KERNEL_LAUNCH(mask_rows_kernel, blocks_for(BH * T * S), kBlockSize, 0, p, mask, dropped.p, BH * T, S, ldp);
         const float* probs = mask ? dropped.p : p;
         for (int64_t c = 0; c < hb.calls(); c++)
-            gemm_batched_ld(true, false, hb.batch(), S, D, T, probs + hb.p_first(c), hb.p_stride(), ldp,
+            gemm_batched_ld(true, false, hb.batch(), first, D, T, probs + hb.p_first(c), hb.p_stride(), ldp,
                             dout + O.offset(c, T), hb.stride(O, T), O.ld, dv + L.offset(c, S), hb.stride(L, S),
                             L.ld);
     }
-    if (!dq && !dk) return;
+    if (!dq && !dk) {
+        edge_rows(nullptr, nullptr, dv);
+        return;
+    }
     Scratch<float> ds(BH * T * ldp);
     for (int64_t c = 0; c < hb.calls(); c++)  // dP = dout·vᵀ
-        gemm_batched_ld(false, true, hb.batch(), T, S, D, dout + O.offset(c, T), hb.stride(O, T), O.ld,
+        gemm_batched_ld(false, true, hb.batch(), T, first, D, dout + O.offset(c, T), hb.stride(O, T), O.ld,
                         v + L.offset(c, S), hb.stride(L, S), L.ld, ds.p + hb.p_first(c), hb.p_stride(), ldp);
+    const EdgeKeys edge{first, S, T, D, dout, O, v, k, first < S ? dq : nullptr, L, L};
     if (S <= kRegsRowMax)
-        REGS_LAUNCH(attention_softmax_backward_regs_kernel, BH * T, S, p, mask, ds.p, BH * T, S, ldp, scale);
+        REGS_LAUNCH(attention_softmax_backward_regs_kernel, BH * T, first, p, mask, ds.p, BH * T, S, ldp, scale, edge);
     else
         ROWS_LAUNCH(attention_softmax_backward_kernel, BH * T, S, p, mask, ds.p, BH * T, S, ldp, scale);
     for (int64_t c = 0; c < hb.calls(); c++) {
-        if (dq)  // dq = dS·k
-            gemm_batched_ld(false, false, hb.batch(), T, D, S, ds.p + hb.p_first(c), hb.p_stride(), ldp,
-                            k + L.offset(c, S), hb.stride(L, S), L.ld, dq + L.offset(c, T), hb.stride(L, T), L.ld);
+        if (dq)  // dq = dS·k (plus the edge's share, written above)
+            gemm_batched_ld(false, false, hb.batch(), T, D, first, ds.p + hb.p_first(c), hb.p_stride(), ldp,
+                            k + L.offset(c, S), hb.stride(L, S), L.ld, dq + L.offset(c, T), hb.stride(L, T), L.ld,
+                            first < S ? 1.f : 0.f);
         if (dk)  // dk = dSᵀ·q
-            gemm_batched_ld(true, false, hb.batch(), S, D, T, ds.p + hb.p_first(c), hb.p_stride(), ldp,
+            gemm_batched_ld(true, false, hb.batch(), first, D, T, ds.p + hb.p_first(c), hb.p_stride(), ldp,
                             q + L.offset(c, T), hb.stride(L, T), L.ld, dk + L.offset(c, S), hb.stride(L, S), L.ld);
     }
+    edge_rows(ds.p, dk, dv);
 }
 
 void rope_forward(const float* x, float* y, int64_t outer, int64_t T, int64_t D, float base, int64_t start_pos) {

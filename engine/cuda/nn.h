@@ -75,7 +75,15 @@ void mse_backward(const float* pred, const float* target, const float* dloss, fl
 // is never written nor read); masked entries exactly 0; a query that sees no key gets an all-zero
 // row. The mask, when there is one, is unpadded [BH, T, S].
 // out = (P ⊙ mask)·v, with mask [BH, T, S] the scaled dropout mask, or null for no dropout.
+// Where S is not a multiple of 8 (up to 512 keys, head dims 32, 64, 96, 128), the GEMMs take the
+// first S rounded down to 8 keys, so that cuBLAS can take its 16-byte-aligned kernels, and the
+// softmax kernels the rest (engine/cuda/nn.cu, "Edge keys"). On by default;
+// INITLAB_ATTENTION_EDGE_KEYS=0 turns it off (read once), set_attention_edge_keys overrides either;
+// attention_edge_key_calls counts the forward calls that split.
 int64_t attention_p_stride(int64_t S);  // S rounded up to a multiple of 4
+bool attention_edge_keys_enabled();
+void set_attention_edge_keys(bool on);
+uint64_t attention_edge_key_calls();
 void attention_forward(const float* q, const float* k, const float* v, const float* mask, float* p, float* out,
                        int64_t BH, int64_t T, int64_t S, int64_t D, bool causal, float scale, AttentionHeads in,
                        AttentionHeads out_layout);

@@ -16,6 +16,7 @@
 #include <vector>
 #include "engine/cuda/flash_attention.h"
 #include "engine/cuda/matmul.h"
+#include "engine/cuda/nn.h"
 #include "engine/ops.h"
 #include "engine/rng.h"
 
@@ -139,6 +140,8 @@ using NarrowForwardScope = SwitchScope<engine::cuda::flash_narrow_forward_enable
 using Bf16FastGemmScope = SwitchScope<engine::cuda::bf16_fast_gemm_enabled, engine::cuda::set_bf16_fast_gemm>;
 // linear's bias by cuBLASLt's epilogue (engine/cuda/matmul.h's gemm_bias).
 using LtBiasScope = SwitchScope<engine::cuda::lt_bias_enabled, engine::cuda::set_lt_bias>;
+// The unfused attention's edge keys (engine/cuda/nn.h).
+using EdgeKeysScope = SwitchScope<engine::cuda::attention_edge_keys_enabled, engine::cuda::set_attention_edge_keys>;
 
 inline Tensor rand_uniform(const engine::Shape& s, float lo, float hi, bool grad = true, uint64_t seed = 11) {
     engine::Generator g(seed + (uint64_t)s.numel());

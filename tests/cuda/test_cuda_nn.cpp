@@ -395,6 +395,68 @@ TEST_CASE("cuda attention_qkv: with the fused path on, the flash kernels between
     test::require_close("fused against unfused", unfused, engine::attention_qkv(qkv, 4, true), kAttnFwd);
 }
 
+// Edge keys (engine/cuda/nn.cu): where S is not a multiple of 8 the GEMMs take the first S rounded
+// down to 8 keys and the softmax kernels the rest. Against the CPU and against the GEMMs over every
+// key (the switch off), in each layout, with dropout, with T != S (1 to 7 edge keys, one to three
+// register slots a lane), causal and not, head dims 32 to 128, and with q, k or v not needing a
+// gradient (dq or dk, dv null).
+TEST_CASE("cuda attention: edge keys against the CPU and against the GEMMs over every key", "[cuda]") {
+    test::PrecisionScope fp32(engine::cuda::GemmPrecision::fp32);
+    test::EdgeKeysScope on(true);
+    struct Case { int64_t B, H, T, S, D; bool causal; float dropout; };
+    for (Case c : {Case{1, 2, 9, 9, 64, true, 0.f}, Case{2, 1, 6, 15, 32, false, 0.25f}, Case{1, 1, 13, 13, 128, true, 0.25f},
+                   Case{1, 2, 20, 300, 64, false, 0.f}, Case{2, 2, 33, 37, 96, true, 0.f}, Case{1, 1, 257, 257, 64, false, 0.1f}}) {
+        INFO("B " << c.B << " H " << c.H << " T " << c.T << " S " << c.S << " D " << c.D << " causal " << c.causal
+                  << " dropout " << c.dropout);
+        auto heads = [c](auto& in) {
+            engine::manual_seed(3);
+            return engine::attention(in[0], in[1], in[2], c.causal, c.dropout, true);
+        };
+        auto tokens = [c](auto& in) {
+            engine::manual_seed(4);
+            return engine::attention_tokens(in[0], in[1], in[2], c.H, c.causal, c.dropout, true);
+        };
+        const uint64_t calls = engine::cuda::attention_edge_key_calls();
+        check_parity("attention edge keys", heads,
+                     {randn({c.B, c.H, c.T, c.D}, true, 81), randn({c.B, c.H, c.S, c.D}, true, 82),
+                      randn({c.B, c.H, c.S, c.D}, true, 83)}, kAttnFwd, kAttnBwd);
+        check_parity("attention_tokens edge keys", tokens,
+                     {randn({c.B, c.T, c.H * c.D}, true, 84), randn({c.B, c.S, c.H * c.D}, true, 85),
+                      randn({c.B, c.S, c.H * c.D}, true, 86)}, kAttnFwd, kAttnBwd);
+        if (c.T == c.S)
+            check_parity("attention_qkv edge keys", [c](auto& in) {
+                engine::manual_seed(5);
+                return engine::attention_qkv(in[0], c.H, c.causal, c.dropout, true);
+            }, {randn({c.B, c.T, 3 * c.H * c.D}, true, 87)}, kAttnFwd, kAttnBwd);
+        REQUIRE(engine::cuda::attention_edge_key_calls() == calls + (c.T == c.S ? 3 : 2));
+        // q, then k and v, without a gradient: the backward without dq, then without dk and dv
+        check_parity("attention edge keys, no dq", heads,
+                     {randn({c.B, c.H, c.T, c.D}, false, 81), randn({c.B, c.H, c.S, c.D}, true, 82),
+                      randn({c.B, c.H, c.S, c.D}, true, 83)}, kAttnFwd, kAttnBwd);
+        check_parity("attention edge keys, dq only", heads,
+                     {randn({c.B, c.H, c.T, c.D}, true, 81), randn({c.B, c.H, c.S, c.D}, false, 82),
+                      randn({c.B, c.H, c.S, c.D}, false, 83)}, kAttnFwd, kAttnBwd);
+        check_parity("attention edge keys, dv only", heads,
+                     {randn({c.B, c.H, c.T, c.D}, false, 81), randn({c.B, c.H, c.S, c.D}, false, 82),
+                      randn({c.B, c.H, c.S, c.D}, true, 83)}, kAttnFwd, kAttnBwd);
+        // the same on the device with the GEMMs over every key
+        std::vector<Tensor> a{test::to_cuda(randn({c.B, c.T, c.H * c.D}, true, 84)),
+                              test::to_cuda(randn({c.B, c.S, c.H * c.D}, true, 85)),
+                              test::to_cuda(randn({c.B, c.S, c.H * c.D}, true, 86))};
+        std::vector<Tensor> b{test::to_cuda(a[0]), test::to_cuda(a[1]), test::to_cuda(a[2])};
+        Tensor g = test::to_cuda(randn({c.B, c.T, c.H * c.D}, false, 88));
+        Tensor split = tokens(a), whole;
+        {
+            test::EdgeKeysScope off(false);
+            whole = tokens(b);
+            whole.backward(g);
+        }
+        split.backward(g);
+        test::require_close("forward", whole, split, kAttnFwd);
+        for (int i = 0; i < 3; i++) test::require_close("gradient " + std::to_string(i), b[i].grad(), a[i].grad(), kAttnBwd);
+    }
+}
+
 TEST_CASE("cuda attention: causal with queries that see no key gives all-zero rows", "[cuda]") {
     test::PrecisionScope fp32(engine::cuda::GemmPrecision::fp32);  // the GEMMs in full fp32
     // T = 7, S = 4: query i sees keys j <= i - 3, so queries 0, 1, 2 see none.
