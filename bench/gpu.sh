@@ -57,6 +57,27 @@ case "$fused_attention" in
     both) fused_modes="0 1" ;;
     *) echo "bench/gpu.sh: --fused-attention off|on|both, not $fused_attention" >&2; exit 2 ;;
 esac
+# Variants: another path of a model whose PyTorch rows are that model's (a vit-* variant: vit with
+# the switch model_env names).
+variant_of_model() { case "$1" in lstm-own | vit-*) return 0 ;; *) return 1 ;; esac; }
+model_env() {  # extra environment of a model
+    case "$1" in
+        lstm-own) echo INITLAB_CUDNN=0 ;;
+        vit-nosplit) echo INITLAB_FLASH_SPLIT_DQ=0 ;;
+        vit-async) echo INITLAB_FLASH_ASYNC=1 ;;
+        vit-bf16fast) echo INITLAB_BF16_GEMM_FAST=1 ;;
+        vit-lt) echo INITLAB_LT_BIAS=1 ;;
+        vit-narrow) echo INITLAB_FLASH_NARROW_FORWARD=1 ;;
+        vit-noedge) echo INITLAB_ATTENTION_EDGE_KEYS=0 ;;
+    esac
+}
+for model in $models; do  # refused before anything runs
+    case "$model" in
+        vit | lm | gau | lstm | lm4k | lstm-own) ;;
+        vit-*) [ -n "$(model_env "$model")" ] || { echo "bench/gpu.sh: unknown vit variant $model" >&2; exit 2; } ;;
+        *) echo "bench/gpu.sh: unknown model $model (see --help)" >&2; exit 2 ;;
+    esac
+done
 date_tag=$(date -u +%Y-%m-%d)
 [ -n "$out" ] || out="bench/results/gpu-$date_tag$([ $smoke = 1 ] && echo -smoke).md"
 mkdir -p "$(dirname "$out")"
@@ -111,21 +132,6 @@ sizes_for() {  # gau, lstm ignore --heads
     case "$1" in vit | vit-*) echo "$sizes_vit" ;; lm4k) echo "$sizes_lm4k" ;; *) echo "$sizes_lm" ;; esac
 }
 app_model() { case "$1" in lm4k) echo lm ;; lstm-own) echo lstm ;; vit-*) echo vit ;; *) echo "$1" ;; esac; }
-# Variants: another path of a model whose PyTorch rows are that model's (a vit-* variant: vit with
-# the switch model_env names).
-variant_of_model() { case "$1" in lstm-own | vit-*) return 0 ;; *) return 1 ;; esac; }
-model_env() {  # extra environment of a model
-    case "$1" in
-        lstm-own) echo INITLAB_CUDNN=0 ;;
-        vit-nosplit) echo INITLAB_FLASH_SPLIT_DQ=0 ;;
-        vit-async) echo INITLAB_FLASH_ASYNC=1 ;;
-        vit-bf16fast) echo INITLAB_BF16_GEMM_FAST=1 ;;
-        vit-lt) echo INITLAB_LT_BIAS=1 ;;
-        vit-narrow) echo INITLAB_FLASH_NARROW_FORWARD=1 ;;
-        vit-noedge) echo INITLAB_ATTENTION_EDGE_KEYS=0 ;;
-        vit-*) echo "bench/gpu.sh: unknown vit variant $1" >&2; exit 2 ;;
-    esac
-}
 # One field of a JSON line (numbers and strings), without jq.
 field() { python3 -c 'import json,sys; v=json.loads(sys.argv[1]).get(sys.argv[2]); print("" if v is None else (f"{v:.4g}" if isinstance(v,float) else v))' "$1" "$2"; }
 ratio() { python3 -c 'import sys; a,b=sys.argv[1],sys.argv[2]; print(f"{float(b)/float(a):.2f}" if a and b else "")' "$1" "$2"; }

@@ -266,6 +266,16 @@ TEST_CASE("cuda apps: bench/gpu.sh --fused-attention both gives a row with the f
     CHECK(run("bash bench/gpu.sh " + gpu_sh_smoke_flags() + " --fused-attention sometimes", tmp / "log2") != 0);
 }
 
+TEST_CASE("cuda apps: bench/gpu.sh's vit-* variants are vit with their switch; an unknown one is refused", "[cuda]") {
+    test::TempDir tmp;
+    std::string table = gpu_sh_table("--no-tests --models vit-noedge --precisions tf32", tmp);
+    INFO(table);
+    CHECK(table.find("| vit-noedge | tf32 | off | unfused |") != std::string::npos);
+    CHECK(table.find("vit `--dim") != std::string::npos);  // vit's sizes
+    CHECK(run("bash bench/gpu.sh " + gpu_sh_smoke_flags() + " --no-tests --models vit-bogus", tmp / "log2") != 0);
+    CHECK(slurp(tmp / "log2").find("unknown vit variant vit-bogus") != std::string::npos);
+}
+
 TEST_CASE("cuda apps: bench/gpu.sh lstm and lstm-own: cuDNN's LSTM and the own kernels, side by side", "[cuda]") {
     if (!engine::cuda::cudnn_built()) {
         WARN("this build has no cuDNN: lstm-own is the only LSTM path");
