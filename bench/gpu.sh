@@ -25,7 +25,9 @@
 # its kernels, CUBLAS_COMPUTE_32F_FAST_16BF, instead of a conversion pass into bf16 scratch);
 # vit-lt, vit with INITLAB_LT_BIAS=1 (the linears' bias by cuBLASLt's epilogue instead of bias
 # rows and a GEMM with beta = 1); vit-noedge, vit with INITLAB_ATTENTION_EDGE_KEYS=0 (the unfused
-# attention's GEMMs over all 257 keys instead of 256 and the edge key in the softmax kernels). The
+# attention's GEMMs over all 257 keys instead of 256 and the edge key in the softmax kernels);
+# vit-pointers and lm-pointers, vit and lm with INITLAB_GEMM_POINTER_BATCH=1 (each attention GEMM
+# one cuBLAS call over every head from address arrays, instead of a call per head). The
 # variants' PyTorch rows are their model's. E.g. a short
 # comparison of the paths:
 #   bash bench/gpu.sh --no-tests --models "vit lm lm4k lstm lstm-own" --precisions tf32 --fused-attention both
@@ -57,9 +59,9 @@ case "$fused_attention" in
     both) fused_modes="0 1" ;;
     *) echo "bench/gpu.sh: --fused-attention off|on|both, not $fused_attention" >&2; exit 2 ;;
 esac
-# Variants: another path of a model whose PyTorch rows are that model's (a vit-* variant: vit with
-# the switch model_env names).
-variant_of_model() { case "$1" in lstm-own | vit-*) return 0 ;; *) return 1 ;; esac; }
+# Variants: another path of a model whose PyTorch rows are that model's (a vit-* or lm-* variant:
+# vit or lm with the switch model_env names).
+variant_of_model() { case "$1" in lstm-own | vit-* | lm-*) return 0 ;; *) return 1 ;; esac; }
 model_env() {  # extra environment of a model
     case "$1" in
         lstm-own) echo INITLAB_CUDNN=0 ;;
@@ -69,12 +71,13 @@ model_env() {  # extra environment of a model
         vit-lt) echo INITLAB_LT_BIAS=1 ;;
         vit-narrow) echo INITLAB_FLASH_NARROW_FORWARD=1 ;;
         vit-noedge) echo INITLAB_ATTENTION_EDGE_KEYS=0 ;;
+        vit-pointers | lm-pointers) echo INITLAB_GEMM_POINTER_BATCH=1 ;;
     esac
 }
 for model in $models; do  # refused before anything runs
     case "$model" in
         vit | lm | gau | lstm | lm4k | lstm-own) ;;
-        vit-*) [ -n "$(model_env "$model")" ] || { echo "bench/gpu.sh: unknown vit variant $model" >&2; exit 2; } ;;
+        vit-* | lm-*) [ -n "$(model_env "$model")" ] || { echo "bench/gpu.sh: unknown variant $model" >&2; exit 2; } ;;
         *) echo "bench/gpu.sh: unknown model $model (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -131,7 +134,7 @@ sizes_lm4k="--dim 512 --depth 4 --heads 8 --seq 4096 --batch 2 --vocab 10000"
 sizes_for() {  # gau, lstm ignore --heads
     case "$1" in vit | vit-*) echo "$sizes_vit" ;; lm4k) echo "$sizes_lm4k" ;; *) echo "$sizes_lm" ;; esac
 }
-app_model() { case "$1" in lm4k) echo lm ;; lstm-own) echo lstm ;; vit-*) echo vit ;; *) echo "$1" ;; esac; }
+app_model() { case "$1" in lm4k | lm-*) echo lm ;; lstm-own) echo lstm ;; vit-*) echo vit ;; *) echo "$1" ;; esac; }
 # One field of a JSON line (numbers and strings), without jq.
 field() { python3 -c 'import json,sys; v=json.loads(sys.argv[1]).get(sys.argv[2]); print("" if v is None else (f"{v:.4g}" if isinstance(v,float) else v))' "$1" "$2"; }
 ratio() { python3 -c 'import sys; a,b=sys.argv[1],sys.argv[2]; print(f"{float(b)/float(a):.2f}" if a and b else "")' "$1" "$2"; }
@@ -150,7 +153,7 @@ for model in $models; do
             device=$(field "$line" device)
             ms=$(field "$line" ms_per_step)
             # PyTorch once per model and precision (its attention does not change with ours; lstm-own
-            # and the vit-* variants are compared with the lstm and vit rows').
+            # and the vit-* and lm-* variants are compared with the lstm, vit and lm rows').
             if [ $first = 1 ]; then
                 eager="" compiled="" eager_mb="" compiled_mb=""
                 if [ $torch_ok = 1 ] && ! variant_of_model "$model"; then
@@ -189,7 +192,7 @@ done
     case " $models " in *" lm4k "*) lm4k_note=", lm4k \`$sizes_lm4k\`" ;; esac
     echo "Sizes: vit \`$sizes_vit\`, lm/gau/lstm/lstm-own \`$sizes_lm\`$lm4k_note, $steps. lstm: cuDNN's LSTM where the build has cuDNN (fp32, tf32); lstm-own: INITLAB_CUDNN=0."
     echo "attention kernels: what the run took (apps/bench's attention_kernels: unfused, or flash with fp32 / tf32 / bf16, async for the asynchronous copies, split-dq for the split backward; – for a model without the attention op)."
-    echo "fused attention: INITLAB_FUSED_ATTENTION=0 (off: two batched GEMMs and a softmax kernel) or 1 (on: engine/cuda/flash_attention.cu; fp32 kernels under fp32, the tensor-core kernels under tf32 (TF32 inputs) and bf16 (bf16 inputs)). vit-nosplit: vit with INITLAB_FLASH_SPLIT_DQ=0; vit-async: vit with INITLAB_FLASH_ASYNC=1; vit-bf16fast: vit with INITLAB_BF16_GEMM_FAST=1 (under bf16, cuBLAS rounds the fp32 inputs in its kernels); vit-lt: vit with INITLAB_LT_BIAS=1 (linear biases by cuBLASLt's epilogue); vit-narrow: vit with INITLAB_FLASH_NARROW_FORWARD=1 (the tensor-core forward at 32 keys a step); vit-noedge: vit with INITLAB_ATTENTION_EDGE_KEYS=0 (the unfused GEMMs over every key)."
+    echo "fused attention: INITLAB_FUSED_ATTENTION=0 (off: two batched GEMMs and a softmax kernel) or 1 (on: engine/cuda/flash_attention.cu; fp32 kernels under fp32, the tensor-core kernels under tf32 (TF32 inputs) and bf16 (bf16 inputs)). vit-nosplit: vit with INITLAB_FLASH_SPLIT_DQ=0; vit-async: vit with INITLAB_FLASH_ASYNC=1; vit-bf16fast: vit with INITLAB_BF16_GEMM_FAST=1 (under bf16, cuBLAS rounds the fp32 inputs in its kernels); vit-lt: vit with INITLAB_LT_BIAS=1 (linear biases by cuBLASLt's epilogue); vit-narrow: vit with INITLAB_FLASH_NARROW_FORWARD=1 (the tensor-core forward at 32 keys a step); vit-noedge: vit with INITLAB_ATTENTION_EDGE_KEYS=0 (the unfused GEMMs over every key); vit-pointers, lm-pointers: vit, lm with INITLAB_GEMM_POINTER_BATCH=1 (each attention GEMM one call over every head)."
     echo "ms/step: the step replayed from a CUDA graph where it applies (vit, lm, gau), else eager. A ratio above 1 means this engine is faster. Op profiles (apps/bench --profile 2, eager, device time from events):"
     for f in "$logdir"/*.profile; do
         echo

@@ -2,14 +2,16 @@
 # tools/device_check.sh: one call on a lent GPU machine (see tools/device_pack.sh, which packs what
 # it needs): the [cuda] suite on the device, then bench/gpu.sh's comparisons in TF32, each ours
 # against PyTorch eager and torch.compile where the machine's PyTorch has CUDA:
-#   - vit, vit-nosplit, vit-async, vit-narrow, vit-lt, vit-noedge, lm, lm4k with the fused attention
-#     off and on
-#     (under tf32 the fused path is the tensor-core flash kernels; vit-nosplit is the fused backward
-#     without the split dq, vit-async the flash kernels with the asynchronous copies, vit-narrow the
-#     forward at 32 keys a step, vit-lt the linears' bias by cuBLASLt's epilogue, vit-noedge the
-#     unfused attention's GEMMs over all 257 keys, no edge keys);
+#   - attention: vit, vit-nosplit, vit-async, vit-narrow, lm, lm4k with the fused attention off and
+#     on (under tf32 the fused path is the tensor-core flash kernels; vit-nosplit is the fused
+#     backward without the split dq, vit-async the flash kernels with the asynchronous copies,
+#     vit-narrow the forward at 32 keys a step);
+#   - unfused: vit, vit-noedge, vit-pointers, vit-lt, lm, lm-pointers with the unfused attention
+#     (vit-noedge: the attention GEMMs over all 257 keys, no edge keys; the -pointers ones: each
+#     attention GEMM one cuBLAS call over every head; vit-lt: the linears' bias by cuBLASLt's
+#     epilogue);
 #   - attention-bf16 (not in the default PARTS): vit, vit-bf16fast (cuBLAS rounding the GEMM
-#     inputs itself) and lm under bf16, fused off and on (the bf16 flash kernels);
+#     inputs itself), vit-pointers and lm under bf16, fused off and on (the bf16 flash kernels);
 #   - gau, lstm (cuDNN's LSTM) and lstm-own (the own kernels).
 #   - sanitize: compute-sanitizer's memcheck over the [flash] tests and racecheck over one tensor-core case
 #     (the fused kernels' shared memory and warp synchronization);
@@ -20,9 +22,10 @@
 #     sm__throughput.avg.pct_of_peak_sustained_elapsed adds DRAM bytes and SM throughput, at
 #     several replays a kernel (over 150 s for the step on the H100).
 # Writes under $OUT (the device tool's folder; /tmp/out elsewhere): log.txt, suite.txt and the
-# tables. Sized for about 7 minutes on an H100 or H200; SUITE_S, BENCH_S, SANITIZE_S and KERNELS_S
-# bound each part. PARTS picks the parts (default "suite attention gau-lstm sanitize kernels"), for
-# a short lease.
+# tables. Every default part takes about 9 minutes on an H100 or H200, near one command's 10-minute
+# limit: a lease takes them in two calls by PARTS (default "suite attention unfused gau-lstm
+# sanitize kernels"), e.g. "suite attention unfused" then "attention-bf16 kernels". SUITE_S,
+# BENCH_S, SANITIZE_S and KERNELS_S bound each part.
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}
@@ -37,7 +40,7 @@ wheel_lib() { python3 -c "import importlib; print(list(importlib.import_module('
 export LD_LIBRARY_PATH=/tmp/lib:/usr/local/cuda/lib64:$(wheel_lib nvidia.cudnn):$(wheel_lib nvidia.cublas):${LD_LIBRARY_PATH:-}
 if ldd tests/run_tests | grep "not found"; then echo "device_check: libraries missing (above)"; exit 1; fi
 
-parts=" ${PARTS:-suite attention gau-lstm sanitize kernels} "
+parts=" ${PARTS:-suite attention unfused gau-lstm sanitize kernels} "
 if [[ $parts == *" suite "* ]]; then
     echo "== [cuda] suite"
     timeout "${SUITE_S:-150}" tests/run_tests "[cuda]" -r compact > "$OUT/suite.txt" 2>&1
@@ -46,13 +49,19 @@ if [[ $parts == *" suite "* ]]; then
 fi
 if [[ $parts == *" attention "* ]]; then
     echo "== attention models, fused off and on (tf32)"
-    timeout "${BENCH_S:-300}" bash bench/gpu.sh --no-build --no-tests --models "vit vit-nosplit vit-async vit-narrow vit-lt vit-noedge lm lm4k" \
+    timeout "${BENCH_S:-300}" bash bench/gpu.sh --no-build --no-tests --models "vit vit-nosplit vit-async vit-narrow lm lm4k" \
         --precisions tf32 --fused-attention both --out "$OUT/gpu-attention-tf32.md"
+    echo "rc=$?"
+fi
+if [[ $parts == *" unfused "* ]]; then
+    echo "== unfused attention: edge keys, address-array GEMMs, cuBLASLt's bias (tf32)"
+    timeout "${BENCH_S:-300}" bash bench/gpu.sh --no-build --no-tests --models "vit vit-noedge vit-pointers vit-lt lm lm-pointers" \
+        --precisions tf32 --fused-attention off --out "$OUT/gpu-unfused-tf32.md"
     echo "rc=$?"
 fi
 if [[ $parts == *" attention-bf16 "* ]]; then
     echo "== attention models, fused off and on (bf16)"
-    timeout "${BENCH_S:-300}" bash bench/gpu.sh --no-build --no-tests --models "vit vit-bf16fast lm" --precisions bf16 \
+    timeout "${BENCH_S:-300}" bash bench/gpu.sh --no-build --no-tests --models "vit vit-bf16fast vit-pointers lm" --precisions bf16 \
         --fused-attention both --out "$OUT/gpu-attention-bf16.md"
     echo "rc=$?"
 fi

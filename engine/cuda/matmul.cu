@@ -95,28 +95,31 @@ cublasHandle_t handle(const std::string& where) {
 
 int ld(int64_t v) { return (int)(v > 1 ? v : 1); }  // cuBLAS wants leading dimensions >= 1 even for empty operands
 
-// A GEMM operand as the GEMM reads it: `batch` matrices of `rows` lines of `cols` elements, lines
-// `ld` apart, matrices `stride` apart (0: one matrix shared by the batch).
+// A GEMM operand as the GEMM reads it: `batch` matrices of `rows` lines of `cols` elements, where
+// `at` says (lines at.ld apart; matrix i at at.offset(i); one matrix shared by the batch where
+// both strides are 0).
 struct OperandShape {
-    int64_t batch, rows, cols, ld, stride;
+    int64_t batch, rows, cols;
+    BatchLayout at;
+    bool shared() const { return at.stride == 0 && (at.group == 0 || at.group_stride == 0); }
 };
 
 // The source offset of element c of line l (line l is line l % rows of matrix l / rows).
 template <typename Index>
-__device__ inline int64_t operand_offset(Index line, Index c, Index rows, int64_t ld, int64_t stride) {
+__device__ inline int64_t operand_offset(Index line, Index c, Index rows, const BatchLayout& at) {
     const Index matrix = line / rows;
-    return (int64_t)matrix * stride + (int64_t)(line - matrix * rows) * ld + (int64_t)c;
+    return at.offset((int64_t)matrix) + (int64_t)(line - matrix * rows) * at.ld + (int64_t)c;
 }
 
 // out[l·out_ld + c] = bf16(in at line l, column c), round to nearest even. `Index` is uint32_t when
 // every packed index is below 2^31: finding an element's line is then a 32-bit division, several
 // times cheaper than a 64-bit one.
 template <typename Index>
-__global__ void round_bf16_kernel(const float* in, __nv_bfloat16* out, Index n, Index cols, Index rows, int64_t ld,
-                                  int64_t stride, int64_t out_ld) {
+__global__ void round_bf16_kernel(const float* in, __nv_bfloat16* out, Index n, Index cols, Index rows, BatchLayout at,
+                                  int64_t out_ld) {
     for (Index i = (Index)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (Index)blockDim.x * gridDim.x) {
         const Index line = i / cols, c = i - line * cols;
-        out[(int64_t)line * out_ld + c] = __float2bfloat16(in[operand_offset(line, c, rows, ld, stride)]);
+        out[(int64_t)line * out_ld + c] = __float2bfloat16(in[operand_offset(line, c, rows, at)]);
     }
 }
 
@@ -124,10 +127,10 @@ __global__ void round_bf16_kernel(const float* in, __nv_bfloat16* out, Index n, 
 // thread (i counts groups of 4, cols4 a line's groups), stored as one 8-byte pair of bf16 pairs.
 template <typename Index>
 __global__ void round_bf16_kernel4(const float* in, __nv_bfloat16* out, Index n4, Index cols4, Index rows,
-                                   int64_t ld, int64_t stride, int64_t out_ld) {
+                                   BatchLayout at, int64_t out_ld) {
     for (Index i = (Index)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += (Index)blockDim.x * gridDim.x) {
         const Index line = i / cols4, c = 4 * (i - line * cols4);
-        const float4 x = *reinterpret_cast<const float4*>(in + operand_offset(line, c, rows, ld, stride));
+        const float4 x = *reinterpret_cast<const float4*>(in + operand_offset(line, c, rows, at));
         uint2 packed;
         packed.x = (unsigned)__bfloat16_as_ushort(__float2bfloat16(x.x)) |
                    ((unsigned)__bfloat16_as_ushort(__float2bfloat16(x.y)) << 16);
@@ -151,25 +154,26 @@ struct Bf16Operand {
     int64_t ld = 1, stride = 0;  // the copy's, for cuBLAS
     Bf16Operand(const float* src, OperandShape s) {
         ld = (s.cols + 7) / 8 * 8;
-        stride = s.stride == 0 ? 0 : s.rows * ld;
+        stride = s.shared() ? 0 : s.rows * ld;
         if (s.batch <= 0 || s.rows <= 0 || s.cols <= 0) return;  // empty: a null operand
-        const int64_t lines = (s.stride == 0 ? 1 : s.batch) * s.rows, n = lines * s.cols;
+        const int64_t lines = (s.shared() ? 1 : s.batch) * s.rows, n = lines * s.cols;
         p = static_cast<__nv_bfloat16*>(alloc((size_t)(lines * ld) * sizeof(__nv_bfloat16)));
         g_bf16_rounded.fetch_add((uint64_t)n, std::memory_order_relaxed);
         const bool narrow = lines * ld <= (int64_t)INT32_MAX;  // (so i + the grid stride cannot wrap)
-        if (s.cols % 4 == 0 && s.ld % 4 == 0 && s.stride % 4 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0) {
+        const BatchLayout& at = s.at;
+        if (s.cols % 4 == 0 && at.ld % 4 == 0 && at.stride % 4 == 0 && at.group_stride % 4 == 0 &&
+            reinterpret_cast<uintptr_t>(src) % 16 == 0) {
             if (narrow)
                 KERNEL_LAUNCH(round_bf16_kernel4<uint32_t>, blocks_for(n / 4), kBlockSize, 0, src, p,
-                              (uint32_t)(n / 4), (uint32_t)(s.cols / 4), (uint32_t)s.rows, s.ld, s.stride, ld);
+                              (uint32_t)(n / 4), (uint32_t)(s.cols / 4), (uint32_t)s.rows, at, ld);
             else
                 KERNEL_LAUNCH(round_bf16_kernel4<int64_t>, blocks_for(n / 4), kBlockSize, 0, src, p, n / 4,
-                              s.cols / 4, s.rows, s.ld, s.stride, ld);
+                              s.cols / 4, s.rows, at, ld);
         } else if (narrow) {
             KERNEL_LAUNCH(round_bf16_kernel<uint32_t>, blocks_for(n), kBlockSize, 0, src, p, (uint32_t)n,
-                          (uint32_t)s.cols, (uint32_t)s.rows, s.ld, s.stride, ld);
+                          (uint32_t)s.cols, (uint32_t)s.rows, at, ld);
         } else {
-            KERNEL_LAUNCH(round_bf16_kernel<int64_t>, blocks_for(n), kBlockSize, 0, src, p, n, s.cols, s.rows, s.ld,
-                          s.stride, ld);
+            KERNEL_LAUNCH(round_bf16_kernel<int64_t>, blocks_for(n), kBlockSize, 0, src, p, n, s.cols, s.rows, at, ld);
         }
     }
     ~Bf16Operand() {
@@ -186,8 +190,8 @@ struct Bf16Input {
     const void* p;
     int64_t ld, stride;
     Bf16Input(bool fast, const float* src, OperandShape s)
-        : packed(src, fast ? OperandShape{0, 0, 0, 1, 0} : s), p(fast ? (const void*)src : packed.p),
-          ld(fast ? s.ld : packed.ld), stride(fast ? s.stride : packed.stride) {}
+        : packed(src, fast ? OperandShape{0, 0, 0, {1, 0}} : s), p(fast ? (const void*)src : packed.p),
+          ld(fast ? s.at.ld : packed.ld), stride(fast ? s.at.stride : packed.stride) {}
 };
 // The element type and the compute type of the bf16 GEMMs' operands, packed or fast.
 cudaDataType_t bf16_input_type(bool fast) { return fast ? CUDA_R_32F : CUDA_R_16BF; }
@@ -227,8 +231,8 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const 
     cublasHandle_t h = handle(at());
     if (gemm_precision() == GemmPrecision::bf16) {
         const bool fast = bf16_fast_gemm_enabled();
-        Bf16Input a(fast, A, {1, ta ? K : M, ta ? M : K, ta ? M : K, 0}),
-            b(fast, B, {1, tb ? N : K, tb ? K : N, tb ? K : N, 0});
+        Bf16Input a(fast, A, {1, ta ? K : M, ta ? M : K, {ta ? M : K, 0}}),
+            b(fast, B, {1, tb ? N : K, tb ? K : N, {tb ? K : N, 0}});
         cublasStatus_t st = cublasGemmEx(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N,
                                          (int)M, (int)K, &alpha, b.p, bf16_input_type(fast), ld(b.ld), a.p,
                                          bf16_input_type(fast), ld(a.ld), &beta, C, CUDA_R_32F, ld(N),
@@ -250,15 +254,119 @@ void gemm_batched(bool ta, bool tb, int64_t batch, int64_t M, int64_t N, int64_t
 void gemm_batched_ld(bool ta, bool tb, int64_t batch, int64_t M, int64_t N, int64_t K, const float* A,
                      int64_t stride_a, int64_t lda, const float* B, int64_t stride_b, int64_t ldb, float* C,
                      int64_t stride_c, int64_t ldc, float beta) {
+    gemm_batched_layout(ta, tb, batch, M, N, K, A, {lda, stride_a}, B, {ldb, stride_b}, C, {ldc, stride_c}, beta);
+}
+
+namespace {
+
+std::atomic<int> g_pointer_batch{-1};
+std::atomic<uint64_t> g_pointer_batch_calls{0};
+
+// A layout that is one stride anyway as one stride: groups of one, groups one stride apart, or a
+// batch within one group.
+BatchLayout one_stride_if_possible(BatchLayout l, int64_t batch) {
+    if (l.group == 1) return {l.ld, l.group_stride};
+    if (l.group && (batch <= l.group || l.group_stride == l.group * l.stride)) return {l.ld, l.stride};
+    return l;
+}
+
+// The batch as cuBLAS's strided batched GEMM takes it: matrix i at i·stride. Call with g_mu held.
+void strided_call(cublasHandle_t h, bool ta, bool tb, int64_t batch, int64_t M, int64_t N, int64_t K,
+                  const float* A, const OperandShape& a_shape, const float* B, const OperandShape& b_shape, float* C,
+                  BatchLayout lc, float beta, const std::string& where) {
+    const float alpha = 1.f;
+    if (gemm_precision() == GemmPrecision::bf16) {
+        const bool fast = bf16_fast_gemm_enabled();
+        Bf16Input a(fast, A, a_shape), b(fast, B, b_shape);
+        cublasStatus_t st = cublasGemmStridedBatchedEx(
+            h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N, (int)M, (int)K, &alpha, b.p,
+            bf16_input_type(fast), ld(b.ld), (long long)b.stride, a.p, bf16_input_type(fast), ld(a.ld),
+            (long long)a.stride, &beta, C, CUDA_R_32F, ld(lc.ld), (long long)lc.stride, (int)batch, bf16_compute(fast),
+            CUBLAS_GEMM_DEFAULT);
+        if (st != CUBLAS_STATUS_SUCCESS) check_cublas(st, "cublasGemmStridedBatchedEx", where);
+        return;
+    }
+    // Strides are long long in cuBLAS: a stride of 0 reuses that operand for every batch entry.
+    cublasStatus_t st = cublasSgemmStridedBatched(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                                  (int)N, (int)M, (int)K, &alpha, B, ld(b_shape.at.ld),
+                                                  (long long)b_shape.at.stride, A, ld(a_shape.at.ld),
+                                                  (long long)a_shape.at.stride, &beta, C, ld(lc.ld),
+                                                  (long long)lc.stride, (int)batch);
+    if (st != CUBLAS_STATUS_SUCCESS) check_cublas(st, "cublasSgemmStridedBatched", where);
+}
+
+// One operand's matrices for the address arrays: base bytes, where each matrix starts, element size.
+struct MatrixAddresses {
+    const char* base;
+    BatchLayout at;
+    int64_t elem;
+};
+
+// out[i], out[batch + i], out[2·batch + i]: the addresses of A's, B's and C's matrix i.
+__global__ void batch_addresses_kernel(MatrixAddresses a, MatrixAddresses b, MatrixAddresses c, int64_t batch,
+                                       uintptr_t* out) {
+    GRID_STRIDE_LOOP(i, batch) {
+        out[i] = reinterpret_cast<uintptr_t>(a.base + a.at.offset(i) * a.elem);
+        out[batch + i] = reinterpret_cast<uintptr_t>(b.base + b.at.offset(i) * b.elem);
+        out[2 * batch + i] = reinterpret_cast<uintptr_t>(c.base + c.at.offset(i) * c.elem);
+    }
+}
+
+// The whole batch in one cuBLAS call from arrays of the matrices' addresses (pointer_batch_enabled).
+// Under bf16 the operands are first rounded into packed scratch, one stride; C stays where it is.
+// Call with g_mu held.
+void pointer_call(cublasHandle_t h, bool ta, bool tb, int64_t batch, int64_t M, int64_t N, int64_t K,
+                  const float* A, const OperandShape& a_shape, const float* B, const OperandShape& b_shape, float* C,
+                  BatchLayout lc, float beta, const std::string& where) {
+    g_pointer_batch_calls.fetch_add(1, std::memory_order_relaxed);
+    const float alpha = 1.f;
+    const bool bf16 = gemm_precision() == GemmPrecision::bf16, fast = bf16 && bf16_fast_gemm_enabled();
+    const bool packed = bf16 && !fast;
+    const OperandShape none{0, 0, 0, {1, 0}};
+    Bf16Operand a(A, packed ? a_shape : none), b(B, packed ? b_shape : none);
+    const MatrixAddresses am = packed ? MatrixAddresses{(const char*)a.p, {a.ld, a.stride}, 2}
+                                      : MatrixAddresses{(const char*)A, a_shape.at, 4};
+    const MatrixAddresses bm = packed ? MatrixAddresses{(const char*)b.p, {b.ld, b.stride}, 2}
+                                      : MatrixAddresses{(const char*)B, b_shape.at, 4};
+    Scratch<uintptr_t> addresses(3 * batch);
+    KERNEL_LAUNCH(batch_addresses_kernel, blocks_for(batch), kBlockSize, 0, am, bm,
+                  MatrixAddresses{(const char*)C, lc, 4}, batch, addresses.p);
+    const void* const* a_list = reinterpret_cast<const void* const*>(addresses.p);
+    const void* const* b_list = reinterpret_cast<const void* const*>(addresses.p + batch);
+    void* const* c_list = reinterpret_cast<void* const*>(addresses.p + 2 * batch);
+    cublasStatus_t st;
+    if (bf16) {
+        st = cublasGemmBatchedEx(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N, (int)M,
+                                 (int)K, &alpha, b_list, bf16_input_type(fast), ld(bm.at.ld), a_list,
+                                 bf16_input_type(fast), ld(am.at.ld), &beta, c_list, CUDA_R_32F, ld(lc.ld), (int)batch,
+                                 bf16_compute(fast), CUBLAS_GEMM_DEFAULT);
+        if (st != CUBLAS_STATUS_SUCCESS) check_cublas(st, "cublasGemmBatchedEx", where);
+        return;
+    }
+    st = cublasSgemmBatched(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N, (int)M, (int)K,
+                            &alpha, reinterpret_cast<const float* const*>(b_list), ld(bm.at.ld),
+                            reinterpret_cast<const float* const*>(a_list), ld(am.at.ld), &beta,
+                            reinterpret_cast<float* const*>(c_list), ld(lc.ld), (int)batch);
+    if (st != CUBLAS_STATUS_SUCCESS) check_cublas(st, "cublasSgemmBatched", where);
+}
+
+}  // namespace
+
+bool pointer_batch_enabled() { return env_switch(g_pointer_batch, "INITLAB_GEMM_POINTER_BATCH", false); }
+void set_pointer_batch(bool on) { g_pointer_batch.store(on ? 1 : 0, std::memory_order_relaxed); }
+uint64_t pointer_batch_calls() { return g_pointer_batch_calls.load(std::memory_order_relaxed); }
+
+void gemm_batched_layout(bool ta, bool tb, int64_t batch, int64_t M, int64_t N, int64_t K, const float* A,
+                         BatchLayout la, const float* B, BatchLayout lb, float* C, BatchLayout lc, float beta) {
     // Stored shapes: A is [M, K] ([K, M] transposed), B [K, N] ([N, K]), C [M, N]; packed rows
     // unless a leading dimension is given.
     const int64_t a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
-    if (lda <= 0) lda = a_cols;
-    if (ldb <= 0) ldb = b_cols;
-    if (ldc <= 0) ldc = N;
+    if (la.ld <= 0) la.ld = a_cols;
+    if (lb.ld <= 0) lb.ld = b_cols;
+    if (lc.ld <= 0) lc.ld = N;
     std::string where;
     auto at = [&]() -> const std::string& {
-        if (where.empty()) where = shapes("gemm_batched", ta, tb, batch, M, N, K);  // (or _ld: same op)
+        if (where.empty()) where = shapes("gemm_batched", ta, tb, batch, M, N, K);  // (or _ld, _layout: same op)
         return where;
     };
     if (M > INT_MAX || N > INT_MAX || K > INT_MAX || batch > INT_MAX) {
@@ -267,33 +375,45 @@ void gemm_batched_ld(bool ta, bool tb, int64_t batch, int64_t M, int64_t N, int6
         check_int(K, "K", at());
         check_int(batch, "batch", at());
     }
-    if (lda > INT_MAX || ldb > INT_MAX || ldc > INT_MAX) {
-        check_int(lda, "lda", at());
-        check_int(ldb, "ldb", at());
-        check_int(ldc, "ldc", at());
+    if (la.ld > INT_MAX || lb.ld > INT_MAX || lc.ld > INT_MAX) {
+        check_int(la.ld, "lda", at());
+        check_int(lb.ld, "ldb", at());
+        check_int(lc.ld, "ldc", at());
     }
+    la = one_stride_if_possible(la, batch);
+    lb = one_stride_if_possible(lb, batch);
+    lc = one_stride_if_possible(lc, batch);
+    const int64_t group = la.group ? la.group : lb.group ? lb.group : lc.group;
+    for (const BatchLayout* l : {&la, &lb, &lc})
+        if (l->group && (l->group != group || batch % group))
+            fail(at() + ": the operands' groups differ (" + std::to_string(la.group) + ", " +
+                 std::to_string(lb.group) + ", " + std::to_string(lc.group) + ") or do not divide the batch");
     if (M == 0 || N == 0 || batch == 0) return;
     profile::note_flops(2.0 * (double)batch * (double)M * (double)N * (double)K);
-    const float alpha = 1.f;
     std::lock_guard<std::mutex> lock(g_mu);
     cublasHandle_t h = handle(at());
-    if (gemm_precision() == GemmPrecision::bf16) {
-        const bool fast = bf16_fast_gemm_enabled();
-        Bf16Input a(fast, A, {batch, a_rows, a_cols, lda, stride_a}), b(fast, B, {batch, b_rows, b_cols, ldb, stride_b});
-        cublasStatus_t st = cublasGemmStridedBatchedEx(
-            h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N, (int)M, (int)K, &alpha, b.p,
-            bf16_input_type(fast), ld(b.ld), (long long)b.stride, a.p, bf16_input_type(fast), ld(a.ld),
-            (long long)a.stride, &beta, C, CUDA_R_32F, ld(ldc), (long long)stride_c, (int)batch, bf16_compute(fast),
-            CUBLAS_GEMM_DEFAULT);
-        if (st != CUBLAS_STATUS_SUCCESS) check_cublas(st, "cublasGemmStridedBatchedEx", at());
+    const OperandShape a_shape{batch, a_rows, a_cols, la}, b_shape{batch, b_rows, b_cols, lb};
+    if (!group) {
+        strided_call(h, ta, tb, batch, M, N, K, A, a_shape, B, b_shape, C, lc, beta, at());
         return;
     }
-    // Strides are long long in cuBLAS: a stride of 0 reuses that operand for every batch entry.
-    cublasStatus_t st = cublasSgemmStridedBatched(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                                  (int)N, (int)M, (int)K, &alpha, B, ld(ldb), (long long)stride_b, A,
-                                                  ld(lda), (long long)stride_a, &beta, C, ld(ldc), (long long)stride_c,
-                                                  (int)batch);
-    if (st != CUBLAS_STATUS_SUCCESS) check_cublas(st, "cublasSgemmStridedBatched", at());
+    if (pointer_batch_enabled()) {
+        pointer_call(h, ta, tb, batch, M, N, K, A, a_shape, B, b_shape, C, lc, beta, at());
+        return;
+    }
+    // One strided call per position g in the group: its matrices one group apart (a one-stride
+    // layout's too, its stride times the group).
+    auto position = [group](BatchLayout l, int64_t g, int64_t& offset) {
+        offset = g * l.stride;
+        return BatchLayout{l.ld, l.group ? l.group_stride : l.stride * group};
+    };
+    const int64_t calls_batch = batch / group;
+    for (int64_t g = 0; g < group; g++) {
+        int64_t oa, ob, oc;
+        const BatchLayout pa = position(la, g, oa), pb = position(lb, g, ob), pc = position(lc, g, oc);
+        strided_call(h, ta, tb, calls_batch, M, N, K, A + oa, {calls_batch, a_rows, a_cols, pa}, B + ob,
+                     {calls_batch, b_rows, b_cols, pb}, C + oc, pc, beta, at());
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -381,8 +501,8 @@ void gemm_bias(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A
             const GemmPrecision p = gemm_precision();
             if (p == GemmPrecision::bf16) {
                 const bool fast = bf16_fast_gemm_enabled();
-                Bf16Input a(fast, A, {1, ta ? K : M, ta ? M : K, ta ? M : K, 0}),
-                    b(fast, B, {1, tb ? N : K, tb ? K : N, tb ? K : N, 0});
+                Bf16Input a(fast, A, {1, ta ? K : M, ta ? M : K, {ta ? M : K, 0}}),
+                    b(fast, B, {1, tb ? N : K, tb ? K : N, {tb ? K : N, 0}});
                 done = lt_gemm_bias(ta, tb, M, N, K, a.p, a.ld, b.p, b.ld, bf16_input_type(fast), bf16_compute(fast),
                                     bias, C, at());
             } else {

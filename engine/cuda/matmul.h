@@ -9,6 +9,7 @@
 // takes int sizes), refused before any call. M = 0 or N = 0 (or batch = 0) does nothing.
 #pragma once
 #include <cstdint>
+#include "engine/host_device.h"
 
 namespace engine::cuda {
 
@@ -71,5 +72,30 @@ void gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t 
 void gemm_batched_ld(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, const float* A,
                      int64_t stride_a, int64_t lda, const float* B, int64_t stride_b, int64_t ldb, float* C,
                      int64_t stride_c, int64_t ldc, float beta = 0.f);
+
+// Where the matrices of a batch start, in elements from the operand's pointer: matrix i at
+// (i / group)·group_stride + (i % group)·stride, its rows ld apart (ld 0: packed rows); group 0:
+// at i·stride. Attention's heads in a token-major [B, T, H·D] tensor (engine/attention_layout.h)
+// are groups of H matrices D apart, one group a batch entry (T·ld elements) apart.
+struct BatchLayout {
+    int64_t ld = 0, stride = 0, group = 0, group_stride = 0;
+    ENGINE_HD int64_t offset(int64_t i) const {
+        return group ? (i / group) * group_stride + (i % group) * stride : i * stride;
+    }
+};
+// gemm_batched_ld with a layout per operand. Where every layout is one stride: one strided batched
+// call. Else (the grouped operands of one group size, which divides the batch) one strided call
+// per position in the group, batched over the groups: attention's H calls, each batched over B;
+// or, where pointer_batch_enabled(), one call over the whole batch from arrays of the matrices'
+// addresses (cublasSgemmBatched / cublasGemmBatchedEx, the arrays written by a kernel so that a
+// captured graph replays them): a call per head was too small to fill an H100 at the LM's batch
+// 32 (session 13). Off by default: never run on a GPU, and cuBLAS does not say which kernels it
+// takes for address arrays; INITLAB_GEMM_POINTER_BATCH=1 turns it on (read once),
+// set_pointer_batch overrides either; pointer_batch_calls counts the calls that took it.
+void gemm_batched_layout(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, const float* A,
+                         BatchLayout la, const float* B, BatchLayout lb, float* C, BatchLayout lc, float beta = 0.f);
+bool pointer_batch_enabled();
+void set_pointer_batch(bool on);
+uint64_t pointer_batch_calls();
 
 }  // namespace engine::cuda

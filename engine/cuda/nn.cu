@@ -1114,30 +1114,13 @@ __global__ void mask_rows_kernel(const float* p, const float* mask, float* dropp
     }
 }
 
-// The attention GEMMs, each as batched GEMMs over the heads: head-major q/k/v/out take one call for
-// all BH heads; token-major ones (engine/attention_layout.h) one call per head h, batched over b,
-// since the heads of one batch entry are columns of its rows, not blocks a fixed stride apart. P
-// (and dS) are head-major [BH, T, ldp] in both. `in` is the layout of q, k, v and their gradients,
-// `out` that of out and dout: the same kind (both head-major, or both token-major with the same
-// heads), row strides of their own.
+// The attention GEMMs, each one gemm_batched_layout over the BH heads (engine/cuda/matmul.h): q, k,
+// v and their gradients where `in` says, out and dout where `out` says (engine/attention_layout.h),
+// P and dS head-major [BH, T, ldp]. Token-major heads are groups of H matrices D apart, which
+// cuBLAS takes as one call per head batched over b (or one call from address arrays).
 namespace {
-struct HeadBatches {
-    AttentionHeads in, out;
-    int64_t BH, T, ldp;
-    int64_t calls() const { return in.heads ? in.heads : 1; }
-    int64_t batch() const { return BH / calls(); }
-    // The stride between call c's blocks (the first is L.offset(c, rows)), in a tensor of layout L
-    // with `rows` rows a head; and call c's first block in P and the stride there.
-    int64_t stride(const AttentionHeads& L, int64_t rows) const { return L.offset(calls(), rows); }
-    int64_t p_first(int64_t c) const { return c * T * ldp; }
-    int64_t p_stride() const { return calls() * T * ldp; }
-};
-
-HeadBatches head_batches(AttentionHeads in, AttentionHeads out, int64_t BH, int64_t T, int64_t ldp) {
-    if (in.heads != out.heads || (in.heads && BH % in.heads))
-        fail("attention: the layouts of q/k/v and out differ (" + std::to_string(in.heads) + " and " +
-             std::to_string(out.heads) + " heads, " + std::to_string(BH) + " in all)");
-    return {in, out, BH, T, ldp};
+BatchLayout heads_at(const AttentionHeads& L, int64_t rows) {
+    return L.heads ? BatchLayout{L.ld, L.D, L.heads, rows * L.ld} : BatchLayout{L.ld, rows * L.ld};
 }
 
 // Where the GEMMs' keys end ([0, first)) and the edge keys begin (EdgeKeys): S rounded down to 8
@@ -1166,13 +1149,11 @@ void attention_forward(const float* q, const float* k, const float* v, const flo
         return;
     }
     const int64_t ldp = attention_p_stride(S), first = gemm_keys(S, D);
-    const HeadBatches hb = head_batches(in, out_layout, BH, T, ldp);
-    const AttentionHeads& L = hb.in;
-    const AttentionHeads& O = hb.out;
+    const AttentionHeads& L = in;
+    const AttentionHeads& O = out_layout;
+    const BatchLayout q_at = heads_at(L, T), kv_at = heads_at(L, S), out_at = heads_at(O, T), p_at{ldp, T * ldp};
     if (first < S) g_edge_calls.fetch_add(1, std::memory_order_relaxed);
-    for (int64_t c = 0; c < hb.calls(); c++)  // raw scores q·kᵀ
-        gemm_batched_ld(false, true, hb.batch(), T, first, D, q + L.offset(c, T), hb.stride(L, T), L.ld,
-                        k + L.offset(c, S), hb.stride(L, S), L.ld, p + hb.p_first(c), hb.p_stride(), ldp);
+    gemm_batched_layout(false, true, BH, T, first, D, q, q_at, k, kv_at, p, p_at);  // raw scores q·kᵀ
     Scratch<float> dropped(mask ? BH * T * ldp : 0);
     const EdgeKeys edge{first, S, T, D, q, L, k, v, first < S ? out : nullptr, O, L};
     if (S <= kRegsRowMax)
@@ -1180,10 +1161,8 @@ void attention_forward(const float* q, const float* k, const float* v, const flo
                     edge);
     else
         ROWS_LAUNCH(attention_softmax_kernel, BH * T, S, p, mask, dropped.p, BH * T, T, S, ldp, causal, scale);
-    const float* probs = mask ? dropped.p : p;
-    for (int64_t c = 0; c < hb.calls(); c++)  // out = P·v (plus the edge's share, written above)
-        gemm_batched_ld(false, false, hb.batch(), T, D, first, probs + hb.p_first(c), hb.p_stride(), ldp,
-                        v + L.offset(c, S), hb.stride(L, S), L.ld, out + O.offset(c, T), hb.stride(O, T), O.ld,
+    // out = P·v (plus the edge's share, written above)
+    gemm_batched_layout(false, false, BH, T, D, first, mask ? dropped.p : p, p_at, v, kv_at, out, out_at,
                         first < S ? 1.f : 0.f);
 }
 
@@ -1198,9 +1177,9 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
         return;
     }
     const int64_t ldp = attention_p_stride(S), first = gemm_keys(S, D);
-    const HeadBatches hb = head_batches(in, out_layout, BH, T, ldp);
-    const AttentionHeads& L = hb.in;
-    const AttentionHeads& O = hb.out;
+    const AttentionHeads& L = in;
+    const AttentionHeads& O = out_layout;
+    const BatchLayout q_at = heads_at(L, T), kv_at = heads_at(L, S), out_at = heads_at(O, T), p_at{ldp, T * ldp};
     // dk's and dv's edge rows (after dS, where dk is wanted)
     auto edge_rows = [&](const float* ds, float* dk_edge, float* dv_edge) {
         if (first == S || (!dk_edge && !dv_edge)) return;
@@ -1210,34 +1189,23 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
     if (dv) {  // dv = (P ⊙ mask)ᵀ·dout
         Scratch<float> dropped(mask ? BH * T * ldp : 0);
         if (mask) KERNEL_LAUNCH(mask_rows_kernel, blocks_for(BH * T * S), kBlockSize, 0, p, mask, dropped.p, BH * T, S, ldp);
-        const float* probs = mask ? dropped.p : p;
-        for (int64_t c = 0; c < hb.calls(); c++)
-            gemm_batched_ld(true, false, hb.batch(), first, D, T, probs + hb.p_first(c), hb.p_stride(), ldp,
-                            dout + O.offset(c, T), hb.stride(O, T), O.ld, dv + L.offset(c, S), hb.stride(L, S),
-                            L.ld);
+        gemm_batched_layout(true, false, BH, first, D, T, mask ? dropped.p : p, p_at, dout, out_at, dv, kv_at);
     }
     if (!dq && !dk) {
         edge_rows(nullptr, nullptr, dv);
         return;
     }
     Scratch<float> ds(BH * T * ldp);
-    for (int64_t c = 0; c < hb.calls(); c++)  // dP = dout·vᵀ
-        gemm_batched_ld(false, true, hb.batch(), T, first, D, dout + O.offset(c, T), hb.stride(O, T), O.ld,
-                        v + L.offset(c, S), hb.stride(L, S), L.ld, ds.p + hb.p_first(c), hb.p_stride(), ldp);
+    gemm_batched_layout(false, true, BH, T, first, D, dout, out_at, v, kv_at, ds.p, p_at);  // dP = dout·vᵀ
     const EdgeKeys edge{first, S, T, D, dout, O, v, k, first < S ? dq : nullptr, L, L};
     if (S <= kRegsRowMax)
         REGS_LAUNCH(attention_softmax_backward_regs_kernel, BH * T, first, p, mask, ds.p, BH * T, S, ldp, scale, edge);
     else
         ROWS_LAUNCH(attention_softmax_backward_kernel, BH * T, S, p, mask, ds.p, BH * T, S, ldp, scale);
-    for (int64_t c = 0; c < hb.calls(); c++) {
-        if (dq)  // dq = dS·k (plus the edge's share, written above)
-            gemm_batched_ld(false, false, hb.batch(), T, D, first, ds.p + hb.p_first(c), hb.p_stride(), ldp,
-                            k + L.offset(c, S), hb.stride(L, S), L.ld, dq + L.offset(c, T), hb.stride(L, T), L.ld,
-                            first < S ? 1.f : 0.f);
-        if (dk)  // dk = dSᵀ·q
-            gemm_batched_ld(true, false, hb.batch(), first, D, T, ds.p + hb.p_first(c), hb.p_stride(), ldp,
-                            q + L.offset(c, T), hb.stride(L, T), L.ld, dk + L.offset(c, S), hb.stride(L, S), L.ld);
-    }
+    if (dq)  // dq = dS·k (plus the edge's share, written above)
+        gemm_batched_layout(false, false, BH, T, D, first, ds.p, p_at, k, kv_at, dq, q_at, first < S ? 1.f : 0.f);
+    if (dk)  // dk = dSᵀ·q
+        gemm_batched_layout(true, false, BH, first, D, T, ds.p, p_at, q, q_at, dk, kv_at);
     edge_rows(ds.p, dk, dv);
 }
 

@@ -140,6 +140,8 @@ using NarrowForwardScope = SwitchScope<engine::cuda::flash_narrow_forward_enable
 using Bf16FastGemmScope = SwitchScope<engine::cuda::bf16_fast_gemm_enabled, engine::cuda::set_bf16_fast_gemm>;
 // linear's bias by cuBLASLt's epilogue (engine/cuda/matmul.h's gemm_bias).
 using LtBiasScope = SwitchScope<engine::cuda::lt_bias_enabled, engine::cuda::set_lt_bias>;
+// Grouped GEMM batches in one call from address arrays (engine/cuda/matmul.h).
+using PointerBatchScope = SwitchScope<engine::cuda::pointer_batch_enabled, engine::cuda::set_pointer_batch>;
 // The unfused attention's edge keys (engine/cuda/nn.h).
 using EdgeKeysScope = SwitchScope<engine::cuda::attention_edge_keys_enabled, engine::cuda::set_attention_edge_keys>;
 

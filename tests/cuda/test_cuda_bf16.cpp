@@ -286,6 +286,80 @@ TEST_CASE("cuda bf16 gemm_batched_ld: a per-head operand rounds only the element
             }
 }
 
+// gemm_batched_layout: attention's two kinds of product over every head of a batch, as the
+// unfused attention calls them. Scores: q and k as the column blocks of a [B, T, 3·H·D]
+// projection (groups of H heads D apart), C head-major with padded rows, beta = 1 onto what C
+// holds. Values: A one stride (head-major P), B and C grouped (v in the projection, out in a
+// [B, T, H·D] tensor). fp32 and bf16 (packed and FAST_16BF), a call per head or one call from
+// address arrays; against the CPU head by head; C's padding untouched.
+TEST_CASE("cuda gemm_batched_layout: every head in a call per head or in one call from address arrays",
+          "[cuda]") {
+    test::PrecisionScope precision;
+    const bool pointers = GENERATE(false, true);
+    const bool fast = GENERATE(false, true);
+    test::PointerBatchScope pointer_scope(pointers);
+    test::Bf16FastGemmScope fast_scope(fast);
+    const int64_t B = 3, T = 5, H = 2, pad = 3, ldp = T + pad;
+    for (int64_t D : {4, 3})
+        for (GemmPrecision p : {GemmPrecision::fp32, GemmPrecision::bf16}) {
+            if (p == GemmPrecision::fp32 && fast) continue;  // (fast is a bf16 setting)
+            INFO("D " << D << " precision " << engine::cuda::gemm_precision_name(p) << " pointers " << pointers
+                      << " fast " << fast);
+            const int64_t row = 3 * H * D;
+            Tensor qkv = test::randn({B, T, row}, false, 91), c0 = test::randn({B * H, T, T}, false, 92);
+            Tensor x = p == GemmPrecision::bf16 ? rounded(qkv) : qkv;
+            // The CPU reference, head by head: scores = q·kᵀ + c0, out = scores·v.
+            Tensor want_s = c0.clone(), want_o = Tensor::empty({B, T, H * D});
+            for (int64_t b = 0; b < B; b++)
+                for (int64_t h = 0; h < H; h++) {
+                    const float* xb = x.data_f32() + b * T * row;
+                    float* s = want_s.data_f32() + (b * H + h) * T * T;
+                    engine::cpu::gemm_ld(false, true, T, T, D, 1.f, xb + h * D, row, xb + H * D + h * D, row, 1.f, s, T);
+                }
+            Tensor s_in = p == GemmPrecision::bf16 ? rounded(want_s) : want_s;  // (the values GEMM's A)
+            for (int64_t b = 0; b < B; b++)
+                for (int64_t h = 0; h < H; h++)
+                    engine::cpu::gemm_ld(false, false, T, D, T, 1.f, s_in.data_f32() + (b * H + h) * T * T, T,
+                                         x.data_f32() + b * T * row + 2 * H * D + h * D, row, 0.f,
+                                         want_o.data_f32() + b * T * H * D + h * D, H * D);
+            // The device: scores into rows padded with a sentinel.
+            std::vector<float> padded((size_t)(B * H * T * ldp), 7.f);
+            for (int64_t r = 0; r < B * H * T; r++)
+                for (int64_t j = 0; j < T; j++) padded[(size_t)(r * ldp + j)] = c0.data_f32()[r * T + j];
+            Tensor dqkv = qkv.to(Device::CUDA), ds = Tensor::from_vector(padded, {B * H * T * ldp}).to(Device::CUDA);
+            Tensor dout = Tensor::empty({B, T, H * D}, engine::DType::F32, Device::CUDA);
+            const engine::cuda::BatchLayout heads{row, D, H, T * row}, p_at{ldp, T * ldp}, out_at{H * D, D, H, T * H * D};
+            engine::cuda::set_gemm_precision(p);
+            const uint64_t calls = engine::cuda::pointer_batch_calls(), rounded_before = engine::cuda::bf16_rounded_elements();
+            const float* q = dqkv.raw_f32();
+            engine::cuda::gemm_batched_layout(false, true, B * H, T, T, D, q, heads, q + H * D, heads, ds.raw_f32(), p_at,
+                                              1.f);
+            engine::cuda::gemm_batched_layout(false, false, B * H, T, D, T, ds.raw_f32(), p_at, q + 2 * H * D, heads,
+                                              dout.raw_f32(), out_at);
+            engine::cuda::set_gemm_precision(GemmPrecision::fp32);
+            CHECK(engine::cuda::pointer_batch_calls() - calls == (pointers ? 2u : 0u));
+            if (p == GemmPrecision::bf16 && !fast)  // q, k; P, v: only the elements read
+                CHECK(engine::cuda::bf16_rounded_elements() - rounded_before == (uint64_t)(B * H * T * (3 * D + T)));
+            std::vector<float> got_s = ds.to_vector(), scores;
+            for (int64_t r = 0; r < B * H * T; r++)
+                for (int64_t j = 0; j < ldp; j++) {
+                    if (j < T) scores.push_back(got_s[(size_t)(r * ldp + j)]);
+                    else REQUIRE(got_s[(size_t)(r * ldp + j)] == 7.f);
+                }
+            test::require_close("scores", want_s, Tensor::from_vector(scores, {B * H, T, T}), {1e-4f, 1e-4f});
+            test::require_close("values", want_o, dout, {1e-3f, 1e-3f});
+        }
+}
+
+TEST_CASE("cuda gemm_batched_layout: operands grouped differently are refused", "[cuda]") {
+    using Catch::Contains;
+    Tensor x = Tensor::zeros({64}).to(Device::CUDA), c = Tensor::zeros({64}).to(Device::CUDA);
+    const engine::cuda::BatchLayout two{4, 1, 2, 8}, three{4, 1, 3, 8};
+    REQUIRE_THROWS_WITH(engine::cuda::gemm_batched_layout(false, false, 6, 1, 1, 1, x.raw_f32(), two, x.raw_f32(), three,
+                                                          c.raw_f32(), {1, 1}),
+                        Contains("gemm_batched") && Contains("groups differ (2, 3, 0)"));
+}
+
 TEST_CASE("cuda bf16 gemm: alpha, beta, K = 0, empty outputs, and errors naming cublasGemmEx", "[cuda]") {
     using Catch::Contains;
     test::PrecisionScope precision;  // restores both when the test ends

@@ -457,6 +457,44 @@ TEST_CASE("cuda attention: edge keys against the CPU and against the GEMMs over 
     }
 }
 
+// The attention GEMMs over every head in one call from address arrays (engine/cuda/matmul.h's
+// pointer_batch_enabled) against a call per head: attention_qkv and attention_tokens (groups of
+// heads), attention (head-major: one stride, no address arrays), in TF32 and bf16, with and
+// without edge keys, dropout, causal.
+TEST_CASE("cuda attention: every head in one GEMM call from address arrays against a call per head", "[cuda]") {
+    test::PrecisionScope precision;
+    struct Case { int64_t B, T, H, D; bool causal; float dropout; };
+    using engine::cuda::GemmPrecision;
+    for (GemmPrecision p : {GemmPrecision::tf32, GemmPrecision::bf16})
+        for (Case c : {Case{2, 9, 3, 32, true, 0.f}, Case{2, 257, 3, 64, false, 0.1f}, Case{3, 16, 2, 64, false, 0.f}}) {
+            INFO("precision " << engine::cuda::gemm_precision_name(p) << " B " << c.B << " T " << c.T << " H " << c.H
+                              << " D " << c.D << " causal " << c.causal << " dropout " << c.dropout);
+            engine::cuda::set_gemm_precision(p);
+            Tensor qkv = test::to_cuda(randn({c.B, c.T, 3 * c.H * c.D}, true, 95));
+            Tensor q = test::to_cuda(randn({c.B, c.T, c.H * c.D}, true, 96));
+            Tensor g = test::to_cuda(randn({c.B, c.T, c.H * c.D}, false, 97));
+            auto run = [&](bool pointers, Tensor& out_grad_qkv, Tensor& out_grad_q) {
+                test::PointerBatchScope scope(pointers);
+                Tensor a = test::to_cuda(qkv), b = test::to_cuda(q);
+                engine::manual_seed(11);
+                Tensor y = engine::attention_qkv(a, c.H, c.causal, c.dropout, true);
+                Tensor z = engine::attention_tokens(b, b, b, c.H, c.causal, c.dropout, true);
+                engine::sum(engine::mul(engine::add(y, z), g)).backward();
+                out_grad_qkv = a.grad(), out_grad_q = b.grad();
+                return engine::add(y, z);
+            };
+            const uint64_t calls = engine::cuda::pointer_batch_calls();
+            Tensor gq0, gb0, gq1, gb1;
+            Tensor per_head = run(false, gq0, gb0);
+            CHECK(engine::cuda::pointer_batch_calls() == calls);
+            Tensor one_call = run(true, gq1, gb1);
+            CHECK(engine::cuda::pointer_batch_calls() - calls == 2 * 6);  // two ops, 2 + 4 GEMMs each
+            test::require_close("forward", per_head, one_call, kAttnFwd);
+            test::require_close("qkv gradient", gq0, gq1, kAttnBwd);
+            test::require_close("tokens gradient", gb0, gb1, kAttnBwd);
+        }
+}
+
 TEST_CASE("cuda attention: causal with queries that see no key gives all-zero rows", "[cuda]") {
     test::PrecisionScope fp32(engine::cuda::GemmPrecision::fp32);  // the GEMMs in full fp32
     // T = 7, S = 4: query i sees keys j <= i - 3, so queries 0, 1, 2 see none.

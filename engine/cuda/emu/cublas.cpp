@@ -238,6 +238,30 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta,
     });
 }
 
+// The address arrays of a batched call lie in device memory (checked at the call; the addresses
+// themselves are read, and each product checked, when the GEMM runs).
+static void check_address_arrays(const char* call, const void* A, const void* B, const void* C, int batch) {
+    const char* names[3] = {"Aarray", "Barray", "Carray"};
+    const void* arrays[3] = {A, B, C};
+    for (int i = 0; i < 3; i++) check_operand(call, names[i], arrays[i], batch, 1, batch, sizeof(void*));
+}
+
+cublasStatus_t cublasSgemmBatched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                                  const float* alpha, const float* const A[], int lda, const float* const B[], int ldb,
+                                  const float* beta, float* const C[], int ldc, int batch) {
+    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (bad_args(h, ta, tb, m, n, k, lda, ldb, ldc) || batch < 0) return CUBLAS_STATUS_INVALID_VALUE;
+    check_address_arrays("cublasSgemmBatched", A, B, C, batch);
+    float a = *alpha, b = *beta;
+    const Rounding how = h->math == CUBLAS_TF32_TENSOR_OP_MATH ? Rounding::tf32 : Rounding::none;
+    return enqueue(h, "cublasSgemmBatched", [=] {
+        for (int i = 0; i < batch; i++) {
+            check_gemm("cublasSgemmBatched", ta, tb, m, n, k, A[i], lda, B[i], ldb, C[i], ldc, 4);
+            sgemm(ta, tb, m, n, k, &a, A[i], lda, B[i], ldb, &b, C[i], ldc, how);
+        }
+    });
+}
+
 // The types cublasGemmEx is asked for: the two forms the backend uses, else unsupported.
 static bool bf16_in_fp32_out(cudaDataType at, cudaDataType bt, cudaDataType ct, cublasComputeType_t compute) {
     return at == CUDA_R_16BF && bt == CUDA_R_16BF && ct == CUDA_R_32F && compute == CUBLAS_COMPUTE_32F;
@@ -298,6 +322,25 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta
         for (int i = 0; i < batch; i++)
             gemm_typed("cublasGemmStridedBatchedEx", fast, ta, tb, m, n, k, &al, a + i * sA * elem, lda,
                        b + i * sB * elem, ldb, &be, c + i * sC, ldc);
+    });
+}
+
+cublasStatus_t cublasGemmBatchedEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                                   const void* alpha, const void* const A[], cudaDataType at, int lda,
+                                   const void* const B[], cudaDataType bt, int ldb, const void* beta, void* const C[],
+                                   cudaDataType ct, int ldc, int batch, cublasComputeType_t compute, cublasGemmAlgo_t) {
+    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+    const bool fast = fp32_fast_bf16(at, bt, ct, compute);
+    if (!fast && !bf16_in_fp32_out(at, bt, ct, compute)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (bad_args(h, ta, tb, m, n, k, lda, ldb, ldc) || batch < 0) return CUBLAS_STATUS_INVALID_VALUE;
+    check_address_arrays("cublasGemmBatchedEx", A, B, C, batch);
+    float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
+    return enqueue(h, "cublasGemmBatchedEx", [=] {
+        for (int i = 0; i < batch; i++) {
+            float* c = static_cast<float*>(C[i]);
+            check_gemm("cublasGemmBatchedEx", ta, tb, m, n, k, A[i], lda, B[i], ldb, c, ldc, fast ? 4 : 2);
+            gemm_typed("cublasGemmBatchedEx", fast, ta, tb, m, n, k, &al, A[i], lda, B[i], ldb, &be, c, ldc);
+        }
     });
 }
 

@@ -1,14 +1,14 @@
 // engine/cuda/emu/include/cublas_v2.h: the CUDA emulator's stand-in for cuBLAS.
 //
-// Only what the backend calls: handles, streams, math modes, single-precision GEMMs (plain and
-// strided batched), and the mixed-precision GemmEx forms the bf16 GEMMs use. Semantics are cuBLAS's documented ones: column-major operands, op(A) of
+// Only what the backend calls: handles, streams, math modes, single-precision GEMMs (plain,
+// strided batched and batched from address arrays), and the mixed-precision GemmEx forms the bf16 GEMMs use. Semantics are cuBLAS's documented ones: column-major operands, op(A) of
 // m×k, op(B) of k×n, C of m×n with leading dimensions lda/ldb/ldc, C = alpha·op(A)·op(B) + beta·C.
 // The reference column-major sgemm has exactly these semantics, so each call is checked the way
 // cuBLAS checks it (CUBLAS_STATUS_INVALID_VALUE for bad sizes or leading dimensions) and then
 // handed to cblas_sgemm(CblasColMajor, ...). Operands must be device memory. In TF32 mode the
 // inputs are rounded to TF32 (10-bit mantissa) first, as the tensor cores would.
 //
-// cublasGemmEx / cublasGemmStridedBatchedEx: the same operation with typed operands. Only the
+// cublasGemmEx / cublasGemmStridedBatchedEx / cublasGemmBatchedEx: the same operation with typed operands. Only the
 // combinations the backend uses are modelled: A and B CUDA_R_16BF, C CUDA_R_32F, computeType
 // CUBLAS_COMPUTE_32F (alpha and beta are then floats); and A, B, C CUDA_R_32F with
 // CUBLAS_COMPUTE_32F_FAST_16BF, whose inputs are rounded to bf16 (to nearest even, as the
@@ -64,6 +64,12 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_
                                          int m, int n, int k, const float* alpha, const float* A, int lda,
                                          long long strideA, const float* B, int ldb, long long strideB,
                                          const float* beta, float* C, int ldc, long long strideC, int batchCount);
+// The batch from arrays of the matrices' addresses, in device memory (read when the GEMM runs:
+// a kernel queued before it may write them).
+cublasStatus_t cublasSgemmBatched(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m,
+                                  int n, int k, const float* alpha, const float* const Aarray[], int lda,
+                                  const float* const Barray[], int ldb, const float* beta, float* const Carray[],
+                                  int ldc, int batchCount);
 cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
                             int k, const void* alpha, const void* A, cudaDataType Atype, int lda, const void* B,
                             cudaDataType Btype, int ldb, const void* beta, void* C, cudaDataType Ctype, int ldc,
@@ -74,3 +80,8 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation
                                           long long strideB, const void* beta, void* C, cudaDataType Ctype, int ldc,
                                           long long strideC, int batchCount, cublasComputeType_t computeType,
                                           cublasGemmAlgo_t algo);
+cublasStatus_t cublasGemmBatchedEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m,
+                                   int n, int k, const void* alpha, const void* const Aarray[], cudaDataType Atype,
+                                   int lda, const void* const Barray[], cudaDataType Btype, int ldb, const void* beta,
+                                   void* const Carray[], cudaDataType Ctype, int ldc, int batchCount,
+                                   cublasComputeType_t computeType, cublasGemmAlgo_t algo);
