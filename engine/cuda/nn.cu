@@ -746,11 +746,15 @@ __device__ void edge_mix(const EdgeKeys& e, int64_t r, float w) {
 // 257 keys (session 12), with the row kernels above a warp a row. Each element gets the same
 // operations as there. The array holds the GEMMs' keys [0, e.first); the edge keys (EdgeKeys) are
 // one more register a lane, so REGS_LAUNCH sizes the array for e.first (256 of ViT-Tiny's 257).
-template <int kPerLane>
-__global__ void attention_softmax_regs_kernel(float* p, const float* mask, float* dropped, int64_t rows, int64_t T,
-                                              int64_t S, int64_t ldp, bool causal, float scale, EdgeKeys e) {
+// kEdge: the *_edge_regs_kernel instantiations; without it the edge code is compiled out (it
+// costs 16-26 registers a lane at 8 slots, two of the six blocks an SM they get without it).
+template <int kPerLane, bool kEdge>
+__device__ __forceinline__ void attention_softmax_regs(float* p, const float* mask, float* dropped, int64_t rows,
+                                                       int64_t T, int64_t S, int64_t ldp, bool causal, float scale,
+                                                       const EdgeKeys& e) {
     const RowGroup g = row_group<false>();
-    const int64_t je = e.first + g.tid;  // this lane's edge key (if < S)
+    const int64_t end = kEdge ? e.first : S;  // the keys in the array, [0, end)
+    const int64_t je = kEdge ? e.first + g.tid : S;  // this lane's edge key (if < S)
     for (int64_t r = g.first; r < rows; r += g.stride) {
         float* pr = p + r * ldp;
         const int64_t visible = visible_keys(r % T, T, S, causal);
@@ -758,9 +762,9 @@ __global__ void attention_softmax_regs_kernel(float* p, const float* mask, float
         UNROLL
         for (int i = 0; i < kPerLane; i++) {
             const int64_t j = g.tid + (int64_t)kWarp * i;
-            x[i] = j < visible && j < e.first ? pr[j] * scale : -INFINITY;
+            x[i] = j < visible && j < end ? pr[j] * scale : -INFINITY;
         }
-        float xe = edge_score(e, r, visible, scale, -INFINITY), m = xe;  // (after the row's loads are issued)
+        float xe = kEdge ? edge_score(e, r, visible, scale, -INFINITY) : -INFINITY, m = xe;  // (after the loads)
         UNROLL
         for (int i = 0; i < kPerLane; i++) m = fmaxf(m, x[i]);
         m = warp_max(m);
@@ -780,11 +784,12 @@ __global__ void attention_softmax_regs_kernel(float* p, const float* mask, float
         UNROLL
         for (int i = 0; i < kPerLane; i++) {
             const int64_t j = g.tid + (int64_t)kWarp * i;
-            if (j >= e.first) break;
+            if (j >= end) break;
             const float v = j < visible ? x[i] * inv : 0.f;
             pr[j] = v;
             if (mask) dropped[r * ldp + j] = v * mask[r * S + j];
         }
+        if (!kEdge) continue;
         float we = 0.f;  // the edge key's weight in the value product
         if (je < S) {
             const float v = je < visible ? xe * inv : 0.f;
@@ -796,11 +801,13 @@ __global__ void attention_softmax_regs_kernel(float* p, const float* mask, float
     }
 }
 
-template <int kPerLane>
-__global__ void attention_softmax_backward_regs_kernel(const float* p, const float* mask, float* ds, int64_t rows,
-                                                       int64_t S, int64_t ldp, float scale, EdgeKeys e) {
+template <int kPerLane, bool kEdge>
+__device__ __forceinline__ void attention_softmax_backward_regs(const float* p, const float* mask, float* ds,
+                                                                int64_t rows, int64_t S, int64_t ldp, float scale,
+                                                                const EdgeKeys& e) {
     const RowGroup g = row_group<false>();
-    const int64_t je = e.first + g.tid;  // this lane's edge key (if < S)
+    const int64_t end = kEdge ? e.first : S;  // the keys in the arrays, [0, end)
+    const int64_t je = kEdge ? e.first + g.tid : S;  // this lane's edge key (if < S)
     for (int64_t r = g.first; r < rows; r += g.stride) {
         const float* pr = p + r * ldp;
         float* dr = ds + r * ldp;
@@ -808,26 +815,50 @@ __global__ void attention_softmax_backward_regs_kernel(const float* p, const flo
         UNROLL
         for (int i = 0; i < kPerLane; i++) {
             const int64_t j = g.tid + (int64_t)kWarp * i;
-            pv[i] = j < e.first ? pr[j] : 0.f;
-            d[i] = j < e.first ? (mask ? dr[j] * mask[r * S + j] : dr[j]) : 0.f;
+            pv[i] = j < end ? pr[j] : 0.f;
+            d[i] = j < end ? (mask ? dr[j] * mask[r * S + j] : dr[j]) : 0.f;
         }
-        float de = edge_score(e, r, S, 1.f, 0.f);  // dP's edge: dout·v
+        float de = kEdge ? edge_score(e, r, S, 1.f, 0.f) : 0.f;  // dP's edge: dout·v
         const float pe = je < S ? pr[je] : 0.f;
         if (mask && je < S) de *= mask[r * S + je];
         UNROLL
         for (int i = 0; i < kPerLane; i++)
-            if (g.tid + (int64_t)kWarp * i < e.first) dot += d[i] * pv[i];
+            if (g.tid + (int64_t)kWarp * i < end) dot += d[i] * pv[i];
         if (je < S) dot += de * pe;
         dot = warp_sum(dot);
         UNROLL
         for (int i = 0; i < kPerLane; i++) {
             const int64_t j = g.tid + (int64_t)kWarp * i;
-            if (j < e.first) dr[j] = pv[i] * (d[i] - dot) * scale;
+            if (j < end) dr[j] = pv[i] * (d[i] - dot) * scale;
         }
+        if (!kEdge) continue;
         de = je < S ? pe * (de - dot) * scale : 0.f;
         if (je < S) dr[je] = de;
         edge_mix(e, r, de);  // dq's edge share, dS·k
     }
+}
+
+template <int kPerLane>
+__global__ void attention_softmax_regs_kernel(float* p, const float* mask, float* dropped, int64_t rows, int64_t T,
+                                              int64_t S, int64_t ldp, bool causal, float scale, EdgeKeys e) {
+    attention_softmax_regs<kPerLane, false>(p, mask, dropped, rows, T, S, ldp, causal, scale, e);
+}
+template <int kPerLane>
+__global__ void attention_softmax_edge_regs_kernel(float* p, const float* mask, float* dropped, int64_t rows,
+                                                   int64_t T, int64_t S, int64_t ldp, bool causal, float scale,
+                                                   EdgeKeys e) {
+    attention_softmax_regs<kPerLane, true>(p, mask, dropped, rows, T, S, ldp, causal, scale, e);
+}
+template <int kPerLane>
+__global__ void attention_softmax_backward_regs_kernel(const float* p, const float* mask, float* ds, int64_t rows,
+                                                       int64_t S, int64_t ldp, float scale, EdgeKeys e) {
+    attention_softmax_backward_regs<kPerLane, false>(p, mask, ds, rows, S, ldp, scale, e);
+}
+template <int kPerLane>
+__global__ void attention_softmax_backward_edge_regs_kernel(const float* p, const float* mask, float* ds,
+                                                            int64_t rows, int64_t S, int64_t ldp, float scale,
+                                                            EdgeKeys e) {
+    attention_softmax_backward_regs<kPerLane, true>(p, mask, ds, rows, S, ldp, scale, e);
 }
 
 // dv's and dk's edge rows j in [first, S): dv_j = Σ_t (P ⊙ mask)[t, j]·dout_t and dk_j =
@@ -1156,8 +1187,11 @@ void attention_forward(const float* q, const float* k, const float* v, const flo
     gemm_batched_layout(false, true, BH, T, first, D, q, q_at, k, kv_at, p, p_at);  // raw scores q·kᵀ
     Scratch<float> dropped(mask ? BH * T * ldp : 0);
     const EdgeKeys edge{first, S, T, D, q, L, k, v, first < S ? out : nullptr, O, L};
-    if (S <= kRegsRowMax)
-        REGS_LAUNCH(attention_softmax_regs_kernel, BH * T, first, p, mask, dropped.p, BH * T, T, S, ldp, causal, scale,
+    if (first < S)
+        REGS_LAUNCH(attention_softmax_edge_regs_kernel, BH * T, first, p, mask, dropped.p, BH * T, T, S, ldp, causal,
+                    scale, edge);
+    else if (S <= kRegsRowMax)
+        REGS_LAUNCH(attention_softmax_regs_kernel, BH * T, S, p, mask, dropped.p, BH * T, T, S, ldp, causal, scale,
                     edge);
     else
         ROWS_LAUNCH(attention_softmax_kernel, BH * T, S, p, mask, dropped.p, BH * T, T, S, ldp, causal, scale);
@@ -1198,8 +1232,11 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
     Scratch<float> ds(BH * T * ldp);
     gemm_batched_layout(false, true, BH, T, first, D, dout, out_at, v, kv_at, ds.p, p_at);  // dP = dout·vᵀ
     const EdgeKeys edge{first, S, T, D, dout, O, v, k, first < S ? dq : nullptr, L, L};
-    if (S <= kRegsRowMax)
-        REGS_LAUNCH(attention_softmax_backward_regs_kernel, BH * T, first, p, mask, ds.p, BH * T, S, ldp, scale, edge);
+    if (first < S)
+        REGS_LAUNCH(attention_softmax_backward_edge_regs_kernel, BH * T, first, p, mask, ds.p, BH * T, S, ldp, scale,
+                    edge);
+    else if (S <= kRegsRowMax)
+        REGS_LAUNCH(attention_softmax_backward_regs_kernel, BH * T, S, p, mask, ds.p, BH * T, S, ldp, scale, edge);
     else
         ROWS_LAUNCH(attention_softmax_backward_kernel, BH * T, S, p, mask, ds.p, BH * T, S, ldp, scale);
     if (dq)  // dq = dS·k (plus the edge's share, written above)
