@@ -401,19 +401,16 @@ void gemm_batched_layout(bool ta, bool tb, int64_t batch, int64_t M, int64_t N, 
         pointer_call(h, ta, tb, batch, M, N, K, A, a_shape, B, b_shape, C, lc, beta, at());
         return;
     }
-    // One strided call per position g in the group: its matrices one group apart (a one-stride
-    // layout's too, its stride times the group).
-    auto position = [group](BatchLayout l, int64_t g, int64_t& offset) {
-        offset = g * l.stride;
+    // One strided call per position g in the group, batched over the groups: matrix g of every
+    // group, one group_stride apart (in a one-stride layout its stride times the group).
+    auto over_groups = [group](const BatchLayout& l) {
         return BatchLayout{l.ld, l.group ? l.group_stride : l.stride * group};
     };
-    const int64_t calls_batch = batch / group;
-    for (int64_t g = 0; g < group; g++) {
-        int64_t oa, ob, oc;
-        const BatchLayout pa = position(la, g, oa), pb = position(lb, g, ob), pc = position(lc, g, oc);
-        strided_call(h, ta, tb, calls_batch, M, N, K, A + oa, {calls_batch, a_rows, a_cols, pa}, B + ob,
-                     {calls_batch, b_rows, b_cols, pb}, C + oc, pc, beta, at());
-    }
+    const BatchLayout pa = over_groups(la), pb = over_groups(lb), pc = over_groups(lc);
+    const int64_t groups = batch / group;
+    for (int64_t g = 0; g < group; g++)
+        strided_call(h, ta, tb, groups, M, N, K, A + g * la.stride, {groups, a_rows, a_cols, pa}, B + g * lb.stride,
+                     {groups, b_rows, b_cols, pb}, C + g * lc.stride, pc, beta, at());
 }
 
 // ---------------------------------------------------------------------------------------------
