@@ -684,8 +684,8 @@ __global__ void attention_softmax_backward_kernel(const float* p, const float* m
 // Edge keys. cuBLAS takes its fast tensor-core GEMMs only where the extent along each operand's
 // contiguous dimension is a multiple of 16 bytes as well as its row stride: with S = 257 keys (ViT-
 // Tiny's patch-2 tokens) every attention GEMM has 257 there (the key count is P's row length, the
-// scores' row length, the rows of dk and dv) and an H100 ran all six in align1 kernels at about a
-// quarter of the others' speed (8.3 of the step's 28.5 ms; P's padded rows did not help). So where
+// scores' row length, the rows of dk and dv) and an H100 ran all six in align1 kernels, which moved
+// their P-sized operand at under 1 TB/s (8.3 of the step's 28.5 ms; P's padded rows did not help). So where
 // S is not a multiple of 8 (16 bytes of bf16) the GEMMs take the keys [0, first), first = S rounded
 // down to 8, and the register row kernels take the edge [first, S), at most 7 keys, lane l key
 // first + l in a register of its own: their scores (forward: q·k; backward: dP = dout·v) as warp

@@ -314,7 +314,8 @@ TEST_CASE("cuda gemm_batched_layout: every head in a call per head or in one cal
                 for (int64_t h = 0; h < H; h++) {
                     const float* xb = x.data_f32() + b * T * row;
                     float* s = want_s.data_f32() + (b * H + h) * T * T;
-                    engine::cpu::gemm_ld(false, true, T, T, D, 1.f, xb + h * D, row, xb + H * D + h * D, row, 1.f, s, T);
+                    engine::cpu::gemm_ld(false, true, T, T, D, 1.f, xb + h * D, row, xb + H * D + h * D, row, 1.f, s,
+                                         T);
                 }
             Tensor s_in = p == GemmPrecision::bf16 ? rounded(want_s) : want_s;  // (the values GEMM's A)
             for (int64_t b = 0; b < B; b++)
@@ -328,12 +329,14 @@ TEST_CASE("cuda gemm_batched_layout: every head in a call per head or in one cal
                 for (int64_t j = 0; j < T; j++) padded[(size_t)(r * ldp + j)] = c0.data_f32()[r * T + j];
             Tensor dqkv = qkv.to(Device::CUDA), ds = Tensor::from_vector(padded, {B * H * T * ldp}).to(Device::CUDA);
             Tensor dout = Tensor::empty({B, T, H * D}, engine::DType::F32, Device::CUDA);
-            const engine::cuda::BatchLayout heads{row, D, H, T * row}, p_at{ldp, T * ldp}, out_at{H * D, D, H, T * H * D};
+            const engine::cuda::BatchLayout heads{row, D, H, T * row}, p_at{ldp, T * ldp},
+                out_at{H * D, D, H, T * H * D};
             engine::cuda::set_gemm_precision(p);
-            const uint64_t calls = engine::cuda::pointer_batch_calls(), rounded_before = engine::cuda::bf16_rounded_elements();
+            const uint64_t calls = engine::cuda::pointer_batch_calls();
+            const uint64_t rounded_before = engine::cuda::bf16_rounded_elements();
             const float* q = dqkv.raw_f32();
-            engine::cuda::gemm_batched_layout(false, true, B * H, T, T, D, q, heads, q + H * D, heads, ds.raw_f32(), p_at,
-                                              1.f);
+            engine::cuda::gemm_batched_layout(false, true, B * H, T, T, D, q, heads, q + H * D, heads, ds.raw_f32(),
+                                              p_at, 1.f);
             engine::cuda::gemm_batched_layout(false, false, B * H, T, D, T, ds.raw_f32(), p_at, q + 2 * H * D, heads,
                                               dout.raw_f32(), out_at);
             engine::cuda::set_gemm_precision(GemmPrecision::fp32);
@@ -355,8 +358,8 @@ TEST_CASE("cuda gemm_batched_layout: operands grouped differently are refused", 
     using Catch::Contains;
     Tensor x = Tensor::zeros({64}).to(Device::CUDA), c = Tensor::zeros({64}).to(Device::CUDA);
     const engine::cuda::BatchLayout two{4, 1, 2, 8}, three{4, 1, 3, 8};
-    REQUIRE_THROWS_WITH(engine::cuda::gemm_batched_layout(false, false, 6, 1, 1, 1, x.raw_f32(), two, x.raw_f32(), three,
-                                                          c.raw_f32(), {1, 1}),
+    REQUIRE_THROWS_WITH(engine::cuda::gemm_batched_layout(false, false, 6, 1, 1, 1, x.raw_f32(), two, x.raw_f32(),
+                                                          three, c.raw_f32(), {1, 1}),
                         Contains("gemm_batched") && Contains("groups differ (2, 3, 0)"));
 }
 

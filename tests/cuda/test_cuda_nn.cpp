@@ -404,8 +404,9 @@ TEST_CASE("cuda attention: edge keys against the CPU and against the GEMMs over 
     test::PrecisionScope fp32(engine::cuda::GemmPrecision::fp32);
     test::EdgeKeysScope on(true);
     struct Case { int64_t B, H, T, S, D; bool causal; float dropout; };
-    for (Case c : {Case{1, 2, 9, 9, 64, true, 0.f}, Case{2, 1, 6, 15, 32, false, 0.25f}, Case{1, 1, 13, 13, 128, true, 0.25f},
-                   Case{1, 2, 20, 300, 64, false, 0.f}, Case{2, 2, 33, 37, 96, true, 0.f}, Case{1, 1, 257, 257, 64, false, 0.1f}}) {
+    for (Case c : {Case{1, 2, 9, 9, 64, true, 0.f}, Case{2, 1, 6, 15, 32, false, 0.25f},
+                   Case{1, 1, 13, 13, 128, true, 0.25f}, Case{1, 2, 20, 300, 64, false, 0.f},
+                   Case{2, 2, 33, 37, 96, true, 0.f}, Case{1, 1, 257, 257, 64, false, 0.1f}}) {
         INFO("B " << c.B << " H " << c.H << " T " << c.T << " S " << c.S << " D " << c.D << " causal " << c.causal
                   << " dropout " << c.dropout);
         auto heads = [c](auto& in) {
@@ -453,7 +454,8 @@ TEST_CASE("cuda attention: edge keys against the CPU and against the GEMMs over 
         }
         split.backward(g);
         test::require_close("forward", whole, split, kAttnFwd);
-        for (int i = 0; i < 3; i++) test::require_close("gradient " + std::to_string(i), b[i].grad(), a[i].grad(), kAttnBwd);
+        for (int i = 0; i < 3; i++)
+            test::require_close("gradient " + std::to_string(i), b[i].grad(), a[i].grad(), kAttnBwd);
     }
 }
 
@@ -466,7 +468,8 @@ TEST_CASE("cuda attention: every head in one GEMM call from address arrays again
     struct Case { int64_t B, T, H, D; bool causal; float dropout; };
     using engine::cuda::GemmPrecision;
     for (GemmPrecision p : {GemmPrecision::tf32, GemmPrecision::bf16})
-        for (Case c : {Case{2, 9, 3, 32, true, 0.f}, Case{2, 257, 3, 64, false, 0.1f}, Case{3, 16, 2, 64, false, 0.f}}) {
+        for (Case c :
+             {Case{2, 9, 3, 32, true, 0.f}, Case{2, 257, 3, 64, false, 0.1f}, Case{3, 16, 2, 64, false, 0.f}}) {
             INFO("precision " << engine::cuda::gemm_precision_name(p) << " B " << c.B << " T " << c.T << " H " << c.H
                               << " D " << c.D << " causal " << c.causal << " dropout " << c.dropout);
             engine::cuda::set_gemm_precision(p);

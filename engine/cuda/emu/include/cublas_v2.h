@@ -1,7 +1,8 @@
 // engine/cuda/emu/include/cublas_v2.h: the CUDA emulator's stand-in for cuBLAS.
 //
 // Only what the backend calls: handles, streams, math modes, single-precision GEMMs (plain,
-// strided batched and batched from address arrays), and the mixed-precision GemmEx forms the bf16 GEMMs use. Semantics are cuBLAS's documented ones: column-major operands, op(A) of
+// strided batched and batched from address arrays), and the mixed-precision GemmEx forms the bf16
+// GEMMs use. Semantics are cuBLAS's documented ones: column-major operands, op(A) of
 // m×k, op(B) of k×n, C of m×n with leading dimensions lda/ldb/ldc, C = alpha·op(A)·op(B) + beta·C.
 // The reference column-major sgemm has exactly these semantics, so each call is checked the way
 // cuBLAS checks it (CUBLAS_STATUS_INVALID_VALUE for bad sizes or leading dimensions) and then
