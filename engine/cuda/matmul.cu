@@ -439,22 +439,29 @@ struct LtDescriptors {
     }
 };
 
-// The matmul with the bias epilogue, or false where cuBLASLt declines it (no algorithm, an
-// unsupported combination): the caller then takes the two-step path. Errors of the matmul itself
-// throw. Call with g_mu held.
-bool lt_gemm_bias(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void* A, int64_t lda, const void* B,
-                  int64_t ldb, cudaDataType_t type, cublasComputeType_t compute, const float* bias, float* C,
-                  const std::string& where) {
-    if (!g_lt) check_cublas(cublasLtCreate(&g_lt), "cublasLtCreate", where);
-    LtDescriptors d;
+// The largest power of two up to 256 that divides p's address: the alignment cuBLASLt may assume
+// of an operand (it assumes 256 bytes unless its preference says less).
+uint32_t alignment_of(const void* p) {
+    const uintptr_t address = reinterpret_cast<uintptr_t>(p);
+    uint32_t align = 256;
+    while (align > 1 && address % align) align >>= 1;
+    return align;
+}
+
+// cuBLASLt's descriptors of the row-major C[M,N] = op(A)·op(B) (+ bias where given), C packed
+// (ldc = N); the preference allows the workspace and says how aligned A, B and C are. False where
+// cuBLASLt declines a descriptor.
+bool lt_describe(LtDescriptors& d, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void* A, int64_t lda,
+                 const void* B, int64_t ldb, cudaDataType_t type, cublasComputeType_t compute, const float* bias,
+                 const float* C) {
     if (cublasLtMatmulDescCreate(&d.op, compute, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) return false;
     // The first operand is B (its transpose flag as given), the second A (see the top of the file).
     const int32_t op_first = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_second = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-    const uint32_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    const uint32_t epilogue = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
     if (cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof op_first) ||
         cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof op_second) ||
         cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue) ||
-        cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias))
+        (bias && cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias)))
         return false;
     // Column-major layouts: the first operand N×K (K×N stored when transposed), the second K×M
     // (M×K), the output N×M.
@@ -463,9 +470,28 @@ bool lt_gemm_bias(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void*
         cublasLtMatrixLayoutCreate(&d.c, CUDA_R_32F, N, M, N) || cublasLtMatmulPreferenceCreate(&d.pref))
         return false;
     const uint64_t workspace_bytes = kCublasWorkspaceBytes;
-    if (cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
-                                             sizeof workspace_bytes))
-        return false;
+    const uint32_t align_first = alignment_of(B), align_second = alignment_of(A), align_c = alignment_of(C);
+    return !(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
+                                                  sizeof workspace_bytes) ||
+             cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_first,
+                                                  sizeof align_first) ||
+             cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_second,
+                                                  sizeof align_second) ||
+             cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c,
+                                                  sizeof align_c) ||
+             cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c,
+                                                  sizeof align_c));
+}
+
+// The matmul with the bias epilogue, or false where cuBLASLt declines it (no algorithm, an
+// unsupported combination): the caller then takes the two-step path. Errors of the matmul itself
+// throw. Call with g_mu held.
+bool lt_gemm_bias(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void* A, int64_t lda, const void* B,
+                  int64_t ldb, cudaDataType_t type, cublasComputeType_t compute, const float* bias, float* C,
+                  const std::string& where) {
+    if (!g_lt) check_cublas(cublasLtCreate(&g_lt), "cublasLtCreate", where);
+    LtDescriptors d;
+    if (!lt_describe(d, ta, tb, M, N, K, A, lda, B, ldb, type, compute, bias, C)) return false;
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
     if (cublasLtMatmulAlgoGetHeuristic(g_lt, d.op, d.a, d.b, d.c, d.c, d.pref, 1, &result, &found) ||

@@ -131,6 +131,36 @@ TEST_CASE("cuda gemm_bias: cuBLASLt's bias epilogue against the bias rows and a 
             }
 }
 
+// cuBLASLt assumes 256-byte aligned operands unless the preference says less (the emulator's
+// stand-in refuses an operand less aligned than its algorithm was chosen for): operands at 4-,
+// 8- and 16-byte offsets, as views into bigger tensors are, in fp32 and bf16.
+TEST_CASE("cuda gemm_bias: cuBLASLt's epilogue on operands less aligned than 256 bytes", "[cuda]") {
+    using engine::cuda::GemmPrecision;
+    test::PrecisionScope precision;
+    test::LtBiasScope lt_scope(true);
+    const int64_t M = 5, N = 8, K = 7;
+    for (GemmPrecision p : {GemmPrecision::fp32, GemmPrecision::bf16})
+        for (int64_t offset : {1, 2, 4}) {  // floats
+            INFO("precision " << engine::cuda::gemm_precision_name(p) << " offset " << offset);
+            engine::cuda::set_gemm_precision(p);
+            Tensor a = randn({M * K + offset}, false, 21).to(Device::CUDA), b = randn({K * N + offset}, false, 22).to(Device::CUDA);
+            Tensor bias = randn({N + offset}, false, 23).to(Device::CUDA);
+            Tensor c = Tensor::empty({M * N + offset}, engine::DType::F32, Device::CUDA);
+            const uint64_t before = engine::cuda::lt_bias_calls();
+            engine::cuda::gemm_bias(false, false, M, N, K, a.raw_f32() + offset, b.raw_f32() + offset,
+                                    bias.raw_f32() + offset, c.raw_f32() + offset);
+            CHECK(engine::cuda::lt_bias_calls() - before == 1u);
+            Tensor want = Tensor::empty({M, N}, engine::DType::F32, Device::CUDA);
+            engine::cuda::set_lt_bias(false);
+            engine::cuda::gemm_bias(false, false, M, N, K, a.raw_f32() + offset, b.raw_f32() + offset,
+                                    bias.raw_f32() + offset, want.raw_f32());
+            engine::cuda::set_lt_bias(true);
+            std::vector<float> got = c.to_vector();
+            got.erase(got.begin(), got.begin() + offset);
+            test::require_close("epilogue at an offset", want.to(Device::CPU), Tensor::from_vector(got, {M, N}), kTol);
+        }
+}
+
 // TF32: inputs rounded to 10 mantissa bits, so results are within ~1e-2 relative of fp32
 // (N(0,1) inputs, K = 33: |C| ~ 6, atol 5e-2, rtol 1e-2), and not equal to them.
 TEST_CASE("cuda matmul: TF32 mode", "[cuda]") {

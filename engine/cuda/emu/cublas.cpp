@@ -361,6 +361,7 @@ struct cublasLtMatrixLayoutOpaque {
 };
 struct cublasLtMatmulPreferenceOpaque {
     size_t workspace_bytes = 0;
+    uint32_t min_alignment[4] = {256, 256, 256, 256};  // A, B, C, D (cuBLASLt's default)
 };
 
 cublasStatus_t cublasLtCreate(cublasLtHandle_t* handle) {
@@ -438,12 +439,23 @@ cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref) 
 cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t pref,
                                                     cublasLtMatmulPreferenceAttributes_t attr, const void* buf,
                                                     size_t bytes) {
-    if (!pref || !buf || attr != CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES || bytes != sizeof(uint64_t))
-        return CUBLAS_STATUS_INVALID_VALUE;
-    uint64_t v;
-    std::memcpy(&v, buf, sizeof v);
-    pref->workspace_bytes = (size_t)v;
-    return CUBLAS_STATUS_SUCCESS;
+    if (!pref || !buf) return CUBLAS_STATUS_INVALID_VALUE;
+    if (attr == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES) {
+        if (bytes != sizeof(uint64_t)) return CUBLAS_STATUS_INVALID_VALUE;
+        uint64_t v;
+        std::memcpy(&v, buf, sizeof v);
+        pref->workspace_bytes = (size_t)v;
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    if (attr >= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES && attr <= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES) {
+        uint32_t v;
+        if (bytes != sizeof v) return CUBLAS_STATUS_INVALID_VALUE;
+        std::memcpy(&v, buf, sizeof v);
+        if (v == 0 || (v & (v - 1))) return CUBLAS_STATUS_INVALID_VALUE;  // a power of two
+        pref->min_alignment[attr - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES] = v;
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    return CUBLAS_STATUS_INVALID_VALUE;
 }
 
 namespace {
@@ -481,10 +493,16 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
     int m, n, k;
     if (!lt_shapes(desc, a, b, c, d, m, n, k)) return CUBLAS_STATUS_INVALID_VALUE;
     if (!lt_types(desc, a, b, c, d)) return CUBLAS_STATUS_NOT_SUPPORTED;
-    results[0] = cublasLtMatmulHeuristicResult_t{};
-    results[0].state = CUBLAS_STATUS_SUCCESS;
-    results[0].wavesCount = 1.f;
-    *returned = 1;
+    // algo.data: [0] which candidate, [1..4] the alignments of A, B, C, D it was chosen for.
+    const int count = std::min(requested, kEmuLtAlgos);
+    for (int i = 0; i < count; i++) {
+        results[i] = cublasLtMatmulHeuristicResult_t{};
+        results[i].algo.data[0] = (uint64_t)i;
+        for (int o = 0; o < 4; o++) results[i].algo.data[1 + o] = pref->min_alignment[o];
+        results[i].state = CUBLAS_STATUS_SUCCESS;
+        results[i].wavesCount = 1.f;
+    }
+    *returned = count;
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -499,6 +517,15 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     if (!lt_types(desc, a, b, c, d)) return CUBLAS_STATUS_NOT_SUPPORTED;
     const bool bias = desc->epilogue == CUBLASLT_EPILOGUE_BIAS;
     if (bias && !desc->bias) return CUBLAS_STATUS_INVALID_VALUE;
+    const void* operands[4] = {A, B, C, D};
+    for (int o = 0; o < 4; o++) {
+        const uint64_t need = algo->data[1 + o];
+        if (need == 0 || reinterpret_cast<uintptr_t>(operands[o]) % need != 0)
+            throw emu::Error(std::string("CUDA emulator: cublasLtMatmul: operand ") + "ABCD"[o] + " at " +
+                             std::to_string(reinterpret_cast<uintptr_t>(operands[o])) + " is not aligned to the " +
+                             std::to_string(need) + " bytes its algorithm was chosen for (set " +
+                             "CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_" + "ABCD"[o] + "_BYTES in the heuristic's preference)");
+    }
     const size_t elem = a->type == CUDA_R_16BF ? 2 : 4;
     const cublasOperation_t ta = desc->ta, tb = desc->tb;
     const int lda = (int)a->ld, ldb = (int)b->ld, ldc = (int)c->ld, ldd = (int)d->ld;

@@ -2,20 +2,28 @@
 // backend calls: one matmul D = alpha·op(A)·op(B) + beta·C with the bias epilogue (a vector of D's
 // row count, added to every column), column-major layouts of fp32 or bf16 elements, the compute
 // types of cublas_v2.h (32F; 32F_FAST_TF32 and 32F_FAST_16BF round fp32 inputs first, to TF32 and
-// to bf16 to nearest even), one "algorithm" from the heuristic. Semantics are cuBLASLt's
+// to bf16 to nearest even). Semantics are cuBLASLt's
 // documented ones; each call is checked the way cuBLASLt checks it (CUBLAS_STATUS_INVALID_VALUE for
 // layouts that do not fit m, n, k and the transposes, CUBLAS_STATUS_NOT_SUPPORTED for other types
 // or epilogues), the operands must be device memory, and the work goes on the given stream (so a
-// graph capture records it). Implemented in engine/cuda/emu/cublas.cpp beside the GEMMs it reuses.
+// graph capture records it). The heuristic offers up to kEmuLtAlgos "algorithms" (the same product
+// each, so that a caller choosing among them is exercised), each made for the operands' minimum
+// alignments of the preference (cuBLASLt's default: 256 bytes); cublasLtMatmul refuses operands
+// less aligned than its algorithm was chosen for, as a GPU would fault or compute garbage there.
+// Implemented in engine/cuda/emu/cublas.cpp beside the GEMMs it reuses.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include "cublas_v2.h"
 
+constexpr int kEmuLtAlgos = 3;
+
 typedef enum { CUBLASLT_MATMUL_DESC_TRANSA = 3, CUBLASLT_MATMUL_DESC_TRANSB = 4, CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
                CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8 } cublasLtMatmulDescAttributes_t;
 typedef enum { CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_BIAS = 4 } cublasLtEpilogue_t;
-typedef enum { CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1 } cublasLtMatmulPreferenceAttributes_t;
+typedef enum { CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5,
+               CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES = 6, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES = 7,
+               CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES = 8 } cublasLtMatmulPreferenceAttributes_t;
 
 struct cublasLtContext;
 struct cublasLtMatmulDescOpaque;
