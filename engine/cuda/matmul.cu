@@ -27,7 +27,11 @@
 
 #include <atomic>
 #include <climits>
+#include <cmath>
+#include <functional>
+#include <map>
 #include <mutex>
+#include <tuple>
 #include "engine/cuda/elementwise.h"
 #include "engine/cuda/kernel.h"
 #include "engine/cuda/matmul.h"
@@ -213,6 +217,11 @@ bool bf16_supported() {
     return p.major >= 8;
 }
 
+namespace {
+bool lt_matmul(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, const float* B,
+               float beta, const float* bias, float* C, const std::string& where);  // (below, with cuBLASLt)
+}  // namespace
+
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, const float* B, float beta,
           float* C) {
     std::string where;  // built lazily: only on the error paths
@@ -229,6 +238,7 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const 
     profile::note_flops(2.0 * (double)M * (double)N * (double)K);
     std::lock_guard<std::mutex> lock(g_mu);
     cublasHandle_t h = handle(at());
+    if (K > 0 && gemm_autotune_enabled() && lt_matmul(ta, tb, M, N, K, alpha, A, B, beta, nullptr, C, at())) return;
     if (gemm_precision() == GemmPrecision::bf16) {
         const bool fast = bf16_fast_gemm_enabled();
         Bf16Input a(fast, A, {1, ta ? K : M, ta ? M : K, {ta ? M : K, 0}}),
@@ -483,28 +493,114 @@ bool lt_describe(LtDescriptors& d, bool ta, bool tb, int64_t M, int64_t N, int64
                                                   sizeof align_c));
 }
 
-// The matmul with the bias epilogue, or false where cuBLASLt declines it (no algorithm, an
-// unsupported combination): the caller then takes the two-step path. Errors of the matmul itself
-// throw. Call with g_mu held.
-bool lt_gemm_bias(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void* A, int64_t lda, const void* B,
-                  int64_t ldb, cudaDataType_t type, cublasComputeType_t compute, const float* bias, float* C,
-                  const std::string& where) {
+// Autotuning (gemm_autotune_enabled): the first time a shape comes outside a graph capture, each
+// of up to kTuneCandidates algorithms of cuBLASLt's heuristic runs once untimed and kTuneRuns
+// times timed by events on the stream, and the fastest is kept for the shape for the rest of the
+// process. The key holds everything the heuristic sees: the shape, transposes, precision, whether
+// C is read or a bias added, and the operands' alignments.
+constexpr int kTuneCandidates = 8, kTuneRuns = 3;
+struct TuneKey {
+    bool ta, tb, reads_c, bias;
+    int64_t M, N, K;
+    int mode;  // GemmPrecision, times 2, plus 1 for bf16's fast inputs
+    uint32_t align_a, align_b, align_c;
+    bool operator<(const TuneKey& o) const {
+        return std::tie(ta, tb, reads_c, bias, M, N, K, mode, align_a, align_b, align_c) <
+               std::tie(o.ta, o.tb, o.reads_c, o.bias, o.M, o.N, o.K, o.mode, o.align_a, o.align_b, o.align_c);
+    }
+};
+std::map<TuneKey, cublasLtMatmulAlgo_t> g_tuned;
+std::atomic<int> g_autotune{-1};
+std::atomic<uint64_t> g_tunings{0}, g_tuned_calls{0};
+
+// Device milliseconds of `runs` calls of work on the stream, after one untimed; a negative number
+// where a call fails (the candidate is then passed over).
+float time_on_stream(const std::function<cublasStatus_t()>& work, int runs) {
+    if (work() != CUBLAS_STATUS_SUCCESS) return -1.f;
+    cudaEvent_t start, stop;
+    check_cuda(cudaEventCreate(&start), "cudaEventCreate");
+    check_cuda(cudaEventCreate(&stop), "cudaEventCreate");
+    check_cuda(cudaEventRecord(start, stream()), "cudaEventRecord");
+    bool ok = true;
+    for (int i = 0; i < runs && ok; i++) ok = work() == CUBLAS_STATUS_SUCCESS;
+    check_cuda(cudaEventRecord(stop, stream()), "cudaEventRecord");
+    check_cuda(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    float ms = 0.f;
+    check_cuda(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    return ok ? ms : -1.f;
+}
+
+// C = alpha·op(A)·op(B) + beta·C (+ bias [N] on every row, where given) through cuBLASLt in the
+// current precision (bf16: the operands rounded into packed scratch, or with bf16_fast_gemm_enabled
+// handed over as fp32): the tuned algorithm where gemm_autotune_enabled, else the heuristic's first.
+// False where cuBLASLt declines the shapes or types (the caller then takes cuBLAS); errors of the
+// matmul itself throw. Call with g_mu held.
+bool lt_matmul(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, const float* B,
+               float beta, const float* bias, float* C, const std::string& where) {
     if (!g_lt) check_cublas(cublasLtCreate(&g_lt), "cublasLtCreate", where);
+    const GemmPrecision p = gemm_precision();
+    const bool bf16 = p == GemmPrecision::bf16, fast = bf16 && bf16_fast_gemm_enabled();
+    const OperandShape none{0, 0, 0, {1, 0}};
+    const OperandShape a_shape{1, ta ? K : M, ta ? M : K, {ta ? M : K, 0}};
+    const OperandShape b_shape{1, tb ? N : K, tb ? K : N, {tb ? K : N, 0}};
+    const Bf16Operand a_packed(A, bf16 && !fast ? a_shape : none), b_packed(B, bf16 && !fast ? b_shape : none);
+    const bool packed = bf16 && !fast;
+    const void* a = packed ? (const void*)a_packed.p : A;
+    const void* b = packed ? (const void*)b_packed.p : B;
+    const int64_t lda = packed ? a_packed.ld : a_shape.at.ld, ldb = packed ? b_packed.ld : b_shape.at.ld;
+    const cublasComputeType_t compute = bf16                        ? bf16_compute(fast)
+                                        : p == GemmPrecision::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                                   : CUBLAS_COMPUTE_32F;
     LtDescriptors d;
-    if (!lt_describe(d, ta, tb, M, N, K, A, lda, B, ldb, type, compute, bias, C)) return false;
-    cublasLtMatmulHeuristicResult_t result{};
-    int found = 0;
-    if (cublasLtMatmulAlgoGetHeuristic(g_lt, d.op, d.a, d.b, d.c, d.c, d.pref, 1, &result, &found) ||
-        found == 0)
+    if (!lt_describe(d, ta, tb, M, N, K, a, lda, b, ldb, packed ? CUDA_R_16BF : CUDA_R_32F, compute, bias, C))
         return false;
-    const float alpha = 1.f, beta = 0.f;
-    check_cublas(cublasLtMatmul(g_lt, d.op, &alpha, B, d.a, A, d.b, &beta, C, d.c, C, d.c, &result.algo, g_workspace,
-                                kCublasWorkspaceBytes, stream()),
-                 "cublasLtMatmul (bias epilogue)", where);
+    auto run = [&](const cublasLtMatmulAlgo_t& algo) {
+        return cublasLtMatmul(g_lt, d.op, &alpha, b, d.a, a, d.b, &beta, C, d.c, C, d.c, &algo, g_workspace,
+                              kCublasWorkspaceBytes, stream());
+    };
+    cublasLtMatmulHeuristicResult_t results[kTuneCandidates] = {};
+    const bool tune = gemm_autotune_enabled();
+    const TuneKey key{ta, tb, beta != 0.f, bias != nullptr, M, N, K, 2 * (int)p + (fast ? 1 : 0), alignment_of(a),
+                      alignment_of(b), alignment_of(C)};
+    const auto tuned = tune ? g_tuned.find(key) : g_tuned.end();
+    cublasLtMatmulAlgo_t algo;
+    if (tuned != g_tuned.end()) {
+        algo = tuned->second;
+    } else {
+        int found = 0;
+        const int want = tune && !capturing() ? kTuneCandidates : 1;
+        if (cublasLtMatmulAlgoGetHeuristic(g_lt, d.op, d.a, d.b, d.c, d.c, d.pref, want, results, &found) ||
+            found == 0)
+            return false;
+        algo = results[0].algo;
+        if (want > 1) {  // time the candidates on C, its values kept aside where they are read
+            Scratch<float> kept(beta != 0.f ? M * N : 0);
+            if (kept.p) copy_on_device(kept.p, C, sizeof(float) * (size_t)(M * N));
+            float best = INFINITY;
+            for (int i = 0; i < found; i++) {
+                if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
+                const float ms = time_on_stream([&] { return run(results[i].algo); }, kTuneRuns);
+                if (ms >= 0.f && ms < best) best = ms, algo = results[i].algo;
+            }
+            if (kept.p) copy_on_device(C, kept.p, sizeof(float) * (size_t)(M * N));
+            g_tuned[key] = algo;
+            g_tunings.fetch_add(1, std::memory_order_relaxed);
+        }
+    }
+    if (tune) g_tuned_calls.fetch_add(1, std::memory_order_relaxed);
+    check_cublas(run(algo), bias ? "cublasLtMatmul (bias epilogue)" : "cublasLtMatmul", where);
     return true;
 }
 
 }  // namespace
+
+bool gemm_autotune_enabled() { return env_switch(g_autotune, "INITLAB_GEMM_AUTOTUNE", false); }
+void set_gemm_autotune(bool on) { g_autotune.store(on ? 1 : 0, std::memory_order_relaxed); }
+GemmAutotuneStats gemm_autotune_stats() {
+    return {g_tunings.load(std::memory_order_relaxed), g_tuned_calls.load(std::memory_order_relaxed)};
+}
 
 bool lt_bias_enabled() { return env_switch(g_lt_bias, "INITLAB_LT_BIAS", false); }
 void set_lt_bias(bool on) { g_lt_bias.store(on ? 1 : 0, std::memory_order_relaxed); }
@@ -521,18 +617,7 @@ void gemm_bias(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A
         {
             std::lock_guard<std::mutex> lock(g_mu);
             handle(at());  // the workspace, and the math mode for the fallback
-            const GemmPrecision p = gemm_precision();
-            if (p == GemmPrecision::bf16) {
-                const bool fast = bf16_fast_gemm_enabled();
-                Bf16Input a(fast, A, {1, ta ? K : M, ta ? M : K, {ta ? M : K, 0}}),
-                    b(fast, B, {1, tb ? N : K, tb ? K : N, {tb ? K : N, 0}});
-                done = lt_gemm_bias(ta, tb, M, N, K, a.p, a.ld, b.p, b.ld, bf16_input_type(fast), bf16_compute(fast),
-                                    bias, C, at());
-            } else {
-                const cublasComputeType_t compute =
-                    p == GemmPrecision::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-                done = lt_gemm_bias(ta, tb, M, N, K, A, ta ? M : K, B, tb ? K : N, CUDA_R_32F, compute, bias, C, at());
-            }
+            done = lt_matmul(ta, tb, M, N, K, 1.f, A, B, 0.f, bias, C, at());
         }
         if (done) {
             g_lt_bias_calls.fetch_add(1, std::memory_order_relaxed);

@@ -48,6 +48,20 @@ void set_bf16_fast_gemm(bool on);
 // op(B) is [K,N] (B stored [N,K] when trans_b). All row-major, contiguous, device memory.
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           const float* B, float beta, float* C);
+// Whether gemm (and gemm_bias's cuBLASLt path) run through cuBLASLt with an algorithm tuned for
+// each shape: the first time a shape comes (outside a graph capture), up to 8 candidates of
+// cuBLASLt's heuristic are each timed on the device and the fastest is kept for the process.
+// cuBLAS's own choice for ViT-Tiny's weight gradients (K = 32,896 tokens) was an sm_80 split-K
+// kernel with a reduction pass on the H100 (session 12). Off by default: never run on a GPU, and
+// a tuned choice may differ from run to run (timing noise), so results are not bit-repeatable
+// across processes. INITLAB_GEMM_AUTOTUNE=1 turns it on (read once), set_gemm_autotune overrides
+// either; gemm_autotune_stats counts the shapes tuned and the calls that took a tuned algorithm.
+struct GemmAutotuneStats {
+    uint64_t tunings = 0, tuned_calls = 0;
+};
+bool gemm_autotune_enabled();
+void set_gemm_autotune(bool on);
+GemmAutotuneStats gemm_autotune_stats();
 // C[M,N] = op(A)·op(B) + bias, bias [N] added to every row (beta 0): linear's forward. With
 // cuBLASLt's bias epilogue where lt_bias_enabled() (one pass over C), else the bias rows
 // (engine/cuda/elementwise.h) then gemm with beta = 1 (C written twice, read once more), also where

@@ -142,6 +142,8 @@ using Bf16FastGemmScope = SwitchScope<engine::cuda::bf16_fast_gemm_enabled, engi
 using LtBiasScope = SwitchScope<engine::cuda::lt_bias_enabled, engine::cuda::set_lt_bias>;
 // Grouped GEMM batches in one call from address arrays (engine/cuda/matmul.h).
 using PointerBatchScope = SwitchScope<engine::cuda::pointer_batch_enabled, engine::cuda::set_pointer_batch>;
+// gemm through cuBLASLt with autotuned algorithms (engine/cuda/matmul.h).
+using GemmAutotuneScope = SwitchScope<engine::cuda::gemm_autotune_enabled, engine::cuda::set_gemm_autotune>;
 // The unfused attention's edge keys (engine/cuda/nn.h).
 using EdgeKeysScope = SwitchScope<engine::cuda::attention_edge_keys_enabled, engine::cuda::set_attention_edge_keys>;
 

@@ -161,6 +161,77 @@ TEST_CASE("cuda gemm_bias: cuBLASLt's epilogue on operands less aligned than 256
         }
 }
 
+// Autotuned GEMMs (engine/cuda/matmul.h's gemm_autotune_enabled): cuBLASLt's candidates (several in
+// the emulator's stand-in, the same product each) timed once per shape. Each precision, both
+// transposes, alpha and beta (C read: the timing runs must not leave their sums in it), an operand
+// at an offset (another alignment: tuned again); inside a graph capture nothing is timed and the
+// replay gives the product. Against gemm with autotuning off. Shapes are new to the process.
+TEST_CASE("cuda gemm autotune: tuned once per shape, the same product as cuBLAS, none timed in a capture", "[cuda]") {
+    using engine::cuda::GemmPrecision;
+    test::PrecisionScope precision;
+    test::Bf16FastGemmScope fast_scope;
+    test::GemmAutotuneScope tune_scope(true);
+    static int64_t fresh = 100;  // a new M each time (the tuned shapes live as long as the process)
+    const int64_t N = 12, K = 37;
+    for (int mode = 0; mode < 4; mode++)  // fp32, tf32, bf16 packed, bf16 fast
+        for (bool ta : {false, true})
+            for (bool tb : {false, true})
+                for (float beta : {0.f, 0.5f}) {
+                    const GemmPrecision p = mode == 0 ? GemmPrecision::fp32 : mode == 1 ? GemmPrecision::tf32 : GemmPrecision::bf16;
+                    const int64_t M = fresh++;
+                    INFO("precision " << engine::cuda::gemm_precision_name(p) << " fast " << (mode == 3) << " ta "
+                                      << ta << " tb " << tb << " beta " << beta << " M " << M);
+                    engine::cuda::set_gemm_precision(p);
+                    engine::cuda::set_bf16_fast_gemm(mode == 3);
+                    const int64_t offset = ta ? 1 : 0;  // A at 4 bytes past an allocation's start
+                    Tensor a = randn({M * K + offset}, false, 31).to(Device::CUDA), b = randn({K * N}, false, 32).to(Device::CUDA);
+                    Tensor c0 = randn({M, N}, false, 33);
+                    auto product = [&](bool tuned) {
+                        engine::cuda::set_gemm_autotune(tuned);
+                        Tensor c = c0.to(Device::CUDA);
+                        engine::cuda::gemm(ta, tb, M, N, K, 1.5f, a.raw_f32() + offset, b.raw_f32(), beta, c.raw_f32());
+                        return c.to(Device::CPU);
+                    };
+                    const engine::cuda::GemmAutotuneStats before = engine::cuda::gemm_autotune_stats();
+                    Tensor first = product(true), again = product(true);
+                    const engine::cuda::GemmAutotuneStats after = engine::cuda::gemm_autotune_stats();
+                    CHECK(after.tunings - before.tunings == 1u);
+                    CHECK(after.tuned_calls - before.tuned_calls == 2u);
+                    Tensor plain = product(false);
+                    test::require_close("tuned against cuBLAS", plain, first, kTol);
+                    CHECK(first.to_vector() == again.to_vector());  // the kept algorithm each time
+                }
+    // One shape at two alignments: an algorithm chosen for a 256-byte aligned A must not serve an
+    // A 4 bytes off (the emulator refuses it), so the second is tuned of its own.
+    engine::cuda::set_gemm_autotune(true);
+    {
+        const int64_t M = fresh++;
+        Tensor a = randn({M * K + 1}, false, 36).to(Device::CUDA), b = randn({K * N}, false, 37).to(Device::CUDA);
+        Tensor c = Tensor::empty({M, N}, engine::DType::F32, Device::CUDA);
+        const engine::cuda::GemmAutotuneStats before = engine::cuda::gemm_autotune_stats();
+        engine::cuda::gemm(false, false, M, N, K, 1.f, a.raw_f32(), b.raw_f32(), 0.f, c.raw_f32());
+        engine::cuda::gemm(false, false, M, N, K, 1.f, a.raw_f32() + 1, b.raw_f32(), 0.f, c.raw_f32());
+        CHECK(engine::cuda::gemm_autotune_stats().tunings == before.tunings + 2);
+    }
+    // In a capture: the heuristic's first candidate, nothing timed or kept; the replay computes.
+    engine::cuda::set_gemm_precision(GemmPrecision::tf32);
+    const int64_t M = fresh++;
+    Tensor a = randn({M, K}, false, 34).to(Device::CUDA), b = randn({K, N}, false, 35).to(Device::CUDA);
+    Tensor c = Tensor::zeros({M, N}).to(Device::CUDA);
+    const engine::cuda::GemmAutotuneStats before = engine::cuda::gemm_autotune_stats();
+    engine::cuda::CudaGraph graph = engine::cuda::capture(
+        [&] { engine::cuda::gemm(false, false, M, N, K, 1.f, a.raw_f32(), b.raw_f32(), 0.f, c.raw_f32()); });
+    CHECK(engine::cuda::gemm_autotune_stats().tunings == before.tunings);
+    CHECK(engine::cuda::gemm_autotune_stats().tuned_calls == before.tuned_calls + 1);
+    graph.launch();
+    Tensor want = Tensor::empty({M, N});
+    engine::cpu::gemm(false, false, M, N, K, 1.f, a.to(Device::CPU).data_f32(), b.to(Device::CPU).data_f32(), 0.f,
+                      want.data_f32());
+    test::require_close("replayed", want, c.to(Device::CPU), test::Tol{2e-2f, 1e-2f});
+    engine::cuda::gemm(false, false, M, N, K, 1.f, a.raw_f32(), b.raw_f32(), 0.f, c.raw_f32());  // eager: tuned now
+    CHECK(engine::cuda::gemm_autotune_stats().tunings == before.tunings + 1);
+}
+
 // TF32: inputs rounded to 10 mantissa bits, so results are within ~1e-2 relative of fp32
 // (N(0,1) inputs, K = 33: |C| ~ 6, atol 5e-2, rtol 1e-2), and not equal to them.
 TEST_CASE("cuda matmul: TF32 mode", "[cuda]") {
