@@ -25,6 +25,8 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <climits>
 #include <cmath>
@@ -218,8 +220,13 @@ bool bf16_supported() {
 }
 
 namespace {
-bool lt_matmul(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, const float* B,
-               float beta, const float* bias, float* C, const std::string& where);  // (below, with cuBLASLt)
+// (below, with cuBLASLt)
+bool lt_matmul(bool ta, bool tb, int64_t batch, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+               const OperandShape& a_shape, const float* B, const OperandShape& b_shape, float beta,
+               const float* bias, float* C, BatchLayout lc, const std::string& where);
+// A plain GEMM's operands: one matrix each, packed rows.
+OperandShape plain_a(bool ta, int64_t M, int64_t K) { return {1, ta ? K : M, ta ? M : K, {ta ? M : K, 0}}; }
+OperandShape plain_b(bool tb, int64_t N, int64_t K) { return {1, tb ? N : K, tb ? K : N, {tb ? K : N, 0}}; }
 }  // namespace
 
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, const float* B, float beta,
@@ -238,11 +245,13 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const 
     profile::note_flops(2.0 * (double)M * (double)N * (double)K);
     std::lock_guard<std::mutex> lock(g_mu);
     cublasHandle_t h = handle(at());
-    if (K > 0 && gemm_autotune_enabled() && lt_matmul(ta, tb, M, N, K, alpha, A, B, beta, nullptr, C, at())) return;
+    if (K > 0 && gemm_autotune_enabled() &&
+        lt_matmul(ta, tb, 1, M, N, K, alpha, A, plain_a(ta, M, K), B, plain_b(tb, N, K), beta, nullptr, C, {N, 0},
+                  at()))
+        return;
     if (gemm_precision() == GemmPrecision::bf16) {
         const bool fast = bf16_fast_gemm_enabled();
-        Bf16Input a(fast, A, {1, ta ? K : M, ta ? M : K, {ta ? M : K, 0}}),
-            b(fast, B, {1, tb ? N : K, tb ? K : N, {tb ? K : N, 0}});
+        Bf16Input a(fast, A, plain_a(ta, M, K)), b(fast, B, plain_b(tb, N, K));
         cublasStatus_t st = cublasGemmEx(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N,
                                          (int)M, (int)K, &alpha, b.p, bf16_input_type(fast), ld(b.ld), a.p,
                                          bf16_input_type(fast), ld(a.ld), &beta, C, CUDA_R_32F, ld(N),
@@ -285,6 +294,9 @@ void strided_call(cublasHandle_t h, bool ta, bool tb, int64_t batch, int64_t M, 
                   const float* A, const OperandShape& a_shape, const float* B, const OperandShape& b_shape, float* C,
                   BatchLayout lc, float beta, const std::string& where) {
     const float alpha = 1.f;
+    if (K > 0 && gemm_autotune_enabled() &&
+        lt_matmul(ta, tb, batch, M, N, K, alpha, A, a_shape, B, b_shape, beta, nullptr, C, lc, where))
+        return;
     if (gemm_precision() == GemmPrecision::bf16) {
         const bool fast = bf16_fast_gemm_enabled();
         Bf16Input a(fast, A, a_shape), b(fast, B, b_shape);
@@ -458,12 +470,25 @@ uint32_t alignment_of(const void* p) {
     return align;
 }
 
-// cuBLASLt's descriptors of the row-major C[M,N] = op(A)·op(B) (+ bias where given), C packed
-// (ldc = N); the preference allows the workspace and says how aligned A, B and C are. False where
-// cuBLASLt declines a descriptor.
+// Where a batch's matrices are, for cuBLASLt: one stride apart (elements), `count` of them.
+struct LtBatch {
+    int64_t count = 1, stride_a = 0, stride_b = 0, stride_c = 0;
+};
+
+// The alignment cuBLASLt may assume of every matrix of an operand: its address's, and its
+// stride's (of `elem` bytes) where there is more than one.
+uint32_t batch_alignment(const void* p, int64_t stride, size_t elem, int64_t count) {
+    const uint32_t first = alignment_of(p);
+    if (count <= 1 || stride == 0) return first;
+    return std::min(first, alignment_of(reinterpret_cast<const void*>((uintptr_t)stride * elem)));
+}
+
+// cuBLASLt's descriptors of the row-major C[M,N] = op(A)·op(B) (+ bias where given), batched as
+// `batch` says; the preference allows the workspace and says how aligned A, B and C are. False
+// where cuBLASLt declines a descriptor.
 bool lt_describe(LtDescriptors& d, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void* A, int64_t lda,
                  const void* B, int64_t ldb, cudaDataType_t type, cublasComputeType_t compute, const float* bias,
-                 const float* C) {
+                 const float* C, int64_t ldc, const LtBatch& batch) {
     if (cublasLtMatmulDescCreate(&d.op, compute, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) return false;
     // The first operand is B (its transpose flag as given), the second A (see the top of the file).
     const int32_t op_first = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_second = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -477,10 +502,23 @@ bool lt_describe(LtDescriptors& d, bool ta, bool tb, int64_t M, int64_t N, int64
     // (M×K), the output N×M.
     if (cublasLtMatrixLayoutCreate(&d.a, type, tb ? K : N, tb ? N : K, ldb) ||
         cublasLtMatrixLayoutCreate(&d.b, type, ta ? M : K, ta ? K : M, lda) ||
-        cublasLtMatrixLayoutCreate(&d.c, CUDA_R_32F, N, M, N) || cublasLtMatmulPreferenceCreate(&d.pref))
+        cublasLtMatrixLayoutCreate(&d.c, CUDA_R_32F, N, M, ldc) || cublasLtMatmulPreferenceCreate(&d.pref))
         return false;
+    if (batch.count > 1) {
+        const int32_t count = (int32_t)batch.count;
+        const int64_t strides[3] = {batch.stride_b, batch.stride_a, batch.stride_c};
+        const cublasLtMatrixLayout_t layouts[3] = {d.a, d.b, d.c};
+        for (int i = 0; i < 3; i++)
+            if (cublasLtMatrixLayoutSetAttribute(layouts[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count) ||
+                cublasLtMatrixLayoutSetAttribute(layouts[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &strides[i],
+                                                 sizeof strides[i]))
+                return false;
+    }
+    const size_t elem = type == CUDA_R_16BF ? 2 : 4;
     const uint64_t workspace_bytes = kCublasWorkspaceBytes;
-    const uint32_t align_first = alignment_of(B), align_second = alignment_of(A), align_c = alignment_of(C);
+    const uint32_t align_first = batch_alignment(B, batch.stride_b, elem, batch.count),
+                   align_second = batch_alignment(A, batch.stride_a, elem, batch.count),
+                   align_c = batch_alignment(C, batch.stride_c, 4, batch.count);
     return !(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
                                                   sizeof workspace_bytes) ||
              cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_first,
@@ -496,18 +534,13 @@ bool lt_describe(LtDescriptors& d, bool ta, bool tb, int64_t M, int64_t N, int64
 // Autotuning (gemm_autotune_enabled): the first time a shape comes outside a graph capture, each
 // of up to kTuneCandidates algorithms of cuBLASLt's heuristic runs once untimed and kTuneRuns
 // times timed by events on the stream, and the fastest is kept for the shape for the rest of the
-// process. The key holds everything the heuristic sees: the shape, transposes, precision, whether
-// C is read or a bias added, and the operands' alignments.
+// process. The key holds everything the heuristic sees: the shape, batch, row strides and batch
+// strides, transposes, precision, whether C is read or a bias added, and the operands' alignments.
 constexpr int kTuneCandidates = 8, kTuneRuns = 3;
 struct TuneKey {
-    bool ta, tb, reads_c, bias;
-    int64_t M, N, K;
-    int mode;  // GemmPrecision, times 2, plus 1 for bf16's fast inputs
-    uint32_t align_a, align_b, align_c;
-    bool operator<(const TuneKey& o) const {
-        return std::tie(ta, tb, reads_c, bias, M, N, K, mode, align_a, align_b, align_c) <
-               std::tie(o.ta, o.tb, o.reads_c, o.bias, o.M, o.N, o.K, o.mode, o.align_a, o.align_b, o.align_c);
-    }
+    std::array<int64_t, 11> sizes;  // M, N, K, lda, ldb, ldc, batch, its three strides, mode
+    std::array<uint32_t, 7> flags;  // ta, tb, C read, bias, the alignments of A, B, C
+    bool operator<(const TuneKey& o) const { return std::tie(sizes, flags) < std::tie(o.sizes, o.flags); }
 };
 std::map<TuneKey, cublasLtMatmulAlgo_t> g_tuned;
 std::atomic<int> g_autotune{-1};
@@ -532,43 +565,47 @@ float time_on_stream(const std::function<cublasStatus_t()>& work, int runs) {
     return ok ? ms : -1.f;
 }
 
-// C = alpha·op(A)·op(B) + beta·C (+ bias [N] on every row, where given) through cuBLASLt in the
-// current precision (bf16: the operands rounded into packed scratch, or with bf16_fast_gemm_enabled
-// handed over as fp32): the tuned algorithm where gemm_autotune_enabled, else the heuristic's first.
-// False where cuBLASLt declines the shapes or types (the caller then takes cuBLAS); errors of the
-// matmul itself throw. Call with g_mu held.
-bool lt_matmul(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, const float* B,
-               float beta, const float* bias, float* C, const std::string& where) {
+// C = alpha·op(A)·op(B) + beta·C (+ bias [N] on every row, where given), `batch` of them (the
+// shapes' and lc's strides), through cuBLASLt in the current precision (bf16: the operands
+// rounded into packed scratch, or with bf16_fast_gemm_enabled handed over as fp32): the tuned
+// algorithm where gemm_autotune_enabled, else the heuristic's first. False where cuBLASLt declines
+// the shapes or types (the caller then takes cuBLAS); errors of the matmul itself throw. Call with
+// g_mu held.
+bool lt_matmul(bool ta, bool tb, int64_t batch, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+               const OperandShape& a_shape, const float* B, const OperandShape& b_shape, float beta,
+               const float* bias, float* C, BatchLayout lc, const std::string& where) {
     if (!g_lt) check_cublas(cublasLtCreate(&g_lt), "cublasLtCreate", where);
     const GemmPrecision p = gemm_precision();
-    const bool bf16 = p == GemmPrecision::bf16, fast = bf16 && bf16_fast_gemm_enabled();
+    const bool bf16 = p == GemmPrecision::bf16, fast = bf16 && bf16_fast_gemm_enabled(), packed = bf16 && !fast;
     const OperandShape none{0, 0, 0, {1, 0}};
-    const OperandShape a_shape{1, ta ? K : M, ta ? M : K, {ta ? M : K, 0}};
-    const OperandShape b_shape{1, tb ? N : K, tb ? K : N, {tb ? K : N, 0}};
-    const Bf16Operand a_packed(A, bf16 && !fast ? a_shape : none), b_packed(B, bf16 && !fast ? b_shape : none);
-    const bool packed = bf16 && !fast;
+    const Bf16Operand a_packed(A, packed ? a_shape : none), b_packed(B, packed ? b_shape : none);
     const void* a = packed ? (const void*)a_packed.p : A;
     const void* b = packed ? (const void*)b_packed.p : B;
     const int64_t lda = packed ? a_packed.ld : a_shape.at.ld, ldb = packed ? b_packed.ld : b_shape.at.ld;
+    const LtBatch lt_batch{batch, packed ? a_packed.stride : a_shape.at.stride,
+                           packed ? b_packed.stride : b_shape.at.stride, lc.stride};
     const cublasComputeType_t compute = bf16                        ? bf16_compute(fast)
                                         : p == GemmPrecision::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
                                                                    : CUBLAS_COMPUTE_32F;
+    const cudaDataType_t type = packed ? CUDA_R_16BF : CUDA_R_32F;
     LtDescriptors d;
-    if (!lt_describe(d, ta, tb, M, N, K, a, lda, b, ldb, packed ? CUDA_R_16BF : CUDA_R_32F, compute, bias, C))
-        return false;
+    if (!lt_describe(d, ta, tb, M, N, K, a, lda, b, ldb, type, compute, bias, C, lc.ld, lt_batch)) return false;
     auto run = [&](const cublasLtMatmulAlgo_t& algo) {
         return cublasLtMatmul(g_lt, d.op, &alpha, b, d.a, a, d.b, &beta, C, d.c, C, d.c, &algo, g_workspace,
                               kCublasWorkspaceBytes, stream());
     };
-    cublasLtMatmulHeuristicResult_t results[kTuneCandidates] = {};
     const bool tune = gemm_autotune_enabled();
-    const TuneKey key{ta, tb, beta != 0.f, bias != nullptr, M, N, K, 2 * (int)p + (fast ? 1 : 0), alignment_of(a),
-                      alignment_of(b), alignment_of(C)};
+    const size_t elem = packed ? 2 : 4;
+    const TuneKey key{{M, N, K, lda, ldb, lc.ld, batch, lt_batch.stride_a, lt_batch.stride_b, lt_batch.stride_c,
+                       2 * (int64_t)p + (fast ? 1 : 0)},
+                      {ta, tb, beta != 0.f, bias != nullptr, batch_alignment(a, lt_batch.stride_a, elem, batch),
+                       batch_alignment(b, lt_batch.stride_b, elem, batch), batch_alignment(C, lc.stride, 4, batch)}};
     const auto tuned = tune ? g_tuned.find(key) : g_tuned.end();
     cublasLtMatmulAlgo_t algo;
     if (tuned != g_tuned.end()) {
         algo = tuned->second;
     } else {
+        cublasLtMatmulHeuristicResult_t results[kTuneCandidates] = {};
         int found = 0;
         const int want = tune && !capturing() ? kTuneCandidates : 1;
         if (cublasLtMatmulAlgoGetHeuristic(g_lt, d.op, d.a, d.b, d.c, d.c, d.pref, want, results, &found) ||
@@ -576,15 +613,16 @@ bool lt_matmul(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, c
             return false;
         algo = results[0].algo;
         if (want > 1) {  // time the candidates on C, its values kept aside where they are read
-            Scratch<float> kept(beta != 0.f ? M * N : 0);
-            if (kept.p) copy_on_device(kept.p, C, sizeof(float) * (size_t)(M * N));
+            const int64_t span = (batch - 1) * lc.stride + (M - 1) * lc.ld + N;
+            Scratch<float> kept(beta != 0.f ? span : 0);
+            if (kept.p) copy_on_device(kept.p, C, sizeof(float) * (size_t)span);
             float best = INFINITY;
             for (int i = 0; i < found; i++) {
                 if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
                 const float ms = time_on_stream([&] { return run(results[i].algo); }, kTuneRuns);
                 if (ms >= 0.f && ms < best) best = ms, algo = results[i].algo;
             }
-            if (kept.p) copy_on_device(C, kept.p, sizeof(float) * (size_t)(M * N));
+            if (kept.p) copy_on_device(C, kept.p, sizeof(float) * (size_t)span);
             g_tuned[key] = algo;
             g_tunings.fetch_add(1, std::memory_order_relaxed);
         }
@@ -617,7 +655,8 @@ void gemm_bias(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A
         {
             std::lock_guard<std::mutex> lock(g_mu);
             handle(at());  // the workspace, and the math mode for the fallback
-            done = lt_matmul(ta, tb, M, N, K, 1.f, A, B, 0.f, bias, C, at());
+            done = lt_matmul(ta, tb, 1, M, N, K, 1.f, A, plain_a(ta, M, K), B, plain_b(tb, N, K), 0.f, bias, C,
+                             {N, 0}, at());
         }
         if (done) {
             g_lt_bias_calls.fetch_add(1, std::memory_order_relaxed);

@@ -232,6 +232,38 @@ TEST_CASE("cuda gemm autotune: tuned once per shape, the same product as cuBLAS,
     CHECK(engine::cuda::gemm_autotune_stats().tunings == before.tunings + 1);
 }
 
+// Autotuned strided batches: gemm_batched_layout as attention calls it (heads grouped in a
+// [B, T, 3·H·D] projection, a call per head; C with padded rows and beta = 1; a shared operand),
+// in fp32, TF32 and bf16, against the same with autotuning off.
+TEST_CASE("cuda gemm autotune: strided batches, as attention's per-head calls", "[cuda]") {
+    using engine::cuda::GemmPrecision;
+    test::PrecisionScope precision;
+    test::GemmAutotuneScope tune_scope;
+    static int64_t fresh = 300;  // a new T each time
+    const int64_t B = 2, H = 2, D = 8;
+    for (GemmPrecision p : {GemmPrecision::fp32, GemmPrecision::tf32, GemmPrecision::bf16})
+        for (bool shared : {false, true}) {
+            const int64_t T = fresh++, row = 3 * H * D, ldp = T + 3;
+            INFO("precision " << engine::cuda::gemm_precision_name(p) << " T " << T << " shared k " << shared);
+            engine::cuda::set_gemm_precision(p);
+            Tensor qkv = randn({B * T * row}, false, 41).to(Device::CUDA);
+            Tensor c0 = randn({B * H * T * ldp}, false, 42);
+            const engine::cuda::BatchLayout q_at{row, D, H, T * row}, p_at{ldp, T * ldp};
+            const engine::cuda::BatchLayout k_at = shared ? engine::cuda::BatchLayout{row, 0} : q_at;
+            auto scores = [&](bool tuned) {
+                engine::cuda::set_gemm_autotune(tuned);
+                Tensor c = c0.to(Device::CUDA);
+                engine::cuda::gemm_batched_layout(false, true, B * H, T, T, D, qkv.raw_f32(), q_at,
+                                                  qkv.raw_f32() + H * D, k_at, c.raw_f32(), p_at, 1.f);
+                return c.to(Device::CPU);
+            };
+            const uint64_t before = engine::cuda::gemm_autotune_stats().tunings;
+            Tensor tuned = scores(true);
+            CHECK(engine::cuda::gemm_autotune_stats().tunings > before);
+            test::require_close("tuned against cuBLAS", scores(false), tuned, kTol);
+        }
+}
+
 // TF32: inputs rounded to 10 mantissa bits, so results are within ~1e-2 relative of fp32
 // (N(0,1) inputs, K = 33: |C| ~ 6, atol 5e-2, rtol 1e-2), and not equal to them.
 TEST_CASE("cuda matmul: TF32 mode", "[cuda]") {

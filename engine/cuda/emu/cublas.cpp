@@ -358,6 +358,8 @@ struct cublasLtMatrixLayoutOpaque {
     cudaDataType type;
     uint64_t rows, cols;
     int64_t ld;
+    int32_t batch = 1;   // CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT
+    int64_t stride = 0;  // CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, in elements
 };
 struct cublasLtMatmulPreferenceOpaque {
     size_t workspace_bytes = 0;
@@ -423,6 +425,24 @@ cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* layout, cudaDa
     *layout = new cublasLtMatrixLayoutOpaque{type, rows, cols, ld};
     return CUBLAS_STATUS_SUCCESS;
 }
+cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t layout, cublasLtMatrixLayoutAttribute_t attr,
+                                                const void* buf, size_t bytes) {
+    if (!layout || !buf) return CUBLAS_STATUS_INVALID_VALUE;
+    if (attr == CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT) {
+        int32_t v;
+        if (bytes != sizeof v) return CUBLAS_STATUS_INVALID_VALUE;
+        std::memcpy(&v, buf, sizeof v);
+        if (v < 1) return CUBLAS_STATUS_INVALID_VALUE;
+        layout->batch = v;
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    if (attr == CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET) {
+        if (bytes != sizeof layout->stride) return CUBLAS_STATUS_INVALID_VALUE;
+        std::memcpy(&layout->stride, buf, sizeof layout->stride);
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    return CUBLAS_STATUS_INVALID_VALUE;
+}
 cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout) {
     delete layout;
     return CUBLAS_STATUS_SUCCESS;
@@ -470,7 +490,8 @@ bool lt_shapes(const cublasLtMatmulDescOpaque* desc, const cublasLtMatrixLayoutO
     const uint64_t a_m = desc->ta == CUBLAS_OP_N ? a->rows : a->cols, a_k = desc->ta == CUBLAS_OP_N ? a->cols : a->rows;
     const uint64_t b_k = desc->tb == CUBLAS_OP_N ? b->rows : b->cols, b_n = desc->tb == CUBLAS_OP_N ? b->cols : b->rows;
     k = (int)a_k;
-    return a_m == d->rows && b_n == d->cols && b_k == a_k && c->rows == d->rows && c->cols == d->cols;
+    return a_m == d->rows && b_n == d->cols && b_k == a_k && c->rows == d->rows && c->cols == d->cols &&
+           a->batch == d->batch && b->batch == d->batch && c->batch == d->batch;
 }
 
 bool lt_types(const cublasLtMatmulDescOpaque* desc, const cublasLtMatrixLayoutOpaque* a,
@@ -517,24 +538,36 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     if (!lt_types(desc, a, b, c, d)) return CUBLAS_STATUS_NOT_SUPPORTED;
     const bool bias = desc->epilogue == CUBLASLT_EPILOGUE_BIAS;
     if (bias && !desc->bias) return CUBLAS_STATUS_INVALID_VALUE;
+    const size_t elem = a->type == CUDA_R_16BF ? 2 : 4;
+    const int batch = d->batch;
+    // Every matrix of the batch must be as aligned as the algorithm was chosen for.
+    const cublasLtMatrixLayoutOpaque* layouts[4] = {a, b, c, d};
     const void* operands[4] = {A, B, C, D};
     for (int o = 0; o < 4; o++) {
         const uint64_t need = algo->data[1 + o];
-        if (need == 0 || reinterpret_cast<uintptr_t>(operands[o]) % need != 0)
-            throw emu::Error(std::string("CUDA emulator: cublasLtMatmul: operand ") + "ABCD"[o] + " at " +
-                             std::to_string(reinterpret_cast<uintptr_t>(operands[o])) + " is not aligned to the " +
-                             std::to_string(need) + " bytes its algorithm was chosen for (set " +
-                             "CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_" + "ABCD"[o] + "_BYTES in the heuristic's preference)");
+        const size_t bytes = o < 2 ? elem : 4;
+        for (int i = 0; i < batch; i++) {
+            const uintptr_t at = reinterpret_cast<uintptr_t>(operands[o]) + (uintptr_t)(i * layouts[o]->stride * bytes);
+            if (need == 0 || at % need != 0)
+                throw emu::Error(std::string("CUDA emulator: cublasLtMatmul: operand ") + "ABCD"[o] + " (batch entry " +
+                                 std::to_string(i) + ") at " + std::to_string(at) + " is not aligned to the " +
+                                 std::to_string(need) + " bytes its algorithm was chosen for (set " +
+                                 "CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_" + "ABCD"[o] + "_BYTES in the heuristic's preference)");
+        }
     }
-    const size_t elem = a->type == CUDA_R_16BF ? 2 : 4;
     const cublasOperation_t ta = desc->ta, tb = desc->tb;
     const int lda = (int)a->ld, ldb = (int)b->ld, ldc = (int)c->ld, ldd = (int)d->ld;
+    const int64_t sa = a->stride * (int64_t)elem, sb = b->stride * (int64_t)elem, sc = c->stride, sd = d->stride;
+    const char* ap = static_cast<const char*>(A);
+    const char* bp = static_cast<const char*>(B);
     const float* cp = static_cast<const float*>(C);
     float* dp = static_cast<float*>(D);
     const float* bias_p = bias ? desc->bias : nullptr;
     auto checks = [=] {
-        check_gemm("cublasLtMatmul", ta, tb, m, n, k, A, lda, B, ldb, dp, ldd, elem);
-        check_operand("cublasLtMatmul", "C", cp, m, n, ldc);
+        for (int i = 0; i < batch; i++) {
+            check_gemm("cublasLtMatmul", ta, tb, m, n, k, ap + i * sa, lda, bp + i * sb, ldb, dp + i * sd, ldd, elem);
+            check_operand("cublasLtMatmul", "C", cp + i * sc, m, n, ldc);
+        }
         if (bias_p) check_operand("cublasLtMatmul", "bias", bias_p, m, 1, m);
     };
     checks();
@@ -547,20 +580,26 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     const Dims dims(ta, tb, m, n, k);
     cudaError_t e = emu::on_stream(stream, "cublasLtMatmul", [=] {
         checks();
-        if (cp != dp && be != 0.f)  // D = beta·C first, in D
-            for (int col = 0; col < n; col++)
-                for (int r = 0; r < m; r++) dp[(size_t)col * ldd + r] = cp[(size_t)col * ldc + r];
-        if (widen && k > 0 && m > 0 && n > 0) {
-            std::vector<float> wa = widened_bf16(A, dims.a_rows, dims.a_cols, lda),
-                               wb = widened_bf16(B, dims.b_rows, dims.b_cols, ldb);
-            sgemm(ta, tb, m, n, k, &al, wa.data(), lda, wb.data(), ldb, &be, dp, ldd, Rounding::none);
-        } else {
-            sgemm(ta, tb, m, n, k, &al, static_cast<const float*>(A), lda, static_cast<const float*>(B), ldb, &be, dp,
-                  ldd, how);
+        for (int i = 0; i < batch; i++) {
+            const void* Ai = ap + i * sa;
+            const void* Bi = bp + i * sb;
+            const float* Ci = cp + i * sc;
+            float* Di = dp + i * sd;
+            if (Ci != Di && be != 0.f)  // D = beta·C first, in D
+                for (int col = 0; col < n; col++)
+                    for (int r = 0; r < m; r++) Di[(size_t)col * ldd + r] = Ci[(size_t)col * ldc + r];
+            if (widen && k > 0 && m > 0 && n > 0) {
+                std::vector<float> wa = widened_bf16(Ai, dims.a_rows, dims.a_cols, lda),
+                                   wb = widened_bf16(Bi, dims.b_rows, dims.b_cols, ldb);
+                sgemm(ta, tb, m, n, k, &al, wa.data(), lda, wb.data(), ldb, &be, Di, ldd, Rounding::none);
+            } else {
+                sgemm(ta, tb, m, n, k, &al, static_cast<const float*>(Ai), lda, static_cast<const float*>(Bi), ldb,
+                      &be, Di, ldd, how);
+            }
+            if (bias_p)
+                for (int col = 0; col < n; col++)
+                    for (int r = 0; r < m; r++) Di[(size_t)col * ldd + r] += bias_p[r];
         }
-        if (bias_p)
-            for (int col = 0; col < n; col++)
-                for (int r = 0; r < m; r++) dp[(size_t)col * ldd + r] += bias_p[r];
     });
     return e == cudaSuccess ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
 }
