@@ -11,7 +11,8 @@
 #   bash bench/gpu.sh --smoke               # tiny models, one [cuda] test, no PyTorch
 #   bash bench/gpu.sh --smoke --emulated    # the same on the CUDA emulator (make emu): CI's check
 #                                           # that the kit runs, with no GPU anywhere
-# Options: --out FILE (the table), --no-build, --no-tests, --models "vit lm gau lstm" and
+# Options: --out FILE (the table), --no-build, --no-tests, --no-torch (no PyTorch runs: when
+# another table of the same call has them), --models "vit lm gau lstm" and
 # --precisions "fp32 tf32 bf16" (a subset, for a short lease), --fused-attention off|on|both (the
 # attention path: off, the default, is the unfused one (INITLAB_FUSED_ATTENTION=0); on the fused
 # kernels (=1), which under tf32/bf16 are the tensor-core ones; both: two rows per model and
@@ -39,13 +40,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-smoke=0 emulated=0 build=1 tests=1 out="" models="vit lm gau lstm" only_precisions="" fused_attention=off
+smoke=0 emulated=0 build=1 tests=1 torch=1 out="" models="vit lm gau lstm" only_precisions="" fused_attention=off
 while [ $# -gt 0 ]; do
     case "$1" in
         --smoke) smoke=1 ;;
         --emulated) emulated=1 ;;
         --no-build) build=0 ;;
         --no-tests) tests=0 ;;
+        --no-torch) torch=0 ;;
         --out) out="$2"; shift ;;
         --models) models="$2"; shift ;;
         --precisions) only_precisions="$2"; shift ;;
@@ -127,7 +129,7 @@ else
     steps="--steps 20 --warmup 5"
     precisions="fp32 tf32 bf16"
     torch_ok=0
-    if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+    if [ $torch = 1 ] && python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
         torch_ok=1
     fi
 fi
@@ -185,7 +187,7 @@ done
     echo
     echo "\`bash bench/gpu.sh$([ $smoke = 1 ] && echo ' --smoke')$([ $emulated = 1 ] && echo ' --emulated')\` at commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)."
     echo "[cuda] suite on this device: $suite."
-    [ $torch_ok = 1 ] || echo "PyTorch with CUDA: not importable here (or a smoke run): no PyTorch columns."
+    [ $torch_ok = 1 ] || echo "PyTorch with CUDA: not importable here (or a smoke run, or --no-torch): no PyTorch columns."
     echo
     echo "| model | precision | fused attention | attention kernels | ms/step | without CUDA graph | items/s | peak device MB | PyTorch eager peak MB | torch.compile peak MB | cuDNN calls | params | PyTorch eager ms | torch.compile ms | eager / ours | compile / ours |"
     echo "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"

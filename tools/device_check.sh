@@ -9,7 +9,8 @@
 #   - unfused: vit, vit-noedge, vit-pointers, vit-lt, vit-tune, lm, lm-pointers, lm-tune with the
 #     unfused attention (vit-noedge: the attention GEMMs over all 257 keys, no edge keys; the
 #     -pointers ones: each attention GEMM one cuBLAS call over every head; vit-lt: the linears'
-#     bias by cuBLASLt's epilogue; the -tune ones: GEMMs through cuBLASLt, autotuned);
+#     bias by cuBLASLt's epilogue; the -tune ones: GEMMs through cuBLASLt, autotuned); no PyTorch
+#     runs (the attention part has them);
 #   - attention-bf16 (not in the default PARTS): vit, vit-bf16fast (cuBLAS rounding the GEMM
 #     inputs itself), vit-pointers and lm under bf16, fused off and on (the bf16 flash kernels);
 #   - gau, lstm (cuDNN's LSTM) and lstm-own (the own kernels).
@@ -55,8 +56,9 @@ if [[ $parts == *" attention "* ]]; then
 fi
 if [[ $parts == *" unfused "* ]]; then
     echo "== unfused attention: edge keys, address-array GEMMs, cuBLASLt's bias, autotuned GEMMs (tf32)"
-    timeout "${BENCH_S:-300}" bash bench/gpu.sh --no-build --no-tests --models "vit vit-noedge vit-pointers vit-lt vit-tune lm lm-pointers lm-tune" \
-        --precisions tf32 --fused-attention off --out "$OUT/gpu-unfused-tf32.md"
+    timeout "${BENCH_S:-300}" bash bench/gpu.sh --no-build --no-tests --no-torch \
+        --models "vit vit-noedge vit-pointers vit-lt vit-tune lm lm-pointers lm-tune" --precisions tf32 \
+        --fused-attention off --out "$OUT/gpu-unfused-tf32.md"
     echo "rc=$?"
 fi
 if [[ $parts == *" attention-bf16 "* ]]; then
