@@ -12,8 +12,10 @@
 // CPU tensors held at their peak: peak_rss_mb less the libraries and the allocator's slack), and
 // peak_device_mb on a GPU (the device memory pool's peak in use), and there cudnn_calls (calls that
 // went through cuDNN in the whole run: 0 where the own kernels ran) and, for vit and lm,
-// attention_kernels: the attention path the run took ("unfused", or "flash" with fp32 / tf32 / bf16
-// and "async", "narrow-fwd" and "split-dq" where those ran; engine/cuda/flash_attention.h). tools/bench_torch.py builds
+// attention_kernels: the attention path the run took ("unfused", with "edge-keys" and "pointers"
+// where those ran, or "flash" with fp32 / tf32 / bf16 and "async", "narrow-fwd" and "split-dq"
+// where those ran; engine/cuda/flash_attention.h), and with INITLAB_GEMM_AUTOTUNE=1 gemm_tunings
+// (the GEMM shapes tuned in the process). tools/bench_torch.py builds
 // the same models in PyTorch and prints the same fields, for a same-machine comparison.
 //
 // --profile N: after the timed steps, N more steps under the op-level profiler (engine/profile.h):
@@ -46,6 +48,8 @@
 #ifdef ENGINE_CUDA
 #include "engine/cuda/cudnn.h"
 #include "engine/cuda/flash_attention.h"
+#include "engine/cuda/matmul.h"
+#include "engine/cuda/nn.h"
 #include "engine/cuda/runtime.h"
 #endif
 
@@ -53,11 +57,21 @@ using namespace engine;
 using namespace nn;
 
 #ifdef ENGINE_CUDA
-// The attention path of a run, from the flash kernels' call counters before and after it: no
-// fused call is the unfused path; else the fused kernels' kind.
-static std::string attention_kernels(const engine::cuda::FlashAttentionCalls& before,
-                                     const engine::cuda::FlashAttentionCalls& after) {
-    if (after.forward == before.forward) return "unfused";
+// The attention path of a run, from the backend's call counters before and after it: no fused
+// call is the unfused path (with "edge-keys" and "pointers" where those ran: engine/cuda/nn.h,
+// engine/cuda/matmul.h); else the fused kernels' kind.
+struct AttentionCounters {
+    engine::cuda::FlashAttentionCalls flash = engine::cuda::flash_attention_calls();
+    uint64_t edge = engine::cuda::attention_edge_key_calls(), pointers = engine::cuda::pointer_batch_calls();
+};
+static std::string attention_kernels(const AttentionCounters& b, const AttentionCounters& a) {
+    const engine::cuda::FlashAttentionCalls &before = b.flash, &after = a.flash;
+    if (after.forward == before.forward) {
+        std::string path = "unfused";
+        if (a.edge > b.edge) path += " edge-keys";
+        if (a.pointers > b.pointers) path += " pointers";
+        return path;
+    }
     if (after.tc_forward == before.tc_forward) return "flash fp32";
     std::string path = after.bf16_forward > before.bf16_forward ? "flash bf16" : "flash tf32";
     if (after.async_forward > before.async_forward) path += " async";
@@ -108,7 +122,7 @@ int main(int argc, char** argv) {
         if (threads > 0) omp_set_num_threads(threads);
         manual_seed(seed);
 #ifdef ENGINE_CUDA
-        const engine::cuda::FlashAttentionCalls flash_before = engine::cuda::flash_attention_calls();
+        const AttentionCounters counters_before;
 #endif
 
         std::shared_ptr<Module> net;
@@ -219,7 +233,8 @@ int main(int argc, char** argv) {
         if (dev == Device::CUDA) {
             out["cudnn_calls"] = engine::cuda::cudnn_calls();
             if (model == "vit" || model == "lm")
-                out["attention_kernels"] = attention_kernels(flash_before, engine::cuda::flash_attention_calls());
+                out["attention_kernels"] = attention_kernels(counters_before, AttentionCounters{});
+            if (engine::cuda::gemm_autotune_enabled()) out["gemm_tunings"] = engine::cuda::gemm_autotune_stats().tunings;
         }
 #endif
         if (graph) {

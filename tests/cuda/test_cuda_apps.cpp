@@ -339,6 +339,27 @@ TEST_CASE("cuda apps: bench times the step with and without a CUDA graph", "[cud
     }
 }
 
+// apps/bench's attention_kernels names the unfused path's variants: edge keys at 257 tokens (head
+// dim 32), address-array GEMMs and autotuned GEMMs by their switches (gemm_tunings counts).
+TEST_CASE("cuda apps: bench names the unfused attention's edge keys, address arrays and tuned GEMMs", "[cuda]") {
+    test::TempDir tmp;
+    const std::string vit =
+        " vit --device cuda --dim 64 --depth 1 --heads 2 --patch 2 --batch 2 --steps 1 --warmup 0";
+    struct Case { std::string env, kernels; bool tuned; };
+    for (const Case& c : {Case{"", "unfused edge-keys", false},
+                          Case{"INITLAB_ATTENTION_EDGE_KEYS=0 ", "unfused", false},
+                          Case{"INITLAB_GEMM_POINTER_BATCH=1 INITLAB_GEMM_AUTOTUNE=1 ", "unfused edge-keys pointers",
+                               true}}) {
+        int rc = run(c.env + device_app("bench") + vit, tmp / "log");
+        INFO(c.env << slurp(tmp / "log"));
+        REQUIRE(rc == 0);
+        json out = bench_json(slurp(tmp / "log"));
+        CHECK(out["attention_kernels"] == c.kernels);
+        CHECK(out.contains("gemm_tunings") == c.tuned);
+        if (c.tuned) CHECK(out["gemm_tunings"].get<int>() > 0);
+    }
+}
+
 // --cuda-graph on against off, on the device: the same losses and gradient norms bit for bit (the
 // graph step's arithmetic is the eager step's, nn/graph_step.h), with a last partial batch per
 // epoch run eagerly between replays and an evaluation between epochs.
