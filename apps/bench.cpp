@@ -234,7 +234,8 @@ int main(int argc, char** argv) {
             out["cudnn_calls"] = engine::cuda::cudnn_calls();
             if (model == "vit" || model == "lm")
                 out["attention_kernels"] = attention_kernels(counters_before, AttentionCounters{});
-            if (engine::cuda::gemm_autotune_enabled()) out["gemm_tunings"] = engine::cuda::gemm_autotune_stats().tunings;
+            if (engine::cuda::gemm_autotune_enabled())
+                out["gemm_tunings"] = engine::cuda::gemm_autotune_stats().tunings;
         }
 #endif
         if (graph) {

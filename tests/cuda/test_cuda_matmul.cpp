@@ -143,7 +143,8 @@ TEST_CASE("cuda gemm_bias: cuBLASLt's epilogue on operands less aligned than 256
         for (int64_t offset : {1, 2, 4}) {  // floats
             INFO("precision " << engine::cuda::gemm_precision_name(p) << " offset " << offset);
             engine::cuda::set_gemm_precision(p);
-            Tensor a = randn({M * K + offset}, false, 21).to(Device::CUDA), b = randn({K * N + offset}, false, 22).to(Device::CUDA);
+            Tensor a = randn({M * K + offset}, false, 21).to(Device::CUDA);
+            Tensor b = randn({K * N + offset}, false, 22).to(Device::CUDA);
             Tensor bias = randn({N + offset}, false, 23).to(Device::CUDA);
             Tensor c = Tensor::empty({M * N + offset}, engine::DType::F32, Device::CUDA);
             const uint64_t before = engine::cuda::lt_bias_calls();
@@ -177,14 +178,17 @@ TEST_CASE("cuda gemm autotune: tuned once per shape, the same product as cuBLAS,
         for (bool ta : {false, true})
             for (bool tb : {false, true})
                 for (float beta : {0.f, 0.5f}) {
-                    const GemmPrecision p = mode == 0 ? GemmPrecision::fp32 : mode == 1 ? GemmPrecision::tf32 : GemmPrecision::bf16;
+                    const GemmPrecision p = mode == 0   ? GemmPrecision::fp32
+                                            : mode == 1 ? GemmPrecision::tf32
+                                                        : GemmPrecision::bf16;
                     const int64_t M = fresh++;
                     INFO("precision " << engine::cuda::gemm_precision_name(p) << " fast " << (mode == 3) << " ta "
                                       << ta << " tb " << tb << " beta " << beta << " M " << M);
                     engine::cuda::set_gemm_precision(p);
                     engine::cuda::set_bf16_fast_gemm(mode == 3);
                     const int64_t offset = ta ? 1 : 0;  // A at 4 bytes past an allocation's start
-                    Tensor a = randn({M * K + offset}, false, 31).to(Device::CUDA), b = randn({K * N}, false, 32).to(Device::CUDA);
+                    Tensor a = randn({M * K + offset}, false, 31).to(Device::CUDA);
+                    Tensor b = randn({K * N}, false, 32).to(Device::CUDA);
                     Tensor c0 = randn({M, N}, false, 33);
                     auto product = [&](bool tuned) {
                         engine::cuda::set_gemm_autotune(tuned);
