@@ -1,7 +1,8 @@
 // tests/cuda/test_cuda_models.cpp: every model family at a tiny size, on the CPU and on a CUDA copy
 // of the same model (built twice from the same seed; the copy moved with Module::to): one training
 // step gives the same loss and parameter gradients, and three AdamW steps (with gradient clipping)
-// the same parameters. Also Module::to itself and checkpoints across devices.
+// the same parameters; the attention families again with the opt-in GEMM paths on. Also
+// Module::to itself and checkpoints across devices.
 //
 // Tolerances: loss atol 1e-5, rtol 1e-4; gradients and parameters atol 1e-4, rtol 1e-3 (a model
 // chains dozens of float32 ops whose kernels add in other orders than the CPU's). One exception:
@@ -85,6 +86,27 @@ std::vector<Family> families() {
             return engine::cross_entropy(static_cast<nn::ViT&>(m).forward(x), y);
         };
         f.x = test::randn({2, 3, 8, 8}, false, 22);
+        f.y = ids({2}, 10);
+        out.push_back(f);
+    }
+    {
+        // Head dim 32 and 17 tokens (16 patches and the class token): the unfused attention's
+        // GEMMs take 16 keys and the softmax kernels the 17th (engine/cuda/nn.h, edge keys).
+        Family f;
+        f.name = "ViT, head dim 32, 17 tokens";
+        f.build = [] {
+            nn::ViTConfig c;
+            c.image_size = 8;
+            c.patch = 2;
+            c.dim = 64;
+            c.depth = 1;
+            c.heads = 2;
+            return std::make_shared<nn::ViT>(c);
+        };
+        f.loss = [](nn::Module& m, const Tensor& x, const Tensor& y) {
+            return engine::cross_entropy(static_cast<nn::ViT&>(m).forward(x), y);
+        };
+        f.x = test::randn({2, 3, 8, 8}, false, 24);
         f.y = ids({2}, 10);
         out.push_back(f);
     }
@@ -210,47 +232,70 @@ TEST_CASE("cuda: Module::to moves parameters and buffers in place", "[cuda]") {
     REQUIRE(m.stem->weight.to_vector() == before);
 }
 
-TEST_CASE("cuda: each model family trains alike on the CPU and the device", "[cuda]") {
-    for (const Family& f : families()) {
-        INFO("model " << f.name);
-        auto [cpu, gpu] = twins(f);
-        compare_tensors(f.name + " init", cpu->named_parameters(), gpu->named_parameters(), {0.f, 0.f});
-        Tensor xg = f.x.to(Device::CUDA), yg = f.y.to(Device::CUDA);
+namespace {
 
-        // One step: loss and every parameter gradient.
-        Tensor lc = f.loss(*cpu, f.x, f.y), lg = f.loss(*gpu, xg, yg);
-        REQUIRE(lg.is_cuda());
-        test::require_close(f.name + " loss", lc, lg, kLossTol);
-        lc.backward();
-        lg.backward();
-        auto pc = cpu->named_parameters(), pg = gpu->named_parameters();
-        for (size_t i = 0; i < pc.size(); i++) {
-            INFO("gradient of " << pc[i].name);
-            REQUIRE(pc[i].tensor->grad().defined() == pg[i].tensor->grad().defined());
-            if (!pc[i].tensor->grad().defined()) continue;
-            REQUIRE(pg[i].tensor->grad().is_cuda());
-            test::require_close(f.name + " grad " + pc[i].name, pc[i].tensor->grad(), pg[i].tensor->grad(), kTol);
-        }
+// One step (loss and every parameter gradient), then three AdamW steps with clipping, on the CPU
+// and on the device: the same numbers within the tolerances above.
+void check_trains_alike(const Family& f) {
+    INFO("model " << f.name);
+    auto [cpu, gpu] = twins(f);
+    compare_tensors(f.name + " init", cpu->named_parameters(), gpu->named_parameters(), {0.f, 0.f});
+    Tensor xg = f.x.to(Device::CUDA), yg = f.y.to(Device::CUDA);
 
-        // Three AdamW steps with clipping (the first reuses the gradients above).
-        nn::Adam oc(nn::param_groups(*cpu, 0.05f), 1e-2f), og(nn::param_groups(*gpu, 0.05f), 1e-2f);
-        auto params_c = cpu->parameters(), params_g = gpu->parameters();
-        for (int s = 0; s < 3; s++) {
-            if (s > 0) {
-                oc.zero_grad();
-                og.zero_grad();
-                f.loss(*cpu, f.x, f.y).backward();
-                f.loss(*gpu, xg, yg).backward();
-            }
-            float nc = nn::clip_grad_norm(params_c, 1.f), ng = nn::clip_grad_norm(params_g, 1.f);
-            REQUIRE(ng == Approx(nc).epsilon(1e-3));
-            oc.step();
-            og.step();
-        }
-        compare_tensors(f.name + " after 3 AdamW steps", cpu->named_parameters(), gpu->named_parameters(), kTol,
-                        3 * 1e-2f);
-        compare_tensors(f.name + " buffers after 3 steps", cpu->named_buffers(), gpu->named_buffers(), kTol);
+    // One step: loss and every parameter gradient.
+    Tensor lc = f.loss(*cpu, f.x, f.y), lg = f.loss(*gpu, xg, yg);
+    REQUIRE(lg.is_cuda());
+    test::require_close(f.name + " loss", lc, lg, kLossTol);
+    lc.backward();
+    lg.backward();
+    auto pc = cpu->named_parameters(), pg = gpu->named_parameters();
+    for (size_t i = 0; i < pc.size(); i++) {
+        INFO("gradient of " << pc[i].name);
+        REQUIRE(pc[i].tensor->grad().defined() == pg[i].tensor->grad().defined());
+        if (!pc[i].tensor->grad().defined()) continue;
+        REQUIRE(pg[i].tensor->grad().is_cuda());
+        test::require_close(f.name + " grad " + pc[i].name, pc[i].tensor->grad(), pg[i].tensor->grad(), kTol);
     }
+
+    // Three AdamW steps with clipping (the first reuses the gradients above).
+    nn::Adam oc(nn::param_groups(*cpu, 0.05f), 1e-2f), og(nn::param_groups(*gpu, 0.05f), 1e-2f);
+    auto params_c = cpu->parameters(), params_g = gpu->parameters();
+    for (int s = 0; s < 3; s++) {
+        if (s > 0) {
+            oc.zero_grad();
+            og.zero_grad();
+            f.loss(*cpu, f.x, f.y).backward();
+            f.loss(*gpu, xg, yg).backward();
+        }
+        float nc = nn::clip_grad_norm(params_c, 1.f), ng = nn::clip_grad_norm(params_g, 1.f);
+        REQUIRE(ng == Approx(nc).epsilon(1e-3));
+        oc.step();
+        og.step();
+    }
+    compare_tensors(f.name + " after 3 AdamW steps", cpu->named_parameters(), gpu->named_parameters(), kTol,
+                    3 * 1e-2f);
+    compare_tensors(f.name + " buffers after 3 steps", cpu->named_buffers(), gpu->named_buffers(), kTol);
+}
+
+}  // namespace
+
+TEST_CASE("cuda: each model family trains alike on the CPU and the device", "[cuda]") {
+    const uint64_t edge = engine::cuda::attention_edge_key_calls();
+    for (const Family& f : families()) check_trains_alike(f);
+    CHECK(engine::cuda::attention_edge_key_calls() > edge);  // (the ViT at head dim 32)
+}
+
+// The same with the opt-in GEMM paths on (engine/cuda/matmul.h): the attention GEMMs from address
+// arrays and every GEMM autotuned through cuBLASLt, on the families with attention.
+TEST_CASE("cuda: model families train alike with address-array and autotuned GEMMs", "[cuda]") {
+    test::PointerBatchScope pointers(true);
+    test::GemmAutotuneScope tuned(true);
+    const uint64_t batched = engine::cuda::pointer_batch_calls();
+    const uint64_t tunings = engine::cuda::gemm_autotune_stats().tunings;
+    for (const Family& f : families())
+        if (f.name.rfind("ViT", 0) == 0 || f.name.rfind("TransformerLM", 0) == 0) check_trains_alike(f);
+    CHECK(engine::cuda::pointer_batch_calls() > batched);
+    CHECK(engine::cuda::gemm_autotune_stats().tunings > tunings);
 }
 
 TEST_CASE("cuda: checkpoints of a model on the device load on either device", "[cuda]") {
