@@ -5,7 +5,7 @@
 # with tools/bench_torch.py in PyTorch eager and torch.compile where a CUDA PyTorch is importable
 # (it has twins of all four families; its bf16 is autocast). Writes one markdown table (the
 # attention kernels each run took, ms/step, items/s, peak device memory, ours and PyTorch's, ratios
-# to each PyTorch mode) with the device name and date.
+# to each PyTorch mode, and a variant's ratio to its model's row) with the device name and date.
 #
 #   bash bench/gpu.sh                       # the full kit, table in bench/results/gpu-<date>.md
 #   bash bench/gpu.sh --smoke               # tiny models, one [cuda] test, no PyTorch
@@ -146,6 +146,7 @@ ratio() { python3 -c 'import sys; a,b=sys.argv[1],sys.argv[2]; print(f"{float(b)
 
 device=""
 rows=""
+declare -A base_ms  # the models' own rows' ms, by "model|precision|fused", for their variants' ratio
 for model in $models; do
     for prec in $precisions; do
         first=1
@@ -177,7 +178,14 @@ for model in $models; do
             fi
             first=0
             kernels=$(field "$line" attention_kernels)
-            rows+="| $model | $prec | $fa_name | ${kernels:-–} | $ms | $(field "$line" ms_per_step_eager) | $(field "$line" items_per_s) | $(field "$line" peak_device_mb) | ${eager_mb:-–} | ${compiled_mb:-–} | $(field "$line" cudnn_calls) | $(field "$line" params) | ${eager:-–} | ${compiled:-–} | $(ratio "$ms" "$eager") | $(ratio "$ms" "$compiled") |"$'\n'
+            vs_base="–"
+            if variant_of_model "$model"; then
+                base="${base_ms[$(app_model $model)|$prec|$fa]:-}"
+                [ -n "$base" ] && vs_base=$(ratio "$ms" "$base")
+            else
+                base_ms["$model|$prec|$fa"]=$ms
+            fi
+            rows+="| $model | $prec | $fa_name | ${kernels:-–} | $ms | $(field "$line" ms_per_step_eager) | $(field "$line" items_per_s) | $(field "$line" peak_device_mb) | ${eager_mb:-–} | ${compiled_mb:-–} | $(field "$line" cudnn_calls) | $(field "$line" params) | ${eager:-–} | ${compiled:-–} | $(ratio "$ms" "$eager") | $(ratio "$ms" "$compiled") | $vs_base |"$'\n'
         done
     done
 done
@@ -189,8 +197,8 @@ done
     echo "[cuda] suite on this device: $suite."
     [ $torch_ok = 1 ] || echo "PyTorch with CUDA: not importable here (or a smoke run, or --no-torch): no PyTorch columns."
     echo
-    echo "| model | precision | fused attention | attention kernels | ms/step | without CUDA graph | items/s | peak device MB | PyTorch eager peak MB | torch.compile peak MB | cuDNN calls | params | PyTorch eager ms | torch.compile ms | eager / ours | compile / ours |"
-    echo "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    echo "| model | precision | fused attention | attention kernels | ms/step | without CUDA graph | items/s | peak device MB | PyTorch eager peak MB | torch.compile peak MB | cuDNN calls | params | PyTorch eager ms | torch.compile ms | eager / ours | compile / ours | base / variant |"
+    echo "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     printf "%s" "$rows"
     echo
     lm4k_note=""
@@ -198,7 +206,7 @@ done
     echo "Sizes: vit \`$sizes_vit\`, lm/gau/lstm/lstm-own \`$sizes_lm\`$lm4k_note, $steps. lstm: cuDNN's LSTM where the build has cuDNN (fp32, tf32); lstm-own: INITLAB_CUDNN=0."
     echo "attention kernels: what the run took (apps/bench's attention_kernels: unfused, or flash with fp32 / tf32 / bf16, async for the asynchronous copies, split-dq for the split backward; – for a model without the attention op)."
     echo "fused attention: INITLAB_FUSED_ATTENTION=0 (off: two batched GEMMs and a softmax kernel) or 1 (on: engine/cuda/flash_attention.cu; fp32 kernels under fp32, the tensor-core kernels under tf32 (TF32 inputs) and bf16 (bf16 inputs)). vit-nosplit: vit with INITLAB_FLASH_SPLIT_DQ=0; vit-async: vit with INITLAB_FLASH_ASYNC=1; vit-bf16fast: vit with INITLAB_BF16_GEMM_FAST=1 (under bf16, cuBLAS rounds the fp32 inputs in its kernels); vit-lt: vit with INITLAB_LT_BIAS=1 (linear biases by cuBLASLt's epilogue); vit-narrow: vit with INITLAB_FLASH_NARROW_FORWARD=1 (the tensor-core forward at 32 keys a step); vit-noedge: vit with INITLAB_ATTENTION_EDGE_KEYS=0 (the unfused GEMMs over every key); vit-pointers, lm-pointers: vit, lm with INITLAB_GEMM_POINTER_BATCH=1 (each attention GEMM one call over every head); vit-tune, lm-tune: vit, lm with INITLAB_GEMM_AUTOTUNE=1 (GEMMs through cuBLASLt, autotuned)."
-    echo "ms/step: the step replayed from a CUDA graph where it applies (vit, lm, gau), else eager. A ratio above 1 means this engine is faster. Op profiles (apps/bench --profile 2, eager, device time from events):"
+    echo "ms/step: the step replayed from a CUDA graph where it applies (vit, lm, gau), else eager. A ratio above 1 means this engine is faster; base / variant: a variant's model row's ms (same precision and fused setting, this table) over the variant's, above 1 where the variant is faster. Op profiles (apps/bench --profile 2, eager, device time from events):"
     for f in "$logdir"/*.profile; do
         echo
         echo '```'

@@ -268,10 +268,22 @@ TEST_CASE("cuda apps: bench/gpu.sh --fused-attention both gives a row with the f
 
 TEST_CASE("cuda apps: bench/gpu.sh's vit-* variants are vit with their switch; an unknown one is refused", "[cuda]") {
     test::TempDir tmp;
-    std::string table = gpu_sh_table("--no-tests --models vit-noedge --precisions tf32", tmp);
+    std::string table = gpu_sh_table("--no-tests --models 'vit vit-noedge' --precisions tf32", tmp);
     INFO(table);
     CHECK(table.find("| vit-noedge | tf32 | off | unfused |") != std::string::npos);
     CHECK(table.find("vit `--dim") != std::string::npos);  // vit's sizes
+    // The last column: vit's ms over the variant's (a number), "–" on vit's own row.
+    auto last_cell = [&](const std::string& row) {
+        size_t at = table.find(row);
+        REQUIRE(at != std::string::npos);
+        std::string line = table.substr(at, table.find('\n', at) - at);
+        line = line.substr(0, line.rfind('|'));
+        return line.substr(line.rfind('|') + 1);
+    };
+    CHECK(last_cell("| vit | tf32 |") == " – ");
+    const std::string ratio = last_cell("| vit-noedge | tf32 |");
+    INFO("base / variant: '" << ratio << "'");
+    CHECK(std::stod(ratio) > 0.0);
     CHECK(run("bash bench/gpu.sh " + gpu_sh_smoke_flags() + " --no-tests --models vit-bogus", tmp / "log2") != 0);
     CHECK(slurp(tmp / "log2").find("unknown variant vit-bogus") != std::string::npos);
 }
