@@ -189,15 +189,17 @@ struct Bf16Operand {
     Bf16Operand& operator=(const Bf16Operand&) = delete;
 };
 
-// A bf16 GEMM's operand as cuBLAS gets it: rounded into packed bf16 scratch (Bf16Operand), or with
-// bf16_fast_gemm_enabled the fp32 data as it is, which cuBLAS rounds in its kernels.
-struct Bf16Input {
-    Bf16Operand packed;
+// A GEMM operand as cuBLAS gets it: rounded into packed bf16 scratch (Bf16Operand) where `packed`,
+// else the fp32 data as it is (fp32 and TF32 GEMMs, and bf16 ones with bf16_fast_gemm_enabled,
+// whose inputs cuBLAS rounds in its kernels). `at` is where its matrices are, elem their size.
+struct GemmInput {
+    Bf16Operand copy;
     const void* p;
-    int64_t ld, stride;
-    Bf16Input(bool fast, const float* src, OperandShape s)
-        : packed(src, fast ? OperandShape{0, 0, 0, {1, 0}} : s), p(fast ? (const void*)src : packed.p),
-          ld(fast ? s.at.ld : packed.ld), stride(fast ? s.at.stride : packed.stride) {}
+    BatchLayout at;
+    int64_t elem;
+    GemmInput(bool packed, const float* src, const OperandShape& s)
+        : copy(src, packed ? s : OperandShape{0, 0, 0, {1, 0}}), p(packed ? (const void*)copy.p : src),
+          at(packed ? BatchLayout{copy.ld, copy.stride} : s.at), elem(packed ? 2 : 4) {}
 };
 // The element type and the compute type of the bf16 GEMMs' operands, packed or fast.
 cudaDataType_t bf16_input_type(bool fast) { return fast ? CUDA_R_32F : CUDA_R_16BF; }
@@ -251,10 +253,10 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const 
         return;
     if (gemm_precision() == GemmPrecision::bf16) {
         const bool fast = bf16_fast_gemm_enabled();
-        Bf16Input a(fast, A, plain_a(ta, M, K)), b(fast, B, plain_b(tb, N, K));
+        GemmInput a(!fast, A, plain_a(ta, M, K)), b(!fast, B, plain_b(tb, N, K));
         cublasStatus_t st = cublasGemmEx(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N,
-                                         (int)M, (int)K, &alpha, b.p, bf16_input_type(fast), ld(b.ld), a.p,
-                                         bf16_input_type(fast), ld(a.ld), &beta, C, CUDA_R_32F, ld(N),
+                                         (int)M, (int)K, &alpha, b.p, bf16_input_type(fast), ld(b.at.ld), a.p,
+                                         bf16_input_type(fast), ld(a.at.ld), &beta, C, CUDA_R_32F, ld(N),
                                          bf16_compute(fast), CUBLAS_GEMM_DEFAULT);
         if (st != CUBLAS_STATUS_SUCCESS) check_cublas(st, "cublasGemmEx", at());
         return;
@@ -299,12 +301,12 @@ void strided_call(cublasHandle_t h, bool ta, bool tb, int64_t batch, int64_t M, 
         return;
     if (gemm_precision() == GemmPrecision::bf16) {
         const bool fast = bf16_fast_gemm_enabled();
-        Bf16Input a(fast, A, a_shape), b(fast, B, b_shape);
+        GemmInput a(!fast, A, a_shape), b(!fast, B, b_shape);
         cublasStatus_t st = cublasGemmStridedBatchedEx(
             h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N, (int)M, (int)K, &alpha, b.p,
-            bf16_input_type(fast), ld(b.ld), (long long)b.stride, a.p, bf16_input_type(fast), ld(a.ld),
-            (long long)a.stride, &beta, C, CUDA_R_32F, ld(lc.ld), (long long)lc.stride, (int)batch, bf16_compute(fast),
-            CUBLAS_GEMM_DEFAULT);
+            bf16_input_type(fast), ld(b.at.ld), (long long)b.at.stride, a.p, bf16_input_type(fast), ld(a.at.ld),
+            (long long)a.at.stride, &beta, C, CUDA_R_32F, ld(lc.ld), (long long)lc.stride, (int)batch,
+            bf16_compute(fast), CUBLAS_GEMM_DEFAULT);
         if (st != CUBLAS_STATUS_SUCCESS) check_cublas(st, "cublasGemmStridedBatchedEx", where);
         return;
     }
@@ -343,13 +345,8 @@ void pointer_call(cublasHandle_t h, bool ta, bool tb, int64_t batch, int64_t M, 
     g_pointer_batch_calls.fetch_add(1, std::memory_order_relaxed);
     const float alpha = 1.f;
     const bool bf16 = gemm_precision() == GemmPrecision::bf16, fast = bf16 && bf16_fast_gemm_enabled();
-    const bool packed = bf16 && !fast;
-    const OperandShape none{0, 0, 0, {1, 0}};
-    Bf16Operand a(A, packed ? a_shape : none), b(B, packed ? b_shape : none);
-    const MatrixAddresses am = packed ? MatrixAddresses{(const char*)a.p, {a.ld, a.stride}, 2}
-                                      : MatrixAddresses{(const char*)A, a_shape.at, 4};
-    const MatrixAddresses bm = packed ? MatrixAddresses{(const char*)b.p, {b.ld, b.stride}, 2}
-                                      : MatrixAddresses{(const char*)B, b_shape.at, 4};
+    const GemmInput a(bf16 && !fast, A, a_shape), b(bf16 && !fast, B, b_shape);
+    const MatrixAddresses am{(const char*)a.p, a.at, a.elem}, bm{(const char*)b.p, b.at, b.elem};
     Scratch<uintptr_t> addresses(3 * batch);
     KERNEL_LAUNCH(batch_addresses_kernel, blocks_for(batch), kBlockSize, 0, am, bm,
                   MatrixAddresses{(const char*)C, lc, 4}, batch, addresses.p);
@@ -484,11 +481,11 @@ uint32_t batch_alignment(const void* p, int64_t stride, size_t elem, int64_t cou
 }
 
 // cuBLASLt's descriptors of the row-major C[M,N] = op(A)·op(B) (+ bias where given), batched as
-// `batch` says; the preference allows the workspace and says how aligned A, B and C are. False
-// where cuBLASLt declines a descriptor.
-bool lt_describe(LtDescriptors& d, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void* A, int64_t lda,
-                 const void* B, int64_t ldb, cudaDataType_t type, cublasComputeType_t compute, const float* bias,
-                 const float* C, int64_t ldc, const LtBatch& batch) {
+// `batch` says; the preference allows the workspace and says how aligned A, B and C are (`align`:
+// batch_alignment of each). False where cuBLASLt declines a descriptor.
+bool lt_describe(LtDescriptors& d, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
+                 cudaDataType_t type, cublasComputeType_t compute, const float* bias, int64_t ldc,
+                 const LtBatch& batch, const std::array<uint32_t, 3>& align) {
     if (cublasLtMatmulDescCreate(&d.op, compute, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) return false;
     // The first operand is B (its transpose flag as given), the second A (see the top of the file).
     const int32_t op_first = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_second = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -514,11 +511,8 @@ bool lt_describe(LtDescriptors& d, bool ta, bool tb, int64_t M, int64_t N, int64
                                                  sizeof strides[i]))
                 return false;
     }
-    const size_t elem = type == CUDA_R_16BF ? 2 : 4;
     const uint64_t workspace_bytes = kCublasWorkspaceBytes;
-    const uint32_t align_first = batch_alignment(B, batch.stride_b, elem, batch.count),
-                   align_second = batch_alignment(A, batch.stride_a, elem, batch.count),
-                   align_c = batch_alignment(C, batch.stride_c, 4, batch.count);
+    const uint32_t align_first = align[1], align_second = align[0], align_c = align[2];
     return !(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
                                                   sizeof workspace_bytes) ||
              cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_first,
@@ -577,29 +571,28 @@ bool lt_matmul(bool ta, bool tb, int64_t batch, int64_t M, int64_t N, int64_t K,
     if (!g_lt) check_cublas(cublasLtCreate(&g_lt), "cublasLtCreate", where);
     const GemmPrecision p = gemm_precision();
     const bool bf16 = p == GemmPrecision::bf16, fast = bf16 && bf16_fast_gemm_enabled(), packed = bf16 && !fast;
-    const OperandShape none{0, 0, 0, {1, 0}};
-    const Bf16Operand a_packed(A, packed ? a_shape : none), b_packed(B, packed ? b_shape : none);
-    const void* a = packed ? (const void*)a_packed.p : A;
-    const void* b = packed ? (const void*)b_packed.p : B;
-    const int64_t lda = packed ? a_packed.ld : a_shape.at.ld, ldb = packed ? b_packed.ld : b_shape.at.ld;
-    const LtBatch lt_batch{batch, packed ? a_packed.stride : a_shape.at.stride,
-                           packed ? b_packed.stride : b_shape.at.stride, lc.stride};
+    const GemmInput in_a(packed, A, a_shape), in_b(packed, B, b_shape);
+    const void* a = in_a.p;
+    const void* b = in_b.p;
+    const int64_t lda = in_a.at.ld, ldb = in_b.at.ld;
+    const LtBatch lt_batch{batch, in_a.at.stride, in_b.at.stride, lc.stride};
     const cublasComputeType_t compute = bf16                        ? bf16_compute(fast)
                                         : p == GemmPrecision::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
                                                                    : CUBLAS_COMPUTE_32F;
     const cudaDataType_t type = packed ? CUDA_R_16BF : CUDA_R_32F;
+    const std::array<uint32_t, 3> align{batch_alignment(a, lt_batch.stride_a, in_a.elem, batch),
+                                        batch_alignment(b, lt_batch.stride_b, in_b.elem, batch),
+                                        batch_alignment(C, lc.stride, 4, batch)};
     LtDescriptors d;
-    if (!lt_describe(d, ta, tb, M, N, K, a, lda, b, ldb, type, compute, bias, C, lc.ld, lt_batch)) return false;
+    if (!lt_describe(d, ta, tb, M, N, K, lda, ldb, type, compute, bias, lc.ld, lt_batch, align)) return false;
     auto run = [&](const cublasLtMatmulAlgo_t& algo) {
         return cublasLtMatmul(g_lt, d.op, &alpha, b, d.a, a, d.b, &beta, C, d.c, C, d.c, &algo, g_workspace,
                               kCublasWorkspaceBytes, stream());
     };
     const bool tune = gemm_autotune_enabled();
-    const size_t elem = packed ? 2 : 4;
     const TuneKey key{{M, N, K, lda, ldb, lc.ld, batch, lt_batch.stride_a, lt_batch.stride_b, lt_batch.stride_c,
                        2 * (int64_t)p + (fast ? 1 : 0)},
-                      {ta, tb, beta != 0.f, bias != nullptr, batch_alignment(a, lt_batch.stride_a, elem, batch),
-                       batch_alignment(b, lt_batch.stride_b, elem, batch), batch_alignment(C, lc.stride, 4, batch)}};
+                      {ta, tb, beta != 0.f, bias != nullptr, align[0], align[1], align[2]}};
     const auto tuned = tune ? g_tuned.find(key) : g_tuned.end();
     cublasLtMatmulAlgo_t algo;
     if (tuned != g_tuned.end()) {
