@@ -686,8 +686,9 @@ __global__ void attention_softmax_backward_kernel(const float* p, const float* m
 // Tiny's patch-2 tokens) every attention GEMM has 257 there (the key count is P's row length, the
 // scores' row length, the rows of dk and dv) and an H100 ran all six in align1 kernels, which moved
 // their P-sized operand at under 1 TB/s (8.3 of the step's 28.5 ms; P's padded rows did not help). So where
-// S is not a multiple of 8 (16 bytes of bf16) the GEMMs take the keys [0, first), first = S rounded
-// down to 8, and the register row kernels take the edge [first, S), at most 7 keys, lane l key
+// S is not a multiple of 4 (16 bytes of fp32; 8 where the GEMMs read bf16 copies) the GEMMs take the
+// keys [0, first), first = S rounded down to that, and the register row kernels take the edge
+// [first, S), at most 7 keys, lane l key
 // first + l in a register of its own: their scores (forward: q·k; backward: dP = dout·v) as warp
 // dot products, and their share of the row's product (forward: out = Σ P·v over the edge, then the
 // GEMM adds the rest with beta = 1; backward: dq the same with dS·k); attention_edge_backward_kernel
@@ -1154,13 +1155,15 @@ BatchLayout heads_at(const AttentionHeads& L, int64_t rows) {
     return L.heads ? BatchLayout{L.ld, L.D, L.heads, rows * L.ld} : BatchLayout{L.ld, rows * L.ld};
 }
 
-// Where the GEMMs' keys end ([0, first)) and the edge keys begin (EdgeKeys): S rounded down to 8
-// where S is not a multiple of 8 and the register kernels take the rows (S <= kRegsRowMax), with
-// D a multiple of 32 up to 128 (the edge kernels' lanes); else S, no edge.
+// Where the GEMMs' keys end ([0, first)) and the edge keys begin (EdgeKeys): S rounded down to the
+// keys a 16-byte vector holds in the GEMMs' operands (8 where they are bf16 copies, else 4), where
+// S is not a multiple of that and the register kernels take the rows (S <= kRegsRowMax), with D a
+// multiple of 32 up to 128 (the edge kernels' lanes); else S, no edge.
 int64_t gemm_keys(int64_t S, int64_t D) {
-    if (S % 8 == 0 || S < 8 || S > kRegsRowMax || D % kWarp || D > kEdgeChunks * kWarp) return S;
+    const int64_t vector = gemm_precision() == GemmPrecision::bf16 && !bf16_fast_gemm_enabled() ? 8 : 4;
+    if (S % vector == 0 || S < 8 || S > kRegsRowMax || D % kWarp || D > kEdgeChunks * kWarp) return S;
     if (!attention_edge_keys_enabled()) return S;
-    return S / 8 * 8;
+    return S / vector * vector;
 }
 
 std::atomic<int> g_edge_keys{-1};

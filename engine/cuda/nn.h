@@ -75,9 +75,10 @@ void mse_backward(const float* pred, const float* target, const float* dloss, fl
 // is never written nor read); masked entries exactly 0; a query that sees no key gets an all-zero
 // row. The mask, when there is one, is unpadded [BH, T, S].
 // out = (P ⊙ mask)·v, with mask [BH, T, S] the scaled dropout mask, or null for no dropout.
-// Where S is not a multiple of 8 (up to 512 keys, head dims 32, 64, 96, 128), the GEMMs take the
-// first S rounded down to 8 keys, so that cuBLAS can take its 16-byte-aligned kernels, and the
-// softmax kernels the rest (engine/cuda/nn.cu, "Edge keys"). On by default;
+// Where S keys are not a whole number of 16-byte vectors (S % 4 != 0; S % 8 != 0 where the GEMMs
+// read bf16 copies; up to 512 keys, head dims 32, 64, 96, 128), the GEMMs take the first S rounded
+// down to that, so that cuBLAS can take its 16-byte-aligned kernels, and the softmax kernels the
+// rest (engine/cuda/nn.cu, "Edge keys"). On by default;
 // INITLAB_ATTENTION_EDGE_KEYS=0 turns it off (read once), set_attention_edge_keys overrides either;
 // attention_edge_key_calls counts the forward calls that split.
 int64_t attention_p_stride(int64_t S);  // S rounded up to a multiple of 4

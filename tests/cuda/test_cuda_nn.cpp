@@ -19,6 +19,9 @@
 
 #include <cstring>
 #include "engine/cuda/nn.h"
+#ifdef ENGINE_CUDA_EMU
+#include <cublas_v2.h>  // the stand-in's census of GEMM operand alignment
+#endif
 #include "engine/cuda/philox.h"
 #include "engine/cuda/runtime.h"
 #include "tests/cuda/parity.h"
@@ -395,20 +398,29 @@ TEST_CASE("cuda attention_qkv: with the fused path on, the flash kernels between
     test::require_close("fused against unfused", unfused, engine::attention_qkv(qkv, 4, true), kAttnFwd);
 }
 
-// Edge keys (engine/cuda/nn.cu): where S is not a multiple of 8 the GEMMs take the first S rounded
-// down to 8 keys and the softmax kernels the rest. Against the CPU and against the GEMMs over every
-// key (the switch off), in each layout, with dropout, with T != S (1 to 7 edge keys, one to three
-// register slots a lane), causal and not, head dims 32 to 128, and with q, k or v not needing a
-// gradient (dq or dk, dv null).
+// Edge keys (engine/cuda/nn.cu): where S keys are not a whole number of 16-byte vectors (4 fp32
+// keys, 8 bf16 ones) the GEMMs take the first S rounded down to that and the softmax kernels the
+// rest. Against the CPU and against the GEMMs over every key (the switch off), in each layout, with
+// dropout, with T != S (1 to 3 edge keys in fp32; 4 and 7 with bf16 GEMMs: one to three register
+// slots a lane), causal and not, head dims 32 to 128, and with q, k or v not needing a gradient (dq
+// or dk, dv null). bf16 against the CPU's fp32 within bf16's rounding (the GEMMs' keys rounded, the
+// edge's not).
 TEST_CASE("cuda attention: edge keys against the CPU and against the GEMMs over every key", "[cuda]") {
-    test::PrecisionScope fp32(engine::cuda::GemmPrecision::fp32);
+    using engine::cuda::GemmPrecision;
+    test::PrecisionScope precision;
+    test::Bf16FastGemmScope packed(false);
     test::EdgeKeysScope on(true);
-    struct Case { int64_t B, H, T, S, D; bool causal; float dropout; };
+    struct Case { int64_t B, H, T, S, D; bool causal; float dropout; GemmPrecision p = GemmPrecision::fp32; };
     for (Case c : {Case{1, 2, 9, 9, 64, true, 0.f}, Case{2, 1, 6, 15, 32, false, 0.25f},
-                   Case{1, 1, 13, 13, 128, true, 0.25f}, Case{1, 2, 20, 300, 64, false, 0.f},
-                   Case{2, 2, 33, 37, 96, true, 0.f}, Case{1, 1, 257, 257, 64, false, 0.1f}}) {
+                   Case{1, 1, 13, 13, 128, true, 0.25f}, Case{1, 2, 20, 300, 64, false, 0.f, GemmPrecision::bf16},
+                   Case{2, 1, 6, 15, 32, true, 0.25f, GemmPrecision::bf16}, Case{2, 2, 33, 37, 96, true, 0.f},
+                   Case{1, 1, 257, 257, 64, false, 0.1f}}) {
         INFO("B " << c.B << " H " << c.H << " T " << c.T << " S " << c.S << " D " << c.D << " causal " << c.causal
-                  << " dropout " << c.dropout);
+                  << " dropout " << c.dropout << " precision " << (int)c.p);
+        engine::cuda::set_gemm_precision(c.p);
+        const bool bf16 = c.p == GemmPrecision::bf16;
+        const test::Tol kAttnFwd = bf16 ? test::Tol{2e-2f, 2e-2f} : ::kAttnFwd;
+        const test::Tol kAttnBwd = bf16 ? test::Tol{5e-2f, 5e-2f} : ::kAttnBwd;
         auto heads = [c](auto& in) {
             engine::manual_seed(3);
             return engine::attention(in[0], in[1], in[2], c.causal, c.dropout, true);
@@ -458,6 +470,56 @@ TEST_CASE("cuda attention: edge keys against the CPU and against the GEMMs over 
             test::require_close("gradient " + std::to_string(i), b[i].grad(), a[i].grad(), kAttnBwd);
     }
 }
+
+#ifdef ENGINE_CUDA_EMU
+// What the edge keys are for: with them, at S = 17 and 300 keys, every attention GEMM allows
+// 16-byte vectors in the emulator's census of operand alignment (cublas_v2.h's
+// emu::gemm_vector_widths: addresses, leading dimensions and the extents along them), which the H100
+// profile tied to cuBLAS's fast kernels; without them the same GEMMs count narrower (so the census
+// sees what the edge keys mend). In TF32 and bf16, per head and from address arrays, and autotuned
+// (cuBLASLt). The edge is taken only where it is needed: 300 keys in TF32 are 75 whole vectors.
+TEST_CASE("cuda attention: with edge keys every attention GEMM allows 16-byte vectors (emulator census)", "[cuda]") {
+    using engine::cuda::GemmPrecision;
+    test::PrecisionScope precision;
+    test::PointerBatchScope pointers;
+    test::GemmAutotuneScope tune;
+    test::EdgeKeysScope edge;
+    auto narrow = [] {
+        const emu::GemmVectorWidths w = emu::gemm_vector_widths();
+        return w.bytes8 + w.bytes4 + w.bytes2;
+    };
+    struct Case { GemmPrecision p; bool pointers, tune; };
+    for (Case c : {Case{GemmPrecision::tf32, false, false}, Case{GemmPrecision::bf16, false, false},
+                   Case{GemmPrecision::tf32, true, false}, Case{GemmPrecision::bf16, true, false},
+                   Case{GemmPrecision::tf32, false, true}})
+        for (bool on : {true, false}) {
+            INFO("precision " << (int)c.p << " pointers " << c.pointers << " autotune " << c.tune << " edge keys " << on);
+            engine::cuda::set_gemm_precision(c.p);
+            engine::cuda::set_pointer_batch(c.pointers);
+            engine::cuda::set_gemm_autotune(c.tune);
+            engine::cuda::set_attention_edge_keys(on);
+            const uint64_t narrow0 = narrow(), wide0 = emu::gemm_vector_widths().bytes16;
+            const uint64_t calls = engine::cuda::attention_edge_key_calls();
+            Tensor qkv = test::to_cuda(randn({2, 17, 3 * 2 * 32}, true, 91));
+            Tensor out = engine::attention_qkv(qkv, 2, false);
+            out.backward(test::to_cuda(randn(out.shape(), false, 92)));
+            Tensor q = test::to_cuda(randn({1, 20, 64}, true, 93)), k = test::to_cuda(randn({1, 300, 64}, true, 94)),
+                   v = test::to_cuda(randn({1, 300, 64}, true, 95));
+            Tensor cross = engine::attention_tokens(q, k, v, 1, true);
+            cross.backward(test::to_cuda(randn(cross.shape(), false, 96)));
+            REQUIRE(emu::gemm_vector_widths().bytes16 > wide0);
+            // 300 fp32 keys are 75 vectors: only bf16 copies (37.5) need the edge there
+            const bool packed = c.p == GemmPrecision::bf16;
+            if (on) {
+                CHECK(narrow() == narrow0);
+                CHECK(engine::cuda::attention_edge_key_calls() == calls + (packed ? 2 : 1));
+            } else {
+                // the six products at 17 keys; at 300, the four that read bf16 copies of P or dS
+                CHECK(narrow() >= narrow0 + (packed ? 10 : 6));
+            }
+        }
+}
+#endif
 
 // The attention GEMMs over every head in one call from address arrays (engine/cuda/matmul.h's
 // pointer_batch_enabled) against a call per head: attention_qkv and attention_tokens (groups of

@@ -133,6 +133,47 @@ struct Dims {  // the stored rows × cols of A and B (column-major) for these tr
           b_cols(tb == CUBLAS_OP_N ? n : k) {}
 };
 
+// The widest vector, in bytes (16, 8, 4 or 2), that every operand of a GEMM allows: each matrix's
+// address, its leading dimension and its extent along the leading dimension (its rows, column-major)
+// must be multiples of it, and so must the batch strides. cuBLAS picks its kernels by this: on the
+// H100 (session 12) every GEMM with an extent of 257 there ran in `..._align1` kernels, at a third of
+// the speed of its aligned twins, though every address and leading dimension was 16-byte aligned.
+// The census (emu::gemm_vector_widths) and the trace count each GEMM run by it.
+struct VectorWidth {
+    size_t bytes = 16;
+    static size_t of(uint64_t v) {
+        size_t b = 16;
+        while (b > 2 && v % b != 0) b /= 2;
+        return b;
+    }
+    void operand(const void* p, int rows, int ld, size_t elem, long long stride = 0) {
+        for (uint64_t v : {(uint64_t)reinterpret_cast<uintptr_t>(p), (uint64_t)ld * elem, (uint64_t)rows * elem,
+                           (uint64_t)stride * elem})
+            bytes = std::min(bytes, of(v));
+    }
+    // A and B of `ab_elem` bytes, C of four; strides in elements of each operand's own type.
+    void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void* A, int lda, const void* B,
+              int ldb, size_t ab_elem, const void* C, int ldc, long long sA = 0, long long sB = 0, long long sC = 0) {
+        const Dims d(ta, tb, m, n, k);
+        operand(A, d.a_rows, lda, ab_elem, sA);
+        operand(B, d.b_rows, ldb, ab_elem, sB);
+        operand(C, m, ldc, 4, sC);
+    }
+};
+
+emu::GemmVectorWidths g_widths{0, 0, 0, 0};
+
+// One GEMM run (a call; a batched call counts once, at its narrowest entry): into the census, and a
+// line into the trace (INITLAB_EMU_TRACE).
+void count_gemm(const char* call, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, int batch,
+                size_t bytes) {
+    (bytes >= 16 ? g_widths.bytes16 : bytes == 8 ? g_widths.bytes8 : bytes == 4 ? g_widths.bytes4 : g_widths.bytes2)++;
+    if (emu::tracing())
+        emu::trace(std::string("gemm ") + call + " " + (ta == CUBLAS_OP_N ? "n" : "t") + (tb == CUBLAS_OP_N ? "n" : "t") +
+                   " m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k) +
+                   " batch=" + std::to_string(batch) + " vector_bytes=" + std::to_string(bytes));
+}
+
 // The GEMM itself on fp32 operands whose checks are done, the inputs rounded first as `how` says.
 cublasStatus_t sgemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float* alpha,
                      const float* A, int lda, const float* B, int ldb, const float* beta, float* C, int ldc,
@@ -204,6 +245,8 @@ bool bad_args(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int 
 
 }  // namespace
 
+emu::GemmVectorWidths emu::gemm_vector_widths() { return g_widths; }
+
 cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                            const float* alpha, const float* A, int lda, const float* B, int ldb, const float* beta,
                            float* C, int ldc) {
@@ -212,8 +255,11 @@ cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperati
     check_gemm("cublasSgemm", ta, tb, m, n, k, A, lda, B, ldb, C, ldc, 4);
     float a = *alpha, b = *beta;
     const Rounding how = h->math == CUBLAS_TF32_TENSOR_OP_MATH ? Rounding::tf32 : Rounding::none;
+    VectorWidth w;
+    w.gemm(ta, tb, m, n, k, A, lda, B, ldb, 4, C, ldc);
     return enqueue(h, "cublasSgemm", [=] {
         check_gemm("cublasSgemm", ta, tb, m, n, k, A, lda, B, ldb, C, ldc, 4);
+        count_gemm("cublasSgemm", ta, tb, m, n, k, 1, w.bytes);
         sgemm(ta, tb, m, n, k, &a, A, lda, B, ldb, &b, C, ldc, how);
     });
 }
@@ -231,8 +277,11 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta,
     checks();
     float a = *alpha, b = *beta;
     const Rounding how = h->math == CUBLAS_TF32_TENSOR_OP_MATH ? Rounding::tf32 : Rounding::none;
+    VectorWidth w;
+    w.gemm(ta, tb, m, n, k, A, lda, B, ldb, 4, C, ldc, batch > 1 ? sA : 0, batch > 1 ? sB : 0, batch > 1 ? sC : 0);
     return enqueue(h, "cublasSgemmStridedBatched", [=] {
         checks();
+        count_gemm("cublasSgemmStridedBatched", ta, tb, m, n, k, batch, w.bytes);
         for (int i = 0; i < batch; i++)
             sgemm(ta, tb, m, n, k, &a, A + i * sA, lda, B + i * sB, ldb, &b, C + i * sC, ldc, how);
     });
@@ -255,10 +304,13 @@ cublasStatus_t cublasSgemmBatched(cublasHandle_t h, cublasOperation_t ta, cublas
     float a = *alpha, b = *beta;
     const Rounding how = h->math == CUBLAS_TF32_TENSOR_OP_MATH ? Rounding::tf32 : Rounding::none;
     return enqueue(h, "cublasSgemmBatched", [=] {
+        VectorWidth w;
         for (int i = 0; i < batch; i++) {
             check_gemm("cublasSgemmBatched", ta, tb, m, n, k, A[i], lda, B[i], ldb, C[i], ldc, 4);
-            sgemm(ta, tb, m, n, k, &a, A[i], lda, B[i], ldb, &b, C[i], ldc, how);
+            w.gemm(ta, tb, m, n, k, A[i], lda, B[i], ldb, 4, C[i], ldc);
         }
+        count_gemm("cublasSgemmBatched", ta, tb, m, n, k, batch, w.bytes);
+        for (int i = 0; i < batch; i++) sgemm(ta, tb, m, n, k, &a, A[i], lda, B[i], ldb, &b, C[i], ldc, how);
     });
 }
 
@@ -296,8 +348,12 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
     float* c = static_cast<float*>(C);
     check_gemm("cublasGemmEx", ta, tb, m, n, k, A, lda, B, ldb, c, ldc, fast ? 4 : 2);
     float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
-    return enqueue(h, "cublasGemmEx",
-                   [=] { gemm_typed("cublasGemmEx", fast, ta, tb, m, n, k, &al, A, lda, B, ldb, &be, c, ldc); });
+    VectorWidth w;
+    w.gemm(ta, tb, m, n, k, A, lda, B, ldb, fast ? 4 : 2, c, ldc);
+    return enqueue(h, "cublasGemmEx", [=] {
+        count_gemm("cublasGemmEx", ta, tb, m, n, k, 1, w.bytes);
+        gemm_typed("cublasGemmEx", fast, ta, tb, m, n, k, &al, A, lda, B, ldb, &be, c, ldc);
+    });
 }
 
 cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
@@ -318,7 +374,11 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta
         check_gemm("cublasGemmStridedBatchedEx", ta, tb, m, n, k, a + i * sA * elem, lda, b + i * sB * elem, ldb,
                    c + i * sC, ldc, (size_t)elem);
     float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
+    VectorWidth w;
+    w.gemm(ta, tb, m, n, k, A, lda, B, ldb, (size_t)elem, c, ldc, batch > 1 ? sA : 0, batch > 1 ? sB : 0,
+           batch > 1 ? sC : 0);
     return enqueue(h, "cublasGemmStridedBatchedEx", [=] {
+        count_gemm("cublasGemmStridedBatchedEx", ta, tb, m, n, k, batch, w.bytes);
         for (int i = 0; i < batch; i++)
             gemm_typed("cublasGemmStridedBatchedEx", fast, ta, tb, m, n, k, &al, a + i * sA * elem, lda,
                        b + i * sB * elem, ldb, &be, c + i * sC, ldc);
@@ -336,6 +396,9 @@ cublasStatus_t cublasGemmBatchedEx(cublasHandle_t h, cublasOperation_t ta, cubla
     check_address_arrays("cublasGemmBatchedEx", A, B, C, batch);
     float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
     return enqueue(h, "cublasGemmBatchedEx", [=] {
+        VectorWidth w;
+        for (int i = 0; i < batch; i++) w.gemm(ta, tb, m, n, k, A[i], lda, B[i], ldb, fast ? 4 : 2, C[i], ldc);
+        count_gemm("cublasGemmBatchedEx", ta, tb, m, n, k, batch, w.bytes);
         for (int i = 0; i < batch; i++) {
             float* c = static_cast<float*>(C[i]);
             check_gemm("cublasGemmBatchedEx", ta, tb, m, n, k, A[i], lda, B[i], ldb, c, ldc, fast ? 4 : 2);
@@ -578,8 +641,14 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
     const bool widen = a->type == CUDA_R_16BF;
     const Dims dims(ta, tb, m, n, k);
+    VectorWidth w;  // D as C (cuBLASLt's epilogue writes D with the vectors it reads C with)
+    const bool strided = batch > 1;
+    w.gemm(ta, tb, m, n, k, A, lda, B, ldb, elem, C, ldc, strided ? a->stride : 0, strided ? b->stride : 0,
+           strided ? sc : 0);
+    w.operand(D, m, ldd, 4, strided ? sd : 0);
     cudaError_t e = emu::on_stream(stream, "cublasLtMatmul", [=] {
         checks();
+        count_gemm("cublasLtMatmul", ta, tb, m, n, k, batch, w.bytes);
         for (int i = 0; i < batch; i++) {
             const void* Ai = ap + i * sa;
             const void* Bi = bp + i * sb;

@@ -737,6 +737,25 @@ void fill_poison(void* p, size_t bytes) {
 void set_seed(uint64_t seed) { g_order_rng.seed(seed); }
 Counters counters() { return g_counters; }
 
+namespace {
+std::FILE* g_trace = [] {
+    const char* path = std::getenv("INITLAB_EMU_TRACE");
+    if (!path || !*path) return (std::FILE*)nullptr;
+    std::FILE* f = std::fopen(path, "w");
+    if (!f) std::fprintf(stderr, "CUDA emulator: cannot write the trace INITLAB_EMU_TRACE=%s\n", path);
+    return f;
+}();
+std::mutex g_trace_mu;
+}  // namespace
+
+bool tracing() { return g_trace != nullptr; }
+void trace(const std::string& line) {
+    if (!g_trace) return;
+    std::lock_guard<std::mutex> lock(g_trace_mu);
+    std::fputs(line.c_str(), g_trace);
+    std::fputc('\n', g_trace);
+}
+
 const char* context_switch() { return g_use_ucontext ? "ucontext" : "asm"; }
 const char* set_ucontext(bool on) {
     if (g_launch) fail("set_ucontext called during a launch");
@@ -787,6 +806,9 @@ void launch(const char* name, const void* kernel, dim3 grid, dim3 block, size_t 
     Launch L{name, kernel, grid, block, dynamic_smem, limit, &body,
              g_force_fibers || !g_use_ucontext || known == g_kernel_syncs.end() || known->second, false};
     g_counters.launches++;
+    if (g_trace)
+        trace(std::string("kernel ") + name + " grid=" + fmt_dim(grid) + " block=" + fmt_dim(block) +
+              " shared=" + std::to_string(dynamic_smem));
     std::vector<Fiber> fibers(threads);
     std::vector<int> order(threads);
     for (uint64_t i = 0; i < threads; i++) order[i] = (int)i;

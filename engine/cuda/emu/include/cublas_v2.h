@@ -86,3 +86,14 @@ cublasStatus_t cublasGemmBatchedEx(cublasHandle_t handle, cublasOperation_t tran
                                    int lda, const void* const Barray[], cudaDataType Btype, int ldb, const void* beta,
                                    void* const Carray[], cudaDataType Ctype, int ldc, int batchCount,
                                    cublasComputeType_t computeType, cublasGemmAlgo_t algo);
+
+namespace emu {
+// The GEMMs this process has run (cuBLAS and cuBLASLt calls; a batched call counts once), by the
+// widest vector every operand allows: 16, 8, 4 or 2 bytes. Each matrix's address, leading dimension
+// and extent along it (rows, column-major) must be multiples of it, and so must the batch strides.
+// cuBLAS's kernels need that for their vector loads: on the H100, GEMMs with an extent of 257 there
+// ran in its `align1` kernels at a third of the speed (docs/BENCHMARKS.md, session 13). A model
+// on paper of how cuBLAS chooses, not cuBLAS's own rule, which it does not document.
+struct GemmVectorWidths { uint64_t bytes16, bytes8, bytes4, bytes2; };
+GemmVectorWidths gemm_vector_widths();
+}  // namespace emu

@@ -96,6 +96,11 @@ void set_seed(uint64_t seed);
 // Launches, emulated threads and fiber switches since the start (for tests and timing notes).
 struct Counters { uint64_t launches, threads, switches; };
 Counters counters();
+// INITLAB_EMU_TRACE=FILE: one line per kernel launch and GEMM run, as they run (a replayed graph's
+// too): `kernel NAME grid=(x,y,z) block=(x,y,z) shared=BYTES` and `gemm CALL ...` (cublas_v2.h's
+// census), for counting what a step launches without a GPU (docs/BENCHMARKS.md).
+bool tracing();
+void trace(const std::string& line);
 // The context switch between fibers: "asm" (x86-64) or "ucontext" (elsewhere, under ASan, or with
 // INITLAB_EMU_UCONTEXT=1). set_ucontext(true) picks ucontext between launches (for tests); false
 // goes back to asm where it is available. Returns the switch now in use.
