@@ -32,7 +32,10 @@ void MultiHeadAttention::stacked_qkv(Tensor& w, Tensor& b) const {
     b = q->bias.defined() ? concat({q->bias, k->bias, v->bias}, 0) : Tensor();
 }
 
-Tensor MultiHeadAttention::output(const Tensor& o) const { return hooked(proj_drop->forward(proj->forward(o))); }
+Tensor MultiHeadAttention::output(const Tensor& o, const Tensor& residual) const {
+    if (residual.defined() && !forward_hook && !proj_drop->active()) return proj->forward_plus(o, residual);
+    return add_residual(residual, hooked(proj_drop->forward(proj->forward(o))));
+}
 
 static void expect_tokens(const Tensor& x, int64_t dim) {
     check(x.ndim() == 3 && x.size(2) == dim, "MultiHeadAttention: input {} is not [B, T, {}]", x.shape().str(), dim);
@@ -58,14 +61,14 @@ Tensor MultiHeadAttention::forward(const Tensor& x) const {
 
 // The norm joins the q/k/v GEMM (layer_norm_linear) only where nothing must see its output: a hook
 // on the norm, or on q, k or v, and rope take forward(norm(x)).
-Tensor MultiHeadAttention::forward_normed(const LayerNorm& norm, const Tensor& x) const {
-    if (norm.forward_hook || rope_base > 0.f || qkv_hooked()) return forward(norm.forward(x));
+Tensor MultiHeadAttention::forward_normed(const LayerNorm& norm, const Tensor& x, const Tensor& residual) const {
+    if (norm.forward_hook || rope_base > 0.f || qkv_hooked()) return add_residual(residual, forward(norm.forward(x)));
     expect_tokens(x, dim);
     check(norm.dim == dim, "MultiHeadAttention: norm width {} is not the attention's {}", norm.dim, dim);
     Tensor w, b;
     stacked_qkv(w, b);
     Tensor qkv = layer_norm_linear(x, norm.weight, norm.bias, norm.eps, w, b);
-    return output(attention_qkv(qkv, heads, causal, attn_dropout, training_));
+    return output(attention_qkv(qkv, heads, causal, attn_dropout, training_), residual);
 }
 
 Tensor MultiHeadAttention::attention_map(const Tensor& x) const {

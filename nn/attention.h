@@ -18,8 +18,10 @@ public:
     Tensor forward(const Tensor& x) const;
     // forward(norm.forward(x)), the Pre-LN branch, with the norm inside the q/k/v GEMM
     // (engine::layer_norm_linear: the norm's output is not kept for the backward) unless a hook or
-    // rope needs it apart.
-    Tensor forward_normed(const LayerNorm& norm, const Tensor& x) const;
+    // rope needs it apart. With a residual, residual + that, the add inside proj's GEMM
+    // (engine::linear's residual) unless proj's dropout or a hook on proj or on this module comes
+    // between.
+    Tensor forward_normed(const LayerNorm& norm, const Tensor& x, const Tensor& residual = Tensor()) const;
     // The attention probabilities [B, heads, T, T] for x (no dropout), for inspection.
     Tensor attention_map(const Tensor& x) const;
     // Rows of a [dim, dim] weight that belong to head h: a [dh, dim] view sharing storage.
@@ -36,7 +38,8 @@ private:
     Tensor split_heads(const Tensor& x) const;  // [B,T,dim] -> [B,heads,T,dh]
     bool qkv_hooked() const;                    // a hook on q, k or v
     void stacked_qkv(Tensor& w, Tensor& b) const;  // [3·dim, dim] and [3·dim] (b undefined without biases)
-    Tensor output(const Tensor& o) const;       // proj, its dropout and this module's hook
+    // proj, its dropout and this module's hook, plus the residual where there is one
+    Tensor output(const Tensor& o, const Tensor& residual = Tensor()) const;
 };
 
 }  // namespace nn

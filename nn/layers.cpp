@@ -25,6 +25,15 @@ Tensor Linear::forward(const Tensor& x) const {
     return hooked(linear(x, weight, bias));
 }
 
+Tensor Linear::forward_plus(const Tensor& x, const Tensor& residual) const {
+    if (!residual.defined() || input_hook || forward_hook) return add_residual(residual, forward(x));
+    return linear(x, weight, bias, residual);
+}
+
+Tensor add_residual(const Tensor& residual, const Tensor& branch) {
+    return residual.defined() ? add(residual, branch) : branch;
+}
+
 Conv2d::Conv2d(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t padding, bool has_bias)
     : stride(stride), padding(padding) {
     check(in > 0 && out > 0 && kernel > 0 && stride > 0 && padding >= 0,
@@ -139,23 +148,25 @@ Tensor MLP::forward(const Tensor& x) const {
 
 // The norm joins fc1's GEMM (layer_norm_linear: its output is not kept for the backward) unless a
 // hook on the norm or on fc1 must see it.
-Tensor MLP::forward_normed(const LayerNorm& norm, const Tensor& x) const {
-    if (norm.forward_hook || fc1->forward_hook || fc1->input_hook) return forward(norm.forward(x));
-    if (!gelu_fused()) return after_fc1(layer_norm_linear(x, norm.weight, norm.bias, norm.eps, fc1->weight, fc1->bias));
-    return after_fc1_gemm(layer_norm_linear(x, norm.weight, norm.bias, norm.eps, fc1->weight, Tensor()));
+Tensor MLP::forward_normed(const LayerNorm& norm, const Tensor& x, const Tensor& residual) const {
+    if (norm.forward_hook || fc1->forward_hook || fc1->input_hook) return add_residual(residual, forward(norm.forward(x)));
+    if (!gelu_fused())
+        return after_fc1(layer_norm_linear(x, norm.weight, norm.bias, norm.eps, fc1->weight, fc1->bias), residual);
+    return after_fc1_gemm(layer_norm_linear(x, norm.weight, norm.bias, norm.eps, fc1->weight, Tensor()), residual);
 }
 
 bool MLP::gelu_fused() const {
     return act == Activation::GELU && fc1->bias.defined() && !fc1->forward_hook && !fc1->input_hook;
 }
 
-Tensor MLP::after_fc1(const Tensor& h) const { return fc2->forward(drop->forward(activate(h, act))); }
+Tensor MLP::after_fc1(const Tensor& h, const Tensor& residual) const {
+    return fc2->forward_plus(drop->forward(activate(h, act)), residual);
+}
 
-Tensor MLP::after_fc1_gemm(const Tensor& h) const {
-    bool dropout_active = drop->p > 0.f && drop->is_training();
-    if (dropout_active || fc2->forward_hook || fc2->input_hook)
-        return fc2->forward(drop->forward(bias_gelu(h, fc1->bias)));
-    return gelu_linear(h, fc1->bias, fc2->weight, fc2->bias);
+Tensor MLP::after_fc1_gemm(const Tensor& h, const Tensor& residual) const {
+    if (drop->active() || fc2->forward_hook || fc2->input_hook)
+        return fc2->forward_plus(drop->forward(bias_gelu(h, fc1->bias)), residual);
+    return gelu_linear(h, fc1->bias, fc2->weight, fc2->bias, false, residual);
 }
 
 LayerScale::LayerScale(int64_t dim, float init) {

@@ -12,9 +12,15 @@ public:
     Linear(int64_t in, int64_t out, bool bias = true);
     std::string type_name() const override { return "Linear"; }
     Tensor forward(const Tensor& x) const;
+    // residual + forward(x) (undefined residual: forward(x)), the add done by the GEMM
+    // (engine::linear's residual) unless a hook must see this layer's own input and output.
+    Tensor forward_plus(const Tensor& x, const Tensor& residual) const;
     Tensor weight, bias;  // bias undefined when built without one
     int64_t in_features, out_features;
 };
+
+// residual + branch, or the branch alone where there is no residual (undefined).
+Tensor add_residual(const Tensor& residual, const Tensor& branch);
 
 // 2D convolution, NCHW; weight [out, in, k, k], bias [out]; PyTorch's default init U(±1/√(in·k·k)).
 class Conv2d : public Module {
@@ -64,6 +70,7 @@ public:
     explicit Dropout(float p) : p(p) {}
     std::string type_name() const override { return "Dropout"; }
     Tensor forward(const Tensor& x) const;
+    bool active() const { return p > 0.f && training_; }  // whether forward changes anything
     float p;
 };
 
@@ -91,16 +98,19 @@ public:
     Tensor forward(const Tensor& x) const;
     // forward(norm.forward(x)), the Pre-LN branch, with the norm inside fc1's GEMM
     // (engine::layer_norm_linear: the norm's output is not kept for the backward) unless a hook on
-    // the norm or fc1 needs it apart.
-    Tensor forward_normed(const LayerNorm& norm, const Tensor& x) const;
+    // the norm or fc1 needs it apart. With a residual, residual + that, the add inside fc2's GEMM
+    // (engine::linear's and gelu_linear's residual) unless a hook on fc2 needs it apart.
+    Tensor forward_normed(const LayerNorm& norm, const Tensor& x, const Tensor& residual = Tensor()) const;
     std::shared_ptr<Linear> fc1, fc2;
     std::shared_ptr<Dropout> drop;
     Activation act;
 
 private:
     bool gelu_fused() const;                      // fc1's bias inside bias_gelu or gelu_linear
-    Tensor after_fc1(const Tensor& h) const;      // activation, dropout, fc2 on fc1's output
-    Tensor after_fc1_gemm(const Tensor& h) const; // the same on fc1's GEMM without its bias (gelu_fused)
+    // activation, dropout, fc2 on fc1's output, plus the residual where there is one
+    Tensor after_fc1(const Tensor& h, const Tensor& residual = Tensor()) const;
+    // the same on fc1's GEMM without its bias (gelu_fused)
+    Tensor after_fc1_gemm(const Tensor& h, const Tensor& residual = Tensor()) const;
 };
 
 // LayerScale (Touvron et al., CaiT): a learned per-channel scale on a residual branch, init ε.

@@ -66,12 +66,15 @@ static Tensor add_then_norm(const Tensor& x, const Tensor& branch, const LayerNo
 
 // Pre-LN: each norm is handed to its branch, whose first GEMM takes it in (layer_norm_linear), so
 // neither norm's output is kept for the backward; with a hook on the norm or on that GEMM, the
-// branch runs on norm.forward(x) (forward_normed).
+// branch runs on norm.forward(x) (forward_normed). The residual is handed to the branch too, whose
+// last GEMM adds it (engine::linear's residual: no separate add, which read two [B, T, dim] tensors
+// and wrote a third), unless a LayerScale or the block's dropout comes between.
 Tensor TransformerBlock::forward(const Tensor& x) const {
     auto scaled = [](const std::shared_ptr<LayerScale>& ls, const Tensor& t) { return ls ? ls->forward(t) : t; };
     if (pre_norm) {
-        Tensor sum = add(x, scaled(ls1, attn->forward_normed(*norm1, x)));
-        return add(sum, scaled(ls2, drop->forward(mlp->forward_normed(*norm2, sum))));
+        Tensor sum = ls1 ? add(x, ls1->forward(attn->forward_normed(*norm1, x))) : attn->forward_normed(*norm1, x, x);
+        if (ls2 || drop->active()) return add(sum, scaled(ls2, drop->forward(mlp->forward_normed(*norm2, sum))));
+        return mlp->forward_normed(*norm2, sum, sum);
     }
     // Post-LN: the sums are used only through their norms.
     Tensor h = add_then_norm(x, scaled(ls1, attn->forward(x)), *norm1);

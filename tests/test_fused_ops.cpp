@@ -10,9 +10,12 @@
 #include <catch2/catch.hpp>
 
 #include <omp.h>
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstring>
 #include <functional>
+#include <set>
 #include <vector>
 #include "engine/error.h"
 #include "engine/ops.h"
@@ -344,6 +347,68 @@ TEST_CASE("gelu_linear: argument errors", "[matmul][fused]") {
 }
 
 // ---------------------------------------------------------------------------------------------
+// linear and gelu_linear with a residual: residual + the op, the add done by the GEMM
+
+namespace {
+
+// linear(x, w, b) or gelu_linear(x, b1, w, b) plus the residual (in: x, [b1,] w, b, residual), the
+// add inside the GEMM (fused) or after it.
+Tensor plus_residual(bool fused, bool gelu, const std::vector<Tensor>& in) {
+    const Tensor& r = in.back();
+    if (gelu) return fused ? gelu_linear(in[0], in[1], in[2], in[3], false, r) : add(r, gelu_linear(in[0], in[1], in[2], in[3]));
+    return fused ? linear(in[0], in[1], in[2], r) : add(r, linear(in[0], in[1], in[2]));
+}
+
+}  // namespace
+
+// The forward within the rounding of the sums' order ((residual + b) + x·Wᵀ against residual +
+// (b + x·Wᵀ)); the backward the same bits, the residual's gradient the output's.
+TEST_CASE("linear, gelu_linear: a residual added by the GEMM against add after the op", "[matmul][fused]") {
+    for (bool gelu : {false, true})
+        for (bool bias : {true, false})
+            for (bool residual_grad : {true, false}) {
+                INFO("gelu " << gelu << " bias " << bias << " residual needs a gradient " << residual_grad);
+                std::vector<Tensor> leaves{param({3, 7, 12}, 74, -3.f, 3.f)};
+                if (gelu) leaves.push_back(param({12}, 75));
+                leaves.push_back(param({10, 12}, 76));
+                leaves.push_back(bias ? param({10}, 77) : Tensor());
+                leaves.push_back(param({3, 7, 10}, 78).requires_grad_(residual_grad));
+                std::vector<uint32_t> fused_bits, plain_bits;
+                Grads fused = grads_of(leaves, [&](auto& in) { return plus_residual(true, gelu, in); }, &fused_bits);
+                Grads plain = grads_of(leaves, [&](auto& in) { return plus_residual(false, gelu, in); }, &plain_bits);
+                Tensor fused_out = plus_residual(true, gelu, leaves), plain_out = plus_residual(false, gelu, leaves);
+                CHECK(test::max_abs_diff(fused_out, plain_out) < 1e-5f);
+                if (bias) CHECK(test::max_abs_diff(fused_out, plain_out) > 0.f);  // the order differs somewhere
+                for (size_t i = 0; i < fused.size(); i++) {
+                    INFO("input " << i);
+                    CHECK(fused[i] == plain[i]);
+                }
+                CHECK(fused.back().empty() != residual_grad);
+            }
+}
+
+TEST_CASE("linear, gelu_linear with a residual", "[matmul][gradcheck]") {
+    gradcheck("linear residual", [](auto& in) { return linear(in[0], in[1], in[2], in[3]); },
+              {param({2, 3, 4}, 79), param({5, 4}, 80), param({5}, 81), param({2, 3, 5}, 82)});
+    gradcheck("linear residual, no bias", [](auto& in) { return linear(in[0], in[1], Tensor(), in[2]); },
+              {param({3, 4}, 83), param({2, 4}, 84), param({3, 2}, 85)});
+    gradcheck("gelu_linear residual",
+              [](auto& in) { return gelu_linear(in[0], in[1], in[2], in[3], true, in[4]); },
+              {param({2, 3, 6}, 86, -3.f, 3.f), param({6}, 87), param({4, 6}, 88), param({4}, 89),
+               param({2, 3, 4}, 90)});
+}
+
+TEST_CASE("linear, gelu_linear: residual argument errors", "[matmul][fused]") {
+    Tensor x = Tensor::zeros({2, 3}), w = Tensor::zeros({4, 3});
+    CHECK_THROWS_WITH(linear(x, w, Tensor(), Tensor::zeros({2, 3})),
+                      Catch::Contains("linear: residual [2,3] is not the output's shape [2,4] (input [2,3], weight [4,3])"));
+    CHECK_THROWS_WITH(gelu_linear(x, Tensor::zeros({3}), w, Tensor(), false, Tensor::zeros({4})),
+                      Catch::Contains("gelu_linear: residual [4] is not the output's shape [2,4]"));
+    CHECK_THROWS_WITH(linear(x, w, Tensor(), Tensor::zeros({2, 4}, DType::I32)),
+                      Catch::Contains("linear: residual"));
+}
+
+// ---------------------------------------------------------------------------------------------
 // layer_norm_linear: linear(layer_norm(x), w, b) keeping x, not the norm's output
 
 namespace {
@@ -598,6 +663,84 @@ TEST_CASE("TransformerBlock: Pre-LN keeps two [B, T, dim] tensors less than with
     };
     size_t fused = kept(false), apart = kept(true);
     CHECK(apart - fused == 2 * (size_t)(B * T * c.dim) * sizeof(float));
+}
+
+// Pre-LN without LayerScale: the residual adds go into proj's and fc2's GEMMs (the block's output is
+// gelu_linear's, and no add is left in the graph), within the sums' rounding of the path a hook on
+// the norms takes (which adds apart), the gradients likewise. With LayerScale or the block's dropout
+// active, or a hook on proj or fc2, the adds stay apart.
+TEST_CASE("TransformerBlock: Pre-LN adds its residuals inside the branches' last GEMMs", "[nn][fused]") {
+    nn::BlockConfig c;
+    c.dim = 32;
+    c.heads = 2;
+    c.mlp_hidden = 64;
+    nn::TransformerBlock block(c);
+    Tensor x = param({2, 6, 32}, 45).detach();
+    auto ops = [&](const Tensor& y) {  // the names of the graph's nodes, y's first
+        std::vector<std::string> names;
+        std::set<const engine::Node*> seen;
+        std::vector<const engine::Node*> todo{y.impl()->grad_fn.get()};
+        while (!todo.empty()) {
+            const engine::Node* n = todo.back();
+            todo.pop_back();
+            if (!n || !seen.insert(n).second) continue;
+            names.push_back(n->name);
+            for (const Tensor& in : n->inputs)
+                if (in.defined()) todo.push_back(in.impl()->grad_fn.get());
+        }
+        return names;
+    };
+    auto count = [](const std::vector<std::string>& v, const std::string& name) {
+        return std::count(v.begin(), v.end(), name);
+    };
+    Tensor xg = mul(x.detach().requires_grad_(true), 1.f);
+    std::vector<std::string> fused_ops = ops(block.forward(xg));
+    CHECK(fused_ops.front() == "gelu_linear");
+    CHECK(count(fused_ops, "add") == 0);
+    CHECK(count(fused_ops, "linear") == 1);  // proj, with the residual
+
+    Run fused = run_model(block, [&] { return block.forward(x); });
+    auto noop = [](const nn::Module&, const Tensor&) {};
+    block.norm1->forward_hook = noop;
+    block.norm2->forward_hook = noop;
+    CHECK(count(ops(block.forward(xg)), "add") == 2);
+    Run hooked = run_model(block, [&] { return block.forward(x); });
+    block.norm1->forward_hook = nullptr;
+    block.norm2->forward_hook = nullptr;
+    auto floats = [](const std::vector<uint32_t>& b) {
+        std::vector<float> f(b.size());
+        std::memcpy(f.data(), b.data(), b.size() * sizeof(float));
+        return f;
+    };
+    auto close = [&](const std::vector<uint32_t>& a, const std::vector<uint32_t>& b) {
+        std::vector<float> fa = floats(a), fb = floats(b);
+        REQUIRE(fa.size() == fb.size());
+        for (size_t i = 0; i < fa.size(); i++)
+            if (std::fabs(fa[i] - fb[i]) > 1e-5f + 1e-4f * std::fabs(fb[i])) return false;
+        return true;
+    };
+    CHECK(close(fused.out, hooked.out));
+    for (size_t i = 0; i < fused.grads.size(); i++) {
+        INFO("parameter " << i);
+        CHECK(close(fused.grads[i], hooked.grads[i]));
+    }
+    // proj or fc2 hooked: that add stays apart, the other goes in
+    block.attn->proj->forward_hook = noop;
+    CHECK(count(ops(block.forward(xg)), "add") == 1);
+    block.attn->proj->forward_hook = nullptr;
+    block.mlp->fc2->input_hook = noop;
+    CHECK(count(ops(block.forward(xg)), "add") == 1);
+    block.mlp->fc2->input_hook = nullptr;
+    // dropout active (the block's and the branches'): both apart
+    c.dropout = 0.1f;
+    nn::TransformerBlock dropping(c);
+    CHECK(count(ops(dropping.forward(xg)), "add") == 2);
+    dropping.eval();
+    CHECK(count(ops(dropping.forward(xg)), "add") == 0);
+    c.dropout = 0.f;
+    c.layerscale = 0.5f;
+    nn::TransformerBlock scaled(c);
+    CHECK(count(ops(scaled.forward(xg)), "add") == 2);
 }
 
 // The LM's final norm joins the output GEMM (tied or not) unless the norm has a hook.

@@ -91,9 +91,11 @@ INSTANTIATE(GeluTanh) INSTANTIATE(Silu)
 // bias + activation over [rows, n]. Here (not in nn.cpp) so that the GELU's and SiLU's exp/erf get
 // this file's -fno-trapping-math and vectorize as the unary ops' do.
 
-void bias_rows(const float* bias, float* y, int64_t rows, int64_t n) {
+void bias_rows(const float* bias, float* y, int64_t rows, int64_t n, const float* residual) {
+    #pragma omp parallel for if (rows * n > kParallelMin)
     for (int64_t r = 0; r < rows; r++)
-        for (int64_t j = 0; j < n; j++) y[r * n + j] = bias[j];
+        for (int64_t j = 0; j < n; j++)
+            y[r * n + j] = (bias ? bias[j] : 0.f) + (residual ? residual[r * n + j] : 0.f);
 }
 
 template <typename F>

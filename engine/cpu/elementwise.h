@@ -21,8 +21,9 @@ template <typename F> void unary_forward(const float* x, float* y, int64_t n);
 // x (y) is not read, and may be null, where F::kReadsX (F::kReadsY) is false.
 template <typename F> void unary_backward(const float* x, const float* y, const float* dy, float* dx, int64_t n);
 
-// y[r, :] = bias for each of `rows` rows of n: a linear's output before its GEMM adds x·Wᵀ.
-void bias_rows(const float* bias, float* y, int64_t rows, int64_t n);
+// y[r, :] = bias + residual[r, :] for each of `rows` rows of n (bias or residual null: left out):
+// a linear's output before its GEMM adds x·Wᵀ.
+void bias_rows(const float* bias, float* y, int64_t rows, int64_t n, const float* residual = nullptr);
 
 // Fused bias + activation over x viewed as [rows, n], bias [n]: y = act(x + bias), act the exact
 // GELU (Gelu of engine/ops/pointwise.h), its tanh form (GeluTanh) or SiLU (Silu).

@@ -14,8 +14,8 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const 
 }
 
 void gemm_bias(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, const float* B, const float* bias,
-               float* C) {
-    bias_rows(bias, C, M, N);
+               float* C, const float* residual) {
+    bias_rows(bias, C, M, N, residual);
     gemm(ta, tb, M, N, K, 1.f, A, B, 1.f, C);
 }
 

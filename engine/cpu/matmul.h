@@ -8,10 +8,11 @@ namespace engine::cpu {
 // op(B) is [K,N] (B stored [N,K] when trans_b).
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           const float* B, float beta, float* C);
-// C[M,N] = op(A)·op(B) + bias, bias [N] added to every row: the bias rows, then gemm with beta = 1
-// (linear's forward; the CUDA twin may fuse the bias into the GEMM).
+// C[M,N] = op(A)·op(B) + bias + residual, bias [N] added to every row, residual [M,N] (either null:
+// left out): the rows of bias + residual, then gemm with beta = 1 (linear's forward; the CUDA twin
+// may fuse the bias into the GEMM).
 void gemm_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, const float* B,
-               const float* bias, float* C);
+               const float* bias, float* C, const float* residual = nullptr);
 // The same with explicit leading dimensions (elements between rows as stored; 0: packed rows), for
 // operands that are column blocks of wider matrices (attention's heads in [B, T, H·D]).
 void gemm_ld(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,

@@ -365,29 +365,34 @@ static void bias_act_backward_as(const float* x, const float* bias, const float*
                       rows, n);
 }
 
-// bias_rows: the bias tiled over the rows, float4 where it can (a flat loop, the column by a 32-bit
+// bias_rows: the bias tiled over the rows, plus a residual where there is one (a Pre-LN block's
+// stream, which the branch's last GEMM then adds into: no separate residual add, which read two
+// [rows, n] tensors and wrote a third), float4 where it can (a flat loop, the column by a 32-bit
 // modulo), else in the 2-d layout above. It replaced a rank-1 cuBLAS GEMM (a column of ones times
 // the bias, K = 1) that wrote ViT-Tiny's rows at about 1.8 TB/s on an H100 (session 12).
-__global__ void bias_rows4_kernel(const float4* bias, float4* y, int n4, int total4) {
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total4; i += blockDim.x * gridDim.x) y[i] = bias[i % n4];
+__global__ void bias_rows4_kernel(const float4* bias, const float4* residual, float4* y, int n4, int total4) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total4; i += blockDim.x * gridDim.x) {
+        const float4 b = bias ? bias[i % n4] : float4{0.f, 0.f, 0.f, 0.f};
+        y[i] = residual ? plus(b, residual[i]) : b;
+    }
 }
 
-__global__ void bias_rows_kernel(const float* bias, float* y, int64_t rows, int64_t n) {
+__global__ void bias_rows_kernel(const float* bias, const float* residual, float* y, int64_t rows, int64_t n) {
     const int64_t j = (int64_t)blockIdx.x * kBiasTile + threadIdx.x;
     if (j >= n) return;
-    const float b = bias[j];
+    const float b = bias ? bias[j] : 0.f;
     for (int64_t r = (int64_t)blockIdx.y * kBiasRows + threadIdx.y; r < rows; r += (int64_t)gridDim.y * kBiasRows)
-        y[r * n + j] = b;
+        y[r * n + j] = residual ? b + residual[r * n + j] : b;
 }
 
-void bias_rows(const float* bias, float* y, int64_t rows, int64_t n) {
+void bias_rows(const float* bias, float* y, int64_t rows, int64_t n, const float* residual) {
     if (rows == 0 || n == 0) return;
-    if (bias_vec4(rows, n, {bias, y})) {
+    if (bias_vec4(rows, n, {bias, residual, y})) {
         const int total4 = (int)(rows * n / 4);
-        KERNEL_LAUNCH(bias_rows4_kernel, blocks_for(total4), kBlockSize, 0, (const float4*)bias, (float4*)y,
-                      (int)(n / 4), total4);
+        KERNEL_LAUNCH(bias_rows4_kernel, blocks_for(total4), kBlockSize, 0, (const float4*)bias,
+                      (const float4*)residual, (float4*)y, (int)(n / 4), total4);
     } else {
-        KERNEL_LAUNCH(bias_rows_kernel, bias_grid(rows, n), dim3(kBiasTile, kBiasRows), 0, bias, y, rows, n);
+        KERNEL_LAUNCH(bias_rows_kernel, bias_grid(rows, n), dim3(kBiasTile, kBiasRows), 0, bias, residual, y, rows, n);
     }
 }
 

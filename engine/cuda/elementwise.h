@@ -20,8 +20,9 @@ template <typename F> void unary_forward(const float* x, float* y, int64_t n);
 // x (y) is not read, and may be null, where F::kReadsX (F::kReadsY) is false.
 template <typename F> void unary_backward(const float* x, const float* y, const float* dy, float* dx, int64_t n);
 
-// y[r, :] = bias for each of `rows` rows of n: a linear's output before its GEMM adds x·Wᵀ.
-void bias_rows(const float* bias, float* y, int64_t rows, int64_t n);
+// y[r, :] = bias + residual[r, :] for each of `rows` rows of n (bias or residual null: left out):
+// a linear's output before its GEMM adds x·Wᵀ.
+void bias_rows(const float* bias, float* y, int64_t rows, int64_t n, const float* residual = nullptr);
 
 // y = act(x + bias) over [rows, n]; dx = dy·act'(x + bias) and dbias = Σ_rows dx (null: not
 // wanted), summed per slice of rows as dx is written, then over the slices by sum_dim

@@ -637,8 +637,9 @@ bool lt_bias_enabled() { return env_switch(g_lt_bias, "INITLAB_LT_BIAS", false);
 void set_lt_bias(bool on) { g_lt_bias.store(on ? 1 : 0, std::memory_order_relaxed); }
 
 void gemm_bias(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, const float* B, const float* bias,
-               float* C) {
-    if (M > 0 && N > 0 && K > 0 && M <= INT_MAX && N <= INT_MAX && K <= INT_MAX && lt_bias_enabled()) {
+               float* C, const float* residual) {
+    if (bias && !residual && M > 0 && N > 0 && K > 0 && M <= INT_MAX && N <= INT_MAX && K <= INT_MAX &&
+        lt_bias_enabled()) {
         std::string where;
         auto at = [&]() -> const std::string& {
             if (where.empty()) where = shapes("gemm_bias", ta, tb, -1, M, N, K);
@@ -657,7 +658,7 @@ void gemm_bias(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A
             return;
         }
     }
-    bias_rows(bias, C, M, N);
+    bias_rows(bias, C, M, N, residual);
     gemm(ta, tb, M, N, K, 1.f, A, B, 1.f, C);
 }
 

@@ -62,15 +62,15 @@ struct GemmAutotuneStats {
 bool gemm_autotune_enabled();
 void set_gemm_autotune(bool on);
 GemmAutotuneStats gemm_autotune_stats();
-// C[M,N] = op(A)·op(B) + bias, bias [N] added to every row (beta 0): linear's forward. With
-// cuBLASLt's bias epilogue where lt_bias_enabled() (one pass over C), else the bias rows
-// (engine/cuda/elementwise.h) then gemm with beta = 1 (C written twice, read once more), also where
-// cuBLASLt declines the shapes. lt_bias_enabled: off by default, as it has never run on a GPU (the
+// C[M,N] = op(A)·op(B) + bias + residual, bias [N] added to every row, residual [M,N] (either null:
+// left out): linear's forward. With cuBLASLt's bias epilogue where lt_bias_enabled() and there is
+// no residual (one pass over C), else the rows of bias + residual (engine/cuda/elementwise.h) then
+// gemm with beta = 1 (C written twice, read once more), also where cuBLASLt declines the shapes. lt_bias_enabled: off by default, as it has never run on a GPU (the
 // emulator models cuBLASLt's documented semantics); INITLAB_LT_BIAS=1 turns it on (read once),
 // set_lt_bias overrides either; `vit-lt` in bench/gpu.sh times it. lt_bias_calls counts the
 // GEMMs that took the epilogue.
 void gemm_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, const float* B,
-               const float* bias, float* C);
+               const float* bias, float* C, const float* residual = nullptr);
 bool lt_bias_enabled();
 void set_lt_bias(bool on);
 uint64_t lt_bias_calls();

@@ -94,16 +94,35 @@ int64_t check_linear_args(const char* op, const Tensor& x, const Tensor& w, cons
     return in > 0 ? x.numel() / in : 0;
 }
 
-// y = x·Wᵀ + b, shaped as x with the last dim out_features. No node.
-Tensor linear_product(const Tensor& x, const Tensor& w, const Tensor& b, int64_t rows) {
-    int64_t in = w.size(1), out_f = w.size(0);
+// The shape of linear's output: x's with the last dim out_features.
+Shape linear_shape(const Tensor& x, const Tensor& w) {
     Shape os = x.shape();
-    os[os.ndim - 1] = out_f;
-    Tensor y = x.new_empty(os);
+    os[os.ndim - 1] = w.size(0);
+    return os;
+}
+
+// A residual added by linear's GEMM (undefined: none) is a float tensor of the output's shape on
+// x's device.
+void check_residual(const char* op, const Tensor& x, const Tensor& w, const Tensor& residual) {
+    if (!residual.defined()) return;
+    expect_f32(op, residual, "residual");
+    expect_same_device(op, x, residual);
+    check(residual.shape() == linear_shape(x, w), "{}: residual {} is not the output's shape {} (input {}, weight {})",
+          op, residual.shape().str(), linear_shape(x, w).str(), x.shape().str(), w.shape().str());
+}
+
+// y = residual + x·Wᵀ + b (residual, b optional), shaped as linear_shape. No node. With a residual,
+// its rows plus the bias are written first and the GEMM adds into them (beta = 1).
+Tensor linear_product(const Tensor& x, const Tensor& w, const Tensor& b, int64_t rows,
+                      const Tensor& residual = Tensor()) {
+    int64_t in = w.size(1), out_f = w.size(0);
+    Tensor y = x.new_empty(linear_shape(x, w));
     Device dev = x.device();
     float* py = y.raw_f32();
-    if (b.defined())
-        ON_DEVICE(dev, gemm_bias)(false, true, rows, out_f, in, x.raw_f32(), w.raw_f32(), b.raw_f32(), py);
+    if (b.defined() || residual.defined())
+        ON_DEVICE(dev, gemm_bias)(false, true, rows, out_f, in, x.raw_f32(), w.raw_f32(),
+                                  b.defined() ? b.raw_f32() : nullptr, py,
+                                  residual.defined() ? residual.raw_f32() : nullptr);
     else
         ON_DEVICE(dev, gemm)(false, true, rows, out_f, in, 1.f, x.raw_f32(), w.raw_f32(), 0.f, py);
     return y;
@@ -138,10 +157,12 @@ void linear_param_grads(const Tensor& g, const Tensor& x, const Tensor& w, const
 
 }  // namespace
 
-Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& residual) {
     int64_t rows = check_linear_args("linear", x, w, b);
-    Tensor y = linear_product(x, w, b, rows);
-    return attach(y, "linear", {x, w, b}, [x, w, b, rows](const Tensor& g) {
+    check_residual("linear", x, w, residual);
+    Tensor y = linear_product(x, w, b, rows, residual);
+    // The residual's gradient is g itself, handed on as add hands it to its inputs (no copy).
+    return attach(y, "linear", {x, w, b, residual}, [x, w, b, rows](const Tensor& g) {
         Tensor dx, dw, db;
         if (x.requires_grad()) {
             float beta;
@@ -150,7 +171,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
                                         dx.raw_f32());
         }
         linear_param_grads(g, x, w, b, rows, dw, db);
-        return std::vector<Tensor>{dx, dw, db};
+        return std::vector<Tensor>{dx, dw, db, g};
     });
 }
 
@@ -158,9 +179,11 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
 // as large as h (4·width per token in a transformer MLP). Keeping h and recomputing A in the
 // backward costs one more write of A, done by the pass that computes dh anyway (the GELU's erf is
 // shared by gelu and gelu'), and no buffer: A is written over dA once dA is read.
-Tensor gelu_linear(const Tensor& h, const Tensor& b1, const Tensor& w, const Tensor& b, bool approximate) {
+Tensor gelu_linear(const Tensor& h, const Tensor& b1, const Tensor& w, const Tensor& b, bool approximate,
+                   const Tensor& residual) {
     const char* name = "gelu_linear";
     int64_t rows = check_linear_args(name, h, w, b);
+    check_residual(name, h, w, residual);
     expect_f32(name, b1, "gelu bias");
     expect_same_device(name, h, b1);
     check(b1.ndim() == 1 && b1.size(0) == h.size(-1), "gelu_linear: gelu bias {} does not match the last dim of input {}",
@@ -171,9 +194,9 @@ Tensor gelu_linear(const Tensor& h, const Tensor& b1, const Tensor& w, const Ten
     {
         Tensor a = h.new_empty(h.shape());  // freed here, not kept for the backward
         ON_DEVICE(h.device(), bias_act_forward)(h.raw_f32(), b1.raw_f32(), a.raw_f32(), rows, hidden, act);
-        y = linear_product(a, w, b, rows);
+        y = linear_product(a, w, b, rows, residual);
     }
-    return attach(y, name, {h, b1, w, b}, [h, b1, w, b, rows, hidden, act](const Tensor& g) {
+    return attach(y, name, {h, b1, w, b, residual}, [h, b1, w, b, rows, hidden, act](const Tensor& g) {
         expect_same_device("gelu_linear", h, g);
         Device dev = g.device();
         Tensor buf = h.new_empty(h.shape());  // dA, then A
@@ -191,7 +214,7 @@ Tensor gelu_linear(const Tensor& h, const Tensor& b1, const Tensor& w, const Ten
             ON_DEVICE(dev, bias_act_forward)(h.raw_f32(), b1.raw_f32(), buf.raw_f32(), rows, hidden, act);
         }
         linear_param_grads(g, buf, w, b, rows, dw, db);
-        return std::vector<Tensor>{dh, db1, dw, db};
+        return std::vector<Tensor>{dh, db1, dw, db, g};
     });
 }
 

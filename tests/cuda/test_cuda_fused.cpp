@@ -153,7 +153,8 @@ TEST_CASE("cuda bias_gelu: more rows than one pass of the grid covers (4096 x 8)
 // gelu_linear (engine/ops/matmul.h): linear(bias_gelu(h, b1), w, b), keeping h and recomputing the
 // GELU's output in the backward, where the kernel that computes dh writes it over dA (the float4
 // kernel at width 96, the per-element one at 37). Tolerances as linear's (tests/cuda/test_cuda_matmul.cpp).
-TEST_CASE("cuda gelu_linear: against the CPU, exact and tanh, widths 96 and 37, gradients of some inputs", "[cuda]") {
+TEST_CASE("cuda gelu_linear: against the CPU, exact and tanh, widths 96 and 37, gradients of some inputs, a residual",
+          "[cuda]") {
     const test::Tol kGemm{1e-4f, 1e-4f};
     for (bool approximate : {false, true})
         for (int64_t hidden : {96, 37}) {
@@ -172,6 +173,13 @@ TEST_CASE("cuda gelu_linear: against the CPU, exact and tanh, widths 96 and 37, 
     // h and b1 only: dh and db1 without the recomputed output.
     check_parity("gelu_linear h and b1 only", f,
                  {scaled({9, 40}, 2.f, 28), randn({40}, true, 29), randn({6, 40}, false, 30), Tensor()}, kGemm, kGemm);
+    // With a residual added by the GEMM (a Pre-LN block's second add), 12 (float4 rows) and 5 columns.
+    for (int64_t out : {12, 5})
+        check_parity("gelu_linear residual",
+                     [](auto& in) { return engine::gelu_linear(in[0], in[1], in[2], in[3], false, in[4]); },
+                     {scaled({2, 9, 40}, 2.f, 31), randn({40}, true, 32), randn({out, 40}, true, 33),
+                      randn({out}, true, 34), randn({2, 9, out}, true, 35)},
+                     kGemm, kGemm);
 }
 
 TEST_CASE("cuda gelu_linear: bias_gelu then linear on the device, one [rows, hidden] tensor less kept", "[cuda]") {

@@ -96,6 +96,33 @@ TEST_CASE("cuda linear: with and without bias", "[cuda]") {
     CHECK((engine::cuda::lt_bias_calls() > lt_before) == lt);
 }
 
+// linear with a residual (a Pre-LN block's add inside proj's and fc2's GEMMs): the rows of bias +
+// residual, float4 (12 columns) or not (5; 3 with a 3-d input), then the GEMM adding into them;
+// cuBLASLt's bias epilogue, where on, is not taken with a residual.
+TEST_CASE("cuda linear: a residual added by the GEMM, with and without bias", "[cuda]") {
+    const bool lt = GENERATE(false, true);
+    test::LtBiasScope lt_scope(lt);
+    INFO("cuBLASLt bias epilogue " << lt);
+    const uint64_t lt_before = engine::cuda::lt_bias_calls();
+    for (auto [lead, in, out] : std::vector<std::tuple<std::vector<int64_t>, int64_t, int64_t>>{
+             {{2, 7}, 33, 12}, {{9}, 8, 5}, {{3, 4}, 16, 3}, {{1}, 1, 1}}) {
+        INFO("in " << in << " out " << out);
+        std::vector<int64_t> xs = lead, rs = lead;
+        xs.push_back(in);
+        rs.push_back(out);
+        Tensor x = randn(Shape(xs), true, 31), w = randn({out, in}, true, 32), b = randn({out}, true, 33),
+               r = randn(Shape(rs), true, 34);
+        check_parity("linear + bias + residual", [](auto& t) { return engine::linear(t[0], t[1], t[2], t[3]); },
+                     {x, w, b, r}, kTol, kTol);
+        check_parity("linear + residual", [](auto& t) { return engine::linear(t[0], t[1], Tensor(), t[2]); },
+                     {x, w, r}, kTol, kTol);
+    }
+    CHECK(engine::cuda::lt_bias_calls() == lt_before);
+    Tensor x = randn({4, 8}, true, 35).to(Device::CUDA), w = randn({4, 8}, true, 36).to(Device::CUDA);
+    CHECK_THROWS_WITH(engine::linear(x, w, Tensor(), randn({4, 4}, false, 37)),
+                      Catch::Contains("linear: [4,8] is on cuda but [4,4] is on cpu"));  // the residual
+}
+
 // gemm_bias in each precision and transpose against the bias rows plus a GEMM with beta = 1 (the
 // fallback, and the CPU's way), and against the CPU; the epilogue's calls counted.
 TEST_CASE("cuda gemm_bias: cuBLASLt's bias epilogue against the bias rows and a GEMM", "[cuda]") {
