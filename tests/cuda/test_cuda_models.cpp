@@ -23,6 +23,9 @@
 #include "nn/optim.h"
 #include "nn/transformer.h"
 #include "tests/cuda/parity.h"
+#ifdef ENGINE_CUDA_EMU
+#include <cublas_v2.h>  // the stand-in's census of GEMM operand alignment
+#endif
 
 using engine::Device;
 using engine::Tensor;
@@ -297,6 +300,53 @@ TEST_CASE("cuda: model families train alike with address-array and autotuned GEM
     CHECK(engine::cuda::pointer_batch_calls() > batched);
     CHECK(engine::cuda::gemm_autotune_stats().tunings > tunings);
 }
+
+#ifdef ENGINE_CUDA_EMU
+// ViT-Tiny's shapes (patch 2 on 32 x 32: 257 tokens; width 192, 3 heads of 64; 16 classes, a whole
+// number of vectors) and an LM at 98 tokens (head dim 64, vocabulary 1000), one block, batch 1:
+// every GEMM of a training step, forward and backward, allows 16-byte vectors in the emulator's
+// census (cublas_v2.h's emu::gemm_vector_widths), the condition under which the H100 ran cuBLAS's
+// fast kernels; without the edge keys the attention's six products a layer do not.
+TEST_CASE("cuda: every GEMM of a ViT-Tiny-shaped and an LM training step allows 16-byte vectors (emulator census)",
+          "[cuda]") {
+    test::PrecisionScope tf32(engine::cuda::GemmPrecision::tf32);
+    test::EdgeKeysScope edge;
+    auto narrow = [] {
+        const emu::GemmVectorWidths w = emu::gemm_vector_widths();
+        return w.bytes8 + w.bytes4 + w.bytes2;
+    };
+    engine::manual_seed(7);
+    nn::ViTConfig vc;
+    vc.patch = 2;
+    vc.depth = 1;
+    vc.num_classes = 16;
+    nn::ViT vit(vc);
+    vit.to(Device::CUDA);
+    nn::LMConfig lc;
+    lc.vocab = 1000;
+    lc.dim = 128;
+    lc.depth = 1;
+    lc.heads = 2;
+    lc.max_len = 128;
+    nn::TransformerLM lm(lc);
+    lm.to(Device::CUDA);
+    Tensor images = test::randn({1, 3, 32, 32}, false, 25).to(Device::CUDA);
+    Tensor labels = Tensor::zeros({1}, engine::DType::I32).to(Device::CUDA);
+    Tensor tokens = Tensor::zeros({1, 98}, engine::DType::I32).to(Device::CUDA);
+    for (bool on : {true, false}) {
+        INFO("edge keys " << on);
+        engine::cuda::set_attention_edge_keys(on);
+        const uint64_t narrow0 = narrow(), wide0 = emu::gemm_vector_widths().bytes16;
+        engine::cross_entropy(vit.forward(images), labels).backward();
+        engine::cross_entropy(lm.forward(tokens), tokens).backward();
+        CHECK(emu::gemm_vector_widths().bytes16 > wide0 + 20);
+        if (on)
+            CHECK(narrow() == narrow0);
+        else
+            CHECK(narrow() == narrow0 + 12);
+    }
+}
+#endif
 
 TEST_CASE("cuda: checkpoints of a model on the device load on either device", "[cuda]") {
     auto fams = families();
