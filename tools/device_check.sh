@@ -2,6 +2,10 @@
 # tools/device_check.sh: one call on a lent GPU machine (see tools/device_pack.sh, which packs what
 # it needs): the [cuda] suite on the device, then bench/gpu.sh's comparisons in TF32, each ours
 # against PyTorch eager and torch.compile where the machine's PyTorch has CUDA:
+#   - goal: issue 12's measurement in one short part (about 2 minutes): ViT-Tiny in TF32, ours with
+#     the unfused attention (vit) and its switches (vit-noedge, vit-lt, vit-tune, vit-pointers)
+#     against PyTorch eager and torch.compile in the same call. With 15 minutes of device time a
+#     session (machine start included), PARTS="suite goal" is the first call to make;
 #   - attention: vit, vit-nosplit, vit-async, vit-narrow, lm, lm4k with the fused attention off and
 #     on (under tf32 the fused path is the tensor-core flash kernels; vit-nosplit is the fused
 #     backward without the split dq, vit-async the flash kernels with the asynchronous copies,
@@ -47,6 +51,12 @@ if [[ $parts == *" suite "* ]]; then
     timeout "${SUITE_S:-150}" tests/run_tests "[cuda]" -r compact > "$OUT/suite.txt" 2>&1
     echo "suite rc=$?"
     grep -E "failed|passed" "$OUT/suite.txt" | tail -n 20
+fi
+if [[ $parts == *" goal "* ]]; then
+    echo "== the goal: ViT-Tiny (tf32) against PyTorch eager and torch.compile, with the unfused attention's switches"
+    timeout "${BENCH_S:-300}" bash bench/gpu.sh --no-build --no-tests \
+        --models "vit vit-noedge vit-lt vit-tune vit-pointers" --precisions tf32 --out "$OUT/gpu-goal-tf32.md"
+    echo "rc=$?"
 fi
 if [[ $parts == *" attention "* ]]; then
     echo "== attention models, fused off and on (tf32)"
