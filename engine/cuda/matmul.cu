@@ -225,7 +225,7 @@ namespace {
 // (below, with cuBLASLt)
 bool lt_matmul(bool ta, bool tb, int64_t batch, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                const OperandShape& a_shape, const float* B, const OperandShape& b_shape, float beta,
-               const float* bias, float* C, BatchLayout lc, const std::string& where);
+               const float* bias, float* C, BatchLayout lc, const std::string& where, const float* C_in = nullptr);
 // A plain GEMM's operands: one matrix each, packed rows.
 OperandShape plain_a(bool ta, int64_t M, int64_t K) { return {1, ta ? K : M, ta ? M : K, {ta ? M : K, 0}}; }
 OperandShape plain_b(bool tb, int64_t N, int64_t K) { return {1, tb ? N : K, tb ? K : N, {tb ? K : N, 0}}; }
@@ -560,15 +560,17 @@ float time_on_stream(const std::function<cublasStatus_t()>& work, int runs) {
 }
 
 // C = alpha·op(A)·op(B) + beta·C (+ bias [N] on every row, where given), `batch` of them (the
-// shapes' and lc's strides), through cuBLASLt in the current precision (bf16: the operands
+// shapes' and lc's strides), through cuBLASLt (C_in, where given, is read for beta·C instead of C:
+// cuBLASLt's C and D apart, both in lc's layout) in the current precision (bf16: the operands
 // rounded into packed scratch, or with bf16_fast_gemm_enabled handed over as fp32): the tuned
 // algorithm where gemm_autotune_enabled, else the heuristic's first. False where cuBLASLt declines
 // the shapes or types (the caller then takes cuBLAS); errors of the matmul itself throw. Call with
 // g_mu held.
 bool lt_matmul(bool ta, bool tb, int64_t batch, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                const OperandShape& a_shape, const float* B, const OperandShape& b_shape, float beta,
-               const float* bias, float* C, BatchLayout lc, const std::string& where) {
+               const float* bias, float* C, BatchLayout lc, const std::string& where, const float* C_in) {
     if (!g_lt) check_cublas(cublasLtCreate(&g_lt), "cublasLtCreate", where);
+    const float* c_in = C_in ? C_in : C;
     const GemmPrecision p = gemm_precision();
     const bool bf16 = p == GemmPrecision::bf16, fast = bf16 && bf16_fast_gemm_enabled(), packed = bf16 && !fast;
     const GemmInput in_a(packed, A, a_shape), in_b(packed, B, b_shape);
@@ -582,11 +584,12 @@ bool lt_matmul(bool ta, bool tb, int64_t batch, int64_t M, int64_t N, int64_t K,
     const cudaDataType_t type = packed ? CUDA_R_16BF : CUDA_R_32F;
     const std::array<uint32_t, 3> align{batch_alignment(a, lt_batch.stride_a, in_a.elem, batch),
                                         batch_alignment(b, lt_batch.stride_b, in_b.elem, batch),
-                                        batch_alignment(C, lc.stride, 4, batch)};
+                                        std::min(batch_alignment(C, lc.stride, 4, batch),
+                                                 batch_alignment(c_in, lc.stride, 4, batch))};
     LtDescriptors d;
     if (!lt_describe(d, ta, tb, M, N, K, lda, ldb, type, compute, bias, lc.ld, lt_batch, align)) return false;
     auto run = [&](const cublasLtMatmulAlgo_t& algo) {
-        return cublasLtMatmul(g_lt, d.op, &alpha, b, d.a, a, d.b, &beta, C, d.c, C, d.c, &algo, g_workspace,
+        return cublasLtMatmul(g_lt, d.op, &alpha, b, d.a, a, d.b, &beta, c_in, d.c, C, d.c, &algo, g_workspace,
                               kCublasWorkspaceBytes, stream());
     };
     const bool tune = gemm_autotune_enabled();
@@ -607,7 +610,7 @@ bool lt_matmul(bool ta, bool tb, int64_t batch, int64_t M, int64_t N, int64_t K,
         algo = results[0].algo;
         if (want > 1) {  // time the candidates on C, its values kept aside where they are read
             const int64_t span = (batch - 1) * lc.stride + (M - 1) * lc.ld + N;
-            Scratch<float> kept(beta != 0.f ? span : 0);
+            Scratch<float> kept(beta != 0.f && c_in == C ? span : 0);
             if (kept.p) copy_on_device(kept.p, C, sizeof(float) * (size_t)span);
             float best = INFINITY;
             for (int i = 0; i < found; i++) {
@@ -638,8 +641,7 @@ void set_lt_bias(bool on) { g_lt_bias.store(on ? 1 : 0, std::memory_order_relaxe
 
 void gemm_bias(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, const float* B, const float* bias,
                float* C, const float* residual) {
-    if (bias && !residual && M > 0 && N > 0 && K > 0 && M <= INT_MAX && N <= INT_MAX && K <= INT_MAX &&
-        lt_bias_enabled()) {
+    if (bias && M > 0 && N > 0 && K > 0 && M <= INT_MAX && N <= INT_MAX && K <= INT_MAX && lt_bias_enabled()) {
         std::string where;
         auto at = [&]() -> const std::string& {
             if (where.empty()) where = shapes("gemm_bias", ta, tb, -1, M, N, K);
@@ -649,8 +651,9 @@ void gemm_bias(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A
         {
             std::lock_guard<std::mutex> lock(g_mu);
             handle(at());  // the workspace, and the math mode for the fallback
-            done = lt_matmul(ta, tb, 1, M, N, K, 1.f, A, plain_a(ta, M, K), B, plain_b(tb, N, K), 0.f, bias, C,
-                             {N, 0}, at());
+            // with a residual: D = op(A)·op(B) + bias + residual, cuBLASLt's C the residual, D apart
+            done = lt_matmul(ta, tb, 1, M, N, K, 1.f, A, plain_a(ta, M, K), B, plain_b(tb, N, K), residual ? 1.f : 0.f,
+                             bias, C, {N, 0}, at(), residual);
         }
         if (done) {
             g_lt_bias_calls.fetch_add(1, std::memory_order_relaxed);

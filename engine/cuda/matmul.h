@@ -63,9 +63,10 @@ bool gemm_autotune_enabled();
 void set_gemm_autotune(bool on);
 GemmAutotuneStats gemm_autotune_stats();
 // C[M,N] = op(A)·op(B) + bias + residual, bias [N] added to every row, residual [M,N] (either null:
-// left out): linear's forward. With cuBLASLt's bias epilogue where lt_bias_enabled() and there is
-// no residual (one pass over C), else the rows of bias + residual (engine/cuda/elementwise.h) then
-// gemm with beta = 1 (C written twice, read once more), also where cuBLASLt declines the shapes. lt_bias_enabled: off by default, as it has never run on a GPU (the
+// left out): linear's forward. With cuBLASLt's bias epilogue where lt_bias_enabled() and there is a
+// bias (one pass over C; a residual is cuBLASLt's C, read by that pass, with C written as its D),
+// else the rows of bias + residual (engine/cuda/elementwise.h) then gemm with beta = 1 (C written
+// twice, read once more), also where cuBLASLt declines the shapes. lt_bias_enabled: off by default, as it has never run on a GPU (the
 // emulator models cuBLASLt's documented semantics); INITLAB_LT_BIAS=1 turns it on (read once),
 // set_lt_bias overrides either; `vit-lt` in bench/gpu.sh times it. lt_bias_calls counts the
 // GEMMs that took the epilogue.

@@ -97,8 +97,8 @@ TEST_CASE("cuda linear: with and without bias", "[cuda]") {
 }
 
 // linear with a residual (a Pre-LN block's add inside proj's and fc2's GEMMs): the rows of bias +
-// residual, float4 (12 columns) or not (5; 3 with a 3-d input), then the GEMM adding into them;
-// cuBLASLt's bias epilogue, where on, is not taken with a residual.
+// residual, float4 (12 columns) or not (5; 3 with a 3-d input), then the GEMM adding into them; or,
+// where on, cuBLASLt's bias epilogue with the residual as its C (without a bias: the rows).
 TEST_CASE("cuda linear: a residual added by the GEMM, with and without bias", "[cuda]") {
     const bool lt = GENERATE(false, true);
     test::LtBiasScope lt_scope(lt);
@@ -117,14 +117,15 @@ TEST_CASE("cuda linear: a residual added by the GEMM, with and without bias", "[
         check_parity("linear + residual", [](auto& t) { return engine::linear(t[0], t[1], Tensor(), t[2]); },
                      {x, w, r}, kTol, kTol);
     }
-    CHECK(engine::cuda::lt_bias_calls() == lt_before);
+    CHECK((engine::cuda::lt_bias_calls() > lt_before) == lt);
     Tensor x = randn({4, 8}, true, 35).to(Device::CUDA), w = randn({4, 8}, true, 36).to(Device::CUDA);
     CHECK_THROWS_WITH(engine::linear(x, w, Tensor(), randn({4, 4}, false, 37)),
                       Catch::Contains("linear: [4,8] is on cuda but [4,4] is on cpu"));  // the residual
 }
 
-// gemm_bias in each precision and transpose against the bias rows plus a GEMM with beta = 1 (the
-// fallback, and the CPU's way), and against the CPU; the epilogue's calls counted.
+// gemm_bias in each precision and transpose, with and without a residual, against the bias (+
+// residual) rows plus a GEMM with beta = 1 (the fallback, and the CPU's way), and against the CPU;
+// the epilogue's calls counted.
 TEST_CASE("cuda gemm_bias: cuBLASLt's bias epilogue against the bias rows and a GEMM", "[cuda]") {
     using engine::cuda::GemmPrecision;
     test::PrecisionScope precision;
@@ -133,29 +134,38 @@ TEST_CASE("cuda gemm_bias: cuBLASLt's bias epilogue against the bias rows and a 
     const int64_t M = 9, N = 12, K = 37;
     for (int mode = 0; mode < 4; mode++)  // fp32, tf32, bf16 (rounded into scratch), bf16 (cuBLAS rounds)
         for (bool ta : {false, true})
-            for (bool tb : {false, true}) {
-                const GemmPrecision p = mode == 0 ? GemmPrecision::fp32 : mode == 1 ? GemmPrecision::tf32 : GemmPrecision::bf16;
-                INFO("precision " << engine::cuda::gemm_precision_name(p) << " fast " << (mode == 3) << " ta " << ta
-                                  << " tb " << tb);
-                engine::cuda::set_gemm_precision(p);
-                engine::cuda::set_bf16_fast_gemm(mode == 3);
-                Tensor a = randn(ta ? Shape{K, M} : Shape{M, K}, false, 11), b = randn(tb ? Shape{N, K} : Shape{K, N}, false, 12);
-                Tensor bias = randn({N}, false, 13);
-                Tensor da = a.to(Device::CUDA), db = b.to(Device::CUDA), dbias = bias.to(Device::CUDA);
-                auto run = [&](bool lt) {
-                    engine::cuda::set_lt_bias(lt);
-                    Tensor c = Tensor::empty({M, N}, engine::DType::F32, Device::CUDA);
-                    const uint64_t before = engine::cuda::lt_bias_calls();
-                    engine::cuda::gemm_bias(ta, tb, M, N, K, da.raw_f32(), db.raw_f32(), dbias.raw_f32(), c.raw_f32());
-                    CHECK(engine::cuda::lt_bias_calls() - before == (lt ? 1u : 0u));
-                    return c.to(Device::CPU);
-                };
-                Tensor fused = run(true), plain = run(false), want = Tensor::empty({M, N});
-                engine::cpu::gemm_bias(ta, tb, M, N, K, a.data_f32(), b.data_f32(), bias.data_f32(), want.data_f32());
-                test::require_close("epilogue vs bias rows + GEMM", plain, fused, kTol);
-                // Against fp32 on the CPU: bf16 rounds each input by up to 2^-8 relative (|C| ~ 6 at K = 37).
-                test::require_close("vs the CPU", want, fused, mode >= 2 ? test::Tol{5e-2f, 2e-2f} : test::Tol{2e-2f, 1e-2f});
-            }
+            for (bool tb : {false, true})
+                for (bool with_residual : {false, true}) {
+                    const GemmPrecision p = mode == 0   ? GemmPrecision::fp32
+                                            : mode == 1 ? GemmPrecision::tf32
+                                                        : GemmPrecision::bf16;
+                    INFO("precision " << engine::cuda::gemm_precision_name(p) << " fast " << (mode == 3) << " ta " << ta
+                                      << " tb " << tb << " residual " << with_residual);
+                    engine::cuda::set_gemm_precision(p);
+                    engine::cuda::set_bf16_fast_gemm(mode == 3);
+                    Tensor a = randn(ta ? Shape{K, M} : Shape{M, K}, false, 11),
+                           b = randn(tb ? Shape{N, K} : Shape{K, N}, false, 12);
+                    Tensor bias = randn({N}, false, 13), residual = randn({M, N}, false, 14);
+                    Tensor da = a.to(Device::CUDA), db = b.to(Device::CUDA), dbias = bias.to(Device::CUDA),
+                           dresidual = residual.to(Device::CUDA);
+                    const float* r = with_residual ? dresidual.raw_f32() : nullptr;
+                    auto run = [&](bool lt) {
+                        engine::cuda::set_lt_bias(lt);
+                        Tensor c = Tensor::empty({M, N}, engine::DType::F32, Device::CUDA);
+                        const uint64_t before = engine::cuda::lt_bias_calls();
+                        engine::cuda::gemm_bias(ta, tb, M, N, K, da.raw_f32(), db.raw_f32(), dbias.raw_f32(),
+                                                c.raw_f32(), r);
+                        CHECK(engine::cuda::lt_bias_calls() - before == (lt ? 1u : 0u));
+                        return c.to(Device::CPU);
+                    };
+                    Tensor fused = run(true), plain = run(false), want = Tensor::empty({M, N});
+                    engine::cpu::gemm_bias(ta, tb, M, N, K, a.data_f32(), b.data_f32(), bias.data_f32(),
+                                           want.data_f32(), with_residual ? residual.data_f32() : nullptr);
+                    test::require_close("epilogue vs bias rows + GEMM", plain, fused, kTol);
+                    // Against fp32 on the CPU: bf16 rounds each input by up to 2^-8 relative (|C| ~ 6 at K = 37).
+                    test::require_close("vs the CPU", want, fused,
+                                        mode >= 2 ? test::Tol{5e-2f, 2e-2f} : test::Tol{2e-2f, 1e-2f});
+                }
 }
 
 // cuBLASLt assumes 256-byte aligned operands unless the preference says less (the emulator's
