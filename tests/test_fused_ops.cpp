@@ -519,6 +519,15 @@ struct Run {
     std::vector<std::vector<uint32_t>> grads;
 };
 
+// A transformer block 32 wide, 2 heads, MLP 64.
+nn::BlockConfig small_block() {
+    nn::BlockConfig c;
+    c.dim = 32;
+    c.heads = 2;
+    c.mlp_hidden = 64;
+    return c;
+}
+
 Run run_model(nn::Module& model, const std::function<Tensor()>& forward) {
     for (auto& p : model.parameters()) p.zero_grad();
     Tensor out = forward();
@@ -619,10 +628,7 @@ TEST_CASE("TransformerBlock: fused norms against the hooked (unfused) path, Pre-
     for (bool pre_norm : {true, false})
         for (bool fc1_hook : {true, false}) {
             INFO("pre_norm " << pre_norm << " fc1 hook " << fc1_hook);
-            nn::BlockConfig c;
-            c.dim = 32;
-            c.heads = 2;
-            c.mlp_hidden = 64;
+            nn::BlockConfig c = small_block();
             c.pre_norm = pre_norm;
             c.layerscale = 0.5f;
             nn::TransformerBlock block(c);
@@ -643,10 +649,7 @@ TEST_CASE("TransformerBlock: fused norms against the hooked (unfused) path, Pre-
 
 // What the Pre-LN fusion is for: neither norm's [B, T, dim] output is kept for the backward.
 TEST_CASE("TransformerBlock: Pre-LN keeps two [B, T, dim] tensors less than with its norms apart", "[nn][fused]") {
-    nn::BlockConfig c;
-    c.dim = 32;
-    c.heads = 2;
-    c.mlp_hidden = 64;
+    nn::BlockConfig c = small_block();
     nn::TransformerBlock block(c);
     const int64_t B = 2, T = 6;
     Tensor x0 = param({B, T, c.dim}, 43);
@@ -670,10 +673,7 @@ TEST_CASE("TransformerBlock: Pre-LN keeps two [B, T, dim] tensors less than with
 // the norms takes (which adds apart), the gradients likewise. With LayerScale or the block's dropout
 // active, or a hook on proj or fc2, the adds stay apart.
 TEST_CASE("TransformerBlock: Pre-LN adds its residuals inside the branches' last GEMMs", "[nn][fused]") {
-    nn::BlockConfig c;
-    c.dim = 32;
-    c.heads = 2;
-    c.mlp_hidden = 64;
+    nn::BlockConfig c = small_block();
     nn::TransformerBlock block(c);
     Tensor x = param({2, 6, 32}, 45).detach();
     auto ops = [&](const Tensor& y) {  // the names of the graph's nodes, y's first
