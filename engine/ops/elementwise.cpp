@@ -53,18 +53,19 @@ static Tensor binary(cpu::BinaryOp op, const char* name, const Tensor& a, const 
 // Each is summed back to its input's shape when the input was broadcast.
 // add and sub keep their inputs' shapes, not the inputs: a closure holding an input would keep its
 // data alive until the backward (engine/tensor.h, TensorImpl::node_refs), and in a residual block
-// the inputs are the branch outputs, which nothing else needs.
+// the inputs are the branch outputs, which nothing else needs. An input that needs no gradient
+// gets none: a broadcast one (ViT's fixed position table) would cost a sum over the batch.
 Tensor add(const Tensor& a, const Tensor& b) {
     return attach(binary(cpu::BinaryOp::Add, "add", a, b), "add", {a, b},
-                  [as = a.shape(), bs = b.shape()](const Tensor& g) {
-                      return std::vector<Tensor>{sum_to(g, as), sum_to(g, bs)};
+                  [as = a.shape(), bs = b.shape(), ga = a.requires_grad(), gb = b.requires_grad()](const Tensor& g) {
+                      return std::vector<Tensor>{ga ? sum_to(g, as) : Tensor(), gb ? sum_to(g, bs) : Tensor()};
                   });
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
     return attach(binary(cpu::BinaryOp::Sub, "sub", a, b), "sub", {a, b},
-                  [as = a.shape(), bs = b.shape()](const Tensor& g) {
-                      return std::vector<Tensor>{sum_to(g, as), sum_to(neg(g), bs)};
+                  [as = a.shape(), bs = b.shape(), ga = a.requires_grad(), gb = b.requires_grad()](const Tensor& g) {
+                      return std::vector<Tensor>{ga ? sum_to(g, as) : Tensor(), gb ? sum_to(neg(g), bs) : Tensor()};
                   });
 }
 

@@ -13,6 +13,9 @@
 
 #include <cmath>
 #include "engine/autograd.h"
+#ifdef ENGINE_CUDA_EMU
+#include <cuda_runtime.h>  // the emulator's launch counter
+#endif
 #include "tests/cuda/parity.h"
 
 using engine::Device;
@@ -70,6 +73,31 @@ TEST_CASE("cuda binary ops: only one input needing a gradient", "[cuda]") {
     Tensor c = randn({7, 33}, false, 7), d = rand_uniform({7, 1}, 0.5f, 2.f, true, 13);
     check_parity("div, a constant", [](auto& in) { return engine::div(in[0], in[1]); }, {c, d}, kPointwise, kSummed);
 }
+
+#ifdef ENGINE_CUDA_EMU
+// add and sub give an input that needs no gradient none: a broadcast one (ViT's fixed position
+// table, [T, D] added to [B, T, D]) costs no sum over the batch: fewer kernel launches in the
+// backward than with the table trained, and the other input's gradient is the same.
+TEST_CASE("cuda add and sub: no gradient summed for a broadcast input that needs none", "[cuda]") {
+    using BinaryFn = Tensor (*)(const Tensor&, const Tensor&);
+    for (BinaryFn fn : {static_cast<BinaryFn>(engine::add), static_cast<BinaryFn>(engine::sub)}) {
+        Tensor g = randn({4, 5, 8}, false, 15).to(Device::CUDA);
+        auto backward = [&](bool table_grad, uint64_t& launches) {
+            Tensor x = randn({4, 5, 8}, true, 16).to(Device::CUDA).detach().requires_grad_(true);
+            Tensor table = randn({5, 8}, false, 17).to(Device::CUDA).detach().requires_grad_(table_grad);
+            Tensor y = fn(engine::mul(x, 1.f), table);
+            const uint64_t before = emu::counters().launches;
+            y.backward(g);
+            launches = emu::counters().launches - before;
+            CHECK(table.grad().defined() == table_grad);
+            return x.grad().to(Device::CPU).to_vector();
+        };
+        uint64_t fixed = 0, trained = 0;
+        CHECK(backward(false, fixed) == backward(true, trained));
+        CHECK(fixed < trained);  // add: the sum; sub: the negation and the sum
+    }
+}
+#endif
 
 TEST_CASE("cuda scalar forms: add, sub, mul, div by a float, rsub, rdiv", "[cuda]") {
     for (Shape s : {Shape{7, 33}, Shape{1025}, Shape{1}, Shape{12, 36}}) {  // 12 × 36: the float4 kernels
