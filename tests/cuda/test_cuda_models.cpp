@@ -348,6 +348,34 @@ TEST_CASE("cuda: every GEMM of a ViT-Tiny-shaped and an LM training step allows 
 }
 #endif
 
+#ifdef ENGINE_CUDA_EMU
+// docs/ROOFLINE.md section 4 lists what one Pre-LN block of the default ViT step launches (TF32,
+// unfused attention, 257 tokens, 3 heads): 17 kernels and cuBLAS calls forward, 33 backward. The
+// difference between a 2-block and a 1-block step, counted by the emulator, is that; a change to
+// the step's launches must update the list there.
+TEST_CASE("cuda: a ViT block's training step makes the 50 launches docs/ROOFLINE.md lists", "[cuda]") {
+    test::PrecisionScope tf32(engine::cuda::GemmPrecision::tf32);
+    auto launches = [](int64_t depth) {
+        engine::manual_seed(8);
+        nn::ViTConfig c;
+        c.patch = 2;
+        c.depth = depth;
+        nn::ViT vit(c);
+        vit.to(Device::CUDA);
+        Tensor images = test::randn({2, 3, 32, 32}, false, 26).to(Device::CUDA);
+        Tensor labels = Tensor::zeros({2}, engine::DType::I32).to(Device::CUDA);
+        const emu::GemmVectorWidths w0 = emu::gemm_vector_widths();
+        const uint64_t kernels0 = emu::counters().launches;
+        engine::cross_entropy(vit.forward(images), labels).backward();
+        const emu::GemmVectorWidths w = emu::gemm_vector_widths();
+        const uint64_t gemms = (w.bytes16 + w.bytes8 + w.bytes4 + w.bytes2) -
+                               (w0.bytes16 + w0.bytes8 + w0.bytes4 + w0.bytes2);
+        return emu::counters().launches - kernels0 + gemms;
+    };
+    CHECK(launches(2) - launches(1) == 50);
+}
+#endif
+
 TEST_CASE("cuda: checkpoints of a model on the device load on either device", "[cuda]") {
     auto fams = families();
     const Family& f = fams[0];  // ViT
