@@ -149,7 +149,8 @@ Tensor MLP::forward(const Tensor& x) const {
 // The norm joins fc1's GEMM (layer_norm_linear: its output is not kept for the backward) unless a
 // hook on the norm or on fc1 must see it.
 Tensor MLP::forward_normed(const LayerNorm& norm, const Tensor& x, const Tensor& residual) const {
-    if (norm.forward_hook || fc1->forward_hook || fc1->input_hook) return add_residual(residual, forward(norm.forward(x)));
+    if (norm.forward_hook || fc1->forward_hook || fc1->input_hook)
+        return add_residual(residual, forward(norm.forward(x)));
     if (!gelu_fused())
         return after_fc1(layer_norm_linear(x, norm.weight, norm.bias, norm.eps, fc1->weight, fc1->bias), residual);
     return after_fc1_gemm(layer_norm_linear(x, norm.weight, norm.bias, norm.eps, fc1->weight, Tensor()), residual);

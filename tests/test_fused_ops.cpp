@@ -355,7 +355,9 @@ namespace {
 // add inside the GEMM (fused) or after it.
 Tensor plus_residual(bool fused, bool gelu, const std::vector<Tensor>& in) {
     const Tensor& r = in.back();
-    if (gelu) return fused ? gelu_linear(in[0], in[1], in[2], in[3], false, r) : add(r, gelu_linear(in[0], in[1], in[2], in[3]));
+    if (gelu)
+        return fused ? gelu_linear(in[0], in[1], in[2], in[3], false, r)
+                     : add(r, gelu_linear(in[0], in[1], in[2], in[3]));
     return fused ? linear(in[0], in[1], in[2], r) : add(r, linear(in[0], in[1], in[2]));
 }
 
@@ -401,7 +403,8 @@ TEST_CASE("linear, gelu_linear with a residual", "[matmul][gradcheck]") {
 TEST_CASE("linear, gelu_linear: residual argument errors", "[matmul][fused]") {
     Tensor x = Tensor::zeros({2, 3}), w = Tensor::zeros({4, 3});
     CHECK_THROWS_WITH(linear(x, w, Tensor(), Tensor::zeros({2, 3})),
-                      Catch::Contains("linear: residual [2,3] is not the output's shape [2,4] (input [2,3], weight [4,3])"));
+                      Catch::Contains("linear: residual [2,3] is not the output's shape [2,4] "
+                                      "(input [2,3], weight [4,3])"));
     CHECK_THROWS_WITH(gelu_linear(x, Tensor::zeros({3}), w, Tensor(), false, Tensor::zeros({4})),
                       Catch::Contains("gelu_linear: residual [4] is not the output's shape [2,4]"));
     CHECK_THROWS_WITH(linear(x, w, Tensor(), Tensor::zeros({2, 4}, DType::I32)),

@@ -4,6 +4,7 @@
 #include <cblas.h>
 
 #include "engine/cpu/elementwise.h"
+#include "engine/cpu/reduce.h"
 #include "engine/profile.h"
 
 namespace engine::cpu {
@@ -17,6 +18,15 @@ void gemm_bias(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A
                float* C, const float* residual) {
     bias_rows(bias, C, M, N, residual);
     gemm(ta, tb, M, N, K, 1.f, A, B, 1.f, C);
+}
+
+void gemm_dbias(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, const float* B, float beta,
+                float* C, float* dbias) {
+    gemm(ta, tb, M, N, K, 1.f, A, B, beta, C);
+    if (ta)  // A stored [K, M]: the sums over its rows
+        sum_dim(A, dbias, 1, K, M);
+    else
+        sum_dim(A, dbias, M, K, 1);
 }
 
 void gemm_ld(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,

@@ -13,6 +13,11 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
 // may fuse the bias into the GEMM).
 void gemm_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, const float* B,
                const float* bias, float* C, const float* residual = nullptr);
+// C[M,N] = op(A)·op(B) + beta·C and dbias[M] = Σ_k op(A)[m, k]: linear's weight gradient and its
+// bias gradient (A the output's gradient, transposed): gemm, then reduce.h's sum_dim over A (the
+// CUDA twin may make the sums in the GEMM's pass over A).
+void gemm_dbias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, const float* B,
+                float beta, float* C, float* dbias);
 // The same with explicit leading dimensions (elements between rows as stored; 0: packed rows), for
 // operands that are column blocks of wider matrices (attention's heads in [B, T, H·D]).
 void gemm_ld(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,

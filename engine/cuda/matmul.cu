@@ -37,6 +37,7 @@
 #include "engine/cuda/elementwise.h"
 #include "engine/cuda/kernel.h"
 #include "engine/cuda/matmul.h"
+#include "engine/cuda/reduce.h"
 #include "engine/profile.h"
 
 namespace engine::cuda {
@@ -225,7 +226,8 @@ namespace {
 // (below, with cuBLASLt)
 bool lt_matmul(bool ta, bool tb, int64_t batch, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                const OperandShape& a_shape, const float* B, const OperandShape& b_shape, float beta,
-               const float* bias, float* C, BatchLayout lc, const std::string& where, const float* C_in = nullptr);
+               const float* bias, float* C, BatchLayout lc, const std::string& where, const float* C_in = nullptr,
+               bool bias_grad = false);
 // A plain GEMM's operands: one matrix each, packed rows.
 OperandShape plain_a(bool ta, int64_t M, int64_t K) { return {1, ta ? K : M, ta ? M : K, {ta ? M : K, 0}}; }
 OperandShape plain_b(bool tb, int64_t N, int64_t K) { return {1, tb ? N : K, tb ? K : N, {tb ? K : N, 0}}; }
@@ -480,16 +482,20 @@ uint32_t batch_alignment(const void* p, int64_t stride, size_t elem, int64_t cou
     return std::min(first, alignment_of(reinterpret_cast<const void*>((uintptr_t)stride * elem)));
 }
 
-// cuBLASLt's descriptors of the row-major C[M,N] = op(A)·op(B) (+ bias where given), batched as
+// cuBLASLt's descriptors of the row-major C[M,N] = op(A)·op(B) (+ bias where given; with bias_grad,
+// the bias pointer receives instead the sums of op(A) over K, cuBLASLt's BGRADB), batched as
 // `batch` says; the preference allows the workspace and says how aligned A, B and C are (`align`:
 // batch_alignment of each). False where cuBLASLt declines a descriptor.
 bool lt_describe(LtDescriptors& d, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
-                 cudaDataType_t type, cublasComputeType_t compute, const float* bias, int64_t ldc,
+                 cudaDataType_t type, cublasComputeType_t compute, const float* bias, bool bias_grad, int64_t ldc,
                  const LtBatch& batch, const std::array<uint32_t, 3>& align) {
     if (cublasLtMatmulDescCreate(&d.op, compute, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) return false;
     // The first operand is B (its transpose flag as given), the second A (see the top of the file).
     const int32_t op_first = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_second = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-    const uint32_t epilogue = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    // (our A is cuBLASLt's second operand, B: its bias gradient is BGRADB's, over D's columns)
+    const uint32_t epilogue = !bias      ? CUBLASLT_EPILOGUE_DEFAULT
+                              : bias_grad ? CUBLASLT_EPILOGUE_BGRADB
+                                          : CUBLASLT_EPILOGUE_BIAS;
     if (cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof op_first) ||
         cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof op_second) ||
         cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue) ||
@@ -533,7 +539,7 @@ bool lt_describe(LtDescriptors& d, bool ta, bool tb, int64_t M, int64_t N, int64
 constexpr int kTuneCandidates = 8, kTuneRuns = 3;
 struct TuneKey {
     std::array<int64_t, 11> sizes;  // M, N, K, lda, ldb, ldc, batch, its three strides, mode
-    std::array<uint32_t, 7> flags;  // ta, tb, C read, bias, the alignments of A, B, C
+    std::array<uint32_t, 7> flags;  // ta, tb, C read, bias (1) or its gradient (2), the alignments of A, B, C
     bool operator<(const TuneKey& o) const { return std::tie(sizes, flags) < std::tie(o.sizes, o.flags); }
 };
 std::map<TuneKey, cublasLtMatmulAlgo_t> g_tuned;
@@ -559,7 +565,8 @@ float time_on_stream(const std::function<cublasStatus_t()>& work, int runs) {
     return ok ? ms : -1.f;
 }
 
-// C = alpha·op(A)·op(B) + beta·C (+ bias [N] on every row, where given), `batch` of them (the
+// C = alpha·op(A)·op(B) + beta·C (+ bias [N] on every row, where given; with bias_grad, bias [M]
+// receives the sums of op(A) over K instead, one matrix only), `batch` of them (the
 // shapes' and lc's strides), through cuBLASLt (C_in, where given, is read for beta·C instead of C:
 // cuBLASLt's C and D apart, both in lc's layout) in the current precision (bf16: the operands
 // rounded into packed scratch, or with bf16_fast_gemm_enabled handed over as fp32): the tuned
@@ -568,7 +575,8 @@ float time_on_stream(const std::function<cublasStatus_t()>& work, int runs) {
 // g_mu held.
 bool lt_matmul(bool ta, bool tb, int64_t batch, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                const OperandShape& a_shape, const float* B, const OperandShape& b_shape, float beta,
-               const float* bias, float* C, BatchLayout lc, const std::string& where, const float* C_in) {
+               const float* bias, float* C, BatchLayout lc, const std::string& where, const float* C_in,
+               bool bias_grad) {
     if (!g_lt) check_cublas(cublasLtCreate(&g_lt), "cublasLtCreate", where);
     const float* c_in = C_in ? C_in : C;
     const GemmPrecision p = gemm_precision();
@@ -587,7 +595,8 @@ bool lt_matmul(bool ta, bool tb, int64_t batch, int64_t M, int64_t N, int64_t K,
                                         std::min(batch_alignment(C, lc.stride, 4, batch),
                                                  batch_alignment(c_in, lc.stride, 4, batch))};
     LtDescriptors d;
-    if (!lt_describe(d, ta, tb, M, N, K, lda, ldb, type, compute, bias, lc.ld, lt_batch, align)) return false;
+    if (!lt_describe(d, ta, tb, M, N, K, lda, ldb, type, compute, bias, bias_grad, lc.ld, lt_batch, align))
+        return false;
     auto run = [&](const cublasLtMatmulAlgo_t& algo) {
         return cublasLtMatmul(g_lt, d.op, &alpha, b, d.a, a, d.b, &beta, c_in, d.c, C, d.c, &algo, g_workspace,
                               kCublasWorkspaceBytes, stream());
@@ -595,7 +604,7 @@ bool lt_matmul(bool ta, bool tb, int64_t batch, int64_t M, int64_t N, int64_t K,
     const bool tune = gemm_autotune_enabled();
     const TuneKey key{{M, N, K, lda, ldb, lc.ld, batch, lt_batch.stride_a, lt_batch.stride_b, lt_batch.stride_c,
                        2 * (int64_t)p + (fast ? 1 : 0)},
-                      {ta, tb, beta != 0.f, bias != nullptr, align[0], align[1], align[2]}};
+                      {ta, tb, beta != 0.f, bias ? (bias_grad ? 2u : 1u) : 0u, align[0], align[1], align[2]}};
     const auto tuned = tune ? g_tuned.find(key) : g_tuned.end();
     cublasLtMatmulAlgo_t algo;
     if (tuned != g_tuned.end()) {
@@ -624,7 +633,10 @@ bool lt_matmul(bool ta, bool tb, int64_t batch, int64_t M, int64_t N, int64_t K,
         }
     }
     if (tune) g_tuned_calls.fetch_add(1, std::memory_order_relaxed);
-    check_cublas(run(algo), bias ? "cublasLtMatmul (bias epilogue)" : "cublasLtMatmul", where);
+    check_cublas(run(algo),
+                 !bias ? "cublasLtMatmul" : bias_grad ? "cublasLtMatmul (bias gradient epilogue)"
+                                                      : "cublasLtMatmul (bias epilogue)",
+                 where);
     return true;
 }
 
@@ -663,6 +675,33 @@ void gemm_bias(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A
     }
     bias_rows(bias, C, M, N, residual);
     gemm(ta, tb, M, N, K, 1.f, A, B, 1.f, C);
+}
+
+void gemm_dbias(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, const float* B, float beta,
+                float* C, float* dbias) {
+    // cuBLASLt sums the operand it reads: fp32 ones only (not bf16 copies, whose sums would lose bits)
+    const bool packed = gemm_precision() == GemmPrecision::bf16 && !bf16_fast_gemm_enabled();
+    if (!packed && M > 0 && N > 0 && K > 0 && M <= INT_MAX && N <= INT_MAX && K <= INT_MAX && lt_bias_enabled()) {
+        const std::string where = shapes("gemm_dbias", ta, tb, -1, M, N, K);
+        bool done = false;
+        {
+            std::lock_guard<std::mutex> lock(g_mu);
+            handle(where);
+            done = lt_matmul(ta, tb, 1, M, N, K, 1.f, A, plain_a(ta, M, K), B, plain_b(tb, N, K), beta, dbias, C,
+                             {N, 0}, where, nullptr, true);
+        }
+        if (done) {
+            g_lt_bias_calls.fetch_add(1, std::memory_order_relaxed);
+            profile::note_flops(2.0 * (double)M * (double)N * (double)K);
+            return;
+        }
+    }
+    gemm(ta, tb, M, N, K, 1.f, A, B, beta, C);
+    // op(A) [M, K]: A stored [K, M] (ta) sums over its rows, [M, K] over its columns
+    if (ta)
+        sum_dim(A, dbias, 1, K, M);
+    else
+        sum_dim(A, dbias, M, K, 1);
 }
 
 uint64_t lt_bias_calls() { return g_lt_bias_calls.load(std::memory_order_relaxed); }

@@ -66,15 +66,22 @@ GemmAutotuneStats gemm_autotune_stats();
 // left out): linear's forward. With cuBLASLt's bias epilogue where lt_bias_enabled() and there is a
 // bias (one pass over C; a residual is cuBLASLt's C, read by that pass, with C written as its D),
 // else the rows of bias + residual (engine/cuda/elementwise.h) then gemm with beta = 1 (C written
-// twice, read once more), also where cuBLASLt declines the shapes. lt_bias_enabled: off by default, as it has never run on a GPU (the
-// emulator models cuBLASLt's documented semantics); INITLAB_LT_BIAS=1 turns it on (read once),
-// set_lt_bias overrides either; `vit-lt` in bench/gpu.sh times it. lt_bias_calls counts the
-// GEMMs that took the epilogue.
+// twice, read once more), also where cuBLASLt declines the shapes. lt_bias_enabled: off by
+// default, as it has never run on a GPU (the emulator models cuBLASLt's documented semantics);
+// INITLAB_LT_BIAS=1 turns it on (read once), set_lt_bias overrides either; `vit-lt` in
+// bench/gpu.sh times it.
 void gemm_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, const float* B,
                const float* bias, float* C, const float* residual = nullptr);
+// C[M,N] = op(A)·op(B) + beta·C and dbias[M] = Σ_k op(A)[m, k]: linear's weight gradient and its
+// bias gradient (A the output's gradient, transposed). With cuBLASLt's bias-gradient epilogue
+// (BGRADB: the sums made as the GEMM reads A, one pass over it instead of two) where
+// lt_bias_enabled() and A is read as fp32 (not under bf16's rounded copies), else gemm then
+// reduce.h's sum_dim.
+void gemm_dbias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, const float* B,
+                float beta, float* C, float* dbias);
 bool lt_bias_enabled();
 void set_lt_bias(bool on);
-uint64_t lt_bias_calls();
+uint64_t lt_bias_calls();  // GEMMs that took a cuBLASLt bias epilogue (gemm_bias's or gemm_dbias's)
 // `batch` independent GEMMs (cublasSgemmStridedBatched, or cublasGemmStridedBatchedEx in bf16); a
 // stride of 0 shares that operand.
 void gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, const float* A,

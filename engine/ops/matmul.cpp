@@ -139,18 +139,22 @@ Tensor grad_buffer(const Tensor& g, const Tensor& t, float& beta) {
 }
 
 // linear's parameter gradients, dW = gᵀ·x and db = Σ_rows g (undefined where not wanted), for x
-// viewed as [rows, in].
+// viewed as [rows, in]; both at once by gemm_dbias (on CUDA the sums may come from the GEMM's own
+// pass over g).
 void linear_param_grads(const Tensor& g, const Tensor& x, const Tensor& w, const Tensor& b, int64_t rows, Tensor& dw,
                         Tensor& db) {
     Device dev = g.device();
     int64_t in = w.size(1), out_f = w.size(0);
+    if (b.defined() && b.requires_grad()) db = g.new_empty(b.shape());
     if (w.requires_grad()) {
         float beta;
         dw = grad_buffer(g, w, beta);
-        ON_DEVICE(dev, gemm)(true, false, out_f, in, rows, 1.f, g.raw_f32(), x.raw_f32(), beta, dw.raw_f32());
-    }
-    if (b.defined() && b.requires_grad()) {
-        db = g.new_empty(b.shape());
+        if (db.defined())
+            ON_DEVICE(dev, gemm_dbias)(true, false, out_f, in, rows, g.raw_f32(), x.raw_f32(), beta, dw.raw_f32(),
+                                       db.raw_f32());
+        else
+            ON_DEVICE(dev, gemm)(true, false, out_f, in, rows, 1.f, g.raw_f32(), x.raw_f32(), beta, dw.raw_f32());
+    } else if (db.defined()) {
         ON_DEVICE(dev, sum_dim)(g.raw_f32(), db.raw_f32(), 1, rows, out_f);
     }
 }

@@ -168,6 +168,52 @@ TEST_CASE("cuda gemm_bias: cuBLASLt's bias epilogue against the bias rows and a 
                 }
 }
 
+// gemm_dbias (linear's dW = gᵀ·x with db = Σ_rows g) in each precision, transpose and beta, with
+// cuBLASLt's bias-gradient epilogue (BGRADB) and without (gemm, then the column sums), against
+// each other and against the CPU. The epilogue is taken where A is read as fp32: not for bf16's
+// rounded copies.
+TEST_CASE("cuda gemm_dbias: cuBLASLt's bias-gradient epilogue against a GEMM and the sums", "[cuda]") {
+    using engine::cuda::GemmPrecision;
+    test::PrecisionScope precision;
+    test::Bf16FastGemmScope fast_scope;
+    test::LtBiasScope lt_scope;
+    const int64_t M = 12, N = 9, K = 37;
+    for (int mode = 0; mode < 4; mode++)  // fp32, tf32, bf16 (rounded into scratch), bf16 (cuBLAS rounds)
+        for (bool ta : {false, true})
+            for (bool tb : {false, true})
+                for (float beta : {0.f, 1.f}) {
+                    const GemmPrecision p = mode == 0   ? GemmPrecision::fp32
+                                            : mode == 1 ? GemmPrecision::tf32
+                                                        : GemmPrecision::bf16;
+                    INFO("precision " << engine::cuda::gemm_precision_name(p) << " fast " << (mode == 3) << " ta "
+                                      << ta << " tb " << tb << " beta " << beta);
+                    engine::cuda::set_gemm_precision(p);
+                    engine::cuda::set_bf16_fast_gemm(mode == 3);
+                    Tensor a = randn(ta ? Shape{K, M} : Shape{M, K}, false, 15),
+                           b = randn(tb ? Shape{N, K} : Shape{K, N}, false, 16), c0 = randn({M, N}, false, 17);
+                    Tensor da = a.to(Device::CUDA), db = b.to(Device::CUDA);
+                    auto run = [&](bool lt, Tensor& sums) {
+                        engine::cuda::set_lt_bias(lt);
+                        Tensor c = c0.to(Device::CUDA), s = Tensor::empty({M}, engine::DType::F32, Device::CUDA);
+                        const uint64_t before = engine::cuda::lt_bias_calls();
+                        engine::cuda::gemm_dbias(ta, tb, M, N, K, da.raw_f32(), db.raw_f32(), beta, c.raw_f32(),
+                                                 s.raw_f32());
+                        CHECK(engine::cuda::lt_bias_calls() - before == (lt && mode != 2 ? 1u : 0u));
+                        sums = s.to(Device::CPU);
+                        return c.to(Device::CPU);
+                    };
+                    Tensor lt_sums, plain_sums, want_sums = Tensor::empty({M}), want = c0.clone();
+                    Tensor fused = run(true, lt_sums), plain = run(false, plain_sums);
+                    engine::cpu::gemm_dbias(ta, tb, M, N, K, a.data_f32(), b.data_f32(), beta, want.data_f32(),
+                                            want_sums.data_f32());
+                    test::require_close("epilogue vs GEMM + sums", plain, fused, kTol);
+                    test::require_close("sums: epilogue vs sum_dim", plain_sums, lt_sums, kTol);
+                    test::require_close("sums vs the CPU", want_sums, lt_sums, kTol);
+                    test::require_close("vs the CPU", want, fused,
+                                        mode >= 2 ? test::Tol{5e-2f, 2e-2f} : test::Tol{2e-2f, 1e-2f});
+                }
+}
+
 // cuBLASLt assumes 256-byte aligned operands unless the preference says less (the emulator's
 // stand-in refuses an operand less aligned than its algorithm was chosen for): operands at 4-,
 // 8- and 16-byte offsets, as views into bigger tensors are, in fp32 and bf16.

@@ -493,7 +493,8 @@ TEST_CASE("cuda attention: with edge keys every attention GEMM allows 16-byte ve
                    Case{GemmPrecision::tf32, true, false}, Case{GemmPrecision::bf16, true, false},
                    Case{GemmPrecision::tf32, false, true}})
         for (bool on : {true, false}) {
-            INFO("precision " << (int)c.p << " pointers " << c.pointers << " autotune " << c.tune << " edge keys " << on);
+            INFO("precision " << (int)c.p << " pointers " << c.pointers << " autotune " << c.tune
+                              << " edge keys " << on);
             engine::cuda::set_gemm_precision(c.p);
             engine::cuda::set_pointer_batch(c.pointers);
             engine::cuda::set_gemm_autotune(c.tune);

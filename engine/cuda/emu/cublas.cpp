@@ -169,9 +169,10 @@ void count_gemm(const char* call, cublasOperation_t ta, cublasOperation_t tb, in
                 size_t bytes) {
     (bytes >= 16 ? g_widths.bytes16 : bytes == 8 ? g_widths.bytes8 : bytes == 4 ? g_widths.bytes4 : g_widths.bytes2)++;
     if (emu::tracing())
-        emu::trace(std::string("gemm ") + call + " " + (ta == CUBLAS_OP_N ? "n" : "t") + (tb == CUBLAS_OP_N ? "n" : "t") +
-                   " m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k) +
-                   " batch=" + std::to_string(batch) + " vector_bytes=" + std::to_string(bytes));
+        emu::trace(std::string("gemm ") + call + " " + (ta == CUBLAS_OP_N ? "n" : "t") +
+                   (tb == CUBLAS_OP_N ? "n" : "t") + " m=" + std::to_string(m) + " n=" + std::to_string(n) +
+                   " k=" + std::to_string(k) + " batch=" + std::to_string(batch) +
+                   " vector_bytes=" + std::to_string(bytes));
 }
 
 // The GEMM itself on fp32 operands whose checks are done, the inputs rounded first as `how` says.
@@ -468,7 +469,8 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc, cublasL
             if (bytes != sizeof(uint32_t)) return CUBLAS_STATUS_INVALID_VALUE;
             uint32_t e;
             std::memcpy(&e, buf, sizeof e);
-            if (e != CUBLASLT_EPILOGUE_DEFAULT && e != CUBLASLT_EPILOGUE_BIAS) return CUBLAS_STATUS_NOT_SUPPORTED;
+            if (e != CUBLASLT_EPILOGUE_DEFAULT && e != CUBLASLT_EPILOGUE_BIAS && e != CUBLASLT_EPILOGUE_BGRADB)
+                return CUBLAS_STATUS_NOT_SUPPORTED;
             desc->epilogue = (cublasLtEpilogue_t)e;
             return CUBLAS_STATUS_SUCCESS;
         }
@@ -599,8 +601,9 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     int m, n, k;
     if (!lt_shapes(desc, a, b, c, d, m, n, k)) return CUBLAS_STATUS_INVALID_VALUE;
     if (!lt_types(desc, a, b, c, d)) return CUBLAS_STATUS_NOT_SUPPORTED;
-    const bool bias = desc->epilogue == CUBLASLT_EPILOGUE_BIAS;
-    if (bias && !desc->bias) return CUBLAS_STATUS_INVALID_VALUE;
+    const bool bias = desc->epilogue == CUBLASLT_EPILOGUE_BIAS, bias_grad = desc->epilogue == CUBLASLT_EPILOGUE_BGRADB;
+    if ((bias || bias_grad) && !desc->bias) return CUBLAS_STATUS_INVALID_VALUE;
+    if (bias_grad && d->batch != 1) return CUBLAS_STATUS_NOT_SUPPORTED;
     const size_t elem = a->type == CUDA_R_16BF ? 2 : 4;
     const int batch = d->batch;
     // Every matrix of the batch must be as aligned as the algorithm was chosen for.
@@ -626,12 +629,14 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     const float* cp = static_cast<const float*>(C);
     float* dp = static_cast<float*>(D);
     const float* bias_p = bias ? desc->bias : nullptr;
+    float* bias_grad_p = bias_grad ? const_cast<float*>(desc->bias) : nullptr;  // written: the gradient
     auto checks = [=] {
         for (int i = 0; i < batch; i++) {
             check_gemm("cublasLtMatmul", ta, tb, m, n, k, ap + i * sa, lda, bp + i * sb, ldb, dp + i * sd, ldd, elem);
             check_operand("cublasLtMatmul", "C", cp + i * sc, m, n, ldc);
         }
         if (bias_p) check_operand("cublasLtMatmul", "bias", bias_p, m, 1, m);
+        if (bias_grad_p) check_operand("cublasLtMatmul", "bias gradient", bias_grad_p, n, 1, n);
     };
     checks();
     const Rounding how = a->type == CUDA_R_16BF                              ? Rounding::none
@@ -668,6 +673,16 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
             if (bias_p)
                 for (int col = 0; col < n; col++)
                     for (int r = 0; r < m; r++) Di[(size_t)col * ldd + r] += bias_p[r];
+            if (bias_grad_p)  // column j of op(B) summed over k, as stored (bf16 widened)
+                for (int j = 0; j < n; j++) {
+                    float s = 0.f;
+                    for (int kk = 0; kk < k; kk++) {
+                        const size_t at = tb == CUBLAS_OP_N ? (size_t)j * ldb + kk : (size_t)kk * ldb + j;
+                        s += widen ? widened_bf16(static_cast<const char*>(Bi) + at * 2, 1, 1, 1)[0]
+                                   : static_cast<const float*>(Bi)[at];
+                    }
+                    bias_grad_p[j] = s;
+                }
         }
     });
     return e == cudaSuccess ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;

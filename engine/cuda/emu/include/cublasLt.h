@@ -1,6 +1,8 @@
 // engine/cuda/emu/include/cublasLt.h: the CUDA emulator's stand-in for cuBLASLt, only what the
 // backend calls: a matmul D = alpha·op(A)·op(B) + beta·C (strided batches too) with the bias epilogue (a vector of D's
-// row count, added to every column), column-major layouts of fp32 or bf16 elements, the compute
+// row count, added to every column) or the bias-gradient epilogue BGRADB (a vector of D's
+// column count, the sums of op(B) over k, written to the bias pointer; one matrix, no batch),
+// column-major layouts of fp32 or bf16 elements, the compute
 // types of cublas_v2.h (32F; 32F_FAST_TF32 and 32F_FAST_16BF round fp32 inputs first, to TF32 and
 // to bf16 to nearest even). Semantics are cuBLASLt's
 // documented ones; each call is checked the way cuBLASLt checks it (CUBLAS_STATUS_INVALID_VALUE for
@@ -20,7 +22,11 @@ constexpr int kEmuLtAlgos = 3;
 
 typedef enum { CUBLASLT_MATMUL_DESC_TRANSA = 3, CUBLASLT_MATMUL_DESC_TRANSB = 4, CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
                CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8 } cublasLtMatmulDescAttributes_t;
-typedef enum { CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_BIAS = 4 } cublasLtEpilogue_t;
+typedef enum {
+    CUBLASLT_EPILOGUE_DEFAULT = 1,
+    CUBLASLT_EPILOGUE_BIAS = 4,
+    CUBLASLT_EPILOGUE_BGRADB = 512
+} cublasLtEpilogue_t;
 typedef enum { CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT = 5, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET = 6 } cublasLtMatrixLayoutAttribute_t;
 typedef enum { CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5,
                CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES = 6, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES = 7,
