@@ -25,7 +25,7 @@
 # vit-bf16fast, vit with INITLAB_BF16_GEMM_FAST=1 (under bf16, fp32 inputs that cuBLAS rounds in
 # its kernels, CUBLAS_COMPUTE_32F_FAST_16BF, instead of a conversion pass into bf16 scratch);
 # vit-lt, vit with INITLAB_LT_BIAS=1 (the linears' bias by cuBLASLt's epilogue instead of bias
-# rows and a GEMM with beta = 1); vit-noedge, vit with INITLAB_ATTENTION_EDGE_KEYS=0 (the unfused
+# rows and a GEMM with beta = 1, and their gradient by its BGRADB epilogue instead of column sums); vit-noedge, vit with INITLAB_ATTENTION_EDGE_KEYS=0 (the unfused
 # attention's GEMMs over all 257 keys instead of 256 and the edge key in the softmax kernels);
 # vit-pointers and lm-pointers, vit and lm with INITLAB_GEMM_POINTER_BATCH=1 (each attention GEMM
 # one cuBLAS call over every head from address arrays, instead of a call per head); vit-tune and

@@ -13,7 +13,7 @@
 #   - unfused: vit, vit-noedge, vit-pointers, vit-lt, vit-tune, lm, lm-pointers, lm-tune with the
 #     unfused attention (vit-noedge: the attention GEMMs over all 257 keys, no edge keys; the
 #     -pointers ones: each attention GEMM one cuBLAS call over every head; vit-lt: the linears'
-#     bias by cuBLASLt's epilogue; the -tune ones: GEMMs through cuBLASLt, autotuned); no PyTorch
+#     bias and its gradient by cuBLASLt's epilogues; the -tune ones: GEMMs through cuBLASLt, autotuned); no PyTorch
 #     runs (the attention part has them);
 #   - attention-bf16 (not in the default PARTS): vit, vit-bf16fast (cuBLAS rounding the GEMM
 #     inputs itself), vit-pointers and lm under bf16, fused off and on (the bf16 flash kernels);
