@@ -14,8 +14,9 @@
 // went through cuDNN in the whole run: 0 where the own kernels ran) and, for vit and lm,
 // attention_kernels: the attention path the run took ("unfused", with "edge-keys" and "pointers"
 // where those ran, or "flash" with fp32 / tf32 / bf16 and "async", "narrow-fwd" and "split-dq"
-// where those ran; engine/cuda/flash_attention.h), and with INITLAB_GEMM_AUTOTUNE=1 gemm_tunings
-// (the GEMM shapes tuned in the process). tools/bench_torch.py builds
+// where those ran; engine/cuda/flash_attention.h), with INITLAB_GEMM_AUTOTUNE=1 gemm_tunings
+// (the GEMM shapes tuned in the process), and with INITLAB_LT_BIAS=1 lt_bias_calls (the GEMMs of
+// the run that took a cuBLASLt bias or bias-gradient epilogue). tools/bench_torch.py builds
 // the same models in PyTorch and prints the same fields, for a same-machine comparison.
 //
 // --profile N: after the timed steps, N more steps under the op-level profiler (engine/profile.h):
@@ -236,6 +237,7 @@ int main(int argc, char** argv) {
                 out["attention_kernels"] = attention_kernels(counters_before, AttentionCounters{});
             if (engine::cuda::gemm_autotune_enabled())
                 out["gemm_tunings"] = engine::cuda::gemm_autotune_stats().tunings;
+            if (engine::cuda::lt_bias_enabled()) out["lt_bias_calls"] = engine::cuda::lt_bias_calls();
         }
 #endif
         if (graph) {

@@ -146,6 +146,7 @@ ratio() { python3 -c 'import sys; a,b=sys.argv[1],sys.argv[2]; print(f"{float(b)
 
 device=""
 rows=""
+runs=""
 declare -A base_ms  # the models' own rows' ms, by "model|precision|fused", for their variants' ratio
 for model in $models; do
     for prec in $precisions; do
@@ -158,6 +159,9 @@ for model in $models; do
                 echo "bench/gpu.sh: INITLAB_FUSED_ATTENTION=$fa apps/bench $args failed" >&2; exit 1; }
             device=$(field "$line" device)
             ms=$(field "$line" ms_per_step)
+            # the run's whole apps/bench line, less its profile (the counters the table has no column for)
+            runs+="- $model $prec fused $fa_name: \`$(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); d.pop("profile", None); print(json.dumps(d))' "$line")\`"$'\n'
+
             # PyTorch once per model and precision (its attention does not change with ours; lstm-own
             # and the vit-* and lm-* variants are compared with the lstm, vit and lm rows').
             if [ $first = 1 ]; then
@@ -207,6 +211,10 @@ done
     echo "attention kernels: what the run took (apps/bench's attention_kernels: unfused, or flash with fp32 / tf32 / bf16, async for the asynchronous copies, split-dq for the split backward; – for a model without the attention op)."
     echo "fused attention: INITLAB_FUSED_ATTENTION=0 (off: two batched GEMMs and a softmax kernel) or 1 (on: engine/cuda/flash_attention.cu; fp32 kernels under fp32, the tensor-core kernels under tf32 (TF32 inputs) and bf16 (bf16 inputs)). vit-nosplit: vit with INITLAB_FLASH_SPLIT_DQ=0; vit-async: vit with INITLAB_FLASH_ASYNC=1; vit-bf16fast: vit with INITLAB_BF16_GEMM_FAST=1 (under bf16, cuBLAS rounds the fp32 inputs in its kernels); vit-lt: vit with INITLAB_LT_BIAS=1 (linear biases by cuBLASLt's epilogue); vit-narrow: vit with INITLAB_FLASH_NARROW_FORWARD=1 (the tensor-core forward at 32 keys a step); vit-noedge: vit with INITLAB_ATTENTION_EDGE_KEYS=0 (the unfused GEMMs over every key); vit-pointers, lm-pointers: vit, lm with INITLAB_GEMM_POINTER_BATCH=1 (each attention GEMM one call over every head); vit-tune, lm-tune: vit, lm with INITLAB_GEMM_AUTOTUNE=1 (GEMMs through cuBLASLt, autotuned)."
     echo "ms/step: the step replayed from a CUDA graph where it applies (vit, lm, gau), else eager. A ratio above 1 means this engine is faster; base / variant: a variant's model row's ms (same precision and fused setting, this table) over the variant's, above 1 where the variant is faster. Op profiles (apps/bench --profile 2, eager, device time from events):"
+    echo
+    echo "Each run's apps/bench line, less its profile (lt_bias_calls: GEMMs that took a cuBLASLt bias epilogue; gemm_tunings: shapes autotuned):"
+    echo
+    printf '%s' "$runs"
     for f in "$logdir"/*.profile; do
         echo
         echo '```'

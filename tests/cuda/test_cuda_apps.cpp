@@ -281,6 +281,9 @@ TEST_CASE("cuda apps: bench/gpu.sh's vit-* variants are vit with their switch; a
         return line.substr(line.rfind('|') + 1);
     };
     CHECK(last_cell("| vit | tf32 |") == " – ");
+    // each run's apps/bench line, less its profile
+    CHECK(table.find("- vit-noedge tf32 fused off: `{") != std::string::npos);
+    CHECK(table.find("\"attention_kernels\": \"unfused\"") != std::string::npos);
     const std::string ratio = last_cell("| vit-noedge | tf32 |");
     INFO("base / variant: '" << ratio << "'");
     CHECK(std::stod(ratio) > 0.0);
@@ -352,16 +355,18 @@ TEST_CASE("cuda apps: bench times the step with and without a CUDA graph", "[cud
 }
 
 // apps/bench's attention_kernels names the unfused path's variants: edge keys at 257 tokens (head
-// dim 32), address-array GEMMs and autotuned GEMMs by their switches (gemm_tunings counts).
+// dim 32), address-array GEMMs and autotuned GEMMs by their switches (gemm_tunings counts); with
+// INITLAB_LT_BIAS=1, lt_bias_calls counts the GEMMs that took cuBLASLt's bias epilogues.
 TEST_CASE("cuda apps: bench names the unfused attention's edge keys, address arrays and tuned GEMMs", "[cuda]") {
     test::TempDir tmp;
     const std::string vit =
         " vit --device cuda --dim 64 --depth 1 --heads 2 --patch 2 --batch 2 --steps 1 --warmup 0";
-    struct Case { std::string env, kernels; bool tuned; };
+    struct Case { std::string env, kernels; bool tuned, lt = false; };
     for (const Case& c : {Case{"", "unfused edge-keys", false},
                           Case{"INITLAB_ATTENTION_EDGE_KEYS=0 ", "unfused", false},
                           Case{"INITLAB_GEMM_POINTER_BATCH=1 INITLAB_GEMM_AUTOTUNE=1 ", "unfused edge-keys pointers",
-                               true}}) {
+                               true},
+                          Case{"INITLAB_LT_BIAS=1 ", "unfused edge-keys", false, true}}) {
         int rc = run(c.env + device_app("bench") + vit, tmp / "log");
         INFO(c.env << slurp(tmp / "log"));
         REQUIRE(rc == 0);
@@ -369,6 +374,8 @@ TEST_CASE("cuda apps: bench names the unfused attention's edge keys, address arr
         CHECK(out["attention_kernels"] == c.kernels);
         CHECK(out.contains("gemm_tunings") == c.tuned);
         if (c.tuned) CHECK(out["gemm_tunings"].get<int>() > 0);
+        CHECK(out.contains("lt_bias_calls") == c.lt);
+        if (c.lt) CHECK(out["lt_bias_calls"].get<int>() > 0);
     }
 }
 
