@@ -123,95 +123,98 @@ TEST_CASE("cuda linear: a residual added by the GEMM, with and without bias", "[
                       Catch::Contains("linear: [4,8] is on cuda but [4,4] is on cpu"));  // the residual
 }
 
-// gemm_bias in each precision and transpose, with and without a residual, against the bias (+
-// residual) rows plus a GEMM with beta = 1 (the fallback, and the CPU's way), and against the CPU;
-// the epilogue's calls counted.
-TEST_CASE("cuda gemm_bias: cuBLASLt's bias epilogue against the bias rows and a GEMM", "[cuda]") {
+namespace {
+
+// The four GEMM modes (fp32; tf32; bf16 rounded into scratch, mode 2; bf16 that cuBLAS rounds
+// itself, mode 3) and the four transposes, each set for the call to body(mode, ta, tb); the
+// settings are restored after. vs_cpu(mode): the tolerance against fp32 on the CPU (bf16 rounds each
+// input by up to 2^-8 relative; |C| ~ 6 at K = 37).
+void for_each_mode_and_transpose(const std::function<void(int, bool, bool)>& body) {
     using engine::cuda::GemmPrecision;
     test::PrecisionScope precision;
     test::Bf16FastGemmScope fast_scope;
     test::LtBiasScope lt_scope;
-    const int64_t M = 9, N = 12, K = 37;
-    for (int mode = 0; mode < 4; mode++)  // fp32, tf32, bf16 (rounded into scratch), bf16 (cuBLAS rounds)
+    for (int mode = 0; mode < 4; mode++)
         for (bool ta : {false, true})
-            for (bool tb : {false, true})
-                for (bool with_residual : {false, true}) {
-                    const GemmPrecision p = mode == 0   ? GemmPrecision::fp32
-                                            : mode == 1 ? GemmPrecision::tf32
-                                                        : GemmPrecision::bf16;
-                    INFO("precision " << engine::cuda::gemm_precision_name(p) << " fast " << (mode == 3) << " ta " << ta
-                                      << " tb " << tb << " residual " << with_residual);
-                    engine::cuda::set_gemm_precision(p);
-                    engine::cuda::set_bf16_fast_gemm(mode == 3);
-                    Tensor a = randn(ta ? Shape{K, M} : Shape{M, K}, false, 11),
-                           b = randn(tb ? Shape{N, K} : Shape{K, N}, false, 12);
-                    Tensor bias = randn({N}, false, 13), residual = randn({M, N}, false, 14);
-                    Tensor da = a.to(Device::CUDA), db = b.to(Device::CUDA), dbias = bias.to(Device::CUDA),
-                           dresidual = residual.to(Device::CUDA);
-                    const float* r = with_residual ? dresidual.raw_f32() : nullptr;
-                    auto run = [&](bool lt) {
-                        engine::cuda::set_lt_bias(lt);
-                        Tensor c = Tensor::empty({M, N}, engine::DType::F32, Device::CUDA);
-                        const uint64_t before = engine::cuda::lt_bias_calls();
-                        engine::cuda::gemm_bias(ta, tb, M, N, K, da.raw_f32(), db.raw_f32(), dbias.raw_f32(),
-                                                c.raw_f32(), r);
-                        CHECK(engine::cuda::lt_bias_calls() - before == (lt ? 1u : 0u));
-                        return c.to(Device::CPU);
-                    };
-                    Tensor fused = run(true), plain = run(false), want = Tensor::empty({M, N});
-                    engine::cpu::gemm_bias(ta, tb, M, N, K, a.data_f32(), b.data_f32(), bias.data_f32(),
-                                           want.data_f32(), with_residual ? residual.data_f32() : nullptr);
-                    test::require_close("epilogue vs bias rows + GEMM", plain, fused, kTol);
-                    // Against fp32 on the CPU: bf16 rounds each input by up to 2^-8 relative (|C| ~ 6 at K = 37).
-                    test::require_close("vs the CPU", want, fused,
-                                        mode >= 2 ? test::Tol{5e-2f, 2e-2f} : test::Tol{2e-2f, 1e-2f});
-                }
+            for (bool tb : {false, true}) {
+                const GemmPrecision p = mode == 0   ? GemmPrecision::fp32
+                                        : mode == 1 ? GemmPrecision::tf32
+                                                    : GemmPrecision::bf16;
+                INFO("precision " << engine::cuda::gemm_precision_name(p) << " fast " << (mode == 3) << " ta " << ta
+                                  << " tb " << tb);
+                engine::cuda::set_gemm_precision(p);
+                engine::cuda::set_bf16_fast_gemm(mode == 3);
+                body(mode, ta, tb);
+            }
+}
+test::Tol vs_cpu(int mode) { return mode >= 2 ? test::Tol{5e-2f, 2e-2f} : test::Tol{2e-2f, 1e-2f}; }
+
+}  // namespace
+
+// gemm_bias in each precision and transpose, with and without a residual, against the bias (+
+// residual) rows plus a GEMM with beta = 1 (the fallback, and the CPU's way), and against the CPU;
+// the epilogue's calls counted.
+TEST_CASE("cuda gemm_bias: cuBLASLt's bias epilogue against the bias rows and a GEMM", "[cuda]") {
+    const int64_t M = 9, N = 12, K = 37;
+    for_each_mode_and_transpose([&](int mode, bool ta, bool tb) {
+        for (bool with_residual : {false, true}) {
+            INFO("residual " << with_residual);
+            Tensor a = randn(ta ? Shape{K, M} : Shape{M, K}, false, 11),
+                   b = randn(tb ? Shape{N, K} : Shape{K, N}, false, 12);
+            Tensor bias = randn({N}, false, 13), residual = randn({M, N}, false, 14);
+            Tensor da = a.to(Device::CUDA), db = b.to(Device::CUDA), dbias = bias.to(Device::CUDA),
+                   dresidual = residual.to(Device::CUDA);
+            const float* r = with_residual ? dresidual.raw_f32() : nullptr;
+            auto run = [&](bool lt) {
+                engine::cuda::set_lt_bias(lt);
+                Tensor c = Tensor::empty({M, N}, engine::DType::F32, Device::CUDA);
+                const uint64_t before = engine::cuda::lt_bias_calls();
+                engine::cuda::gemm_bias(ta, tb, M, N, K, da.raw_f32(), db.raw_f32(), dbias.raw_f32(), c.raw_f32(),
+                                        r);
+                CHECK(engine::cuda::lt_bias_calls() - before == (lt ? 1u : 0u));
+                return c.to(Device::CPU);
+            };
+            Tensor fused = run(true), plain = run(false), want = Tensor::empty({M, N});
+            engine::cpu::gemm_bias(ta, tb, M, N, K, a.data_f32(), b.data_f32(), bias.data_f32(), want.data_f32(),
+                                   with_residual ? residual.data_f32() : nullptr);
+            test::require_close("epilogue vs bias rows + GEMM", plain, fused, kTol);
+            test::require_close("vs the CPU", want, fused, vs_cpu(mode));
+        }
+    });
 }
 
 // gemm_dbias (linear's dW = gᵀ·x with db = Σ_rows g) in each precision, transpose and beta, with
 // cuBLASLt's bias-gradient epilogue (BGRADB) and without (gemm, then the column sums), against
 // each other and against the CPU. The epilogue is taken where A is read as fp32: not for bf16's
-// rounded copies.
+// rounded copies (mode 2).
 TEST_CASE("cuda gemm_dbias: cuBLASLt's bias-gradient epilogue against a GEMM and the sums", "[cuda]") {
-    using engine::cuda::GemmPrecision;
-    test::PrecisionScope precision;
-    test::Bf16FastGemmScope fast_scope;
-    test::LtBiasScope lt_scope;
     const int64_t M = 12, N = 9, K = 37;
-    for (int mode = 0; mode < 4; mode++)  // fp32, tf32, bf16 (rounded into scratch), bf16 (cuBLAS rounds)
-        for (bool ta : {false, true})
-            for (bool tb : {false, true})
-                for (float beta : {0.f, 1.f}) {
-                    const GemmPrecision p = mode == 0   ? GemmPrecision::fp32
-                                            : mode == 1 ? GemmPrecision::tf32
-                                                        : GemmPrecision::bf16;
-                    INFO("precision " << engine::cuda::gemm_precision_name(p) << " fast " << (mode == 3) << " ta "
-                                      << ta << " tb " << tb << " beta " << beta);
-                    engine::cuda::set_gemm_precision(p);
-                    engine::cuda::set_bf16_fast_gemm(mode == 3);
-                    Tensor a = randn(ta ? Shape{K, M} : Shape{M, K}, false, 15),
-                           b = randn(tb ? Shape{N, K} : Shape{K, N}, false, 16), c0 = randn({M, N}, false, 17);
-                    Tensor da = a.to(Device::CUDA), db = b.to(Device::CUDA);
-                    auto run = [&](bool lt, Tensor& sums) {
-                        engine::cuda::set_lt_bias(lt);
-                        Tensor c = c0.to(Device::CUDA), s = Tensor::empty({M}, engine::DType::F32, Device::CUDA);
-                        const uint64_t before = engine::cuda::lt_bias_calls();
-                        engine::cuda::gemm_dbias(ta, tb, M, N, K, da.raw_f32(), db.raw_f32(), beta, c.raw_f32(),
-                                                 s.raw_f32());
-                        CHECK(engine::cuda::lt_bias_calls() - before == (lt && mode != 2 ? 1u : 0u));
-                        sums = s.to(Device::CPU);
-                        return c.to(Device::CPU);
-                    };
-                    Tensor lt_sums, plain_sums, want_sums = Tensor::empty({M}), want = c0.clone();
-                    Tensor fused = run(true, lt_sums), plain = run(false, plain_sums);
-                    engine::cpu::gemm_dbias(ta, tb, M, N, K, a.data_f32(), b.data_f32(), beta, want.data_f32(),
-                                            want_sums.data_f32());
-                    test::require_close("epilogue vs GEMM + sums", plain, fused, kTol);
-                    test::require_close("sums: epilogue vs sum_dim", plain_sums, lt_sums, kTol);
-                    test::require_close("sums vs the CPU", want_sums, lt_sums, kTol);
-                    test::require_close("vs the CPU", want, fused,
-                                        mode >= 2 ? test::Tol{5e-2f, 2e-2f} : test::Tol{2e-2f, 1e-2f});
-                }
+    for_each_mode_and_transpose([&](int mode, bool ta, bool tb) {
+        for (float beta : {0.f, 1.f}) {
+            INFO("beta " << beta);
+            Tensor a = randn(ta ? Shape{K, M} : Shape{M, K}, false, 15),
+                   b = randn(tb ? Shape{N, K} : Shape{K, N}, false, 16), c0 = randn({M, N}, false, 17);
+            Tensor da = a.to(Device::CUDA), db = b.to(Device::CUDA);
+            auto run = [&](bool lt, Tensor& sums) {
+                engine::cuda::set_lt_bias(lt);
+                Tensor c = c0.to(Device::CUDA), s = Tensor::empty({M}, engine::DType::F32, Device::CUDA);
+                const uint64_t before = engine::cuda::lt_bias_calls();
+                engine::cuda::gemm_dbias(ta, tb, M, N, K, da.raw_f32(), db.raw_f32(), beta, c.raw_f32(),
+                                         s.raw_f32());
+                CHECK(engine::cuda::lt_bias_calls() - before == (lt && mode != 2 ? 1u : 0u));
+                sums = s.to(Device::CPU);
+                return c.to(Device::CPU);
+            };
+            Tensor lt_sums, plain_sums, want_sums = Tensor::empty({M}), want = c0.clone();
+            Tensor fused = run(true, lt_sums), plain = run(false, plain_sums);
+            engine::cpu::gemm_dbias(ta, tb, M, N, K, a.data_f32(), b.data_f32(), beta, want.data_f32(),
+                                    want_sums.data_f32());
+            test::require_close("epilogue vs GEMM + sums", plain, fused, kTol);
+            test::require_close("sums: epilogue vs sum_dim", plain_sums, lt_sums, kTol);
+            test::require_close("sums vs the CPU", want_sums, lt_sums, kTol);
+            test::require_close("vs the CPU", want, fused, vs_cpu(mode));
+        }
+    });
 }
 
 // cuBLASLt assumes 256-byte aligned operands unless the preference says less (the emulator's

@@ -50,69 +50,49 @@ std::vector<Family> families() {
         g.randint(t.data_i32(), t.numel(), 0, vocab);
         return t;
     };
-    {
+    // A ViT on 8 x 8 images, 10 classes: the config as `set` leaves it, `batch` images from `seed`,
+    // cross-entropy with label smoothing `smoothing`.
+    auto vit = [&](std::string name, std::function<void(nn::ViTConfig&)> set, int64_t batch, uint64_t seed,
+                   float smoothing) {
         Family f;
-        f.name = "ViT";
-        f.build = [] {
+        f.name = std::move(name);
+        f.build = [set] {
             nn::ViTConfig c;
             c.image_size = 8;
-            c.patch = 4;
-            c.dim = 16;
-            c.depth = 2;
-            c.heads = 2;
-            c.pool = "cls";
+            set(c);
             return std::make_shared<nn::ViT>(c);
         };
-        f.loss = [](nn::Module& m, const Tensor& x, const Tensor& y) {
-            return engine::cross_entropy(static_cast<nn::ViT&>(m).forward(x), y, -100, 0.1f);
+        f.loss = [smoothing](nn::Module& m, const Tensor& x, const Tensor& y) {
+            return engine::cross_entropy(static_cast<nn::ViT&>(m).forward(x), y, -100, smoothing);
         };
-        f.x = test::randn({3, 3, 8, 8}, false, 21);
-        f.y = ids({3}, 10);
-        out.push_back(f);
-    }
-    {
-        Family f;
-        f.name = "ViT avg pool, learned positions";
-        f.build = [] {
-            nn::ViTConfig c;
-            c.image_size = 8;
-            c.patch = 2;
-            c.dim = 16;
-            c.depth = 1;
-            c.heads = 4;
-            c.pool = "avg";
-            c.pos = "learned";
-            c.layerscale = 0.1f;
-            return std::make_shared<nn::ViT>(c);
-        };
-        f.loss = [](nn::Module& m, const Tensor& x, const Tensor& y) {
-            return engine::cross_entropy(static_cast<nn::ViT&>(m).forward(x), y);
-        };
-        f.x = test::randn({2, 3, 8, 8}, false, 22);
-        f.y = ids({2}, 10);
-        out.push_back(f);
-    }
-    {
-        // Head dim 32 and 17 tokens (16 patches and the class token): the unfused attention's
-        // GEMMs take 16 keys and the softmax kernels the 17th (engine/cuda/nn.h, edge keys).
-        Family f;
-        f.name = "ViT, head dim 32, 17 tokens";
-        f.build = [] {
-            nn::ViTConfig c;
-            c.image_size = 8;
-            c.patch = 2;
-            c.dim = 64;
-            c.depth = 1;
-            c.heads = 2;
-            return std::make_shared<nn::ViT>(c);
-        };
-        f.loss = [](nn::Module& m, const Tensor& x, const Tensor& y) {
-            return engine::cross_entropy(static_cast<nn::ViT&>(m).forward(x), y);
-        };
-        f.x = test::randn({2, 3, 8, 8}, false, 24);
-        f.y = ids({2}, 10);
-        out.push_back(f);
-    }
+        f.x = test::randn({batch, 3, 8, 8}, false, seed);
+        f.y = ids({batch}, 10);
+        return f;
+    };
+    out.push_back(vit("ViT", [](nn::ViTConfig& c) {
+        c.patch = 4;
+        c.dim = 16;
+        c.depth = 2;
+        c.heads = 2;
+        c.pool = "cls";
+    }, 3, 21, 0.1f));
+    out.push_back(vit("ViT avg pool, learned positions", [](nn::ViTConfig& c) {
+        c.patch = 2;
+        c.dim = 16;
+        c.depth = 1;
+        c.heads = 4;
+        c.pool = "avg";
+        c.pos = "learned";
+        c.layerscale = 0.1f;
+    }, 2, 22, 0.f));
+    // Head dim 32 and 17 tokens (16 patches and the class token): the unfused attention's GEMMs take
+    // 16 keys and the softmax kernels the 17th (engine/cuda/nn.h, edge keys).
+    out.push_back(vit("ViT, head dim 32, 17 tokens", [](nn::ViTConfig& c) {
+        c.patch = 2;
+        c.dim = 64;
+        c.depth = 1;
+        c.heads = 2;
+    }, 2, 24, 0.f));
     for (std::string pos : {"sinusoidal", "rope"}) {
         Family f;
         f.name = "TransformerLM " + pos;
@@ -302,6 +282,25 @@ TEST_CASE("cuda: model families train alike with address-array and autotuned GEM
 }
 
 #ifdef ENGINE_CUDA_EMU
+namespace {
+
+// One training step's forward and backward of a ViT on the device: `batch` 32 x 32 images, label 0.
+void vit_step(const nn::ViT& vit, int64_t batch, uint64_t seed) {
+    Tensor images = test::randn({batch, 3, 32, 32}, false, seed).to(Device::CUDA);
+    Tensor labels = Tensor::zeros({batch}, engine::DType::I32).to(Device::CUDA);
+    engine::cross_entropy(vit.forward(images), labels).backward();
+}
+
+// A ViT built from `seed`, moved to the device.
+std::unique_ptr<nn::ViT> vit_on_device(const nn::ViTConfig& c, uint64_t seed) {
+    engine::manual_seed(seed);
+    auto vit = std::make_unique<nn::ViT>(c);
+    vit->to(Device::CUDA);
+    return vit;
+}
+
+}  // namespace
+
 // ViT-Tiny's shapes (patch 2 on 32 x 32: 257 tokens; width 192, 3 heads of 64; 16 classes, a whole
 // number of vectors) and an LM at 98 tokens (head dim 64, vocabulary 1000), one block, batch 1:
 // every GEMM of a training step, forward and backward, allows 16-byte vectors in the emulator's
@@ -311,17 +310,11 @@ TEST_CASE("cuda: every GEMM of a ViT-Tiny-shaped and an LM training step allows 
           "[cuda]") {
     test::PrecisionScope tf32(engine::cuda::GemmPrecision::tf32);
     test::EdgeKeysScope edge;
-    auto narrow = [] {
-        const emu::GemmVectorWidths w = emu::gemm_vector_widths();
-        return w.bytes8 + w.bytes4 + w.bytes2;
-    };
-    engine::manual_seed(7);
     nn::ViTConfig vc;
     vc.patch = 2;
     vc.depth = 1;
     vc.num_classes = 16;
-    nn::ViT vit(vc);
-    vit.to(Device::CUDA);
+    auto vit = vit_on_device(vc, 7);
     nn::LMConfig lc;
     lc.vocab = 1000;
     lc.dim = 128;
@@ -330,25 +323,19 @@ TEST_CASE("cuda: every GEMM of a ViT-Tiny-shaped and an LM training step allows 
     lc.max_len = 128;
     nn::TransformerLM lm(lc);
     lm.to(Device::CUDA);
-    Tensor images = test::randn({1, 3, 32, 32}, false, 25).to(Device::CUDA);
-    Tensor labels = Tensor::zeros({1}, engine::DType::I32).to(Device::CUDA);
     Tensor tokens = Tensor::zeros({1, 98}, engine::DType::I32).to(Device::CUDA);
     for (bool on : {true, false}) {
         INFO("edge keys " << on);
         engine::cuda::set_attention_edge_keys(on);
-        const uint64_t narrow0 = narrow(), wide0 = emu::gemm_vector_widths().bytes16;
-        engine::cross_entropy(vit.forward(images), labels).backward();
+        const emu::GemmVectorWidths before = emu::gemm_vector_widths();
+        vit_step(*vit, 1, 25);
         engine::cross_entropy(lm.forward(tokens), tokens).backward();
-        CHECK(emu::gemm_vector_widths().bytes16 > wide0 + 20);
-        if (on)
-            CHECK(narrow() == narrow0);
-        else
-            CHECK(narrow() == narrow0 + 12);
+        const emu::GemmVectorWidths after = emu::gemm_vector_widths();
+        CHECK(after.bytes16 > before.bytes16 + 20);
+        CHECK(after.narrower() - before.narrower() == (on ? 0u : 12u));
     }
 }
-#endif
 
-#ifdef ENGINE_CUDA_EMU
 // docs/ROOFLINE.md section 4 lists what one Pre-LN block of the default ViT step launches (TF32,
 // unfused attention, 257 tokens, 3 heads): 17 kernels and cuBLAS calls forward, 33 backward. The
 // difference between a 2-block and a 1-block step, counted by the emulator, is that; a change to
@@ -356,21 +343,13 @@ TEST_CASE("cuda: every GEMM of a ViT-Tiny-shaped and an LM training step allows 
 TEST_CASE("cuda: a ViT block's training step makes the 50 launches docs/ROOFLINE.md lists", "[cuda]") {
     test::PrecisionScope tf32(engine::cuda::GemmPrecision::tf32);
     auto launches = [](int64_t depth) {
-        engine::manual_seed(8);
         nn::ViTConfig c;
         c.patch = 2;
         c.depth = depth;
-        nn::ViT vit(c);
-        vit.to(Device::CUDA);
-        Tensor images = test::randn({2, 3, 32, 32}, false, 26).to(Device::CUDA);
-        Tensor labels = Tensor::zeros({2}, engine::DType::I32).to(Device::CUDA);
-        const emu::GemmVectorWidths w0 = emu::gemm_vector_widths();
-        const uint64_t kernels0 = emu::counters().launches;
-        engine::cross_entropy(vit.forward(images), labels).backward();
-        const emu::GemmVectorWidths w = emu::gemm_vector_widths();
-        const uint64_t gemms = (w.bytes16 + w.bytes8 + w.bytes4 + w.bytes2) -
-                               (w0.bytes16 + w0.bytes8 + w0.bytes4 + w0.bytes2);
-        return emu::counters().launches - kernels0 + gemms;
+        auto vit = vit_on_device(c, 8);
+        const uint64_t gemms0 = emu::gemm_vector_widths().total(), kernels0 = emu::counters().launches;
+        vit_step(*vit, 2, 26);
+        return emu::counters().launches - kernels0 + emu::gemm_vector_widths().total() - gemms0;
     };
     CHECK(launches(2) - launches(1) == 50);
 }

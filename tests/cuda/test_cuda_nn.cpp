@@ -484,10 +484,7 @@ TEST_CASE("cuda attention: with edge keys every attention GEMM allows 16-byte ve
     test::PointerBatchScope pointers;
     test::GemmAutotuneScope tune;
     test::EdgeKeysScope edge;
-    auto narrow = [] {
-        const emu::GemmVectorWidths w = emu::gemm_vector_widths();
-        return w.bytes8 + w.bytes4 + w.bytes2;
-    };
+    auto narrow = [] { return emu::gemm_vector_widths().narrower(); };
     struct Case { GemmPrecision p; bool pointers, tune; };
     for (Case c : {Case{GemmPrecision::tf32, false, false}, Case{GemmPrecision::bf16, false, false},
                    Case{GemmPrecision::tf32, true, false}, Case{GemmPrecision::bf16, true, false},

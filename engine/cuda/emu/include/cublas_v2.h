@@ -94,6 +94,10 @@ namespace emu {
 // cuBLAS's kernels need that for their vector loads: on the H100, GEMMs with an extent of 257 there
 // ran in its `align1` kernels at a third of the speed (docs/BENCHMARKS.md, session 13). A model
 // on paper of how cuBLAS chooses, not cuBLAS's own rule, which it does not document.
-struct GemmVectorWidths { uint64_t bytes16, bytes8, bytes4, bytes2; };
+struct GemmVectorWidths {
+    uint64_t bytes16, bytes8, bytes4, bytes2;
+    uint64_t narrower() const { return bytes8 + bytes4 + bytes2; }  // under 16 bytes
+    uint64_t total() const { return bytes16 + narrower(); }
+};
 GemmVectorWidths gemm_vector_widths();
 }  // namespace emu
