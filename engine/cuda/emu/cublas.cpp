@@ -662,25 +662,27 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
             if (Ci != Di && be != 0.f)  // D = beta·C first, in D
                 for (int col = 0; col < n; col++)
                     for (int r = 0; r < m; r++) Di[(size_t)col * ldd + r] = Ci[(size_t)col * ldc + r];
+            // B as fp32 (bf16 widened), for the GEMM and the bias gradient
+            std::vector<float> wb;
+            const float* b32 = static_cast<const float*>(Bi);
+            if (widen && k > 0 && n > 0) {
+                wb = widened_bf16(Bi, dims.b_rows, dims.b_cols, ldb);
+                b32 = wb.data();
+            }
             if (widen && k > 0 && m > 0 && n > 0) {
-                std::vector<float> wa = widened_bf16(Ai, dims.a_rows, dims.a_cols, lda),
-                                   wb = widened_bf16(Bi, dims.b_rows, dims.b_cols, ldb);
-                sgemm(ta, tb, m, n, k, &al, wa.data(), lda, wb.data(), ldb, &be, Di, ldd, Rounding::none);
+                std::vector<float> wa = widened_bf16(Ai, dims.a_rows, dims.a_cols, lda);
+                sgemm(ta, tb, m, n, k, &al, wa.data(), lda, b32, ldb, &be, Di, ldd, Rounding::none);
             } else {
-                sgemm(ta, tb, m, n, k, &al, static_cast<const float*>(Ai), lda, static_cast<const float*>(Bi), ldb,
-                      &be, Di, ldd, how);
+                sgemm(ta, tb, m, n, k, &al, static_cast<const float*>(Ai), lda, b32, ldb, &be, Di, ldd, how);
             }
             if (bias_p)
                 for (int col = 0; col < n; col++)
                     for (int r = 0; r < m; r++) Di[(size_t)col * ldd + r] += bias_p[r];
-            if (bias_grad_p)  // column j of op(B) summed over k, as stored (bf16 widened)
+            if (bias_grad_p)  // column j of op(B) summed over k, as stored
                 for (int j = 0; j < n; j++) {
                     float s = 0.f;
-                    for (int kk = 0; kk < k; kk++) {
-                        const size_t at = tb == CUBLAS_OP_N ? (size_t)j * ldb + kk : (size_t)kk * ldb + j;
-                        s += widen ? widened_bf16(static_cast<const char*>(Bi) + at * 2, 1, 1, 1)[0]
-                                   : static_cast<const float*>(Bi)[at];
-                    }
+                    for (int kk = 0; kk < k; kk++)
+                        s += b32[tb == CUBLAS_OP_N ? (size_t)j * ldb + kk : (size_t)kk * ldb + j];
                     bias_grad_p[j] = s;
                 }
         }
