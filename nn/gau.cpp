@@ -23,7 +23,7 @@ GAU::GAU(int64_t d, int64_t expansion, int64_t s_, bool causal, bool rope, bool 
     register_parameter("beta_k", beta_k);
 }
 
-Tensor GAU::forward(const Tensor& x) const {
+Tensor GAU::forward(const Tensor& x, const Tensor& residual) const {
     check(x.ndim() == 3 && x.size(2) == dim, "GAU: input {} is not [B, n, {}]", x.shape().str(), dim);
     int64_t n = x.size(1);
     std::vector<Tensor> parts;
@@ -50,7 +50,7 @@ Tensor GAU::forward(const Tensor& x) const {
         k = rope(k);
     }
     Tensor a = masked_relu2(matmul(q, k, false, true), 1.f / (float)(n * s), causal);  // [B, n, n]
-    return out->forward(mul(u, matmul(a, v)));
+    return out->forward_plus(mul(u, matmul(a, v)), residual);
 }
 
 GAULM::GAULM(const GAUConfig& c) : cfg(c) {
@@ -69,9 +69,14 @@ GAULM::GAULM(const GAUConfig& c) : cfg(c) {
 Tensor GAULM::forward(const Tensor& ids) const {
     check(ids.ndim() == 2, "GAULM: ids {} are not [B, T]", ids.shape().str());
     Tensor x = drop->forward(tok_emb->forward(ids));
+    // Post-Norm: each sum is used only through its norm (forward_sum: the add and the norm in one
+    // pass). Pre-Norm: out's GEMM adds the residual, unless the dropout comes between.
     for (size_t i = 0; i < layers->size(); i++) {
-        if (cfg.post_norm) x = (*norms)[i].forward(add(x, drop->forward((*layers)[i].forward(x))));
-        else x = add(x, drop->forward((*layers)[i].forward((*norms)[i].forward(x))));
+        const GAU& layer = (*layers)[i];
+        const LayerNorm& norm = (*norms)[i];
+        if (cfg.post_norm) x = norm.forward_sum(x, drop->forward(layer.forward(x)));
+        else if (drop->active()) x = add(x, drop->forward(layer.forward(norm.forward(x))));
+        else x = layer.forward(norm.forward(x), x);
     }
     if (final_norm) x = final_norm->forward(x);
     return head ? head->forward(x) : linear(x, tok_emb->weight);

@@ -16,7 +16,9 @@ class GAU : public Module {
 public:
     GAU(int64_t dim, int64_t expansion, int64_t s, bool causal = true, bool rope = true, bool bias = true);
     std::string type_name() const override { return "GAU"; }
-    Tensor forward(const Tensor& x) const;  // [B, n, dim] -> [B, n, dim] (the branch, no residual)
+    // [B, n, dim] -> [B, n, dim]: the branch, plus `residual` where one is given (added by out's GEMM,
+    // Linear::forward_plus).
+    Tensor forward(const Tensor& x, const Tensor& residual = Tensor()) const;
     std::shared_ptr<Linear> hidden;         // dim -> 2e + s
     std::shared_ptr<Linear> out;            // e -> dim
     Tensor gamma_q, beta_q, gamma_k, beta_k;

@@ -77,6 +77,12 @@ Tensor LayerNorm::forward(const Tensor& x) const {
     return hooked(layer_norm(x, weight, bias, eps));
 }
 
+Tensor LayerNorm::forward_sum(const Tensor& x, const Tensor& branch) const {
+    if (forward_hook) return forward(add(x, branch));
+    check(x.size(-1) == dim, "LayerNorm({}): input {} has last dim {}", dim, x.shape().str(), x.size(-1));
+    return add_layer_norm(x, branch, weight, bias, eps).norm;
+}
+
 Embedding::Embedding(int64_t n, int64_t d, float wd) : num(n), dim(d), word_dropout(wd) {
     check(wd >= 0.f && wd < 1.f, "Embedding: word dropout {} must be in [0, 1)", wd);
     weight = Tensor::normal({n, d});

@@ -47,6 +47,9 @@ public:
     explicit LayerNorm(int64_t dim, bool affine = true, float eps = 1e-5f);
     std::string type_name() const override { return "LayerNorm"; }
     Tensor forward(const Tensor& x) const;
+    // forward(x + branch) for a Post-Norm residual, the add and the norm in one pass (add_layer_norm:
+    // the same bits) unless a hook must see the output through forward.
+    Tensor forward_sum(const Tensor& x, const Tensor& branch) const;
     Tensor weight, bias;
     int64_t dim;
     float eps;

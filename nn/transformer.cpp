@@ -56,14 +56,6 @@ TransformerBlock::TransformerBlock(const BlockConfig& c) : pre_norm(c.pre_norm) 
     }
 }
 
-// Post-LN: x + branch and the LayerNorm of it in one fused pass (add_layer_norm: bitwise the
-// unfused result). A hook on the norm (a data-dependent init or a test observing its output) gets
-// the unfused path, so that it sees the output through LayerNorm::forward.
-static Tensor add_then_norm(const Tensor& x, const Tensor& branch, const LayerNorm& norm) {
-    if (norm.forward_hook) return norm.forward(add(x, branch));
-    return add_layer_norm(x, branch, norm.weight, norm.bias, norm.eps).norm;
-}
-
 // Pre-LN: each norm is handed to its branch, whose first GEMM takes it in (layer_norm_linear), so
 // neither norm's output is kept for the backward; with a hook on the norm or on that GEMM, the
 // branch runs on norm.forward(x) (forward_normed). The residual is handed to the branch too, whose
@@ -76,9 +68,9 @@ Tensor TransformerBlock::forward(const Tensor& x) const {
         if (ls2 || drop->active()) return add(sum, scaled(ls2, drop->forward(mlp->forward_normed(*norm2, sum))));
         return mlp->forward_normed(*norm2, sum, sum);
     }
-    // Post-LN: the sums are used only through their norms.
-    Tensor h = add_then_norm(x, scaled(ls1, attn->forward(x)), *norm1);
-    return add_then_norm(h, scaled(ls2, drop->forward(mlp->forward(h))), *norm2);
+    // Post-LN: the sums are used only through their norms (forward_sum: one pass for each add and norm).
+    Tensor h = norm1->forward_sum(x, scaled(ls1, attn->forward(x)));
+    return norm2->forward_sum(h, scaled(ls2, drop->forward(mlp->forward(h))));
 }
 
 // ---------------------------------------------------------------------------------------------
