@@ -47,7 +47,11 @@ struct Params {
         nn::ParamGroup a, b;
         a.weight_decay = wd;
         b.lr_scale = 0.5f;
-        for (size_t i = 0; i < t.size(); i++) (i % 2 ? b : a).params.push_back({"p" + std::to_string(i), &t[i]});
+        for (size_t i = 0; i < t.size(); i++) {
+            std::string name = std::to_string(i);
+            name.insert(0, 1, 'p');  // (not "p" + ...: GCC 12 warns falsely with -Wrestrict on that)
+            (i % 2 ? b : a).params.push_back({name, &t[i]});
+        }
         return {a, b};
     }
     void set_grads(const std::vector<Tensor>& g, Device dev, bool skip_last = false) {
