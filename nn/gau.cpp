@@ -44,11 +44,9 @@ Tensor GAU::forward(const Tensor& x, const Tensor& residual) const {
         parts = {block(0, e), block(e, e), block(2 * e, s)};
     }
     Tensor u = parts[0], v = parts[1], z = parts[2];
-    Tensor q = add(mul(z, gamma_q), beta_q), k = add(mul(z, gamma_k), beta_k);
-    if (use_rope) {
-        q = rope(q);
-        k = rope(k);
-    }
+    // Q = rope(Z⊙γ_q + β_q), K likewise: one pass each (scale_shift_rope), K's backward adding into Q's dZ.
+    const float base = use_rope ? 10000.f : 0.f;
+    Tensor q = scale_shift_rope(z, gamma_q, beta_q, base), k = scale_shift_rope(z, gamma_k, beta_k, base);
     Tensor a = masked_relu2(matmul(q, k, false, true), 1.f / (float)(n * s), causal);  // [B, n, n]
     return out->forward_plus(mul(u, matmul(a, v)), residual);
 }

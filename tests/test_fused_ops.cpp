@@ -37,6 +37,18 @@ std::vector<uint32_t> bits_of(const Tensor& t) {
     return b;
 }
 
+// Two runs' floats (as bits_of wrote them) within the rounding of a changed summation order.
+bool bits_close(const std::vector<uint32_t>& a, const std::vector<uint32_t>& b) {
+    REQUIRE(a.size() == b.size());
+    for (size_t i = 0; i < a.size(); i++) {
+        float fa, fb;
+        std::memcpy(&fa, &a[i], sizeof fa);
+        std::memcpy(&fb, &b[i], sizeof fb);
+        if (std::fabs(fa - fb) > 1e-5f + 1e-4f * std::fabs(fb)) return false;
+    }
+    return true;
+}
+
 Tensor weights_like(const Tensor& t, uint64_t seed) {
     Tensor w = Tensor::empty(t.shape());
     Generator(seed).uniform(w.data_f32(), w.numel(), -1.f, 1.f);
@@ -206,6 +218,63 @@ TEST_CASE("add_layer_norm: argument errors", "[nnops][fused]") {
     CHECK_THROWS_WITH(add_layer_norm(x, x, Tensor::ones({4}), Tensor()),
                       Catch::Contains("add_layer_norm: weight [4] does not match the last dim of input [2,3]"));
     CHECK_THROWS_WITH(add_layer_norm(x, x, Tensor(), Tensor(), -1.f), Catch::Contains("add_layer_norm: eps"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// scale_shift_rope: GAU's rope(add(mul(z, gamma), beta)) for Q and K in one op
+
+namespace {
+
+Tensor unfused_scale_shift_rope(const Tensor& x, const Tensor& gamma, const Tensor& beta, float base) {
+    Tensor h = add(mul(x, gamma), beta);
+    return base > 0.f ? rope(h, base) : h;
+}
+
+}  // namespace
+
+// The values and gradients of mul, add and rope within roundings (one fma for x·gamma + beta, the
+// parameters' sums in another order); with Q and K both from x (GAU's z), the second adds its
+// share into x's gradient.
+TEST_CASE("scale_shift_rope: mul, add and rope in one op, values and gradients", "[nnops][fused]") {
+    for (float base : {10000.f, 0.f})
+        for (bool qk : {false, true}) {
+            INFO("base " << base << " q·kᵀ from one x " << qk);
+            std::vector<Tensor> leaves{param({2, 5, 8}, 90, -2.f, 2.f), param({8}, 91, 0.5f, 1.5f), param({8}, 92)};
+            if (qk) leaves.insert(leaves.end(), {param({8}, 93, 0.5f, 1.5f), param({8}, 94)});
+            auto model = [&](bool fused) {
+                return [fused, qk, base](const std::vector<Tensor>& in) {
+                    auto f = fused ? scale_shift_rope : unfused_scale_shift_rope;
+                    Tensor q = f(in[0], in[1], in[2], base);
+                    return qk ? matmul(q, f(in[0], in[3], in[4], base), false, true) : q;
+                };
+            };
+            std::vector<uint32_t> fused_bits, plain_bits;
+            Grads fused = grads_of(leaves, model(true), &fused_bits), plain = grads_of(leaves, model(false), &plain_bits);
+            CHECK(bits_close(fused_bits, plain_bits));
+            for (size_t i = 0; i < leaves.size(); i++) {
+                INFO("leaf " << i);
+                CHECK(fused[i].size() == plain[i].size());
+                CHECK(bits_close(fused[i], plain[i]));
+            }
+        }
+}
+
+TEST_CASE("scale_shift_rope", "[nnops][gradcheck]") {
+    gradcheck("scale_shift_rope", [](auto& in) { return scale_shift_rope(in[0], in[1], in[2], 100.f); },
+              {param({2, 3, 6}, 95, -2.f, 2.f), param({6}, 96, 0.5f, 1.5f), param({6}, 97)});
+    gradcheck("scale_shift_rope_no_rotation", [](auto& in) { return scale_shift_rope(in[0], in[1], in[2], 0.f); },
+              {param({4, 5}, 98, -2.f, 2.f), param({5}, 99, 0.5f, 1.5f), param({5}, 100)});
+}
+
+TEST_CASE("scale_shift_rope: argument errors", "[nnops][fused]") {
+    Tensor x = Tensor::zeros({2, 3, 4}), p4 = Tensor::ones({4});
+    CHECK_THROWS_WITH(scale_shift_rope(x, p4, Tensor()), Catch::Contains("scale_shift_rope: gamma and beta are both"));
+    CHECK_THROWS_WITH(scale_shift_rope(x, Tensor::ones({3}), p4),
+                      Catch::Contains("scale_shift_rope: gamma [3] does not match the last dim of input [2,3,4]"));
+    CHECK_THROWS_WITH(scale_shift_rope(Tensor::zeros({2, 3}), Tensor::ones({3}), Tensor::ones({3})),
+                      Catch::Contains("scale_shift_rope: a rotation needs an even last dim, got [2,3]"));
+    CHECK_THROWS_WITH(scale_shift_rope(Tensor::zeros({4}), p4, p4),
+                      Catch::Contains("scale_shift_rope: input must be [..., T, D], got [4]"));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -560,18 +629,6 @@ std::vector<std::string> graph_ops(const Tensor& y) {
 
 int64_t count_ops(const std::vector<std::string>& names, const std::string& name) {
     return std::count(names.begin(), names.end(), name);
-}
-
-// Two runs' floats (as bits_of wrote them) within the rounding of a changed summation order.
-bool bits_close(const std::vector<uint32_t>& a, const std::vector<uint32_t>& b) {
-    REQUIRE(a.size() == b.size());
-    for (size_t i = 0; i < a.size(); i++) {
-        float fa, fb;
-        std::memcpy(&fa, &a[i], sizeof fa);
-        std::memcpy(&fb, &b[i], sizeof fb);
-        if (std::fabs(fa - fb) > 1e-5f + 1e-4f * std::fabs(fb)) return false;
-    }
-    return true;
 }
 
 }  // namespace

@@ -367,16 +367,25 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
 // rope. The angles are computed once per call in double (positions can be large) into a
 // [T, D/2] table of cos/sin; `sign` = −1 rotates backwards (the transpose of the rotation).
 
-static void rope_apply(const float* x, float* y, int64_t outer, int64_t T, int64_t D, float base,
+// The [T, D/2] tables of cos and sign·sin of the angles (start_pos + t)·base^(−2i/D), in double.
+static void rope_table(std::vector<float>& cos_t, std::vector<float>& sin_t, int64_t T, int64_t D, float base,
                        int64_t start_pos, float sign) {
     int64_t half = D / 2;
-    std::vector<float> cos_t(T * half), sin_t(T * half);
+    cos_t.resize(T * half);
+    sin_t.resize(T * half);
     for (int64_t t = 0; t < T; t++)
         for (int64_t i = 0; i < half; i++) {
             double angle = (double)(start_pos + t) * std::pow((double)base, -2.0 * (double)i / (double)D);
             cos_t[t * half + i] = (float)std::cos(angle);
             sin_t[t * half + i] = sign * (float)std::sin(angle);
         }
+}
+
+static void rope_apply(const float* x, float* y, int64_t outer, int64_t T, int64_t D, float base,
+                       int64_t start_pos, float sign) {
+    int64_t half = D / 2;
+    std::vector<float> cos_t, sin_t;
+    rope_table(cos_t, sin_t, T, D, base, start_pos, sign);
     #pragma omp parallel for if (outer * T * D > kParallelMin)
     for (int64_t row = 0; row < outer * T; row++) {
         const float* c = cos_t.data() + (row % T) * half;
@@ -397,6 +406,81 @@ void rope_forward(const float* x, float* y, int64_t outer, int64_t T, int64_t D,
 
 void rope_backward(const float* dy, float* dx, int64_t outer, int64_t T, int64_t D, float base, int64_t start_pos) {
     rope_apply(dy, dx, outer, T, D, base, start_pos, -1.f);
+}
+
+// ---------------------------------------------------------------------------------------------
+// scale_shift_rope. h = fma(x, gamma, beta) (one rounding, as the CUDA kernel's: where mul and
+// add made two), then rope's rotation of h.
+// The backward rotates dy back (dh) and sums dgamma and dbeta over fixed chunks of rows in double,
+// chunk by chunk: the same bits for any thread count.
+
+constexpr int64_t kAffineChunks = 64;
+
+void scale_shift_rope_forward(const float* x, const float* gamma, const float* beta, float* y, int64_t outer,
+                              int64_t T, int64_t D, float base) {
+    std::vector<float> cos_t, sin_t;
+    if (base > 0.f) rope_table(cos_t, sin_t, T, D, base, 0, 1.f);
+    const int64_t half = D / 2;
+    #pragma omp parallel for if (outer * T * D > kParallelMin)
+    for (int64_t row = 0; row < outer * T; row++) {
+        const float* xr = x + row * D;
+        float* yr = y + row * D;
+        if (base <= 0.f) {
+            for (int64_t i = 0; i < D; i++) yr[i] = std::fma(xr[i], gamma[i], beta[i]);
+            continue;
+        }
+        const float* c = cos_t.data() + (row % T) * half;
+        const float* s = sin_t.data() + (row % T) * half;
+        for (int64_t i = 0; i < half; i++) {
+            float a = std::fma(xr[i], gamma[i], beta[i]), b = std::fma(xr[i + half], gamma[i + half], beta[i + half]);
+            yr[i] = a * c[i] - b * s[i];
+            yr[i + half] = b * c[i] + a * s[i];
+        }
+    }
+}
+
+void scale_shift_rope_backward(const float* x, const float* gamma, const float* dy, float* dx, bool accumulate,
+                               float* dgamma, float* dbeta, int64_t outer, int64_t T, int64_t D, float base) {
+    std::vector<float> cos_t, sin_t;
+    if (base > 0.f) rope_table(cos_t, sin_t, T, D, base, 0, -1.f);
+    const int64_t rows = outer * T, half = D / 2, chunks = std::min(rows, kAffineChunks);
+    const bool sums = dgamma || dbeta;
+    std::vector<double> partial(sums ? chunks * 2 * D : 0, 0.0);  // [chunks, 2, D]: dgamma's, then dbeta's
+    #pragma omp parallel for schedule(static) if (rows * D > kParallelMin)
+    for (int64_t ch = 0; ch < chunks; ch++) {
+        std::vector<float> dh(D);
+        for (int64_t r = ch * rows / chunks; r < (ch + 1) * rows / chunks; r++) {
+            const float* gr = dy + r * D;
+            if (base <= 0.f) {
+                std::copy(gr, gr + D, dh.begin());
+            } else {
+                const float* c = cos_t.data() + (r % T) * half;
+                const float* s = sin_t.data() + (r % T) * half;
+                for (int64_t i = 0; i < half; i++) {  // rope's backward: the rotation by the negative angle
+                    dh[i] = gr[i] * c[i] - gr[i + half] * s[i];
+                    dh[i + half] = gr[i + half] * c[i] + gr[i] * s[i];
+                }
+            }
+            const float* xr = x + r * D;
+            if (dx) {
+                float* dr = dx + r * D;
+                for (int64_t i = 0; i < D; i++) dr[i] = accumulate ? dr[i] + dh[i] * gamma[i] : dh[i] * gamma[i];
+            }
+            if (!sums) continue;
+            double* acc = partial.data() + ch * 2 * D;
+            for (int64_t i = 0; i < D; i++) {
+                acc[i] += dh[i] * xr[i];
+                acc[D + i] += dh[i];
+            }
+        }
+    }
+    // Chunk by chunk into chunk 0's rows, each column in chunk order.
+    for (int64_t ch = 1; ch < chunks; ch++)
+        for (int64_t i = 0; i < 2 * D; i++) partial[i] += partial[ch * 2 * D + i];
+    for (int64_t i = 0; i < D; i++) {
+        if (dgamma) dgamma[i] = chunks > 0 ? (float)partial[i] : 0.f;
+        if (dbeta) dbeta[i] = chunks > 0 ? (float)partial[D + i] : 0.f;
+    }
 }
 
 }  // namespace engine::cpu

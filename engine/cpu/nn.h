@@ -75,4 +75,13 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
 void rope_forward(const float* x, float* y, int64_t outer, int64_t T, int64_t D, float base, int64_t start_pos);
 void rope_backward(const float* dy, float* dx, int64_t outer, int64_t T, int64_t D, float base, int64_t start_pos);
 
+// y = rope(fma(x, gamma, beta)) over x viewed as [outer, T, D], gamma and beta [D], positions from 0;
+// no rotation where base <= 0. The backward rotates dy back (dh = rope_backward(dy)) and writes
+// dx = dh ⊙ gamma (added to dx where accumulate; dx null: not wanted), dgamma = Σ_rows dh ⊙ x and
+// dbeta = Σ_rows dh (each null: not wanted).
+void scale_shift_rope_forward(const float* x, const float* gamma, const float* beta, float* y, int64_t outer,
+                              int64_t T, int64_t D, float base);
+void scale_shift_rope_backward(const float* x, const float* gamma, const float* dy, float* dx, bool accumulate,
+                               float* dgamma, float* dbeta, int64_t outer, int64_t T, int64_t D, float base);
+
 }  // namespace engine::cpu

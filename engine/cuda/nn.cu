@@ -952,6 +952,82 @@ void rope_apply(const float* x, float* y, int64_t outer, int64_t T, int64_t D, f
     KERNEL_LAUNCH(rope_apply_kernel, blocks_for(outer * T * half), kBlockSize, 0, x, y, cos_t, sin_t, outer, T, D);
 }
 
+
+// ---------------------------------------------------------------------------------------------
+// scale_shift_rope: h = fma(x, gamma, beta) (the CPU's bits), then rope's rotation of h (kRotate) or h itself. A unit is
+// a pair (i, i + D/2) where there is a rotation, else one column. Forward: a thread per (row, unit).
+
+template <bool kRotate>
+__global__ void scale_shift_rope_forward_kernel(const float* x, const float* gamma, const float* beta, float* y,
+                                                const float* cos_t, const float* sin_t, int64_t rows, int64_t T,
+                                                int64_t D) {
+    const int64_t units = kRotate ? D / 2 : D;
+    GRID_STRIDE_LOOP(k, rows * units) {
+        const int64_t row = k / units, i = k % units;
+        const float* xr = x + row * D;
+        float* yr = y + row * D;
+        const float a = fmaf(xr[i], gamma[i], beta[i]);
+        if (!kRotate) {
+            yr[i] = a;
+            continue;
+        }
+        const int64_t half = units, ti = (row % T) * half + i;
+        const float c = cos_t[ti], s = sin_t[ti], b = fmaf(xr[i + half], gamma[i + half], beta[i + half]);
+        yr[i] = a * c - b * s;
+        yr[i + half] = b * c + a * s;
+    }
+}
+
+// Backward: layer_norm_params_partial_kernel's layout, a block (32, 8) per (chunk of rows, tile of
+// 32 units), dx written as the rows pass and the column sums of dh·x and dh met in shared memory
+// in order: partial [chunks, 2, D] (Σ dh·x, then Σ dh), which layer_norm_params_final_kernel sums.
+// cos_t/sin_t: the table of the negative angles (rope's backward rotation).
+template <bool kRotate>
+__global__ void scale_shift_rope_backward_kernel(const float* x, const float* gamma, const float* dy, float* dx,
+                                                 bool accumulate, const float* cos_t, const float* sin_t,
+                                                 float* partial, int64_t rows, int64_t T, int64_t D,
+                                                 int64_t chunk_rows, int64_t chunks) {
+    constexpr int kSums = kRotate ? 4 : 2;  // Σ dh·x and Σ dh of column i (and of i + D/2)
+    SHARED_ARRAY(float, part, kSums * kLnTile * kLnRowsPerBlock);
+    const int64_t units = kRotate ? D / 2 : D, tiles = (units + kLnTile - 1) / kLnTile, half = units;
+    for (int64_t u = blockIdx.x; u < tiles * chunks; u += gridDim.x) {  // u depends on the block only
+        const int64_t tile = u % tiles, c = u / tiles, i = tile * kLnTile + threadIdx.x;
+        const int64_t begin = c * chunk_rows, end = begin + chunk_rows < rows ? begin + chunk_rows : rows;
+        float sum[kSums] = {};
+        if (i < units)
+            for (int64_t r = begin + threadIdx.y; r < end; r += kLnRowsPerBlock) {
+                const float* gr = dy + r * D;
+                float dh[2] = {gr[i], 0.f};
+                if (kRotate) {
+                    const int64_t ti = (r % T) * half + i;
+                    const float cs = cos_t[ti], sn = sin_t[ti], ga = gr[i], gb = gr[i + half];
+                    dh[0] = ga * cs - gb * sn;
+                    dh[1] = gb * cs + ga * sn;
+                }
+                for (int h = 0; h < kSums / 2; h++) {
+                    const int64_t col = i + h * half;
+                    if (dx) dx[r * D + col] = accumulate ? dx[r * D + col] + dh[h] * gamma[col] : dh[h] * gamma[col];
+                    sum[2 * h] += dh[h] * x[r * D + col];
+                    sum[2 * h + 1] += dh[h];
+                }
+            }
+        if (partial) {
+            const int at = threadIdx.y * kLnTile + threadIdx.x, stride = kLnTile * kLnRowsPerBlock;
+            for (int k = 0; k < kSums; k++) part[k * stride + at] = sum[k];
+            __syncthreads();
+            if (threadIdx.y == 0 && i < units) {
+                for (int w = 1; w < kLnRowsPerBlock; w++)
+                    for (int k = 0; k < kSums; k++) sum[k] += part[k * stride + w * kLnTile + threadIdx.x];
+                for (int h = 0; h < kSums / 2; h++) {
+                    partial[c * 2 * D + i + h * half] = sum[2 * h];
+                    partial[c * 2 * D + D + i + h * half] = sum[2 * h + 1];
+                }
+            }
+            __syncthreads();  // the shared array is reused by the next unit
+        }
+    }
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -1255,6 +1331,64 @@ void rope_forward(const float* x, float* y, int64_t outer, int64_t T, int64_t D,
 
 void rope_backward(const float* dy, float* dx, int64_t outer, int64_t T, int64_t D, float base, int64_t start_pos) {
     rope_apply(dy, dx, outer, T, D, base, start_pos, -1.f);
+}
+
+// The rotation's [T, D/2] tables (sign −1: the backward's), or none (null) without a rotation.
+static void affine_rope_table(Scratch<float>& table, int64_t T, int64_t D, float base, float sign) {
+    if (base <= 0.f) return;
+    const int64_t half = D / 2;
+    KERNEL_LAUNCH(rope_table_kernel, blocks_for(T * half), kBlockSize, 0, table.p, table.p + T * half, T, D,
+                  (double)base, (int64_t)0, sign);
+}
+
+void scale_shift_rope_forward(const float* x, const float* gamma, const float* beta, float* y, int64_t outer,
+                              int64_t T, int64_t D, float base) {
+    const int64_t rows = outer * T;
+    if (rows * D == 0) return;
+    const bool rotate = base > 0.f;
+    Scratch<float> table(rotate ? T * D : 0);
+    affine_rope_table(table, T, D, base, 1.f);
+    const float *cos_t = table.p, *sin_t = rotate ? table.p + T * (D / 2) : nullptr;
+    const unsigned grid = blocks_for(rows * (rotate ? D / 2 : D));
+    if (rotate)
+        KERNEL_LAUNCH(scale_shift_rope_forward_kernel<true>, grid, kBlockSize, 0, x, gamma, beta, y, cos_t, sin_t,
+                      rows, T, D);
+    else
+        KERNEL_LAUNCH(scale_shift_rope_forward_kernel<false>, grid, kBlockSize, 0, x, gamma, beta, y, cos_t, sin_t,
+                      rows, T, D);
+}
+
+void scale_shift_rope_backward(const float* x, const float* gamma, const float* dy, float* dx, bool accumulate,
+                               float* dgamma, float* dbeta, int64_t outer, int64_t T, int64_t D, float base) {
+    const int64_t rows = outer * T;
+    if (D == 0) return;
+    const bool sums = dgamma || dbeta;
+    if (rows == 0) {  // empty sums
+        if (dgamma) memset_zero(dgamma, sizeof(float) * D);
+        if (dbeta) memset_zero(dbeta, sizeof(float) * D);
+        return;
+    }
+    const bool rotate = base > 0.f;
+    Scratch<float> table(rotate ? T * D : 0);
+    affine_rope_table(table, T, D, base, -1.f);
+    const float *cos_t = table.p, *sin_t = rotate ? table.p + T * (D / 2) : nullptr;
+    // layer_norm_backward's chunks: at least 64 rows each, at most 1024, a count fixed by `rows` alone.
+    int64_t chunk_rows = (rows + 1023) / 1024;
+    if (chunk_rows < 64) chunk_rows = 64;
+    const int64_t chunks = (rows + chunk_rows - 1) / chunk_rows;
+    const int64_t tiles = ((rotate ? D / 2 : D) + kLnTile - 1) / kLnTile;
+    Scratch<float> partial(sums ? chunks * 2 * D : 0);
+    const unsigned grid = blocks_for(tiles * chunks, 1);
+    const dim3 block(kLnTile, kLnRowsPerBlock);
+    if (rotate)
+        KERNEL_LAUNCH(scale_shift_rope_backward_kernel<true>, grid, block, 0, x, gamma, dy, dx, accumulate, cos_t,
+                      sin_t, partial.p, rows, T, D, chunk_rows, chunks);
+    else
+        KERNEL_LAUNCH(scale_shift_rope_backward_kernel<false>, grid, block, 0, x, gamma, dy, dx, accumulate, cos_t,
+                      sin_t, partial.p, rows, T, D, chunk_rows, chunks);
+    if (sums)
+        KERNEL_LAUNCH(layer_norm_params_final_kernel, blocks_for(D * kWarp), kBlockSize, 0, partial.p, dgamma, dbeta,
+                      D, chunks);
 }
 
 }  // namespace engine::cuda

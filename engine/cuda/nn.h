@@ -98,6 +98,11 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
 // angle (start_pos + t)·base^(−2i/D). The backward rotates dy by the negative angle.
 void rope_forward(const float* x, float* y, int64_t outer, int64_t T, int64_t D, float base, int64_t start_pos);
 void rope_backward(const float* dy, float* dx, int64_t outer, int64_t T, int64_t D, float base, int64_t start_pos);
+// rope(x ⊙ gamma + beta) and its backward: engine/cpu/nn.h's, up to the sums' order.
+void scale_shift_rope_forward(const float* x, const float* gamma, const float* beta, float* y, int64_t outer,
+                              int64_t T, int64_t D, float base);
+void scale_shift_rope_backward(const float* x, const float* gamma, const float* dy, float* dx, bool accumulate,
+                               float* dgamma, float* dbeta, int64_t outer, int64_t T, int64_t D, float base);
 
 // CUDA only (no CPU twin): out[i] = value i of a uniform [0, 1) draw whose first Philox block is
 // `base`, for i in [0, n): word i % 4 of philox(seed, base + i/4), as (w >> 8)·2^-24. With

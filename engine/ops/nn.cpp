@@ -498,4 +498,30 @@ Tensor rope(const Tensor& x, float base, int64_t start_pos) {
     });
 }
 
+Tensor scale_shift_rope(const Tensor& x, const Tensor& gamma, const Tensor& beta, float base) {
+    const char* name = "scale_shift_rope";
+    expect_f32(name, x);
+    check(x.ndim() >= 2, "scale_shift_rope: input must be [..., T, D], got {}", x.shape().str());
+    check(gamma.defined() && beta.defined(), "scale_shift_rope: gamma and beta are both needed");
+    expect_layer_norm_params(name, x, gamma, beta, 0.f, "gamma", "beta");
+    int64_t T = x.size(-2), D = x.size(-1);
+    check(base <= 0.f || D % 2 == 0, "scale_shift_rope: a rotation needs an even last dim, got {}", x.shape().str());
+    int64_t outer = T * D > 0 ? x.numel() / (T * D) : 0;
+    const Device dev = x.device();
+    Tensor y = x.new_empty(x.shape());
+    ON_DEVICE(dev, scale_shift_rope_forward)(x.raw_f32(), gamma.raw_f32(), beta.raw_f32(), y.raw_f32(), outer, T, D,
+                                             base);
+    return attach(y, name, {x, gamma, beta}, [x, gamma, beta, outer, T, D, base, dev](const Tensor& g) {
+        Tensor dx, dgamma, dbeta;
+        bool adding = false;
+        if (x.requires_grad()) dx = grad_target(x, g, adding);
+        if (gamma.requires_grad()) dgamma = gamma.new_empty(gamma.shape());
+        if (beta.requires_grad()) dbeta = beta.new_empty(beta.shape());
+        auto raw = [](Tensor& t) { return t.defined() ? t.raw_f32() : nullptr; };
+        ON_DEVICE(dev, scale_shift_rope_backward)(x.raw_f32(), gamma.raw_f32(), g.raw_f32(), raw(dx), adding,
+                                                  raw(dgamma), raw(dbeta), outer, T, D, base);
+        return std::vector<Tensor>{dx, dgamma, dbeta};
+    });
+}
+
 }  // namespace engine

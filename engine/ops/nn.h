@@ -57,5 +57,13 @@ Tensor attention_qkv(const Tensor& qkv, int64_t heads, bool causal, float dropou
 // angle pos·base^(-2i/D) (the GPT-NeoX "rotate half" layout), positions 0..T-1 offset by
 // `start_pos`. The backward is the rotation by the negative angle.
 Tensor rope(const Tensor& x, float base = 10000.f, int64_t start_pos = 0);
+// rope(x ⊙ gamma + beta, base) for x [..., T, D], gamma and beta [D] (both needed), positions from 0;
+// base <= 0: x ⊙ gamma + beta without rotation. The GAU's per-dimension scale and offset of Q and K
+// and their rotation as one op: one pass forward (where mul, add and rope made three and kept
+// two tensors), one backward pass for dx (added into x's gradient so far where there is one:
+// Q's and K's share one z) and the partial sums of dgamma and dbeta. The same values as the three
+// ops up to roundings: x·gamma + beta is one fused multiply-add, the parameters' sums run in
+// another order.
+Tensor scale_shift_rope(const Tensor& x, const Tensor& gamma, const Tensor& beta, float base = 10000.f);
 
 }  // namespace engine

@@ -1,10 +1,10 @@
-// tests/cuda/test_cuda_fused.cpp: the fused bias_gelu, bias_silu, masked_relu2, add_layer_norm,
+// tests/cuda/test_cuda_fused.cpp: the fused bias_gelu, bias_silu, masked_relu2, scale_shift_rope, add_layer_norm,
 // gelu_linear and layer_norm_linear on the device against the CPU (check_parity), forward and
 // backward: bias_gelu exact and tanh and bias_silu, widths that leave the last 32-column tile
 // partial, one column, enough rows for sum_dim's chunked column sums (the dbias) and for the
 // kernels' loop over the rows beyond one pass of the grid, a gradient for the bias or x only;
-// masked_relu2 causal and not; add_layer_norm with and without weight/bias, warp- and
-// block-per-row lengths, both outputs used. On the device, add_layer_norm and layer_norm_linear
+// masked_relu2 causal and not; scale_shift_rope with and without rotation; add_layer_norm with and
+// without weight/bias, warp- and block-per-row lengths, both outputs used. On the device, add_layer_norm and layer_norm_linear
 // give the bits of the ops they fuse (the same device functions and GEMMs), bias_gelu the unfused
 // ops' values within rounding, and dbias is bitwise repeatable.
 //
@@ -77,6 +77,32 @@ TEST_CASE("cuda masked_relu2: causal and not, square and not", "[cuda]") {
                          [causal](auto& in) { return engine::masked_relu2(in[0], 0.25f, causal); },
                          {scaled(s, 1.f, 60)}, kPointwise, kPointwise);
         }
+}
+
+// scale_shift_rope (GAU's Q and K): with and without the rotation, pairs that leave the last
+// 32-unit tile partial, GAU's s = 128, an odd width without rotation, rows enough for several
+// chunks of the parameters' sums; Q and K from one intermediate z, so the second adds into z's
+// gradient; and a gradient for the parameters only.
+TEST_CASE("cuda scale_shift_rope: rotation or none, chunked sums, Q and K sharing z", "[cuda]") {
+    for (auto [s, base] : {std::pair{Shape{2, 9, 8}, 10000.f}, std::pair{Shape{3, 70, 128}, 10000.f},
+                           std::pair{Shape{5000, 6}, 100.f}, std::pair{Shape{40, 37}, 0.f},
+                           std::pair{Shape{2, 300, 96}, 0.f}}) {
+        INFO("shape " << s.str() << " base " << base);
+        const int64_t D = s[s.ndim - 1];
+        auto qk = [base](auto& in) {
+            Tensor z = engine::mul(in[0], 1.f);  // an intermediate, as GAU's z: K's gradient adds into Q's
+            return engine::concat({engine::scale_shift_rope(z, in[1], in[2], base),
+                                   engine::scale_shift_rope(z, in[3], in[4], base)}, 0);
+        };
+        check_parity("scale_shift_rope", qk,
+                     {scaled(s, 2.f, 70), scaled({D}, 1.f, 71), randn({D}, true, 72), scaled({D}, 1.f, 73),
+                      randn({D}, true, 74)},
+                     kPointwise, kLnBwd);
+    }
+    auto one = [](auto& in) { return engine::scale_shift_rope(in[0], in[1], in[2]); };
+    check_parity("scale_shift_rope parameters only", one,
+                 {scaled({4, 33, 16}, 2.f, 75, false), randn({16}, true, 76), randn({16}, true, 77)}, kPointwise,
+                 kLnBwd);
 }
 
 TEST_CASE("cuda bias_gelu: a gradient for the bias only, and for x only", "[cuda]") {
