@@ -26,29 +26,40 @@ GAU::GAU(int64_t d, int64_t expansion, int64_t s_, bool causal, bool rope, bool 
 Tensor GAU::forward(const Tensor& x, const Tensor& residual) const {
     check(x.ndim() == 3 && x.size(2) == dim, "GAU: input {} is not [B, n, {}]", x.shape().str(), dim);
     int64_t n = x.size(1);
-    std::vector<Tensor> parts;
+    // U = silu(x·W_u + b_u) gates A·V at the end; where bias_silu_gate applies the SiLU there, the
+    // pre-activation hu is kept instead of U.
+    Tensor u, hu, v, z;
     if (hidden->forward_hook || hidden->input_hook) {
         // A data-dependent initializer observes hidden's whole output: one GEMM, then a split.
-        parts = split(silu(hidden->forward(x)), {e, e, s}, 2);
+        std::vector<Tensor> parts = split(silu(hidden->forward(x)), {e, e, s}, 2);
+        u = parts[0];
+        v = parts[1];
+        z = parts[2];
     } else {
         // One GEMM per row block of hidden's weight (views, no copies): the same products as the
         // single GEMM, without splitting its [tokens, 2e + s] output. That split copied the
         // activations, and its backward made three zero-filled gradients of that size and added
         // them: 39% of a GAU step's non-GEMM bytes (apps/bench gau --profile). The views' backward
         // does the same to the weight's gradient, (2e + s)·dim floats instead of tokens·(2e + s).
-        // The bias joins the SiLU (bias_silu: one pass instead of the GEMM's bias pass and the SiLU's).
-        auto block = [&](int64_t start, int64_t rows) {
-            Tensor h = linear(x, hidden->weight.narrow(0, start, rows));
+        // Each bias joins its SiLU (bias_silu: one pass instead of the GEMM's bias pass and the
+        // SiLU's), and U's SiLU joins the gate (bias_silu_gate: U is never stored).
+        auto pre = [&](int64_t start, int64_t rows) { return linear(x, hidden->weight.narrow(0, start, rows)); };
+        auto act = [&](int64_t start, int64_t rows) {
+            Tensor h = pre(start, rows);
             return hidden->bias.defined() ? bias_silu(h, hidden->bias.narrow(0, start, rows)) : silu(h);
         };
-        parts = {block(0, e), block(e, e), block(2 * e, s)};
+        if (hidden->bias.defined()) hu = pre(0, e);
+        else u = act(0, e);
+        v = act(e, e);
+        z = act(2 * e, s);
     }
-    Tensor u = parts[0], v = parts[1], z = parts[2];
     // Q = rope(Z⊙γ_q + β_q), K likewise: one pass each (scale_shift_rope), K's backward adding into Q's dZ.
     const float base = use_rope ? 10000.f : 0.f;
     Tensor q = scale_shift_rope(z, gamma_q, beta_q, base), k = scale_shift_rope(z, gamma_k, beta_k, base);
     Tensor a = masked_relu2(matmul(q, k, false, true), 1.f / (float)(n * s), causal);  // [B, n, n]
-    return out->forward_plus(mul(u, matmul(a, v)), residual);
+    Tensor av = matmul(a, v);
+    Tensor gated = hu.defined() ? bias_silu_gate(hu, hidden->bias.narrow(0, 0, e), av) : mul(u, av);
+    return out->forward_plus(gated, residual);
 }
 
 GAULM::GAULM(const GAUConfig& c) : cfg(c) {

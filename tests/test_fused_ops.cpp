@@ -1,12 +1,13 @@
-// tests/test_fused_ops.cpp: the fused ops of the transformer block and GAU, bias_gelu, bias_silu
-// and masked_relu2 (engine/ops/elementwise.h), gelu_linear and layer_norm_linear
-// (engine/ops/matmul.h), add_layer_norm (engine/ops/nn.h), against the unfused ops they replace
-// (gelu(add(x, bias)); masked_fill, relu2 and mul; bias_gelu then linear; layer_norm then linear;
-// add then layer_norm), their gradients by finite differences, the thread-count independence of
-// dbias, gelu_linear's and layer_norm_linear's memory, argument errors, and the modules that use
+// tests/test_fused_ops.cpp: the fused ops of the transformer block and GAU, bias_gelu, bias_silu,
+// bias_silu_gate and masked_relu2 (engine/ops/elementwise.h), gelu_linear and layer_norm_linear
+// (engine/ops/matmul.h), add_layer_norm and scale_shift_rope (engine/ops/nn.h), against the
+// unfused ops they replace (gelu(add(x, bias)); mul after bias_silu; masked_fill, relu2 and mul;
+// bias_gelu then linear; layer_norm then linear; add then layer_norm; mul, add and rope), their
+// gradients by finite differences, the thread-count independence of dbias, the memory of
+// gelu_linear, layer_norm_linear and bias_silu_gate, argument errors, and the modules that use
 // them: the MLP (its fused paths against the hook and dropout paths, which are unfused), the
-// Pre-LN and Post-LN blocks and the LM's final norm (fused against the path a hook on the norm
-// takes).
+// Pre-LN and Post-LN blocks, the LM's final norm (fused against the path a hook on the norm
+// takes) and the GAU LM's residual adds.
 #include <catch2/catch.hpp>
 
 #include <omp.h>
@@ -169,6 +170,60 @@ TEST_CASE("bias_gelu: argument errors", "[elementwise][fused]") {
     CHECK_THROWS_WITH(bias_gelu(x, Tensor()), Catch::Contains("bias_gelu: bias is undefined"));
     CHECK_THROWS_WITH(bias_silu(x, Tensor::zeros({2})),
                       Catch::Contains("bias_silu: bias [2] does not match the last dim of input [2,3]"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// bias_silu_gate: GAU's mul(bias_silu(x, b), gate)
+
+// The same bits as mul(bias_silu(x, b), gate) forward and for x and the gate (the same products in
+// the same order), dbias within its sum's order (the fused sum adds dx, the unfused bias_silu's
+// backward adds the same dx). Every input with a gradient, or one of them; widths that leave
+// remainders after the vectorized loop body.
+TEST_CASE("bias_silu_gate: the bits of mul(bias_silu(x, b), gate), forward and backward", "[elementwise][fused]") {
+    for (int64_t n : {37, 96})
+        for (int wanted = 0; wanted < 4; wanted++) {  // all, x only, bias only, gate only
+            INFO("width " << n << " gradients " << wanted);
+            std::vector<Tensor> leaves{param({3, 5, n}, 110, -4.f, 4.f), param({n}, 111, -1.f, 1.f),
+                                       param({3, 5, n}, 112, -2.f, 2.f)};
+            for (int i = 0; i < 3; i++) leaves[i].requires_grad_(wanted == 0 || wanted == i + 1);
+            std::vector<uint32_t> fused_bits, plain_bits;
+            Grads fused = grads_of(leaves, [](auto& in) { return bias_silu_gate(in[0], in[1], in[2]); }, &fused_bits);
+            Grads plain = grads_of(leaves, [](auto& in) { return mul(bias_silu(in[0], in[1]), in[2]); }, &plain_bits);
+            CHECK(fused_bits == plain_bits);
+            CHECK(fused[0] == plain[0]);
+            CHECK(fused[2] == plain[2]);
+            CHECK(bits_close(fused[1], plain[1]));
+        }
+}
+
+TEST_CASE("bias_silu_gate", "[elementwise][gradcheck]") {
+    gradcheck("bias_silu_gate", [](auto& in) { return bias_silu_gate(in[0], in[1], in[2]); },
+              {param({3, 7}, 113, -3.f, 3.f), param({7}, 114, -1.f, 1.f), param({3, 7}, 115, -2.f, 2.f)});
+}
+
+// What it is for: U = silu(x + b) is not kept for the backward.
+TEST_CASE("bias_silu_gate: one [rows, n] tensor less alive between forward and backward", "[elementwise][fused]") {
+    const int64_t rows = 64, n = 256;
+    Tensor x0 = param({rows, n}, 116), b = param({n}, 117), gate0 = param({rows, n}, 118);
+    auto kept = [&](bool fused) {
+        Tensor x = mul(x0, 1.f), gate = mul(gate0, 1.f);  // intermediates, as in GAU
+        size_t before = host_memory_in_use();
+        Tensor y = fused ? bias_silu_gate(x, b, gate) : mul(bias_silu(x, b), gate);
+        size_t held = host_memory_in_use() - before;
+        sum(y).backward();
+        return held;
+    };
+    size_t fused = kept(true), plain = kept(false);
+    CHECK(plain - fused == (size_t)rows * n * sizeof(float));
+}
+
+TEST_CASE("bias_silu_gate: argument errors", "[elementwise][fused]") {
+    Tensor x = Tensor::zeros({2, 3}), b = Tensor::zeros({3});
+    CHECK_THROWS_WITH(bias_silu_gate(x, Tensor::zeros({4}), x),
+                      Catch::Contains("bias_silu_gate: bias [4] does not match the last dim of input [2,3]"));
+    CHECK_THROWS_WITH(bias_silu_gate(x, b, Tensor::zeros({3, 2})),
+                      Catch::Contains("bias_silu_gate: gate [3,2] is not the input's shape [2,3]"));
+    CHECK_THROWS_WITH(bias_silu_gate(x, b, Tensor()), Catch::Contains("bias_silu_gate: gate is undefined"));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -98,12 +98,20 @@ void bias_rows(const float* bias, float* y, int64_t rows, int64_t n, const float
             y[r * n + j] = (bias ? bias[j] : 0.f) + (residual ? residual[r * n + j] : 0.f);
 }
 
+// gate (null: none) multiplies each output: act(x + bias)·gate, the product mul would round.
 template <typename F>
-static void bias_act_forward_loop(const float* x, const float* bias, float* y, int64_t rows, int64_t n) {
+static void bias_act_forward_loop(const float* x, const float* bias, float* y, int64_t rows, int64_t n,
+                                  const float* gate) {
     #pragma omp parallel for if (rows * n > kParallelMin)
     for (int64_t r = 0; r < rows; r++) {
         const float* xr = x + r * n;
         float* yr = y + r * n;
+        if (gate) {
+            const float* mr = gate + r * n;
+            #pragma omp simd
+            for (int64_t j = 0; j < n; j++) yr[j] = F::f(xr[j] + bias[j]) * mr[j];
+            continue;
+        }
         #pragma omp simd
         for (int64_t j = 0; j < n; j++) yr[j] = F::f(xr[j] + bias[j]);
     }
@@ -114,9 +122,11 @@ static void bias_act_forward_loop(const float* x, const float* bias, float* y, i
 // `rows` only (as layer_norm_backward's), so the bits do not depend on the number of threads.
 constexpr int64_t kBiasChunks = 64;
 
+// With a gate (kRecompute false): dx = (dy·gate)·act'(x + bias) and dgate = dy·act(x + bias)
+// (null: not wanted), in mul's and the ungated backward's order of products.
 template <typename F, bool kRecompute>
 static void bias_act_backward_loop(const float* x, const float* bias, const float* dy, float* dx, float* dbias,
-                                   float* y, int64_t rows, int64_t n) {
+                                   float* y, int64_t rows, int64_t n, const float* gate, float* dgate) {
     int64_t chunks = std::min(rows, kBiasChunks);
     std::vector<double> partial(dbias ? chunks * n : 0, 0.0);  // [chunks, n]
     #pragma omp parallel for schedule(static) if (rows * n > kParallelMin)
@@ -132,6 +142,15 @@ static void bias_act_backward_loop(const float* x, const float* bias, const floa
                     float v = xr[j] + bias[j], g = gr[j];
                     dr[j] = g * F::df(v, 0.f);  // df reads x only
                     yr[j] = F::f(v);
+                }
+            } else if (gate) {
+                const float* mr = gate + r * n;
+                #pragma omp simd
+                for (int64_t j = 0; j < n; j++) dr[j] = gr[j] * mr[j] * F::df(xr[j] + bias[j], 0.f);
+                if (dgate) {
+                    float* dmr = dgate + r * n;
+                    #pragma omp simd
+                    for (int64_t j = 0; j < n; j++) dmr[j] = gr[j] * F::f(xr[j] + bias[j]);
                 }
             } else {
                 #pragma omp simd
@@ -151,20 +170,32 @@ static void bias_act_backward_loop(const float* x, const float* bias, const floa
 
 template <typename F>
 static void bias_act_backward_as(const float* x, const float* bias, const float* dy, float* dx, float* dbias,
-                                 float* y, int64_t rows, int64_t n) {
+                                 float* y, int64_t rows, int64_t n, const float* gate, float* dgate) {
     static_assert(!F::kReadsY, "bias_act: the activation's derivative must read its input only");
-    if (y) bias_act_backward_loop<F, true>(x, bias, dy, dx, dbias, y, rows, n);
-    else bias_act_backward_loop<F, false>(x, bias, dy, dx, dbias, nullptr, rows, n);
+    if (y) bias_act_backward_loop<F, true>(x, bias, dy, dx, dbias, y, rows, n, nullptr, nullptr);
+    else bias_act_backward_loop<F, false>(x, bias, dy, dx, dbias, nullptr, rows, n, gate, dgate);
 }
 
 void bias_act_forward(const float* x, const float* bias, float* y, int64_t rows, int64_t n, BiasAct act) {
-    pointwise::with_bias_act(act, [&](auto f) { bias_act_forward_loop<decltype(f)>(x, bias, y, rows, n); });
+    pointwise::with_bias_act(act, [&](auto f) { bias_act_forward_loop<decltype(f)>(x, bias, y, rows, n, nullptr); });
 }
 
 void bias_act_backward(const float* x, const float* bias, const float* dy, float* dx, float* dbias, float* y,
                        int64_t rows, int64_t n, BiasAct act) {
     pointwise::with_bias_act(act, [&](auto f) {
-        bias_act_backward_as<decltype(f)>(x, bias, dy, dx, dbias, y, rows, n);
+        bias_act_backward_as<decltype(f)>(x, bias, dy, dx, dbias, y, rows, n, nullptr, nullptr);
+    });
+}
+
+void bias_act_gate_forward(const float* x, const float* bias, const float* gate, float* y, int64_t rows, int64_t n,
+                           BiasAct act) {
+    pointwise::with_bias_act(act, [&](auto f) { bias_act_forward_loop<decltype(f)>(x, bias, y, rows, n, gate); });
+}
+
+void bias_act_gate_backward(const float* x, const float* bias, const float* gate, const float* dy, float* dx,
+                            float* dbias, float* dgate, int64_t rows, int64_t n, BiasAct act) {
+    pointwise::with_bias_act(act, [&](auto f) {
+        bias_act_backward_as<decltype(f)>(x, bias, dy, dx, dbias, nullptr, rows, n, gate, dgate);
     });
 }
 

@@ -35,6 +35,13 @@ void bias_act_forward(const float* x, const float* bias, float* y, int64_t rows,
 // GELU's output for its weight gradient without a buffer of its own (engine/ops/matmul.cpp).
 void bias_act_backward(const float* x, const float* bias, const float* dy, float* dx, float* dbias, float* y,
                        int64_t rows, int64_t n, BiasAct act);
+// Gated: y = act(x + bias)·gate, gate [rows, n] (GAU's U ⊙ A·V with U = silu(x + bias)). The
+// backward writes dx = (dy·gate)·act'(x + bias) (always), dbias = Σ_rows dx and dgate =
+// dy·act(x + bias) (each null: not wanted): the products of mul and bias_act's backward, in order.
+void bias_act_gate_forward(const float* x, const float* bias, const float* gate, float* y, int64_t rows, int64_t n,
+                           BiasAct act);
+void bias_act_gate_backward(const float* x, const float* bias, const float* gate, const float* dy, float* dx,
+                            float* dbias, float* dgate, int64_t rows, int64_t n, BiasAct act);
 
 // x viewed as [outer, T, S]: y = scale·relu(x)² where key j is visible to query i (all of them, or
 // with causal j <= i + S − T), else 0; dx = dy·scale·2·relu(x) where visible, else 0.

@@ -253,13 +253,17 @@ static dim3 bias_grid(int64_t rows, int64_t n) {
     return dim3((unsigned)tiles, (unsigned)(slices < kBiasMaxSlices ? slices : kBiasMaxSlices));
 }
 
+// gate (null: none) multiplies each output, act(x + bias)·gate: GAU's U ⊙ A·V.
 template <typename F>
-__global__ void bias_act_forward_kernel(const float* x, const float* bias, float* y, int64_t rows, int64_t n) {
+__global__ void bias_act_forward_kernel(const float* x, const float* bias, const float* gate, float* y, int64_t rows,
+                                        int64_t n) {
     int64_t j = (int64_t)blockIdx.x * kBiasTile + threadIdx.x;
     if (j >= n) return;
     float b = bias[j];
-    for (int64_t r = (int64_t)blockIdx.y * kBiasRows + threadIdx.y; r < rows; r += (int64_t)gridDim.y * kBiasRows)
-        y[r * n + j] = F::f(x[r * n + j] + b);
+    for (int64_t r = (int64_t)blockIdx.y * kBiasRows + threadIdx.y; r < rows; r += (int64_t)gridDim.y * kBiasRows) {
+        const float a = F::f(x[r * n + j] + b);
+        y[r * n + j] = gate ? a * gate[r * n + j] : a;
+    }
 }
 
 // The column sums of the thread block's dx for bias_act_backward's dbias: each thread's sum over
@@ -281,19 +285,22 @@ __device__ __forceinline__ void bias_partial(V acc, V* partial, int64_t j, int64
 
 // y (null: not wanted) gets act(x + bias) again, the forward's bits; it may be dy (each thread
 // reads its element of dy before it writes that element of y). partial (null: no dbias wanted)
-// gets the column sums of dx of each slice of rows (bias_partial).
+// gets the column sums of dx of each slice of rows (bias_partial). With a gate (and no y):
+// dx = (dy·gate)·act'(x + bias) and dgate (null: not wanted) = dy·act(x + bias), mul's products.
 template <typename F>
 __global__ void bias_act_backward_kernel(const float* x, const float* bias, const float* dy, float* dx, float* y,
-                                          float* partial, int64_t rows, int64_t n) {
+                                          float* partial, const float* gate, float* dgate, int64_t rows, int64_t n) {
     const int64_t j = (int64_t)blockIdx.x * kBiasTile + threadIdx.x;
     float acc = 0.f;
     if (j < n) {
         const float b = bias[j];
         for (int64_t r = (int64_t)blockIdx.y * kBiasRows + threadIdx.y; r < rows; r += (int64_t)gridDim.y * kBiasRows) {
-            const float v = x[r * n + j] + b, g = dy[r * n + j], d = g * F::df(v, 0.f);  // df reads x only
+            const float v = x[r * n + j] + b, g = dy[r * n + j];
+            const float d = (gate ? g * gate[r * n + j] : g) * F::df(v, 0.f);  // df reads x only
             dx[r * n + j] = d;
             acc += d;
             if (y) y[r * n + j] = F::f(v);
+            if (dgate) dgate[r * n + j] = g * F::f(v);
         }
     }
     if (partial) bias_partial(acc, partial, j, n);
@@ -304,11 +311,17 @@ __global__ void bias_act_backward_kernel(const float* x, const float* bias, cons
 // the column. The scalar kernels moved 1.5 TB/s on an H200 (ViT-Tiny's [32896, 768]), the flat
 // float4 ones 3.1 (the backward's 3.06 on an H100: x, dy, dx and y, 404 MB in 132 µs); the values
 // are the same bits, element by element.
+__device__ __forceinline__ float4 times(float4 a, float4 b) { return float4{a.x * b.x, a.y * b.y, a.z * b.z, a.w * b.w}; }
+
 template <typename F>
-__global__ void bias_act_forward4_kernel(const float4* x, const float4* bias, float4* y, int n4, int total4) {
+__device__ __forceinline__ float4 act4(float4 v) { return float4{F::f(v.x), F::f(v.y), F::f(v.z), F::f(v.w)}; }
+
+template <typename F>
+__global__ void bias_act_forward4_kernel(const float4* x, const float4* bias, const float4* gate, float4* y, int n4,
+                                         int total4) {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total4; i += blockDim.x * gridDim.x) {
-        float4 v = x[i], b = bias[i % n4];
-        y[i] = float4{F::f(v.x + b.x), F::f(v.y + b.y), F::f(v.z + b.z), F::f(v.w + b.w)};
+        const float4 a = act4<F>(plus(x[i], bias[i % n4]));
+        y[i] = gate ? times(a, gate[i]) : a;
     }
 }
 
@@ -318,19 +331,20 @@ __global__ void bias_act_forward4_kernel(const float4* x, const float4* bias, fl
 // dbias a second pass over dx: 41 µs of the 132 again, on the H100.)
 template <typename F>
 __global__ void bias_act_backward4_kernel(const float4* x, const float4* bias, const float4* dy, float4* dx,
-                                           float4* y, float4* partial, int64_t rows, int64_t n4) {
+                                           float4* y, float4* partial, const float4* gate, float4* dgate,
+                                           int64_t rows, int64_t n4) {
     const int64_t j = (int64_t)blockIdx.x * kBiasTile + threadIdx.x;
     float4 acc{0.f, 0.f, 0.f, 0.f};
     if (j < n4) {
         const float4 b = bias[j];
         for (int64_t r = (int64_t)blockIdx.y * kBiasRows + threadIdx.y; r < rows; r += (int64_t)gridDim.y * kBiasRows) {
-            float4 v = x[r * n4 + j];
-            const float4 g = dy[r * n4 + j];
-            v = float4{v.x + b.x, v.y + b.y, v.z + b.z, v.w + b.w};
+            const float4 v = plus(x[r * n4 + j], b), dyv = dy[r * n4 + j];
+            const float4 g = gate ? times(dyv, gate[r * n4 + j]) : dyv;
             const float4 d{g.x * F::df(v.x, 0.f), g.y * F::df(v.y, 0.f), g.z * F::df(v.z, 0.f), g.w * F::df(v.w, 0.f)};
             dx[r * n4 + j] = d;
             acc = plus(acc, d);
-            if (y) y[r * n4 + j] = float4{F::f(v.x), F::f(v.y), F::f(v.z), F::f(v.w)};
+            if (y) y[r * n4 + j] = act4<F>(v);
+            if (dgate) dgate[r * n4 + j] = times(dyv, act4<F>(v));
         }
     }
     if (partial) bias_partial(acc, partial, j, n4);
@@ -343,26 +357,30 @@ static bool bias_vec4(int64_t rows, int64_t n, std::initializer_list<const void*
 }
 
 template <typename F>
-static void bias_act_forward_as(const float* x, const float* bias, float* y, int64_t rows, int64_t n) {
-    if (bias_vec4(rows, n, {x, bias, y})) {
+static void bias_act_forward_as(const float* x, const float* bias, const float* gate, float* y, int64_t rows,
+                                int64_t n) {
+    if (bias_vec4(rows, n, {x, bias, gate, y})) {
         int total4 = (int)(rows * n / 4);
         KERNEL_LAUNCH(bias_act_forward4_kernel<F>, blocks_for(total4), kBlockSize, 0, (const float4*)x,
-                      (const float4*)bias, (float4*)y, (int)(n / 4), total4);
+                      (const float4*)bias, (const float4*)gate, (float4*)y, (int)(n / 4), total4);
     } else {
-        KERNEL_LAUNCH(bias_act_forward_kernel<F>, bias_grid(rows, n), dim3(kBiasTile, kBiasRows), 0, x, bias, y, rows, n);
+        KERNEL_LAUNCH(bias_act_forward_kernel<F>, bias_grid(rows, n), dim3(kBiasTile, kBiasRows), 0, x, bias, gate, y,
+                      rows, n);
     }
 }
 
 template <typename F>
 static void bias_act_backward_as(const float* x, const float* bias, const float* dy, float* dx, float* y,
-                                 float* partial, bool vec, dim3 grid, int64_t rows, int64_t n) {
+                                 float* partial, const float* gate, float* dgate, bool vec, dim3 grid, int64_t rows,
+                                 int64_t n) {
     static_assert(!F::kReadsY, "bias_act: the activation's derivative must read its input only");
     if (vec)
         KERNEL_LAUNCH(bias_act_backward4_kernel<F>, grid, dim3(kBiasTile, kBiasRows), 0, (const float4*)x,
-                      (const float4*)bias, (const float4*)dy, (float4*)dx, (float4*)y, (float4*)partial, rows, n / 4);
+                      (const float4*)bias, (const float4*)dy, (float4*)dx, (float4*)y, (float4*)partial,
+                      (const float4*)gate, (float4*)dgate, rows, n / 4);
     else
         KERNEL_LAUNCH(bias_act_backward_kernel<F>, grid, dim3(kBiasTile, kBiasRows), 0, x, bias, dy, dx, y, partial,
-                      rows, n);
+                      gate, dgate, rows, n);
 }
 
 // bias_rows: the bias tiled over the rows, plus a residual where there is one (a Pre-LN block's
@@ -397,8 +415,13 @@ void bias_rows(const float* bias, float* y, int64_t rows, int64_t n, const float
 }
 
 void bias_act_forward(const float* x, const float* bias, float* y, int64_t rows, int64_t n, BiasAct act) {
+    bias_act_gate_forward(x, bias, nullptr, y, rows, n, act);
+}
+
+void bias_act_gate_forward(const float* x, const float* bias, const float* gate, float* y, int64_t rows, int64_t n,
+                           BiasAct act) {
     if (rows == 0 || n == 0) return;
-    pointwise::with_bias_act(act, [&](auto f) { bias_act_forward_as<decltype(f)>(x, bias, y, rows, n); });
+    pointwise::with_bias_act(act, [&](auto f) { bias_act_forward_as<decltype(f)>(x, bias, gate, y, rows, n); });
 }
 
 // dbias: each slice of rows sums its dx as it writes it (bias_partial: no second read of dx), and
@@ -406,8 +429,8 @@ void bias_act_forward(const float* x, const float* bias, float* y, int64_t rows,
 // run. At most kBiasSumSlices slices (a thread then takes rows/2048 rows or more): enough blocks
 // to fill a GPU (ViT-Tiny's [32896, 768]: 6 × 256 blocks of 256 threads), few partial sums (768 KB).
 constexpr int64_t kBiasSumSlices = 256;
-void bias_act_backward(const float* x, const float* bias, const float* dy, float* dx, float* dbias, float* y,
-                       int64_t rows, int64_t n, BiasAct act) {
+static void bias_act_backward_any(const float* x, const float* bias, const float* dy, float* dx, float* dbias, float* y,
+                                  const float* gate, float* dgate, int64_t rows, int64_t n, BiasAct act) {
     if (n == 0) return;
     if (rows == 0) {  // an empty sum
         if (dbias) memset_zero(dbias, sizeof(float) * n);
@@ -415,13 +438,24 @@ void bias_act_backward(const float* x, const float* bias, const float* dy, float
     }
     const int64_t slices = std::min((rows + kBiasRows - 1) / kBiasRows, dbias ? kBiasSumSlices : kBiasMaxSlices);
     Scratch<> partial(dbias ? slices * n : 0);
-    const bool vec = float4_ok(n, {x, bias, dy, dx, y, partial.p});  // a null pointer is 16-byte aligned
+    // (a null pointer is 16-byte aligned)
+    const bool vec = float4_ok(n, {x, bias, dy, dx, y, partial.p, gate, dgate});
     const int64_t cols = vec ? n / 4 : n;
     const dim3 grid((unsigned)((cols + kBiasTile - 1) / kBiasTile), (unsigned)slices);
     pointwise::with_bias_act(act, [&](auto f) {
-        bias_act_backward_as<decltype(f)>(x, bias, dy, dx, y, partial.p, vec, grid, rows, n);
+        bias_act_backward_as<decltype(f)>(x, bias, dy, dx, y, partial.p, gate, dgate, vec, grid, rows, n);
     });
     if (dbias) sum_dim(partial.p, dbias, 1, slices, n);
+}
+
+void bias_act_backward(const float* x, const float* bias, const float* dy, float* dx, float* dbias, float* y,
+                       int64_t rows, int64_t n, BiasAct act) {
+    bias_act_backward_any(x, bias, dy, dx, dbias, y, nullptr, nullptr, rows, n, act);
+}
+
+void bias_act_gate_backward(const float* x, const float* bias, const float* gate, const float* dy, float* dx,
+                            float* dbias, float* dgate, int64_t rows, int64_t n, BiasAct act) {
+    bias_act_backward_any(x, bias, dy, dx, dbias, nullptr, gate, dgate, rows, n, act);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -32,6 +32,11 @@ void bias_rows(const float* bias, float* y, int64_t rows, int64_t n, const float
 void bias_act_forward(const float* x, const float* bias, float* y, int64_t rows, int64_t n, BiasAct act);
 void bias_act_backward(const float* x, const float* bias, const float* dy, float* dx, float* dbias, float* y,
                        int64_t rows, int64_t n, BiasAct act);
+// Gated, y = act(x + bias)·gate: engine/cpu/elementwise.h's, the same kernels with a gate.
+void bias_act_gate_forward(const float* x, const float* bias, const float* gate, float* y, int64_t rows, int64_t n,
+                           BiasAct act);
+void bias_act_gate_backward(const float* x, const float* bias, const float* gate, const float* dy, float* dx,
+                            float* dbias, float* dgate, int64_t rows, int64_t n, BiasAct act);
 
 void masked_relu2_forward(const float* x, float* y, int64_t outer, int64_t T, int64_t S, float scale, bool causal);
 void masked_relu2_backward(const float* x, const float* dy, float* dx, int64_t outer, int64_t T, int64_t S,

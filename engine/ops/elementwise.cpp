@@ -174,6 +174,34 @@ Tensor bias_silu(const Tensor& x, const Tensor& bias) {
     return bias_activation("bias_silu", x, bias, pointwise::BiasAct::Silu);
 }
 
+Tensor bias_silu_gate(const Tensor& x, const Tensor& bias, const Tensor& gate) {
+    const char* name = "bias_silu_gate";
+    expect_f32(name, x);
+    expect_f32(name, bias, "bias");
+    expect_f32(name, gate, "gate");
+    expect_same_device(name, x, bias);
+    expect_same_device(name, x, gate);
+    check(x.ndim() >= 1 && bias.ndim() == 1 && bias.size(0) == x.size(-1),
+          "{}: bias {} does not match the last dim of input {}", name, bias.shape().str(), x.shape().str());
+    check(gate.shape() == x.shape(), "{}: gate {} is not the input's shape {}", name, gate.shape().str(),
+          x.shape().str());
+    const pointwise::BiasAct act = pointwise::BiasAct::Silu;
+    int64_t n = x.size(-1), rows = n > 0 ? x.numel() / n : 0;
+    Tensor y = x.new_empty(x.shape());
+    ON_DEVICE(x.device(), bias_act_gate_forward)(x.raw_f32(), bias.raw_f32(), gate.raw_f32(), y.raw_f32(), rows, n,
+                                                 act);
+    return attach(y, name, {x, bias, gate}, [name, x, bias, gate, rows, n, act](const Tensor& g) {
+        expect_same_device(name, x, g);
+        Tensor dx = x.new_empty(x.shape());  // also when only dbias is wanted: CUDA sums it from dx
+        Tensor dbias = bias.requires_grad() ? bias.new_empty(bias.shape()) : Tensor();
+        Tensor dgate = gate.requires_grad() ? gate.new_empty(gate.shape()) : Tensor();
+        auto raw = [](Tensor& t) { return t.defined() ? t.raw_f32() : nullptr; };
+        ON_DEVICE(x.device(), bias_act_gate_backward)(x.raw_f32(), bias.raw_f32(), gate.raw_f32(), g.raw_f32(),
+                                                      dx.raw_f32(), raw(dbias), raw(dgate), rows, n, act);
+        return std::vector<Tensor>{x.requires_grad() ? dx : Tensor(), dbias, dgate};
+    });
+}
+
 // masked_relu2 keeps x, which its derivative reads; the mask is a function of the position only.
 Tensor masked_relu2(const Tensor& x, float scale, bool causal) {
     const char* name = "masked_relu2";

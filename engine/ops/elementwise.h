@@ -36,6 +36,11 @@ Tensor silu(const Tensor& x);          // x·sigmoid(x) (Swish)
 Tensor bias_gelu(const Tensor& x, const Tensor& bias, bool approximate = false);
 // silu(x + bias), the same way: GAU's three projections, each a GEMM without its bias first.
 Tensor bias_silu(const Tensor& x, const Tensor& bias);
+// silu(x + bias) ⊙ gate, gate of x's shape: GAU's U ⊙ A·V with U = silu(x·W_u + b_u) in one pass,
+// forward and backward (dx, dbias and dgate from one read of dy), and U never stored: the op keeps
+// x and gate, which the two ops kept too, and recomputes silu(x + bias) for dgate. The same bits as
+// mul(bias_silu(x, bias), gate) and its backward, dbias up to the order of its sum.
+Tensor bias_silu_gate(const Tensor& x, const Tensor& bias, const Tensor& gate);
 // scale·relu(x)² over x [..., T, S] (queries by keys), 0 where key j is hidden from query i (with
 // causal: j > i + S − T, attention's convention): GAU's A = relu²(Q·Kᵀ)/(n·s) with its causal mask
 // in one pass, instead of masked_fill, relu2 and a scalar multiply (the same bits).

@@ -1,12 +1,13 @@
-// tests/cuda/test_cuda_fused.cpp: the fused bias_gelu, bias_silu, masked_relu2, scale_shift_rope, add_layer_norm,
-// gelu_linear and layer_norm_linear on the device against the CPU (check_parity), forward and
-// backward: bias_gelu exact and tanh and bias_silu, widths that leave the last 32-column tile
-// partial, one column, enough rows for sum_dim's chunked column sums (the dbias) and for the
-// kernels' loop over the rows beyond one pass of the grid, a gradient for the bias or x only;
-// masked_relu2 causal and not; scale_shift_rope with and without rotation; add_layer_norm with and
-// without weight/bias, warp- and block-per-row lengths, both outputs used. On the device, add_layer_norm and layer_norm_linear
-// give the bits of the ops they fuse (the same device functions and GEMMs), bias_gelu the unfused
-// ops' values within rounding, and dbias is bitwise repeatable.
+// tests/cuda/test_cuda_fused.cpp: the fused bias_gelu, bias_silu, bias_silu_gate, masked_relu2,
+// scale_shift_rope, add_layer_norm, gelu_linear and layer_norm_linear on the device against the
+// CPU (check_parity), forward and backward: bias_gelu exact and tanh and bias_silu, widths that
+// leave the last 32-column tile partial, one column, enough rows for sum_dim's chunked column sums
+// (the dbias) and for the kernels' loop over the rows beyond one pass of the grid, a gradient for
+// the bias or x only; bias_silu_gate with each input's gradient alone; masked_relu2 causal and not;
+// scale_shift_rope with and without rotation; add_layer_norm with and without weight/bias, warp-
+// and block-per-row lengths, both outputs used. On the device, add_layer_norm, layer_norm_linear
+// and bias_silu_gate give the bits of the ops they fuse (the same device functions and GEMMs),
+// bias_gelu the unfused ops' values within rounding, and dbias is bitwise repeatable.
 //
 // Tolerances: bias_gelu, bias_silu and masked_relu2 as the unary ops (atol 1e-6, rtol 1e-5: a
 // GPU's erff/expf/tanhf against the CPU's vectorizable forms), their backward atol 1e-5, rtol 1e-4
@@ -77,6 +78,38 @@ TEST_CASE("cuda masked_relu2: causal and not, square and not", "[cuda]") {
                          [causal](auto& in) { return engine::masked_relu2(in[0], 0.25f, causal); },
                          {scaled(s, 1.f, 60)}, kPointwise, kPointwise);
         }
+}
+
+// bias_silu_gate (GAU's U ⊙ A·V): the bias_act kernels with a gate, float4 (96, 40) and per
+// element (1, 37), dbias over many rows, a gradient for each input alone. On the device it gives
+// the bits of mul after bias_silu, whose kernels make the same products (dbias too: the same
+// partial sums of the same dx).
+TEST_CASE("cuda bias_silu_gate: float4 and not, dbias over many rows, the unfused ops' bits", "[cuda]") {
+    for (Shape s : {Shape{5, 1}, Shape{7, 37}, Shape{2, 9, 96}, Shape{5000, 40}}) {
+        INFO("shape " << s.str());
+        const int64_t n = s[s.ndim - 1];
+        auto f = [](auto& in) { return engine::bias_silu_gate(in[0], in[1], in[2]); };
+        check_parity("bias_silu_gate", f, {scaled(s, 2.f, 80), randn({n}, true, 81), scaled(s, 1.f, 82)}, kPointwise,
+                     kBiasBwd);
+        for (int only = 0; only < 3; only++)
+            check_parity("bias_silu_gate one gradient", f,
+                         {scaled(s, 2.f, 80, only == 0), randn({n}, only == 1, 81), scaled(s, 1.f, 82, only == 2)},
+                         kPointwise, kBiasBwd);
+    }
+    std::vector<Tensor> fused{test::to_cuda(scaled({300, 64}, 2.f, 83)), test::to_cuda(randn({64}, true, 84)),
+                              test::to_cuda(scaled({300, 64}, 1.f, 85))};
+    std::vector<Tensor> plain;
+    for (const Tensor& t : fused) plain.push_back(t.detach().clone().requires_grad_(true));
+    Tensor g = test::to_cuda(randn({300, 64}, false, 86));
+    Tensor y = engine::bias_silu_gate(fused[0], fused[1], fused[2]);
+    Tensor want = engine::mul(engine::bias_silu(plain[0], plain[1]), plain[2]);
+    CHECK(bits_of(y) == bits_of(want));
+    y.backward(g);
+    want.backward(g);
+    for (int i = 0; i < 3; i++) {
+        INFO("gradient of input " << i);
+        CHECK(bits_of(fused[i].grad()) == bits_of(plain[i].grad()));
+    }
 }
 
 // scale_shift_rope (GAU's Q and K): with and without the rotation, pairs that leave the last
