@@ -373,9 +373,12 @@ static void rope_table(std::vector<float>& cos_t, std::vector<float>& sin_t, int
     int64_t half = D / 2;
     cos_t.resize(T * half);
     sin_t.resize(T * half);
+    std::vector<double> freq(half);  // the same for every position: one pow per pair, not per entry
+    for (int64_t i = 0; i < half; i++) freq[i] = std::pow((double)base, -2.0 * (double)i / (double)D);
+    #pragma omp parallel for if (T * half > 4096)
     for (int64_t t = 0; t < T; t++)
         for (int64_t i = 0; i < half; i++) {
-            double angle = (double)(start_pos + t) * std::pow((double)base, -2.0 * (double)i / (double)D);
+            double angle = (double)(start_pos + t) * freq[i];
             cos_t[t * half + i] = (float)std::cos(angle);
             sin_t[t * half + i] = sign * (float)std::sin(angle);
         }
