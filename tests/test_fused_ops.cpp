@@ -304,7 +304,8 @@ TEST_CASE("scale_shift_rope: mul, add and rope in one op, values and gradients",
                 };
             };
             std::vector<uint32_t> fused_bits, plain_bits;
-            Grads fused = grads_of(leaves, model(true), &fused_bits), plain = grads_of(leaves, model(false), &plain_bits);
+            Grads fused = grads_of(leaves, model(true), &fused_bits);
+            Grads plain = grads_of(leaves, model(false), &plain_bits);
             CHECK(bits_close(fused_bits, plain_bits));
             for (size_t i = 0; i < leaves.size(); i++) {
                 INFO("leaf " << i);

@@ -272,6 +272,11 @@ __global__ void bias_act_forward_kernel(const float* x, const float* bias, const
 // thread of the block reaches the barrier.
 __device__ __forceinline__ float plus(float a, float b) { return a + b; }
 __device__ __forceinline__ float4 plus(float4 a, float4 b) { return float4{a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w}; }
+__device__ __forceinline__ float4 times(float4 a, float4 b) {
+    return float4{a.x * b.x, a.y * b.y, a.z * b.z, a.w * b.w};
+}
+template <typename F>
+__device__ __forceinline__ float4 act4(float4 v) { return float4{F::f(v.x), F::f(v.y), F::f(v.z), F::f(v.w)}; }
 
 template <typename V>
 __device__ __forceinline__ void bias_partial(V acc, V* partial, int64_t j, int64_t n) {
@@ -311,11 +316,6 @@ __global__ void bias_act_backward_kernel(const float* x, const float* bias, cons
 // the column. The scalar kernels moved 1.5 TB/s on an H200 (ViT-Tiny's [32896, 768]), the flat
 // float4 ones 3.1 (the backward's 3.06 on an H100: x, dy, dx and y, 404 MB in 132 µs); the values
 // are the same bits, element by element.
-__device__ __forceinline__ float4 times(float4 a, float4 b) { return float4{a.x * b.x, a.y * b.y, a.z * b.z, a.w * b.w}; }
-
-template <typename F>
-__device__ __forceinline__ float4 act4(float4 v) { return float4{F::f(v.x), F::f(v.y), F::f(v.z), F::f(v.w)}; }
-
 template <typename F>
 __global__ void bias_act_forward4_kernel(const float4* x, const float4* bias, const float4* gate, float4* y, int n4,
                                          int total4) {

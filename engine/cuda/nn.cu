@@ -952,10 +952,10 @@ void rope_apply(const float* x, float* y, int64_t outer, int64_t T, int64_t D, f
     KERNEL_LAUNCH(rope_apply_kernel, blocks_for(outer * T * half), kBlockSize, 0, x, y, cos_t, sin_t, outer, T, D);
 }
 
-
 // ---------------------------------------------------------------------------------------------
-// scale_shift_rope: h = fma(x, gamma, beta) (the CPU's bits), then rope's rotation of h (kRotate) or h itself. A unit is
-// a pair (i, i + D/2) where there is a rotation, else one column. Forward: a thread per (row, unit).
+// scale_shift_rope: h = fma(x, gamma, beta) (the CPU's bits), then rope's rotation of h (kRotate)
+// or h itself. A unit is a pair (i, i + D/2) where there is a rotation, else one column. Forward:
+// a thread per (row, unit).
 
 template <bool kRotate>
 __global__ void scale_shift_rope_forward_kernel(const float* x, const float* gamma, const float* beta, float* y,
@@ -1083,6 +1083,13 @@ void add_layer_norm_forward(const float* x, const float* residual, const float* 
         ROWS_LAUNCH(add_layer_norm_forward_kernel, rows, n, x, residual, weight, bias, sum, y, mean, rstd, rows, n, eps);
 }
 
+// The rows a chunk of a parameter gradient's partial sums takes (layer_norm_backward's,
+// scale_shift_rope_backward's): at least 64, and at most 1024 chunks, a count fixed by `rows` alone.
+static int64_t param_chunk_rows(int64_t rows) {
+    const int64_t chunk_rows = (rows + 1023) / 1024;
+    return chunk_rows < 64 ? 64 : chunk_rows;
+}
+
 void layer_norm_backward(const float* x, const float* weight, const float* mean, const float* rstd,
                          const float* dy, float* dx, bool add_dx, float* dweight, float* dbias, int64_t rows,
                          int64_t n) {
@@ -1097,10 +1104,7 @@ void layer_norm_backward(const float* x, const float* weight, const float* mean,
         if (dbias) memset_zero(dbias, sizeof(float) * n);
         return;
     }
-    // At least 64 rows per chunk and at most 1024 chunks: a chunk count fixed by `rows` alone.
-    int64_t chunk_rows = (rows + 1023) / 1024;
-    if (chunk_rows < 64) chunk_rows = 64;
-    int64_t chunks = (rows + chunk_rows - 1) / chunk_rows;
+    const int64_t chunk_rows = param_chunk_rows(rows), chunks = (rows + chunk_rows - 1) / chunk_rows;
     int64_t tiles = (n + kLnTile - 1) / kLnTile;
     Scratch<float> partial(chunks * 2 * n);
     if (fused) {
@@ -1372,10 +1376,7 @@ void scale_shift_rope_backward(const float* x, const float* gamma, const float* 
     Scratch<float> table(rotate ? T * D : 0);
     affine_rope_table(table, T, D, base, -1.f);
     const float *cos_t = table.p, *sin_t = rotate ? table.p + T * (D / 2) : nullptr;
-    // layer_norm_backward's chunks: at least 64 rows each, at most 1024, a count fixed by `rows` alone.
-    int64_t chunk_rows = (rows + 1023) / 1024;
-    if (chunk_rows < 64) chunk_rows = 64;
-    const int64_t chunks = (rows + chunk_rows - 1) / chunk_rows;
+    const int64_t chunk_rows = param_chunk_rows(rows), chunks = (rows + chunk_rows - 1) / chunk_rows;
     const int64_t tiles = ((rotate ? D / 2 : D) + kLnTile - 1) / kLnTile;
     Scratch<float> partial(sums ? chunks * 2 * D : 0);
     const unsigned grid = blocks_for(tiles * chunks, 1);
