@@ -102,6 +102,14 @@ Tensor accumulated_grad(const Tensor& input) {
     return Tensor(t->grad);
 }
 
+bool input_memory_reusable(const Tensor& input) {
+    TensorImpl* t = input.impl();
+    if (!t || !t->storage || !t->grad_fn) return false;
+    // The handles: the closure's, this node's inputs list (node_refs 1), and run_backward's
+    // topological order, which holds every tensor it visits until the backward ends.
+    return t->node_refs == 1 && input.impl_ptr().use_count() == 3 && t->storage.use_count() == 1;
+}
+
 Tensor grad_target(const Tensor& t, const Tensor& like, bool& adding) {
     Tensor acc = accumulated_grad(t);
     adding = acc.defined();

@@ -52,6 +52,12 @@ Tensor accumulated_grad(const Tensor& input);
 // Where a backward writes input t's gradient: accumulated_grad(t), to add into (adding = true), or
 // else a new tensor of t's shape on like's device (adding = false).
 Tensor grad_target(const Tensor& t, const Tensor& like, bool& adding);
+// Inside a backward closure that holds one handle to `input` (captured) and whose node lists it:
+// whether nothing else holds it or its memory (no other node, no handle of the caller's, no view),
+// so that the closure may write the input's gradient over it. A language model's logits, which
+// only cross-entropy reads: the [rows, vocabulary] gradient then takes no second buffer that size.
+// Leaves never qualify (they belong to the caller).
+bool input_memory_reusable(const Tensor& input);
 
 // Attach a Node to `out` if any input requires grad and grad mode is on; returns `out`.
 Tensor attach(Tensor out, const char* name, std::vector<Tensor> inputs,

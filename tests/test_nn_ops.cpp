@@ -274,6 +274,43 @@ TEST_CASE("cross_entropy", "[nnops][gradcheck]") {
               {param({2, 3, 4}, 33, -2.f, 2.f)});
 }
 
+// Logits that only cross-entropy reads (a model's output, no handle kept) take their own
+// gradient: the backward's peak holds one [rows, C] tensor less, the gradients are the same bits.
+// A handle of the caller's keeps them: its values are still the logits after the backward.
+TEST_CASE("cross_entropy: dlogits over logits nothing else holds, never over the caller's", "[nnops]") {
+    const int64_t rows = 64, C = 300;
+    Tensor x = param({rows, 16}, 34), w = param({C, 16}, 35);
+    std::vector<int32_t> tv(rows);
+    for (int64_t r = 0; r < rows; r++) tv[r] = (int32_t)((r * 37) % C);
+    Tensor t = Tensor::from_vector(tv, {rows});
+    struct Run {
+        std::vector<float> dx, dw, held;
+        size_t peak;
+    };
+    auto run = [&](bool hold) {
+        x.zero_grad();
+        w.zero_grad();
+        Tensor held;
+        size_t before = host_memory_in_use();
+        reset_host_peak_memory();
+        {
+            Tensor logits = linear(x, w);
+            if (hold) held = logits;
+            Tensor loss = cross_entropy(logits, t);
+            logits = Tensor();
+            loss.backward();
+        }
+        Run r{x.grad().to_vector(), w.grad().to_vector(), {}, host_peak_memory() - before};
+        if (hold) r.held = held.to_vector();
+        return r;
+    };
+    Run held = run(true), free = run(false);
+    CHECK(held.dx == free.dx);
+    CHECK(held.dw == free.dw);
+    CHECK(held.held == linear(x, w).detach().to_vector());
+    CHECK(held.peak - free.peak == (size_t)(rows * C) * sizeof(float));
+}
+
 // ---------------------------------------------------------------------------------------------
 // mse_loss
 

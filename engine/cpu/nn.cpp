@@ -244,7 +244,11 @@ void cross_entropy_backward(const float* logits, const int32_t* targets, const f
             continue;
         }
         float l = lse[r];
-        for (int64_t c = 0; c < C; c++) dr[c] = (pointwise::exp_vectorizable(xr[c] - l) - uniform) * g;
+        if (dr == xr) {  // in place (over the logits): one pointer, so the loop vectorizes without an alias check
+            for (int64_t c = 0; c < C; c++) dr[c] = (pointwise::exp_vectorizable(dr[c] - l) - uniform) * g;
+        } else {
+            for (int64_t c = 0; c < C; c++) dr[c] = (pointwise::exp_vectorizable(xr[c] - l) - uniform) * g;
+        }
         dr[t] -= (1.f - smoothing) * g;
     }
 }

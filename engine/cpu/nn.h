@@ -44,7 +44,7 @@ void dropout_backward(const float* mask, const float* dy, float* dx, int64_t n);
 void cross_entropy_forward(const float* logits, const int32_t* targets, float* loss, float* lse, int64_t rows,
                            int64_t C, int64_t count, int32_t ignore_index, float smoothing);
 // dlogits = (softmax − target distribution)·dloss[0]/count; 0 on ignored rows. The softmax is
-// recomputed from logits and lse, never stored.
+// recomputed from logits and lse, never stored. dlogits may be logits itself (in place).
 void cross_entropy_backward(const float* logits, const int32_t* targets, const float* lse, const float* dloss,
                             float* dlogits, int64_t rows, int64_t C, int64_t count, int32_t ignore_index,
                             float smoothing);

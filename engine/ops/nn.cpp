@@ -197,6 +197,14 @@ static int64_t count_targets(const Tensor& targets, int64_t C, int32_t ignore_in
     return count;
 }
 
+// Where cross-entropy's backward writes dlogits: over the logits themselves where only this op
+// holds them (input_memory_reusable: a model's output that nothing else reads; each element is
+// read before it is written), else a new tensor. At the bench LM's 8192 tokens and 10,000 words
+// that is a 328 MB buffer fewer at the backward's peak.
+static Tensor logits_or_new(const Tensor& logits) {
+    return input_memory_reusable(logits) ? logits.detach() : logits.new_empty(logits.shape());
+}
+
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int ignore_index, float label_smoothing) {
     expect_f32("cross_entropy", logits, "logits");
     expect_i32("cross_entropy", targets, "targets");
@@ -223,7 +231,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int ignore_ind
                                             ignore_index, label_smoothing, cd);
         return attach(loss, "cross_entropy", {logits, targets},
                       [logits, targets, lse, rows, C, count_dev, ignore_index, label_smoothing](const Tensor& g) {
-            Tensor dlogits = logits.new_empty(logits.shape());
+            Tensor dlogits = logits_or_new(logits);
             cuda::cross_entropy_backward_counted(logits.raw_f32(), targets.raw_i32(), lse.raw_f32(), g.raw_f32(),
                                                  dlogits.raw_f32(), rows, C, ignore_index, label_smoothing,
                                                  reinterpret_cast<const int64_t*>(count_dev.raw_i32()));
@@ -240,7 +248,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int ignore_ind
 
     return attach(loss, "cross_entropy", {logits, targets},
                   [logits, targets, lse, rows, C, count, ignore_index, label_smoothing, dev](const Tensor& g) {
-        Tensor dlogits = logits.new_empty(logits.shape());
+        Tensor dlogits = logits_or_new(logits);
         ON_DEVICE(dev, cross_entropy_backward)(logits.raw_f32(), targets.raw_i32(), lse.raw_f32(), g.raw_f32(),
                                                dlogits.raw_f32(), rows, C, count, ignore_index, label_smoothing);
         return std::vector<Tensor>{dlogits, Tensor()};
