@@ -268,6 +268,39 @@ TEST_CASE("cuda cross_entropy: many rows (block-per-row sum of the loss), repeat
     REQUIRE(std::memcmp(&a, &b, sizeof a) == 0);
 }
 
+// Logits only cross-entropy holds take their own gradient on the device too (the float4 kernel in
+// place): one [rows, C] tensor less at the backward's peak, the same gradients, and a caller's
+// logits left as they were.
+TEST_CASE("cuda cross_entropy: dlogits over logits nothing else holds, never over the caller's", "[cuda]") {
+    const int64_t rows = 64, C = 300;
+    Tensor x = test::to_cuda(randn({rows, 16}, true, 16)), w = test::to_cuda(randn({C, 16}, true, 17));
+    Tensor t = targets_for(rows, C, 18).to(Device::CUDA);
+    auto run = [&](bool hold, std::vector<float>& held) {
+        x.zero_grad();
+        w.zero_grad();
+        Tensor kept;
+        size_t before = engine::cuda::memory_in_use();
+        engine::cuda::reset_peak_memory();
+        {
+            Tensor logits = engine::linear(x, w);
+            if (hold) kept = logits;
+            Tensor loss = engine::cross_entropy(logits, t);
+            logits = Tensor();
+            loss.backward();
+        }
+        if (hold) held = kept.to_vector();
+        size_t peak = engine::cuda::peak_memory() - before;
+        return std::make_tuple(x.grad().to_vector(), w.grad().to_vector(), peak);
+    };
+    std::vector<float> held, unused;
+    auto [dx_held, dw_held, peak_held] = run(true, held);
+    auto [dx_free, dw_free, peak_free] = run(false, unused);
+    CHECK(dx_held == dx_free);
+    CHECK(dw_held == dw_free);
+    CHECK(held == engine::linear(x, w).detach().to_vector());
+    CHECK(peak_held - peak_free == (size_t)(rows * C) * sizeof(float));
+}
+
 TEST_CASE("cuda cross_entropy: device targets out of range give the CPU's error", "[cuda]") {
     using Catch::Contains;
     Tensor logits = randn({3, 5}, false).to(Device::CUDA);
