@@ -322,6 +322,24 @@ TEST_CASE("scale_shift_rope", "[nnops][gradcheck]") {
               {param({4, 5}, 98, -2.f, 2.f), param({5}, 99, 0.5f, 1.5f), param({5}, 100)});
 }
 
+// dgamma and dbeta: per chunk of rows, then over the chunks in order (layer_norm's sums), so the
+// bits do not depend on the thread count.
+TEST_CASE("scale_shift_rope: the parameters' gradients do not depend on the thread count", "[nnops][fused]") {
+    Tensor x = param({6, 120, 64}, 101, -2.f, 2.f), gamma = param({64}, 102), beta = param({64}, 103);
+    Tensor g = weights_like(x, 104);
+    auto grads = [&](int threads) {
+        int prev = omp_get_max_threads();
+        omp_set_num_threads(threads);
+        for (Tensor* t : {&x, &gamma, &beta}) t->zero_grad();
+        scale_shift_rope(x, gamma, beta).backward(g);
+        omp_set_num_threads(prev);
+        return Grads{bits_of(x.grad()), bits_of(gamma.grad()), bits_of(beta.grad())};
+    };
+    Grads one = grads(1);
+    CHECK(grads(2) == one);
+    CHECK(grads(3) == one);
+}
+
 TEST_CASE("scale_shift_rope: argument errors", "[nnops][fused]") {
     Tensor x = Tensor::zeros({2, 3, 4}), p4 = Tensor::ones({4});
     CHECK_THROWS_WITH(scale_shift_rope(x, p4, Tensor()), Catch::Contains("scale_shift_rope: gamma and beta are both"));

@@ -132,15 +132,32 @@ void add_layer_norm_forward(const float* x, const float* residual, const float* 
     }
 }
 
-// Row chunks for the dweight/dbias partial sums: a count that depends on `rows` only, so the
-// summation order (chunk by chunk, in order) is the same on any number of threads.
-constexpr int64_t kLayerNormChunks = 64;
+// Row chunks for a parameter gradient's partial sums (layer_norm's dweight and dbias,
+// scale_shift_rope's dgamma and dbeta): a count that depends on `rows` only, so the summation
+// order (chunk by chunk, in order) is the same on any number of threads.
+constexpr int64_t kParamChunks = 64;
+
+// The columns of partial [chunks, 2, n] summed over the chunks in order: the first n into first,
+// the next n into second (each null: not wanted). No chunks: zeros.
+static void sum_param_chunks(const std::vector<float>& partial, int64_t chunks, int64_t n, float* first,
+                             float* second) {
+    #pragma omp parallel for if (chunks * n > kParallelMin)
+    for (int64_t j = 0; j < n; j++) {
+        float s1 = 0.f, s2 = 0.f;
+        for (int64_t c = 0; c < chunks; c++) {
+            s1 += partial[c * 2 * n + j];
+            s2 += partial[c * 2 * n + n + j];
+        }
+        if (first) first[j] = s1;
+        if (second) second[j] = s2;
+    }
+}
 
 void layer_norm_backward(const float* x, const float* weight, const float* mean, const float* rstd,
                          const float* dy, float* dx, bool add_dx, float* dweight, float* dbias, int64_t rows,
                          int64_t n) {
     bool want_params = dweight || dbias;
-    int64_t chunks = std::min(rows, kLayerNormChunks);
+    int64_t chunks = std::min(rows, kParamChunks);
     // partial[c] holds chunk c's Σ dy·x̂ (first n) and Σ dy (next n).
     std::vector<float> partial(want_params ? chunks * 2 * n : 0, 0.f);
 
@@ -175,17 +192,7 @@ void layer_norm_backward(const float* x, const float* weight, const float* mean,
             }
         }
     }
-    if (!want_params) return;
-    #pragma omp parallel for if (chunks * n > kParallelMin)
-    for (int64_t j = 0; j < n; j++) {
-        float sw = 0.f, sb = 0.f;
-        for (int64_t c = 0; c < chunks; c++) {
-            sw += partial[c * 2 * n + j];
-            sb += partial[c * 2 * n + n + j];
-        }
-        if (dweight) dweight[j] = sw;
-        if (dbias) dbias[j] = sb;
-    }
+    if (want_params) sum_param_chunks(partial, chunks, n, dweight, dbias);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -418,10 +425,9 @@ void rope_backward(const float* dy, float* dx, int64_t outer, int64_t T, int64_t
 // ---------------------------------------------------------------------------------------------
 // scale_shift_rope. h = fma(x, gamma, beta) (one rounding, as the CUDA kernel's: where mul and
 // add made two), then rope's rotation of h.
-// The backward rotates dy back (dh) and sums dgamma and dbeta over fixed chunks of rows in double,
-// chunk by chunk: the same bits for any thread count.
-
-constexpr int64_t kAffineChunks = 64;
+// The backward rotates dy back (dh) and sums dgamma and dbeta as layer_norm_backward sums its
+// parameters' gradients: per chunk of rows, then sum_param_chunks (the same bits for any thread
+// count).
 
 void scale_shift_rope_forward(const float* x, const float* gamma, const float* beta, float* y, int64_t outer,
                               int64_t T, int64_t D, float base) {
@@ -450,9 +456,9 @@ void scale_shift_rope_backward(const float* x, const float* gamma, const float* 
                                float* dgamma, float* dbeta, int64_t outer, int64_t T, int64_t D, float base) {
     std::vector<float> cos_t, sin_t;
     if (base > 0.f) rope_table(cos_t, sin_t, T, D, base, 0, -1.f);
-    const int64_t rows = outer * T, half = D / 2, chunks = std::min(rows, kAffineChunks);
+    const int64_t rows = outer * T, half = D / 2, chunks = std::min(rows, kParamChunks);
     const bool sums = dgamma || dbeta;
-    std::vector<double> partial(sums ? chunks * 2 * D : 0, 0.0);  // [chunks, 2, D]: dgamma's, then dbeta's
+    std::vector<float> partial(sums ? chunks * 2 * D : 0, 0.f);  // [chunks, 2, D]: dgamma's, then dbeta's
     #pragma omp parallel for schedule(static) if (rows * D > kParallelMin)
     for (int64_t ch = 0; ch < chunks; ch++) {
         std::vector<float> dh(D);
@@ -474,20 +480,14 @@ void scale_shift_rope_backward(const float* x, const float* gamma, const float* 
                 for (int64_t i = 0; i < D; i++) dr[i] = accumulate ? dr[i] + dh[i] * gamma[i] : dh[i] * gamma[i];
             }
             if (!sums) continue;
-            double* acc = partial.data() + ch * 2 * D;
+            float* acc = partial.data() + ch * 2 * D;
             for (int64_t i = 0; i < D; i++) {
                 acc[i] += dh[i] * xr[i];
                 acc[D + i] += dh[i];
             }
         }
     }
-    // Chunk by chunk into chunk 0's rows, each column in chunk order.
-    for (int64_t ch = 1; ch < chunks; ch++)
-        for (int64_t i = 0; i < 2 * D; i++) partial[i] += partial[ch * 2 * D + i];
-    for (int64_t i = 0; i < D; i++) {
-        if (dgamma) dgamma[i] = chunks > 0 ? (float)partial[i] : 0.f;
-        if (dbeta) dbeta[i] = chunks > 0 ? (float)partial[D + i] : 0.f;
-    }
+    if (sums) sum_param_chunks(partial, chunks, D, dgamma, dbeta);
 }
 
 }  // namespace engine::cpu
