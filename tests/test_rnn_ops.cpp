@@ -114,6 +114,22 @@ TEST_CASE("lstm_layer", "[rnn][gradcheck]") {
                      test::param({12}, 37)});
 }
 
+// What lstm_layer keeps between forward and backward: the gates [T, B, 4H], its output [T+1, B, H]
+// and the cell states c_1 … c_{T-1}, and not the input projections x_proj [T, B, 4H] (the backward
+// does not read them).
+TEST_CASE("lstm_layer: the memory held between forward and backward", "[rnn]") {
+    const int64_t T = 6, B = 4, in = 5, H = 4;  // B·H = 16 floats: whole 64-byte blocks (host_memory_in_use)
+    Tensor x = test::param({T, B, in}, 41), h = test::param({B, H}, 42), c = test::param({B, H}, 43),
+           w_ih = test::param({4 * H, in}, 44), b_ih = test::param({4 * H}, 45), w_hh = test::param({4 * H, H}, 46),
+           b_hh = test::param({4 * H}, 47);
+    const size_t before = host_memory_in_use();
+    Tensor y = lstm_layer(x, h, c, w_ih, b_ih, w_hh, b_hh);
+    const size_t held = host_memory_in_use() - before;
+    CHECK(held == sizeof(float) * (size_t)(T * B * 4 * H + (T + 1) * B * H + (T - 1) * B * H));
+    sum(y).backward();
+    CHECK(x.grad().defined());
+}
+
 TEST_CASE("lstm_layer refuses mismatched shapes, naming them", "[rnn]") {
     Tensor x = test::param({3, 2, 5}, 1), h = test::param({2, 2}, 2), c = test::param({2, 2}, 3),
            w_ih = test::param({8, 5}, 4), b_ih = test::param({8}, 5), w_hh = test::param({8, 2}, 6),

@@ -93,9 +93,12 @@ Tensor lstm_sequence(const Tensor& x_proj, const Tensor& h0, const Tensor& c0, c
         ON_DEVICE(dev, lstm_cell_forward)(g_t, c_prev, out.raw_f32() + t * BH, cell_state(out, cells, t), B, H);
     }
 
+    // The backward reads the gates, not x_proj: only whether x_proj wants a gradient is kept, so its
+    // [T, B, 4H] is freed with the caller's handle (a captured x_proj held it until the backward).
     Tensor out_saved = out.detach();
+    const bool x_proj_grad = x_proj.requires_grad();
     return attach(out, op, {x_proj, h0, c0, w_hh, b_hh},
-                  [x_proj, h0, c0, w_hh, b_hh, gates, cells, out_saved, cell_state, T, B, H, dev](const Tensor& g) {
+                  [x_proj_grad, h0, c0, w_hh, b_hh, gates, cells, out_saved, cell_state, T, B, H, dev](const Tensor& g) {
         const int64_t BH = B * H, G = 4 * H;
         // Backward through time. dh holds, per step, the gradient reaching h_t: the upstream one,
         // plus dgates_{t+1}·W_hh added when step t+1 is done. dc carries the cell-state gradient
@@ -126,7 +129,7 @@ Tensor lstm_sequence(const Tensor& x_proj, const Tensor& h0, const Tensor& c0, c
                                      dw_hh.raw_f32());
         }
         if (b_hh.requires_grad()) db_hh = sum(dgates.reshape({T * B, G}), {0});
-        return std::vector<Tensor>{x_proj.requires_grad() ? dgates : Tensor(), dh0, dc0, dw_hh, db_hh};
+        return std::vector<Tensor>{x_proj_grad ? dgates : Tensor(), dh0, dc0, dw_hh, db_hh};
     });
 }
 
