@@ -17,8 +17,8 @@
 # attention path: off, the default, is the unfused one (INITLAB_FUSED_ATTENTION=0); on the fused
 # kernels (=1), which under tf32/bf16 are the tensor-core ones; both: two rows per model and
 # precision, same call, same card). Two models are not in the default list: lm4k, the LM 512/4/8
-# at seq 4096, batch 2; lstm-own, the lstm model with INITLAB_CUDNN=0 (the own LSTM kernels and
-# cuBLAS instead of cuDNN's LSTM); vit-nosplit, vit with INITLAB_FLASH_SPLIT_DQ=0 (the fused
+# at seq 4096, batch 2; lstm-cudnn, the lstm model with INITLAB_CUDNN_LSTM=1 (cuDNN's LSTM instead
+# of the own LSTM kernels and cuBLAS, the default); vit-nosplit, vit with INITLAB_FLASH_SPLIT_DQ=0 (the fused
 # backward's dq kernel instead of the split dq); vit-async, vit with INITLAB_FLASH_ASYNC=1 (the TF32
 # flash kernels' double-buffered asynchronous copies instead of the default synchronous loads);
 # vit-narrow, vit with INITLAB_FLASH_NARROW_FORWARD=1 (the tensor-core forward at 32 keys a step);
@@ -33,7 +33,7 @@
 # fastest of its heuristic's candidates, timed at the first step). The variants' PyTorch rows are
 # their model's. E.g. a short
 # comparison of the paths:
-#   bash bench/gpu.sh --no-tests --models "vit lm lm4k lstm lstm-own" --precisions tf32 --fused-attention both
+#   bash bench/gpu.sh --no-tests --models "vit lm lm4k lstm lstm-cudnn" --precisions tf32 --fused-attention both
 # Budget: the full kit is sized to finish within 10 minutes on an H100 (the [cuda] suite ~30 s on
 # an H200, then per model and precision our run and PyTorch eager ~8 s each, torch.compile ~25 s
 # with its compilation).
@@ -65,10 +65,10 @@ case "$fused_attention" in
 esac
 # Variants: another path of a model whose PyTorch rows are that model's (a vit-* or lm-* variant:
 # vit or lm with the switch model_env names).
-variant_of_model() { case "$1" in lstm-own | vit-* | lm-*) return 0 ;; *) return 1 ;; esac; }
+variant_of_model() { case "$1" in lstm-cudnn | vit-* | lm-*) return 0 ;; *) return 1 ;; esac; }
 model_env() {  # extra environment of a model
     case "$1" in
-        lstm-own) echo INITLAB_CUDNN=0 ;;
+        lstm-cudnn) echo INITLAB_CUDNN_LSTM=1 ;;
         vit-nosplit) echo INITLAB_FLASH_SPLIT_DQ=0 ;;
         vit-async) echo INITLAB_FLASH_ASYNC=1 ;;
         vit-bf16fast) echo INITLAB_BF16_GEMM_FAST=1 ;;
@@ -81,7 +81,7 @@ model_env() {  # extra environment of a model
 }
 for model in $models; do  # refused before anything runs
     case "$model" in
-        vit | lm | gau | lstm | lm4k | lstm-own) ;;
+        vit | lm | gau | lstm | lm4k | lstm-cudnn) ;;
         vit-* | lm-*) [ -n "$(model_env "$model")" ] || { echo "bench/gpu.sh: unknown variant $model" >&2; exit 2; } ;;
         *) echo "bench/gpu.sh: unknown model $model (see --help)" >&2; exit 2 ;;
     esac
@@ -139,7 +139,7 @@ sizes_lm4k="--dim 512 --depth 4 --heads 8 --seq 4096 --batch 2 --vocab 10000"
 sizes_for() {  # gau, lstm ignore --heads
     case "$1" in vit | vit-*) echo "$sizes_vit" ;; lm4k) echo "$sizes_lm4k" ;; *) echo "$sizes_lm" ;; esac
 }
-app_model() { case "$1" in lm4k | lm-*) echo lm ;; lstm-own) echo lstm ;; vit-*) echo vit ;; *) echo "$1" ;; esac; }
+app_model() { case "$1" in lm4k | lm-*) echo lm ;; lstm-cudnn) echo lstm ;; vit-*) echo vit ;; *) echo "$1" ;; esac; }
 # One field of a JSON line (numbers and strings), without jq.
 field() { python3 -c 'import json,sys; v=json.loads(sys.argv[1]).get(sys.argv[2]); print("" if v is None else (f"{v:.4g}" if isinstance(v,float) else v))' "$1" "$2"; }
 ratio() { python3 -c 'import sys; a,b=sys.argv[1],sys.argv[2]; print(f"{float(b)/float(a):.2f}" if a and b else "")' "$1" "$2"; }
@@ -162,7 +162,7 @@ for model in $models; do
             # the run's whole apps/bench line, less its profile (the counters the table has no column for)
             runs+="- $model $prec fused $fa_name: \`$(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); d.pop("profile", None); print(json.dumps(d))' "$line")\`"$'\n'
 
-            # PyTorch once per model and precision (its attention does not change with ours; lstm-own
+            # PyTorch once per model and precision (its attention does not change with ours; lstm-cudnn
             # and the vit-* and lm-* variants are compared with the lstm, vit and lm rows').
             if [ $first = 1 ]; then
                 eager="" compiled="" eager_mb="" compiled_mb=""
@@ -207,7 +207,7 @@ done
     echo
     lm4k_note=""
     case " $models " in *" lm4k "*) lm4k_note=", lm4k \`$sizes_lm4k\`" ;; esac
-    echo "Sizes: vit \`$sizes_vit\`, lm/gau/lstm/lstm-own \`$sizes_lm\`$lm4k_note, $steps. lstm: cuDNN's LSTM where the build has cuDNN (fp32, tf32); lstm-own: INITLAB_CUDNN=0."
+    echo "Sizes: vit \`$sizes_vit\`, lm/gau/lstm/lstm-cudnn \`$sizes_lm\`$lm4k_note, $steps. lstm: the own LSTM kernels; lstm-cudnn: INITLAB_CUDNN_LSTM=1, cuDNN's LSTM where the build has cuDNN (fp32, tf32)."
     echo "attention kernels: what the run took (apps/bench's attention_kernels: unfused, or flash with fp32 / tf32 / bf16, async for the asynchronous copies, split-dq for the split backward; – for a model without the attention op)."
     echo "fused attention: INITLAB_FUSED_ATTENTION=0 (off: two batched GEMMs and a softmax kernel) or 1 (on: engine/cuda/flash_attention.cu; fp32 kernels under fp32, the tensor-core kernels under tf32 (TF32 inputs) and bf16 (bf16 inputs)). vit-nosplit: vit with INITLAB_FLASH_SPLIT_DQ=0; vit-async: vit with INITLAB_FLASH_ASYNC=1; vit-bf16fast: vit with INITLAB_BF16_GEMM_FAST=1 (under bf16, cuBLAS rounds the fp32 inputs in its kernels); vit-lt: vit with INITLAB_LT_BIAS=1 (linear biases by cuBLASLt's epilogue); vit-narrow: vit with INITLAB_FLASH_NARROW_FORWARD=1 (the tensor-core forward at 32 keys a step); vit-noedge: vit with INITLAB_ATTENTION_EDGE_KEYS=0 (the unfused GEMMs over every key); vit-pointers, lm-pointers: vit, lm with INITLAB_GEMM_POINTER_BATCH=1 (each attention GEMM one call over every head); vit-tune, lm-tune: vit, lm with INITLAB_GEMM_AUTOTUNE=1 (GEMMs through cuBLASLt, autotuned)."
     echo "ms/step: the step replayed from a CUDA graph where it applies (vit, lm, gau), else eager. A ratio above 1 means this engine is faster; base / variant: a variant's model row's ms (same precision and fused setting, this table) over the variant's, above 1 where the variant is faster. Op profiles (apps/bench --profile 2, eager, device time from events):"

@@ -68,6 +68,14 @@ bool cudnn_built() {
 bool set_cudnn(bool on) { return g_cudnn_on.exchange(on); }
 bool cudnn_enabled() { return cudnn_built() && g_cudnn_on.load(); }
 
+// Off unless INITLAB_CUDNN_LSTM=1 at start.
+static std::atomic<bool> g_cudnn_lstm_on{[] {
+    const char* s = std::getenv("INITLAB_CUDNN_LSTM");
+    return s && std::string(s) == "1";
+}()};
+bool set_cudnn_lstm(bool on) { return g_cudnn_lstm_on.exchange(on); }
+bool cudnn_lstm_enabled() { return cudnn_enabled() && g_cudnn_lstm_on.load(); }
+
 static std::atomic<int64_t> g_calls{0};
 int64_t cudnn_calls() { return g_calls.load(); }
 

@@ -197,7 +197,7 @@ struct SeqLengths {
 
 bool cudnn_lstm_sizes(const CudnnLstm& g, CudnnLstmSizes& sizes) {
     cudnnMathType_t math;
-    if (!cudnn_enabled() || !lstm_math(math)) return false;
+    if (!cudnn_lstm_enabled() || !lstm_math(math)) return false;
     if (!fits_int({g.T, g.B, g.in, g.H, g.T * g.B * g.in, g.T * g.B * g.H, 4 * g.H * (g.in + g.H)})) return false;
     const std::string where = lstm_where("lstm_layer", g);
     std::lock_guard<std::mutex> lock(mutex());

@@ -29,9 +29,10 @@ struct CudnnLstmSizes {
 };
 
 // Whether cuDNN takes this layer, and its sizes. False (the own path runs) when the build has no
-// cuDNN or it is switched off (cudnn_enabled()), under bf16 GEMM precision (cuDNN would need bf16
-// tensors), or when a size is zero or beyond int. Precision otherwise follows the GEMM precision:
-// fp32 sets CUDNN_FMA_MATH, tf32 CUDNN_DEFAULT_MATH (TF32 tensor cores allowed).
+// cuDNN or the LSTM's switch is off (cudnn_lstm_enabled(): off by default, as the own kernels were
+// the faster on the H200; INITLAB_CUDNN_LSTM=1 turns it on), under bf16 GEMM precision (cuDNN would
+// need bf16 tensors), or when a size is zero or beyond int. Precision otherwise follows the GEMM
+// precision: fp32 sets CUDNN_FMA_MATH, tf32 CUDNN_DEFAULT_MATH (TF32 tensor cores allowed).
 bool cudnn_lstm_sizes(const CudnnLstm& g, CudnnLstmSizes& sizes);
 
 // out [T+1, B, H] gets h_1 … h_T and then the last cell state c_T (the layout of lstm_sequence's

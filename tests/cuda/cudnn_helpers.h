@@ -21,6 +21,13 @@ struct CudnnSwitch {
     ~CudnnSwitch() { engine::cuda::set_cudnn(saved); }
 };
 
+// Sets the LSTM's own cuDNN switch (off by default) for a scope.
+struct CudnnLstmSwitch {
+    bool saved;
+    explicit CudnnLstmSwitch(bool on) : saved(engine::cuda::set_cudnn_lstm(on)) {}
+    ~CudnnLstmSwitch() { engine::cuda::set_cudnn_lstm(saved); }
+};
+
 inline bool have_cudnn() {
     if (!engine::cuda::cudnn_built()) WARN("this build has no cuDNN: the cuDNN path is not tested");
     return engine::cuda::cudnn_built();

@@ -291,16 +291,16 @@ TEST_CASE("cuda apps: bench/gpu.sh's vit-* variants are vit with their switch; a
     CHECK(slurp(tmp / "log2").find("unknown variant vit-bogus") != std::string::npos);
 }
 
-TEST_CASE("cuda apps: bench/gpu.sh lstm and lstm-own: cuDNN's LSTM and the own kernels, side by side", "[cuda]") {
+TEST_CASE("cuda apps: bench/gpu.sh lstm and lstm-cudnn: the own LSTM kernels and cuDNN's, side by side", "[cuda]") {
     if (!engine::cuda::cudnn_built()) {
-        WARN("this build has no cuDNN: lstm-own is the only LSTM path");
+        WARN("this build has no cuDNN: the own kernels are the only LSTM path");
         return;
     }
     test::TempDir tmp;
-    std::string table = gpu_sh_table("--no-tests --models 'lstm lstm-own' --precisions fp32", tmp);
+    std::string table = gpu_sh_table("--no-tests --models 'lstm lstm-cudnn' --precisions fp32", tmp);
     INFO(table);
-    // The cuDNN calls column: a smoke lstm step (1 layer; warm-up, timed and profiled steps) calls
-    // cuDNN; lstm-own (INITLAB_CUDNN=0) never does.
+    // The cuDNN calls column: a smoke lstm-cudnn step (INITLAB_CUDNN_LSTM=1; 1 layer; warm-up, timed
+    // and profiled steps) calls cuDNN; lstm (the default, the own kernels) never does.
     auto cells_of_row = [&](const std::string& row) {
         size_t at = table.find(row);
         REQUIRE(at != std::string::npos);
@@ -317,8 +317,8 @@ TEST_CASE("cuda apps: bench/gpu.sh lstm and lstm-own: cuDNN's LSTM and the own k
         REQUIRE(cells.size() == header.size());
         return std::stol(cells[column]);
     };
-    CHECK(cudnn_calls("| lstm | fp32 |") > 0);
-    CHECK(cudnn_calls("| lstm-own | fp32 |") == 0);
+    CHECK(cudnn_calls("| lstm-cudnn | fp32 |") > 0);
+    CHECK(cudnn_calls("| lstm | fp32 |") == 0);
 }
 
 // bench's JSON line (stdout) out of its log (stderr may hold notes).

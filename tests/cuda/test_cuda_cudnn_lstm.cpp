@@ -17,7 +17,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include "engine/cuda/cudnn_rnn.h"
 #include "engine/cuda/runtime.h"
 #include "nn/lstm.h"
@@ -30,6 +32,7 @@
 
 using engine::Device;
 using engine::Tensor;
+using test::CudnnLstmSwitch;
 using test::CudnnSwitch;
 using test::Fn;
 using test::have_cudnn;
@@ -63,6 +66,7 @@ const Fn kLayer = [](const std::vector<Tensor>& x) {
 TEST_CASE("cuda cudnn lstm: lstm_layer against the own path and the CPU, forward and every gradient",
           "[cuda][cudnn]") {
     if (!have_cudnn()) return;
+    CudnnLstmSwitch lstm_on(true);  // the LSTM's cuDNN path is off by default
     for (auto [T, B, in, H, state_grad] : {std::tuple<int64_t, int64_t, int64_t, int64_t, bool>{5, 3, 4, 6, true},
                                            {1, 1, 3, 2, true},
                                            {7, 2, 8, 8, false},
@@ -74,6 +78,7 @@ TEST_CASE("cuda cudnn lstm: lstm_layer against the own path and the CPU, forward
 
 TEST_CASE("cuda cudnn lstm: TF32, and bf16 left to the own path", "[cuda][cudnn]") {
     if (!have_cudnn()) return;
+    CudnnLstmSwitch lstm_on(true);  // the LSTM's cuDNN path is off by default
     const std::vector<Tensor> inputs = layer_inputs(4, 3, 8, 8, true);
     Tensor weights = randn({5, 3, 8}, false, 31);
     {
@@ -102,6 +107,7 @@ TEST_CASE("cuda cudnn lstm: TF32, and bf16 left to the own path", "[cuda][cudnn]
 
 TEST_CASE("cuda cudnn lstm: an LSTM LM training step with cuDNN on and off", "[cuda][cudnn]") {
     if (!have_cudnn()) return;
+    CudnnLstmSwitch lstm_on(true);  // the LSTM's cuDNN path is off by default
     nn::LSTMConfig c{50, 8, 2, 0.f, false};
     Tensor ids = Tensor::empty({3, 6}, engine::DType::I32), targets = Tensor::empty({3, 6}, engine::DType::I32);
     for (int i = 0; i < 18; i++) ids.data_i32()[i] = (i * 7) % 50, targets.data_i32()[i] = (i * 11 + 3) % 50;
@@ -146,6 +152,7 @@ TEST_CASE("cuda cudnn lstm: an LSTM LM training step with cuDNN on and off", "[c
 
 TEST_CASE("cuda cudnn lstm: the same bits twice", "[cuda][cudnn]") {
     if (!have_cudnn()) return;
+    CudnnLstmSwitch lstm_on(true);  // the LSTM's cuDNN path is off by default
     CudnnSwitch on(true);
     std::vector<Tensor> in;
     for (const Tensor& t : layer_inputs(6, 3, 5, 7, true)) in.push_back(test::to_cuda(t));
@@ -158,6 +165,7 @@ TEST_CASE("cuda cudnn lstm: the same bits twice", "[cuda][cudnn]") {
 
 TEST_CASE("cuda cudnn lstm: captured into a CUDA graph, replays to the eager bits", "[cuda][graph][cudnn]") {
     if (!have_cudnn()) return;
+    CudnnLstmSwitch lstm_on(true);  // the LSTM's cuDNN path is off by default
     CudnnSwitch on(true);
     std::vector<Tensor> in;
     for (const Tensor& t : layer_inputs(4, 2, 3, 5, true)) in.push_back(test::to_cuda(t));
@@ -199,6 +207,7 @@ TEST_CASE("cuda cudnn lstm: captured into a CUDA graph, replays to the eager bit
 
 TEST_CASE("cuda cudnn lstm: bad shapes are refused before cuDNN, naming the op", "[cuda][cudnn]") {
     CudnnSwitch on(true);
+    CudnnLstmSwitch lstm_on(true);
     std::vector<Tensor> in;
     for (const Tensor& t : layer_inputs(2, 3, 4, 5, true)) in.push_back(t.detach().to(Device::CUDA));
     const int64_t before = engine::cuda::cudnn_calls();
@@ -209,6 +218,32 @@ TEST_CASE("cuda cudnn lstm: bad shapes are refused before cuDNN, naming the op",
     REQUIRE_THROWS_WITH(engine::lstm_layer(in[0], in[1], in[2], in[3], in[4], in[5], in[6].detach().to(Device::CPU)),
                         Catch::Contains("lstm_layer"));
     REQUIRE(engine::cuda::cudnn_calls() == before);
+}
+
+// The LSTM goes through cuDNN only with its own switch on (off by default: the own kernels were the
+// faster on the H200) and cuDNN's: either off, the own path runs and gives the same values.
+TEST_CASE("cuda cudnn lstm: the LSTM's switch, and cuDNN's, choose the path", "[cuda][cudnn]") {
+    if (!have_cudnn()) return;
+    const char* env = std::getenv("INITLAB_CUDNN_LSTM");
+    const bool env_on = env && std::string(env) == "1";
+    CHECK(engine::cuda::cudnn_lstm_enabled() == (env_on && engine::cuda::cudnn_enabled()));
+    std::vector<Tensor> in;
+    for (const Tensor& t : layer_inputs(3, 2, 4, 5, false)) in.push_back(t.detach().to(Device::CUDA));
+    auto calls_and_output = [&](bool cudnn, bool lstm) {
+        CudnnSwitch sw(cudnn);
+        CudnnLstmSwitch lstm_sw(lstm);
+        const int64_t before = engine::cuda::cudnn_calls();
+        Tensor y = kLayer(in);
+        return std::make_pair(engine::cuda::cudnn_calls() - before, y);
+    };
+    auto [calls_on, y_on] = calls_and_output(true, true);
+    CHECK(calls_on == 1);
+    for (auto [cudnn, lstm] : {std::pair<bool, bool>{true, false}, {false, true}, {false, false}}) {
+        INFO("cuDNN " << cudnn << ", the LSTM's switch " << lstm);
+        auto [calls, y] = calls_and_output(cudnn, lstm);
+        CHECK(calls == 0);
+        test::require_close("lstm_layer, own path against cuDNN", y, y_on, kTol);
+    }
 }
 
 #ifdef ENGINE_CUDA_EMU
