@@ -22,8 +22,8 @@
 // --profile N: after the timed steps, N more steps under the op-level profiler (engine/profile.h):
 // its table on stderr and its JSON as the line's "profile" field (the timed steps run without it).
 //
-// --cuda-graph on (the default; CUDA, models vit, lm, gau: the LSTM's carried state changes its
-// tensors every step): the eager steps are timed first (ms_per_step_eager), then the same step
+// --cuda-graph on (the default on CUDA; the LSTM's state is carried from step to step in buffers
+// that stay, nn::CarriedState): the eager steps are timed first (ms_per_step_eager), then the same step
 // captured into a CUDA graph (nn/graph_step.h; its warm-up and capture run as untimed steps) is
 // timed the same way (ms_per_step_graph); ms_per_step is the graph's. The GEMM FLOPs (and the MFU)
 // are those of the eager step: a replay calls no op on the host to count them.
@@ -129,7 +129,6 @@ int main(int argc, char** argv) {
         std::shared_ptr<Module> net;
         std::function<Tensor()> loss_fn;
         int64_t items = 0;
-        std::vector<LSTMState> lstm_state;
         if (model == "vit") {
             ViTConfig c;
             c.dim = dim;
@@ -169,10 +168,10 @@ int main(int argc, char** argv) {
             } else {
                 LSTMConfig c{vocab, dim, depth, 0.f, false};
                 auto lm = std::make_shared<LSTMLM>(c);
-                loss_fn = [lm, x, y, &lstm_state] {
-                    LSTMLM::detach(lstm_state);
-                    return cross_entropy(lm->forward(x, lstm_state), y);
-                };
+                // The state carried from step to step in buffers that stay, as train_lm's BPTT: a
+                // CUDA graph can replay the step.
+                auto state = std::make_shared<CarriedState>();
+                loss_fn = [lm, x, y, state] { return cross_entropy(state->forward(*lm, x), y); };
                 net = lm;
             }
         }
@@ -209,7 +208,7 @@ int main(int argc, char** argv) {
             return ms[ms.size() / 2];
         };
         double median = time_steps(train_step, 0, true), median_eager = median, median_graph = 0;
-        bool graph = apps::cuda_graph_applies(cuda_graph, dev) && model != "lstm";
+        bool graph = apps::cuda_graph_applies(cuda_graph, dev);
         if (graph) {
             GraphStep graph_step(opt, loss_fn);
             // Two untimed runs at least: the eager warm-up and the capture.

@@ -76,13 +76,16 @@ struct Args {
     bool resume = false, nan_check = true;
 };
 
-// One interface over the three model families: logits for a batch, with the LSTM's state.
-// `carried` and `restore` expose the state a BPTT batch hands to the next (the LSTM's h and c
-// per layer; nothing for the attention models) for mid-epoch checkpoints.
+// One interface over the three model families: logits for a batch. For the LSTM, carry = true
+// starts from the state the previous batch left (BPTT). `forward` is training's: its state lives in
+// buffers that stay (nn::CarriedState), so a CUDA graph can replay the step; `reset_state`,
+// `carried` and `restore` are that state's (the LSTM's h and c per layer; nothing for the attention
+// models), for epochs and mid-epoch checkpoints. `eval_forward` carries a state of its own, so an
+// evaluation leaves training's alone.
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 struct LM {
     std::shared_ptr<nn::Module> module;
-    std::function<Tensor(const Tensor& ids, bool carry)> forward;
+    std::function<Tensor(const Tensor& ids, bool carry)> forward, eval_forward;
     std::function<void()> reset_state = [] {};
     std::function<NamedTensors()> carried = [] { return NamedTensors{}; };
     std::function<void(const std::map<std::string, Tensor>&)> restore = [](const std::map<std::string, Tensor>&) {};
@@ -97,26 +100,32 @@ static LM build_model(const Args& a, int64_t vocab, Device dev) {
                                                : nn::LSTMConfig{vocab, a.dim, a.depth, a.dropout, false};
         c.vocab = vocab;  // Zaremba et al.'s output layer is its own (never tied)
         auto m = std::make_shared<nn::LSTMLM>(c);
-        auto state = std::make_shared<std::vector<nn::LSTMState>>();
-        lm.forward = [m, state](const Tensor& ids, bool carry) {
-            if (!carry) state->clear();
-            nn::LSTMLM::detach(*state);
-            return m->forward(ids, *state);
+        auto carried = std::make_shared<nn::CarriedState>();
+        auto eval_state = std::make_shared<std::vector<nn::LSTMState>>();
+        lm.forward = [m, carried](const Tensor& ids, bool carry) {
+            std::vector<nn::LSTMState> zeros;
+            return carry ? carried->forward(*m, ids) : m->forward(ids, zeros);
         };
-        lm.reset_state = [state] { state->clear(); };
-        lm.carried = [state] {
+        lm.eval_forward = [m, eval_state](const Tensor& ids, bool carry) {
+            if (!carry) eval_state->clear();
+            nn::LSTMLM::detach(*eval_state);
+            return m->forward(ids, *eval_state);
+        };
+        lm.reset_state = [carried] { carried->reset(); };
+        lm.carried = [carried] {
             NamedTensors out;
-            for (size_t i = 0; i < state->size(); i++) {
-                if (!(*state)[i].h.defined()) continue;
-                out.push_back({fmt::format("h.{}", i), (*state)[i].h.detach().to(Device::CPU)});
-                out.push_back({fmt::format("c.{}", i), (*state)[i].c.detach().to(Device::CPU)});
+            std::vector<nn::LSTMState> state = carried->get();
+            for (size_t i = 0; i < state.size(); i++) {
+                out.push_back({fmt::format("h.{}", i), state[i].h.to(Device::CPU)});
+                out.push_back({fmt::format("c.{}", i), state[i].c.to(Device::CPU)});
             }
             return out;
         };
-        lm.restore = [state, dev](const std::map<std::string, Tensor>& saved) {
-            state->clear();
+        lm.restore = [carried, dev](const std::map<std::string, Tensor>& saved) {
+            std::vector<nn::LSTMState> state;
             for (size_t i = 0; saved.count(fmt::format("h.{}", i)); i++)
-                state->push_back({saved.at(fmt::format("h.{}", i)).to(dev), saved.at(fmt::format("c.{}", i)).to(dev)});
+                state.push_back({saved.at(fmt::format("h.{}", i)).to(dev), saved.at(fmt::format("c.{}", i)).to(dev)});
+            carried->set(state);
         };
         lm.module = m;
     } else if (a.model == "gau") {
@@ -130,7 +139,7 @@ static LM build_model(const Args& a, int64_t vocab, Device dev) {
         c.tie_weights = !a.untied;
         c.dropout = a.dropout;
         auto m = std::make_shared<nn::GAULM>(c);
-        lm.forward = [m](const Tensor& ids, bool) { return m->forward(ids); };
+        lm.forward = lm.eval_forward = [m](const Tensor& ids, bool) { return m->forward(ids); };
         lm.module = m;
     } else {
         nn::LMConfig c;
@@ -147,7 +156,7 @@ static LM build_model(const Args& a, int64_t vocab, Device dev) {
         c.emb_dropout = a.emb_dropout;
         c.word_dropout = a.word_dropout;
         auto m = std::make_shared<nn::TransformerLM>(c);
-        lm.forward = [m](const Tensor& ids, bool) { return m->forward(ids); };
+        lm.forward = lm.eval_forward = [m](const Tensor& ids, bool) { return m->forward(ids); };
         lm.module = m;
     }
     return lm;
@@ -180,17 +189,15 @@ static Batches make_batches(const Args& a, const std::vector<int32_t>& stream, i
 static double evaluate(LM& lm, const Args& a, const std::vector<int32_t>& stream, Device dev) {
     NoGrad ng;
     lm.module->eval();
-    lm.reset_state();
     Batches batches = make_batches(a, stream, std::min<int64_t>(a.batch_size, 10));
     double nll = 0, count = 0;
     for (int64_t i = 0; i < batches.size(); i++) {
         data::TokenBatch b = batches.get(i);
-        Tensor logits = lm.forward(b.inputs.to(dev), a.protocol == "bptt");
+        Tensor logits = lm.eval_forward(b.inputs.to(dev), a.protocol == "bptt" && i > 0);
         nll += cross_entropy(logits, scored_targets(b).to(dev)).item() * (double)b.scored;
         count += (double)b.scored;
     }
     lm.module->train();
-    lm.reset_state();
     return nll / std::max(1.0, count);
 }
 
@@ -226,7 +233,6 @@ static int run(Args& a, const apps::json& config, Device dev) {
     for (auto& line : report.lines) std::printf("init: %s\n", line.c_str());
     // The initializers ran on the CPU; the model moves now, before the optimizer makes its state.
     lm.module->to(dev);
-    lm.reset_state();  // the init batch's LSTM state was on the CPU
     std::printf("device: %s\n", config.value("device", "cpu").c_str());
 
     auto groups = nn::param_groups(*lm.module, a.weight_decay);
@@ -303,10 +309,7 @@ static int run(Args& a, const apps::json& config, Device dev) {
     auto started = std::chrono::steady_clock::now();
     auto elapsed_s = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(); };
     auto mid_epoch_eval = [&](double epoch_at) {
-        NamedTensors state = lm.carried();  // evaluate() resets the LSTM's state; training goes on from it
-        std::map<std::string, Tensor> saved(state.begin(), state.end());
-        double valid = evaluate(lm, a, valid_prefix, dev);
-        lm.restore(saved);
+        double valid = evaluate(lm, a, valid_prefix, dev);  // training's LSTM state is left as it is
         std::printf("step %lld: valid %s %.4f (%zu tokens)\n", (long long)global_step, metric_name, metric(valid),
                     valid_prefix.size());
         out.append_metrics({{"kind", "eval"}, {"step", global_step}, {"epoch", epoch_at},
@@ -319,13 +322,16 @@ static int run(Args& a, const apps::json& config, Device dev) {
     apps::ProfileWindow prof(a.profile_steps, dev);
     apps::StepFlops step_flops(dev, a.precision);  // GEMM FLOPs of a step, for the MFU figure
     // --cuda-graph: batches of the first batch's shape go through a captured step (nn/graph_step.h)
-    // reading x_in, y_in, refilled from each batch; others (a shorter last BPTT batch) run eagerly,
-    // with the gradients zeroed in place (the graph holds their addresses). Not for the LSTM (its
-    // carried state is new tensors every step), word dropout (drawn on the host), --loss-scale
-    // time-sum (a factor that changes with the batch) or under --profile (it times ops one by one).
-    bool use_graph = apps::cuda_graph_applies(a.cuda_graph, dev) && a.profile_steps == 0 && a.model != "lstm" &&
-                     a.word_dropout == 0.f && a.loss_scale == "mean";
-    Tensor x_in, y_in;
+    // reading x_in, y_in (and --loss-scale time-sum's factor, scale_in), refilled from each batch;
+    // others (a shorter last BPTT batch) run eagerly, with the gradients zeroed in place (the graph
+    // holds their addresses). The LSTM's carried state stays in place too (nn::CarriedState). Not for
+    // word dropout (drawn on the host) or under --profile (it times ops one by one).
+    bool use_graph = apps::cuda_graph_applies(a.cuda_graph, dev) && a.profile_steps == 0 && a.word_dropout == 0.f;
+    // time-sum: the loss summed over a row's scored positions and averaged over the rows, the scale
+    // Zaremba et al.'s lr 1 and clip 5 were chosen for (mean loss × scored per row).
+    const bool time_sum = a.loss_scale == "time-sum";
+    auto time_sum_factor = [](const data::TokenBatch& b) { return (float)((double)b.scored / (double)b.inputs.size(0)); };
+    Tensor x_in, y_in, scale_in;
     std::unique_ptr<nn::GraphStep> graph_step;
     bool graph_noted = false;
     for (int epoch = start_epoch; epoch < a.epochs; epoch++) {
@@ -348,13 +354,15 @@ static int run(Args& a, const apps::json& config, Device dev) {
                 if (!graph_step) {  // the first batch's tensors become the step's inputs
                     x_in = b.inputs.to(dev);
                     y_in = scored_targets(b).to(dev);
+                    if (time_sum) scale_in = Tensor::zeros(Shape{}, DType::F32, dev);
                     graph_step = std::make_unique<nn::GraphStep>(
                         *opt, [&] { return cross_entropy(lm.forward(x_in, bptt), y_in); },
-                        a.clip_grad > 0 ? params : std::vector<Tensor>{}, a.clip_grad);
+                        a.clip_grad > 0 ? params : std::vector<Tensor>{}, a.clip_grad, scale_in);
                 } else {
                     nn::copy_into(x_in, b.inputs);
                     nn::copy_into(y_in, scored_targets(b));
                 }
+                if (time_sum) nn::copy_into(scale_in, Tensor::full(Shape{}, time_sum_factor(b)));
                 loss = graph_step->run();
                 if (graph_step->captured() && !std::exchange(graph_noted, true))
                     std::fprintf(stderr, "train_lm: --cuda-graph: step %lld captured into a CUDA graph; batches of its shape replay it\n",
@@ -376,13 +384,9 @@ static int run(Args& a, const apps::json& config, Device dev) {
                 }
             }
             profile::boundary("loss read-back", profile::Phase::Outside);
-            // time-sum: the loss summed over a row's scored positions and averaged over the rows,
-            // the scale Zaremba et al.'s lr 1 and clip 5 were chosen for (mean loss × scored per row).
             if (!graph) {
-                if (a.loss_scale == "time-sum")
-                    mul(loss, (float)((double)b.scored / (double)b.inputs.size(0))).backward();
-                else
-                    loss.backward();
+                if (time_sum) mul(loss, time_sum_factor(b)).backward();
+                else loss.backward();
                 gnorm = a.clip_grad > 0 ? nn::clip_grad_norm(params, a.clip_grad)
                       : log_now         ? nn::grad_norm(params)
                                         : 0.f;

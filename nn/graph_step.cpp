@@ -4,6 +4,7 @@
 #include <cstring>
 #include "engine/error.h"
 #include "engine/multi_tensor.h"
+#include "engine/ops/elementwise.h"
 #include "engine/rng.h"
 #include "engine/tensor.h"
 
@@ -13,10 +14,16 @@ using namespace engine;
 
 #ifdef ENGINE_CUDA
 
-GraphStep::GraphStep(Optimizer& opt, std::function<Tensor()> loss_fn, std::vector<Tensor> clip_params, float max_norm)
-    : opt_(opt), loss_fn_(std::move(loss_fn)), clip_params_(std::move(clip_params)), max_norm_(max_norm) {
+GraphStep::GraphStep(Optimizer& opt, std::function<Tensor()> loss_fn, std::vector<Tensor> clip_params, float max_norm,
+                     Tensor backward_scale)
+    : opt_(opt), loss_fn_(std::move(loss_fn)), clip_params_(std::move(clip_params)), max_norm_(max_norm),
+      backward_scale_(std::move(backward_scale)) {
     check(max_norm >= 0.f, "GraphStep: max_norm {} must be >= 0", max_norm);
     check(cuda::available(), "GraphStep: CUDA graphs need a CUDA device");
+    if (backward_scale_.defined())
+        check(backward_scale_.is_cuda() && backward_scale_.ndim() == 0 && backward_scale_.dtype() == DType::F32,
+              "GraphStep: the backward scale must be a float32 CUDA scalar, got {} {} on {}",
+              dtype_name(backward_scale_.dtype()), backward_scale_.shape().str(), device_name(backward_scale_.device()));
     loss_ = Tensor::zeros(Shape{}, DType::F32, Device::CUDA);
     if (max_norm_ > 0.f) norm_ = Tensor::zeros(Shape{}, DType::F32, Device::CUDA);
     scalars_ = Tensor::zeros({kStepScalars + 2}, DType::F32, Device::CUDA);
@@ -40,9 +47,14 @@ void GraphStep::eager_step() {
     check(loss.is_cuda() && loss.numel() == 1, "GraphStep: the loss must be a CUDA scalar, got {} on {}",
           loss.shape().str(), device_name(loss.device()));
     cuda::copy_on_device(loss_.raw_f32(), loss.raw_f32(), sizeof(float));
-    loss.backward();
+    backward(loss);
     if (max_norm_ > 0.f) cuda::copy_on_device(norm_.raw_f32(), clip_grad_norm_device(clip_params_, max_norm_).raw_f32(), sizeof(float));
     opt_.step();
+}
+
+void GraphStep::backward(const Tensor& loss) {
+    if (backward_scale_.defined()) mul(loss, backward_scale_).backward();
+    else loss.backward();
 }
 
 // Capture the step (nothing runs), then launch it: the first launch is this run's step. Every
@@ -57,7 +69,7 @@ void GraphStep::capture_step() {
             opt_.zero_grad_in_place();
             Tensor loss = loss_fn_();
             cuda::copy_on_device(loss_.raw_f32(), loss.raw_f32(), sizeof(float));
-            loss.backward();
+            backward(loss);
             if (max_norm_ > 0.f)
                 cuda::copy_on_device(norm_.raw_f32(), clip_grad_norm_device(clip_params_, max_norm_).raw_f32(), sizeof(float));
             opt_.step_device(scalars_.raw_f32());
@@ -98,7 +110,8 @@ void copy_into(const Tensor& dst, const Tensor& src) {
 
 #else  // a build without the CUDA backend
 
-GraphStep::GraphStep(Optimizer& opt, std::function<Tensor()>, std::vector<Tensor>, float) : opt_(opt), max_norm_(0.f) {
+GraphStep::GraphStep(Optimizer& opt, std::function<Tensor()>, std::vector<Tensor>, float, Tensor)
+    : opt_(opt), max_norm_(0.f) {
     fail("GraphStep: CUDA graphs need the CUDA backend (this build has none)");
 }
 Tensor GraphStep::run() { fail("GraphStep: no CUDA backend"); }

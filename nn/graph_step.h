@@ -31,8 +31,11 @@ namespace nn {
 class GraphStep {
 public:
     // clip_params / max_norm: clip the global gradient norm of these parameters (max_norm > 0).
+    // backward_scale: a CUDA scalar s the caller may refill before each run; the backward then
+    // starts from loss·s instead of the loss (loss() stays the loss), as an eager
+    // mul(loss, s).backward() does, with the same bits.
     GraphStep(Optimizer& opt, std::function<Tensor()> loss_fn, std::vector<Tensor> clip_params = {},
-              float max_norm = 0.f);
+              float max_norm = 0.f, Tensor backward_scale = Tensor());
     // One training step; the loss (a device scalar, valid until the next run) is returned.
     Tensor run();
     Tensor loss() const { return loss_; }
@@ -42,12 +45,14 @@ public:
 private:
     void eager_step();
     void capture_step();
+    void backward(const Tensor& loss);
     void write_scalars(uint64_t shift);
 
     Optimizer& opt_;
     std::function<Tensor()> loss_fn_;
     std::vector<Tensor> clip_params_;
     float max_norm_;
+    Tensor backward_scale_;
     Tensor loss_, norm_;
     Tensor scalars_;  // kStepScalars floats, then the generator's shift (a uint64)
     std::shared_ptr<engine::cuda::CudaGraph> graph_;  // (shared_ptr: a CPU-only build never destroys one)

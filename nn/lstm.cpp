@@ -5,6 +5,7 @@
 #include <cmath>
 #include "engine/error.h"
 #include "engine/ops.h"
+#include "nn/graph_step.h"  // copy_into
 
 namespace nn {
 
@@ -64,6 +65,62 @@ Tensor LSTMLM::forward(const Tensor& ids, std::vector<LSTMState>& state) const {
 
 void LSTMLM::detach(std::vector<LSTMState>& state) {
     for (auto& s : state) s = {s.h.detach(), s.c.detach()};
+}
+
+Tensor CarriedState::forward(const LSTMLM& lm, const Tensor& ids) {
+    check(ids.ndim() == 2, "LSTMLM: ids {} are not [B, T]", ids.shape().str());
+    const int64_t B = ids.size(0), H = lm.cfg.hidden;
+    const Device dev = lm.tok_emb->weight.device();
+    if (next_.empty()) {
+        for (size_t i = 0; i < lm.layers->size(); i++) {
+            start_.push_back({Tensor::zeros({B, H}, DType::F32, dev), Tensor::zeros({B, H}, DType::F32, dev)});
+            next_.push_back({Tensor::zeros({B, H}, DType::F32, dev), Tensor::zeros({B, H}, DType::F32, dev)});
+        }
+    }
+    check(next_.size() == lm.layers->size() && next_[0].h.shape() == Shape({B, H}) && next_[0].h.device() == dev,
+          "CarriedState: the carried state ({} layers of {} on {}) does not match the batch {} of an LSTM of {} layers "
+          "of {} units on {} (reset() keeps the buffers; a new CarriedState makes new ones)",
+          next_.size(), next_[0].h.shape().str(), device_name(next_[0].h.device()), ids.shape().str(),
+          lm.layers->size(), H, device_name(dev));
+    for (size_t i = 0; i < next_.size(); i++) {
+        copy_into(start_[i].h, next_[i].h);
+        copy_into(start_[i].c, next_[i].c);
+    }
+    std::vector<LSTMState> state = start_;  // handles on the buffers; forward replaces them with the final states
+    Tensor logits = lm.forward(ids, state);
+    for (size_t i = 0; i < next_.size(); i++) {
+        copy_into(next_[i].h, state[i].h);
+        copy_into(next_[i].c, state[i].c);
+    }
+    return logits;
+}
+
+void CarriedState::reset() {
+    for (LSTMState& s : next_) {
+        copy_into(s.h, Tensor::zeros(s.h.shape(), DType::F32, s.h.device()));
+        copy_into(s.c, Tensor::zeros(s.c.shape(), DType::F32, s.c.device()));
+    }
+}
+
+std::vector<LSTMState> CarriedState::get() const {
+    std::vector<LSTMState> out;
+    for (const LSTMState& s : next_) out.push_back({s.h.clone(), s.c.clone()});
+    return out;
+}
+
+void CarriedState::set(const std::vector<LSTMState>& s) {
+    if (next_.empty()) {
+        for (const LSTMState& layer : s) {
+            start_.push_back({layer.h.detach().clone(), layer.c.detach().clone()});
+            next_.push_back({layer.h.detach().clone(), layer.c.detach().clone()});
+        }
+        return;
+    }
+    check(s.size() == next_.size(), "CarriedState: {} layers of state set into a state of {}", s.size(), next_.size());
+    for (size_t i = 0; i < s.size(); i++) {
+        copy_into(next_[i].h, s[i].h);
+        copy_into(next_[i].c, s[i].c);
+    }
 }
 
 }  // namespace nn

@@ -51,4 +51,26 @@ public:
     std::shared_ptr<Linear> head;
 };
 
+// The state truncated BPTT hands from batch to batch, kept in memory that stays: a training step
+// that starts from it and leaves its final state there reads and writes the same addresses every
+// time, so it can be captured into a CUDA graph and replayed (nn/graph_step.h). Two buffers a
+// layer, because the step's backward still reads the state it started from (h0 for W_hh's
+// gradient, c0 for the first cell) after its forward has made the next one. The values are those
+// of carrying the detached final states (LSTMLM::detach), bit for bit.
+class CarriedState {
+public:
+    // ids [B, T] -> logits, starting from the state the last call left (zeros at first and after
+    // reset()) and leaving this batch's final state for the next call. B may not change while
+    // buffers exist: a captured step holds their addresses.
+    Tensor forward(const LSTMLM& lm, const Tensor& ids);
+    void reset();  // zeros, in the buffers where they are
+    // What the next forward starts from (copies; empty before the first forward or set()).
+    std::vector<LSTMState> get() const;
+    // Copied into the buffers (made at these shapes on s's device where there are none yet).
+    void set(const std::vector<LSTMState>& s);
+
+private:
+    std::vector<LSTMState> start_, next_;
+};
+
 }  // namespace nn

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include "engine/error.h"
 #include "engine/ops.h"
 #include "nn/checkpoint.h"
@@ -152,6 +153,58 @@ TEST_CASE("LSTM LM: PyTorch parameter names, state carrying, memorization", "[mo
                                 120, 2e-2f);
     INFO("loss " << l0 << " -> " << l1);
     CHECK(l1 < 0.1f);
+}
+
+// CarriedState gives the bits of carrying the detached final states: three batches of training,
+// each forward and gradient. (That its buffers stay put is what a captured step needs: the
+// [cuda][graph] tests replay one.)
+TEST_CASE("LSTM LM: CarriedState equals carrying detached states, in buffers that stay", "[models]") {
+    manual_seed(9);
+    LSTMLM lm(LSTMConfig{11, 8, 2, 0.f, false});
+    std::vector<Tensor> batches;
+    for (int k = 0; k < 3; k++) batches.push_back(Tensor::randint({3, 5}, 0, 11));
+    auto train = [&](const std::function<Tensor(const Tensor&)>& forward) {
+        std::vector<std::vector<float>> out;
+        for (const Tensor& ids : batches) {
+            lm.zero_grad();
+            Tensor logits = forward(ids);
+            sum(mul(logits, logits)).backward();
+            out.push_back(logits.to_vector());
+            for (const Tensor& p : lm.parameters()) out.push_back(p.grad().to_vector());
+        }
+        return out;
+    };
+    std::vector<LSTMState> detached;
+    auto reference = train([&](const Tensor& ids) {
+        LSTMLM::detach(detached);
+        return lm.forward(ids, detached);
+    });
+    CarriedState carried;
+    CHECK(carried.get().empty());
+    auto with_buffers = train([&](const Tensor& ids) { return carried.forward(lm, ids); });
+    REQUIRE(reference.size() == with_buffers.size());
+    for (size_t i = 0; i < reference.size(); i++) {
+        INFO("tensor " << i);
+        CHECK(reference[i] == with_buffers[i]);
+    }
+    std::vector<LSTMState> last = carried.get();
+    REQUIRE(last.size() == 2);
+    CHECK(last[1].h.to_vector() == detached[1].h.to_vector());
+    CHECK(last[0].c.to_vector() == detached[0].c.to_vector());
+
+    // reset(): zeros, as a fresh start; set(): the state given.
+    carried.reset();
+    for (const LSTMState& st : carried.get()) CHECK(test::max_abs_diff(st.h, Tensor::zeros({3, 8})) == 0.f);
+    std::vector<LSTMState> fresh;
+    CHECK(carried.forward(lm, batches[0]).to_vector() == lm.forward(batches[0], fresh).to_vector());
+    carried.set(last);
+    std::vector<LSTMState> from_last = last;
+    CHECK(carried.forward(lm, batches[1]).to_vector() == lm.forward(batches[1], from_last).to_vector());
+
+    // Another batch size cannot move the buffers a captured step holds.
+    CHECK_THROWS_WITH(carried.forward(lm, Tensor::randint({4, 5}, 0, 11)),
+                      Catch::Contains("CarriedState") && Catch::Contains("[3,8]") && Catch::Contains("[4,5]"));
+    CHECK_THROWS_WITH(carried.set({last[0]}), Catch::Contains("1 layers of state set into a state of 2"));
 }
 
 TEST_CASE("ConvMixer: shapes, frozen spatial filters, overfitting", "[models][overfit]") {

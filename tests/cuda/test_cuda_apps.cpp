@@ -331,27 +331,28 @@ json bench_json(const std::string& log) {
 }
 
 // --cuda-graph on (the default) in bench: the eager steps and the captured step are both timed
-// and reported; off (or the LSTM, or the CPU) reports the eager step only.
+// and reported (the LSTM's too: its carried state stays in place); off (or the CPU) reports the
+// eager step only.
 TEST_CASE("cuda apps: bench times the step with and without a CUDA graph", "[cuda][graph]") {
     test::TempDir tmp;
     std::string lm = " lm --device cuda --dim 16 --depth 1 --heads 2 --seq 8 --batch 2 --vocab 11 --steps 2 --warmup 0";
-    int rc = run(device_app("bench") + lm, tmp / "log");
+    std::string lstm = " lstm --device cuda --dim 8 --depth 2 --seq 4 --batch 2 --vocab 11 --steps 2 --warmup 0";
+    for (const std::string& args : {lm, lstm}) {
+        int rc = run(device_app("bench") + args, tmp / "log");
+        INFO(slurp(tmp / "log"));
+        REQUIRE(rc == 0);
+        json out = bench_json(slurp(tmp / "log"));
+        CHECK(out["cuda_graph"] == true);
+        CHECK(out["ms_per_step_eager"].get<double>() > 0);
+        CHECK(out["ms_per_step_graph"].get<double>() > 0);
+        CHECK(out["ms_per_step"] == out["ms_per_step_graph"]);
+    }
+    int rc = run(device_app("bench") + lm + " --cuda-graph off", tmp / "log");
     INFO(slurp(tmp / "log"));
     REQUIRE(rc == 0);
     json out = bench_json(slurp(tmp / "log"));
-    CHECK(out["cuda_graph"] == true);
-    CHECK(out["ms_per_step_eager"].get<double>() > 0);
-    CHECK(out["ms_per_step_graph"].get<double>() > 0);
-    CHECK(out["ms_per_step"] == out["ms_per_step_graph"]);
-    for (std::string args : {lm + " --cuda-graph off",
-                             std::string(" lstm --device cuda --dim 8 --depth 1 --seq 4 --batch 2 --vocab 11 --steps 1 --warmup 0")}) {
-        rc = run(device_app("bench") + args, tmp / "log");
-        INFO(slurp(tmp / "log"));
-        REQUIRE(rc == 0);
-        out = bench_json(slurp(tmp / "log"));
-        CHECK_FALSE(out.contains("cuda_graph"));
-        CHECK_FALSE(out.contains("ms_per_step_graph"));
-    }
+    CHECK_FALSE(out.contains("cuda_graph"));
+    CHECK_FALSE(out.contains("ms_per_step_graph"));
 }
 
 // apps/bench's attention_kernels names the unfused path's variants: edge keys at 257 tokens (head
@@ -430,4 +431,20 @@ TEST_CASE("cuda apps: train_lm --cuda-graph on equals off bit for bit (transform
                                       " --lr 1e-2 --dropout 0.1 --clip-grad 0.5 --threads 1 --log-every 1 --seed 1",
                                   6);
     }
+}
+
+// The LSTM's state carried from batch to batch stays in place (nn::CarriedState) and --loss-scale
+// time-sum's factor reaches the graph through device memory: Zaremba's recipe (SGD, lr 1, clip 5)
+// with dropout, two epochs (the state reset between them), an evaluation mid-epoch (its own state).
+TEST_CASE("cuda apps: train_lm --cuda-graph on equals off bit for bit (LSTM, BPTT, time-sum)", "[cuda][graph]") {
+    std::string text;
+    for (int i = 0; i < 6; i++) text += "the cat sat on the mat and the dog sat on the log\n";
+    test::TempDir tmp;
+    for (const char* split : {"train", "valid", "test"}) test::write_file(tmp / ("text/" + std::string(split) + ".txt"), text);
+    check_graph_on_equals_off(tmp, "train_lm",
+                              "--dataset text --data-dir " + (tmp / "text") +
+                                  " --model lstm --dim 16 --depth 2 --seq-len 8 --batch-size 2 --epochs 2 --opt sgd"
+                                  " --lr 1 --loss-scale time-sum --clip-grad 5 --dropout 0.1 --eval-every 3"
+                                  " --threads 1 --log-every 1 --seed 1",
+                              12);
 }

@@ -1,8 +1,9 @@
 // tests/cuda/test_cuda_graph_step.cpp: training steps through a CUDA graph (nn/graph_step.h) equal
 // the same eager steps bit for bit: losses and every parameter after N steps, for a ViT with
-// dropout and attention dropout (AdamW, gradient clipping) and a TransformerLM with dropout (SGD
-// with momentum), with a learning rate that changes every step and a new batch every step. The
-// eager side is the apps' step (zero_grad, loss, backward, clip_grad_norm on the host, step()).
+// dropout and attention dropout (AdamW, gradient clipping), a TransformerLM with dropout (SGD
+// with momentum) and an LSTM LM carrying its state with a scaled backward (SGD, clipping), with a
+// learning rate that changes every step and a new batch every step. The eager side is the apps'
+// step (zero_grad, loss, backward, clip_grad_norm on the host, step()).
 //
 // Why bitwise: the graph runs the same kernels on the same values. The learning rate, Adam's bias
 // corrections, the clipping decision and the dropout draws come from device memory instead of the
@@ -14,6 +15,7 @@
 #include <memory>
 #include "engine/rng.h"
 #include "nn/graph_step.h"
+#include "nn/lstm.h"
 #include "nn/transformer.h"
 #include "tests/cuda/parity.h"
 
@@ -48,6 +50,7 @@ struct Case {
     std::function<std::unique_ptr<nn::Optimizer>(nn::Module&)> optimizer;
     std::function<std::pair<Tensor, Tensor>(int)> batch;
     float max_norm = 0.f;
+    float backward_scale = 0.f;  // > 0: the backward starts from loss · backward_scale
 };
 
 float lr_of_step(int k) { return 1e-2f * (1.f + 0.37f * (float)k); }
@@ -65,7 +68,9 @@ Run train(const Case& c, bool graph) {
     if (graph) {
         auto [x0, y0] = c.batch(0);
         Tensor x = x0.to(Device::CUDA), y = y0.to(Device::CUDA);  // the step reads these; refilled each step
-        nn::GraphStep step(*opt, [&] { return c.loss(*model, x, y); }, params, c.max_norm);
+        Tensor scale;
+        if (c.backward_scale > 0.f) scale = Tensor::full(engine::Shape{}, c.backward_scale).to(Device::CUDA);
+        nn::GraphStep step(*opt, [&] { return c.loss(*model, x, y); }, params, c.max_norm, scale);
         for (int k = 0; k < kSteps; k++) {
             auto [xk, yk] = c.batch(k);
             nn::copy_into(x, xk);
@@ -80,7 +85,8 @@ Run train(const Case& c, bool graph) {
             opt->lr = lr_of_step(k);
             opt->zero_grad();
             Tensor loss = c.loss(*model, xk.to(Device::CUDA), yk.to(Device::CUDA));
-            loss.backward();
+            if (c.backward_scale > 0.f) engine::mul(loss, c.backward_scale).backward();
+            else loss.backward();
             if (c.max_norm > 0.f) nn::clip_grad_norm(params, c.max_norm);
             opt->step();
             r.losses.push_back(loss.item());
@@ -156,6 +162,27 @@ TEST_CASE("graph step: a TransformerLM with dropout and SGD equals eager steps b
         return std::make_unique<nn::SGD>(nn::param_groups(m, 1e-4f), 1e-2f, 0.9f, true);
     };
     c.batch = [](int k) { return std::pair{random_ids({2, 7}, 11, 300 + k), random_ids({2, 7}, 11, 400 + k)}; };
+    check_graph_equals_eager(c);
+}
+
+// Truncated BPTT: the state each step leaves is the next one's start, in buffers that stay
+// (nn::CarriedState); the loss scaled as --loss-scale time-sum scales it (the factor from device
+// memory in the graph, from the host eagerly); Zaremba's SGD and clipping, dropout.
+TEST_CASE("graph step: an LSTM LM carrying its state, with a scaled backward, equals eager steps bit for bit",
+          "[cuda][graph]") {
+    auto state = std::make_shared<nn::CarriedState>();
+    Case c;
+    c.build = [state] {
+        *state = nn::CarriedState();  // each run starts from zeros
+        return std::make_shared<nn::LSTMLM>(nn::LSTMConfig{11, 8, 2, 0.1f, false});
+    };
+    c.loss = [state](nn::Module& m, const Tensor& x, const Tensor& y) {
+        return engine::cross_entropy(state->forward(static_cast<nn::LSTMLM&>(m), x).reshape({-1, 11}), y.reshape({-1}));
+    };
+    c.optimizer = [](nn::Module& m) { return std::make_unique<nn::SGD>(nn::param_groups(m, 0.f), 1.f); };
+    c.batch = [](int k) { return std::pair{random_ids({2, 6}, 11, 500 + k), random_ids({2, 6}, 11, 600 + k)}; };
+    c.max_norm = 5.f;
+    c.backward_scale = 6.f;  // scored tokens per row
     check_graph_equals_eager(c);
 }
 
