@@ -23,7 +23,8 @@ GraphStep::GraphStep(Optimizer& opt, std::function<Tensor()> loss_fn, std::vecto
     if (backward_scale_.defined())
         check(backward_scale_.is_cuda() && backward_scale_.ndim() == 0 && backward_scale_.dtype() == DType::F32,
               "GraphStep: the backward scale must be a float32 CUDA scalar, got {} {} on {}",
-              dtype_name(backward_scale_.dtype()), backward_scale_.shape().str(), device_name(backward_scale_.device()));
+              dtype_name(backward_scale_.dtype()), backward_scale_.shape().str(),
+              device_name(backward_scale_.device()));
     loss_ = Tensor::zeros(Shape{}, DType::F32, Device::CUDA);
     if (max_norm_ > 0.f) norm_ = Tensor::zeros(Shape{}, DType::F32, Device::CUDA);
     scalars_ = Tensor::zeros({kStepScalars + 2}, DType::F32, Device::CUDA);

@@ -395,6 +395,21 @@ TEST_CASE("attention dropout uses the global Philox stream", "[nnops]") {
     CHECK(test::max_abs_diff(attention(q, k, v, true, p, true), o) > 0.f);  // next draw: another mask
 }
 
+// On the CPU the forward keeps each query row's softmax max and 1/sum, not P [B·H, T, S]; the
+// backward recomputes P from them (gradients: the gradchecks below).
+TEST_CASE("attention on the CPU keeps two floats a query row, not the probabilities", "[nnops]") {
+    const int64_t B = 2, H = 2, T = 32, S = 48, D = 8;  // every tensor whole 64-byte blocks
+    Tensor q = param({B, H, T, D}, 58), k = param({B, H, S, D}, 59), v = param({B, H, S, D}, 60);
+    for (bool causal : {false, true}) {
+        const size_t before = host_memory_in_use();
+        Tensor o = attention(q, k, v, causal);
+        CHECK(host_memory_in_use() - before == sizeof(float) * (size_t)(B * H * T * D + B * H * T * 2));
+        sum(mul(o, o)).backward();
+        CHECK(q.grad().defined());
+        CHECK(v.grad().defined());
+    }
+}
+
 TEST_CASE("attention argument errors", "[nnops]") {
     Tensor q = param({2, 3, 4, 8}, 60), k = param({2, 3, 6, 8}, 61);
     CHECK_THROWS_WITH(attention(q.reshape({6, 4, 8}), k, k, false),

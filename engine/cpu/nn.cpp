@@ -296,33 +296,78 @@ void mse_backward(const float* pred, const float* target, const float* dloss, fl
 // ---------------------------------------------------------------------------------------------
 // attention. Heads run in parallel, each GEMM on one thread (OpenBLAS's OpenMP build does not
 // fork inside an active parallel region); a single head leaves the region inactive so that its
-// GEMMs can use every core.
+// GEMMs can use every core. A head's P [T, S] lives in a buffer of its thread, where it stays in
+// cache between the two GEMMs; the forward keeps only each row's max and 1/sum, and the backward
+// recomputes P from them by the same GEMM and the same exp (probabilities_of_head), bit for bit.
 
-// Softmax of one row of scores over keys [0, visible), zero over [visible, S).
-static void masked_softmax_row(float* row, int64_t visible, int64_t S) {
-    float m = row_max(row, visible), sum = 0.f;
-    for (int64_t j = 0; j < visible; j++) {
-        row[j] = std::exp(row[j] - m);
-        sum += row[j];
-    }
-    float inv = visible > 0 ? 1.f / sum : 0.f;
+// The scores of one head, q·kᵀ·scale, into p [T, S].
+static void head_scores(const float* qh, const float* kh, int64_t ld, float* p, int64_t T, int64_t S, int64_t D,
+                        float scale) {
+    gemm_ld(false, true, T, S, D, scale, qh, ld, kh, ld, 0.f, p, 0);
+}
+
+// row[j] = exp(row[j] − m) over [0, n), vectorized as sum_exp_shifted, and their sum in its order.
+static inline float exp_shifted_row(float* row, int64_t n, float m) {
+    constexpr int kLanes = 8;
+    float acc[kLanes] = {0.f};
+    int64_t j = 0;
+    for (; j + kLanes <= n; j += kLanes)
+        for (int l = 0; l < kLanes; l++) acc[l] += row[j + l] = pointwise::exp_vectorizable(row[j + l] - m);
+    for (; j < n; j++) acc[0] += row[j] = pointwise::exp_vectorizable(row[j] - m);
+    float sum = 0.f;
+    for (int l = 0; l < kLanes; l++) sum += acc[l];
+    return sum;
+}
+
+// exp(row − m)·inv over keys [0, visible), zero over [visible, S): the probabilities of a row of
+// scores, given its max m and inv = 1/Σ exp(row − m) (0 for a row that sees no key).
+static inline void scale_row(float* row, int64_t visible, int64_t S, float inv) {
     for (int64_t j = 0; j < visible; j++) row[j] *= inv;
     for (int64_t j = visible; j < S; j++) row[j] = 0.f;
 }
 
-void attention_forward(const float* q, const float* k, const float* v, const float* mask, float* p, float* out,
+// Softmax of each row of a head's scores p [T, S] (causal: row i over its visible keys), in place;
+// stats [T, 2] gets each row's max and 1/sum.
+static void softmax_of_head(float* p, float* stats, int64_t T, int64_t S, bool causal) {
+    for (int64_t i = 0; i < T; i++) {
+        float* row = p + i * S;
+        const int64_t visible = visible_keys(i, T, S, causal);
+        const float m = visible > 0 ? row_max(row, visible) : 0.f;
+        const float sum = exp_shifted_row(row, visible, m);
+        const float inv = visible > 0 ? 1.f / sum : 0.f;
+        scale_row(row, visible, S, inv);
+        stats[2 * i] = m;
+        stats[2 * i + 1] = inv;
+    }
+}
+
+// A head's P again, from the forward's stats: the same scores, exps and products as
+// softmax_of_head, so the same bits.
+static void probabilities_of_head(const float* qh, const float* kh, int64_t ld, const float* stats, float* p,
+                                  int64_t T, int64_t S, int64_t D, bool causal, float scale) {
+    head_scores(qh, kh, ld, p, T, S, D, scale);
+    for (int64_t i = 0; i < T; i++) {
+        float* row = p + i * S;
+        const int64_t visible = visible_keys(i, T, S, causal);
+        exp_shifted_row(row, visible, stats[2 * i]);
+        scale_row(row, visible, S, stats[2 * i + 1]);
+    }
+}
+
+void attention_forward(const float* q, const float* k, const float* v, const float* mask, float* stats, float* out,
                        int64_t BH, int64_t T, int64_t S, int64_t D, bool causal, float scale, AttentionHeads in,
                        AttentionHeads out_layout) {
     const int64_t ld = in.ld, ldo = out_layout.ld;
     #pragma omp parallel if (BH > 1 && BH * T * S * D > kParallelMin)
     {
-        std::vector<float> dropped(mask ? T * S : 0);  // P ⊙ mask of the current head
+        std::vector<float> p(T * S);                   // P of the current head
+        std::vector<float> dropped(mask ? T * S : 0);  // P ⊙ mask
         #pragma omp for schedule(static)
         for (int64_t bh = 0; bh < BH; bh++) {
             const float *qh = q + in.offset(bh, T), *kh = k + in.offset(bh, S), *vh = v + in.offset(bh, S);
-            float* ph = p + bh * T * S;
-            gemm_ld(false, true, T, S, D, scale, qh, ld, kh, ld, 0.f, ph, 0);
-            for (int64_t i = 0; i < T; i++) masked_softmax_row(ph + i * S, visible_keys(i, T, S, causal), S);
+            float* ph = p.data();
+            head_scores(qh, kh, ld, ph, T, S, D, scale);
+            softmax_of_head(ph, stats + bh * T * 2, T, S, causal);
             const float* probs = ph;
             if (mask) {
                 const float* mh = mask + bh * T * S;
@@ -334,20 +379,22 @@ void attention_forward(const float* q, const float* k, const float* v, const flo
     }
 }
 
-void attention_backward(const float* q, const float* k, const float* v, const float* mask, const float* p,
+void attention_backward(const float* q, const float* k, const float* v, const float* mask, const float* stats,
                         const float* dout, float* dq, float* dk, float* dv, int64_t BH, int64_t T, int64_t S,
-                        int64_t D, float scale, AttentionHeads in, AttentionHeads out_layout) {
+                        int64_t D, bool causal, float scale, AttentionHeads in, AttentionHeads out_layout) {
     const int64_t ld = in.ld, ldo = out_layout.ld;
     bool want_ds = dq || dk;
     #pragma omp parallel if (BH > 1 && BH * T * S * D > kParallelMin)
     {
+        std::vector<float> p(T * S);                          // P of the current head, recomputed
         std::vector<float> dropped(mask && dv ? T * S : 0);  // P ⊙ mask
         std::vector<float> ds(want_ds ? T * S : 0);          // dP, then dS in place
         #pragma omp for schedule(static)
         for (int64_t bh = 0; bh < BH; bh++) {
             const int64_t at_t = in.offset(bh, T), at_s = in.offset(bh, S);
             const float *qh = q + at_t, *kh = k + at_s, *vh = v + at_s;
-            const float *ph = p + bh * T * S, *mh = mask ? mask + bh * T * S : nullptr;
+            probabilities_of_head(qh, kh, ld, stats + bh * T * 2, p.data(), T, S, D, causal, scale);
+            const float *ph = p.data(), *mh = mask ? mask + bh * T * S : nullptr;
             const float* gh = dout + out_layout.offset(bh, T);
             if (dv) {
                 const float* probs = ph;

@@ -58,17 +58,20 @@ void mse_backward(const float* pred, const float* target, const float* dloss, fl
 // Attention over BH = B·H independent heads, in the layouts of engine/attention_layout.h: q, k, v
 // and their gradients as `in` says (head-major q [BH, T, D], k and v [BH, S, D]; or token-major,
 // rows ld apart), out and dout as `out_layout` says.
-// P = softmax(q·kᵀ·scale, causal: query i sees keys j <= i + S − T), written to p [BH, T, S]
-// (masked entries exactly 0; a query that sees no key gets an all-zero row).
-// out = (P ⊙ mask)·v, with mask [BH, T, S] the scaled dropout mask, or null for no dropout.
-void attention_forward(const float* q, const float* k, const float* v, const float* mask, float* p, float* out,
+// P = softmax(q·kᵀ·scale, causal: query i sees keys j <= i + S − T) (masked entries exactly 0; a
+// query that sees no key gets an all-zero row), out = (P ⊙ mask)·v, with mask [BH, T, S] the scaled
+// dropout mask, or null for no dropout. P is not kept: stats [BH, T, 2] gets each row's max and
+// 1/sum, from which the backward recomputes P bit for bit (S/2 times less memory than P; the CUDA
+// path keeps P itself).
+void attention_forward(const float* q, const float* k, const float* v, const float* mask, float* stats, float* out,
                        int64_t BH, int64_t T, int64_t S, int64_t D, bool causal, float scale, AttentionHeads in,
                        AttentionHeads out_layout);
-// From the saved P and mask: dv = (P⊙mask)ᵀ·dout, dP = (dout·vᵀ)⊙mask, dS = P⊙(dP − rowsum(dP⊙P)),
-// dq = dS·k·scale, dk = dSᵀ·q·scale. dq, dk, dv may each be null (not wanted).
-void attention_backward(const float* q, const float* k, const float* v, const float* mask, const float* p,
+// With P recomputed from the forward's stats (one more q·kᵀ GEMM a head), and the mask:
+// dv = (P⊙mask)ᵀ·dout, dP = (dout·vᵀ)⊙mask, dS = P⊙(dP − rowsum(dP⊙P)), dq = dS·k·scale,
+// dk = dSᵀ·q·scale. dq, dk, dv may each be null (not wanted).
+void attention_backward(const float* q, const float* k, const float* v, const float* mask, const float* stats,
                         const float* dout, float* dq, float* dk, float* dv, int64_t BH, int64_t T, int64_t S,
-                        int64_t D, float scale, AttentionHeads in, AttentionHeads out_layout);
+                        int64_t D, bool causal, float scale, AttentionHeads in, AttentionHeads out_layout);
 
 // Rotary embedding of x viewed as [outer, T, D]: pair (i, i + D/2) of position t is rotated by
 // angle (start_pos + t)·base^(−2i/D). The backward rotates dy by the negative angle.

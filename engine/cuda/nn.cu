@@ -1285,7 +1285,7 @@ void attention_forward(const float* q, const float* k, const float* v, const flo
 
 void attention_backward(const float* q, const float* k, const float* v, const float* mask, const float* p,
                         const float* dout, float* dq, float* dk, float* dv, int64_t BH, int64_t T, int64_t S,
-                        int64_t D, float scale, AttentionHeads in, AttentionHeads out_layout) {
+                        int64_t D, bool causal, float scale, AttentionHeads in, AttentionHeads out_layout) {
     if (BH == 0 || S == 0 || D == 0) return;
     if (T == 0) {  // no queries: dk and dv are empty sums (packed: with T == 0 < S, k and v are no
                    // column blocks of one projection with q)

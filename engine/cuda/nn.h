@@ -89,10 +89,11 @@ void attention_forward(const float* q, const float* k, const float* v, const flo
                        int64_t BH, int64_t T, int64_t S, int64_t D, bool causal, float scale, AttentionHeads in,
                        AttentionHeads out_layout);
 // From the saved P and mask: dv = (P⊙mask)ᵀ·dout, dP = (dout·vᵀ)⊙mask, dS = P⊙(dP − rowsum(dP⊙P)),
-// dq = dS·k·scale, dk = dSᵀ·q·scale. dq, dk, dv may each be null (not wanted).
+// dq = dS·k·scale, dk = dSᵀ·q·scale. dq, dk, dv may each be null (not wanted). causal is the
+// forward's, unused here (the CPU's backward recomputes P and needs it).
 void attention_backward(const float* q, const float* k, const float* v, const float* mask, const float* p,
                         const float* dout, float* dq, float* dk, float* dv, int64_t BH, int64_t T, int64_t S,
-                        int64_t D, float scale, AttentionHeads in, AttentionHeads out_layout);
+                        int64_t D, bool causal, float scale, AttentionHeads in, AttentionHeads out_layout);
 
 // Rotary embedding of x viewed as [outer, T, D]: pair (i, i + D/2) of position t is rotated by
 // angle (start_pos + t)·base^(−2i/D). The backward rotates dy by the negative angle.

@@ -281,8 +281,9 @@ Tensor mse_loss(const Tensor& pred, const Tensor& target) {
 
 // ---------------------------------------------------------------------------------------------
 // attention: scores, masked softmax, dropout and the value product in one op. The forward saves
-// the probabilities P [B·H, T, S] (rows padded on CUDA) and the dropout mask; the backward is one
-// fused kernel. Three entry points, one path: attention (q, k, v [B, H, T, D]), attention_tokens
+// the dropout mask and, on CUDA, the probabilities P [B·H, T, S] (rows padded); on the CPU only
+// each row's softmax max and 1/sum [B·H, T, 2], from which the backward recomputes P bit for bit
+// (engine/cpu/nn.h). The backward is one fused kernel. Three entry points, one path: attention (q, k, v [B, H, T, D]), attention_tokens
 // (q, k, v [B, T, H·D]) and attention_qkv (q, k, v column blocks of one [B, T, 3·H·D]); the
 // layouts are engine/attention_layout.h's.
 //
@@ -342,7 +343,8 @@ static Tensor attention_qkv_fused(const Tensor& qkv, int64_t B, int64_t T, int64
 }
 #endif
 
-// The unfused path's forward into out, and the probabilities and dropout mask its backward needs.
+// The unfused path's forward into out, and what its backward needs: the dropout mask and P (the
+// CPU's row statistics of P).
 // q, k, v are pointers: with attention_qkv, column blocks of one tensor (engine/attention_layout.h).
 struct AttentionSaved {
     Tensor p, mask;
@@ -358,8 +360,9 @@ static AttentionSaved attention_unfused_forward(const Tensor& like, const float*
         draw_uniform(saved.mask);
         ON_DEVICE(dev, dropout_forward)(nullptr, saved.mask.raw_f32(), nullptr, saved.mask.numel(), dropout_p);
     }
-    // The CUDA path pads P's rows to 16 bytes (engine/cuda/nn.h: attention_p_stride).
-    int64_t ldp = S;
+    // The CUDA path keeps P, its rows padded to 16 bytes (engine/cuda/nn.h: attention_p_stride); the
+    // CPU's keeps two floats a row.
+    int64_t ldp = 2;
 #ifdef ENGINE_CUDA
     if (dev == Device::CUDA) ldp = cuda::attention_p_stride(S);
 #endif
@@ -378,7 +381,7 @@ static Tensor attention_unfused(const Tensor& q, const Tensor& k, const Tensor& 
     AttentionSaved saved = attention_unfused_forward(q, q.raw_f32(), k.raw_f32(), v.raw_f32(), out.raw_f32(), BH, T, S,
                                                      D, L, L, causal, dropout_p, dropout, scale);
     Tensor p = saved.p, mask = saved.mask;
-    return attach(out, "attention", {q, k, v}, [q, k, v, p, mask, BH, T, S, D, scale, L, dev](const Tensor& g) {
+    return attach(out, "attention", {q, k, v}, [q, k, v, p, mask, BH, T, S, D, causal, scale, L, dev](const Tensor& g) {
         Tensor dq, dk, dv;
         if (q.requires_grad()) dq = q.new_empty(q.shape());
         if (k.requires_grad()) dk = q.new_empty(k.shape());
@@ -387,7 +390,7 @@ static Tensor attention_unfused(const Tensor& q, const Tensor& k, const Tensor& 
                                            mask.defined() ? mask.raw_f32() : nullptr, p.raw_f32(), g.raw_f32(),
                                            dq.defined() ? dq.raw_f32() : nullptr,
                                            dk.defined() ? dk.raw_f32() : nullptr,
-                                           dv.defined() ? dv.raw_f32() : nullptr, BH, T, S, D, scale, L, L);
+                                           dv.defined() ? dv.raw_f32() : nullptr, BH, T, S, D, causal, scale, L, L);
         return std::vector<Tensor>{dq, dk, dv};
     });
 }
@@ -475,12 +478,14 @@ Tensor attention_qkv(const Tensor& qkv, int64_t heads, bool causal, float dropou
                                                      out_layout, causal, dropout_p, dropout, scale);
     const Device dev = qkv.device();
     return attach(out, "attention", {qkv},
-                  [qkv, p = saved.p, mask = saved.mask, BH, T, W, D, scale, in, out_layout, dev](const Tensor& g) {
+                  [qkv, p = saved.p, mask = saved.mask, BH, T, W, D, causal, scale, in, out_layout,
+                   dev](const Tensor& g) {
         Tensor dqkv = qkv.new_empty(qkv.shape());  // every column written: dq, dk and dv
         const float* x = qkv.raw_f32();
         float* d = dqkv.raw_f32();
         ON_DEVICE(dev, attention_backward)(x, x + W, x + 2 * W, mask.defined() ? mask.raw_f32() : nullptr, p.raw_f32(),
-                                           g.raw_f32(), d, d + W, d + 2 * W, BH, T, T, D, scale, in, out_layout);
+                                           g.raw_f32(), d, d + W, d + 2 * W, BH, T, T, D, causal, scale, in,
+                                           out_layout);
         return std::vector<Tensor>{dqkv};
     });
 }

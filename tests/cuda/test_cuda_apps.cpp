@@ -184,7 +184,8 @@ TEST_CASE("cuda apps: --precision bf16 runs train_vit, train_lm and bench on the
 
     std::string text;
     for (int i = 0; i < 6; i++) text += "the cat sat on the mat and the dog sat on the log\n";
-    for (const char* split : {"train", "valid", "test"}) test::write_file(tmp / ("text/" + std::string(split) + ".txt"), text);
+    for (const char* split : {"train", "valid", "test"})
+        test::write_file(tmp / ("text/" + std::string(split) + ".txt"), text);
     for (std::string model : {"transformer", "lstm"}) {
         INFO("model " << model);
         std::string out = tmp / ("lm_" + model);
@@ -440,7 +441,8 @@ TEST_CASE("cuda apps: train_lm --cuda-graph on equals off bit for bit (LSTM, BPT
     std::string text;
     for (int i = 0; i < 6; i++) text += "the cat sat on the mat and the dog sat on the log\n";
     test::TempDir tmp;
-    for (const char* split : {"train", "valid", "test"}) test::write_file(tmp / ("text/" + std::string(split) + ".txt"), text);
+    for (const char* split : {"train", "valid", "test"})
+        test::write_file(tmp / ("text/" + std::string(split) + ".txt"), text);
     check_graph_on_equals_off(tmp, "train_lm",
                               "--dataset text --data-dir " + (tmp / "text") +
                                   " --model lstm --dim 16 --depth 2 --seq-len 8 --batch-size 2 --epochs 2 --opt sgd"
