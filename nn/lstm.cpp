@@ -71,6 +71,8 @@ Tensor CarriedState::forward(const LSTMLM& lm, const Tensor& ids) {
     check(ids.ndim() == 2, "LSTMLM: ids {} are not [B, T]", ids.shape().str());
     const int64_t B = ids.size(0), H = lm.cfg.hidden;
     const Device dev = lm.tok_emb->weight.device();
+    std::vector<LSTMState> state;
+    if (lm.layers->size() == 0) return lm.forward(ids, state);  // no recurrence, no state
     if (next_.empty()) {
         for (size_t i = 0; i < lm.layers->size(); i++) {
             start_.push_back({Tensor::zeros({B, H}, DType::F32, dev), Tensor::zeros({B, H}, DType::F32, dev)});
@@ -86,7 +88,7 @@ Tensor CarriedState::forward(const LSTMLM& lm, const Tensor& ids) {
         copy_into(start_[i].h, next_[i].h);
         copy_into(start_[i].c, next_[i].c);
     }
-    std::vector<LSTMState> state = start_;  // handles on the buffers; forward replaces them with the final states
+    state = start_;  // handles on the buffers; forward replaces them with the final states
     Tensor logits = lm.forward(ids, state);
     for (size_t i = 0; i < next_.size(); i++) {
         copy_into(next_[i].h, state[i].h);
