@@ -1,8 +1,9 @@
 // tests/test_fused_ops.cpp: the fused ops of the transformer block and GAU, bias_gelu, bias_silu,
 // bias_silu_gate and masked_relu2 (engine/ops/elementwise.h), gelu_linear and layer_norm_linear
-// (engine/ops/matmul.h), add_layer_norm and scale_shift_rope (engine/ops/nn.h), against the
-// unfused ops they replace (gelu(add(x, bias)); mul after bias_silu; masked_fill, relu2 and mul;
-// bias_gelu then linear; layer_norm then linear; add then layer_norm; mul, add and rope), their
+// (engine/ops/matmul.h), add_layer_norm, scale_shift_rope and linear_cross_entropy
+// (engine/ops/nn.h), against the unfused ops they replace (gelu(add(x, bias)); mul after
+// bias_silu; masked_fill, relu2 and mul; bias_gelu then linear; layer_norm then linear; add then
+// layer_norm; mul, add and rope; linear then cross_entropy), their
 // gradients by finite differences, the thread-count independence of dbias, the memory of
 // gelu_linear, layer_norm_linear and bias_silu_gate, argument errors, and the modules that use
 // them: the MLP (its fused paths against the hook and dropout paths, which are unfused), the
@@ -946,4 +947,120 @@ TEST_CASE("TransformerLM: the final norm inside the output GEMM against the hook
         CHECK(fused.out == hooked.out);
         CHECK(fused.grads == hooked.grads);
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// linear_cross_entropy
+
+namespace {
+
+// Targets in [0, V), every `ignored`-th one ignore_index (-100); none when ignored == 0.
+Tensor lce_targets(Shape s, int32_t V, int ignored, uint64_t seed) {
+    Tensor t = Tensor::empty(s, DType::I32);
+    Generator(seed).randint(t.data_i32(), t.numel(), 0, V);
+    if (ignored > 0)
+        for (int64_t i = 0; i < t.numel(); i += ignored) t.data_i32()[i] = -100;
+    return t;
+}
+
+// The loss and the gradients of x, w and b (b may be undefined), from the fused op or from
+// cross_entropy(linear(...)), with the loss scaled by `g` before the backward.
+std::vector<Tensor> lce_run(bool fused, const Tensor& x0, const Tensor& w0, const Tensor& b0, const Tensor& t,
+                            float smoothing, float g) {
+    Tensor x = x0.detach().requires_grad_(true), w = w0.detach().requires_grad_(true);
+    Tensor b = b0.defined() ? b0.detach().requires_grad_(true) : Tensor();
+    Tensor xi = mul(x, 1.f);  // an activation, as a model's features are
+    Tensor loss = fused ? linear_cross_entropy(xi, w, b, t, -100, smoothing)
+                        : cross_entropy(linear(xi, w, b), t, -100, smoothing);
+    mul(loss, g).backward();
+    return {loss.detach(), x.grad(), w.grad(), b.defined() ? b.grad() : Tensor()};
+}
+
+}  // namespace
+
+TEST_CASE("linear_cross_entropy: cross_entropy of linear, values and gradients, over several chunks",
+          "[nnops][fused]") {
+    // V = 40,000: chunks of 104 rows (4 M logits), so 300 rows make three, the last one short.
+    struct Case {
+        int64_t B, T, D, V;
+        bool bias;
+        int ignored;
+        float smoothing, g;
+    };
+    for (const Case& c : {Case{2, 150, 6, 40000, true, 7, 0.f, 1.f}, Case{2, 150, 6, 40000, false, 0, 0.1f, 2.5f},
+                          Case{3, 5, 8, 11, true, 4, 0.f, 1.f}, Case{1, 1, 3, 2, false, 0, 0.2f, -1.f}}) {
+        INFO("B " << c.B << " T " << c.T << " D " << c.D << " V " << c.V << " bias " << c.bias << " ignored every "
+                  << c.ignored << " smoothing " << c.smoothing << " g " << c.g);
+        Tensor x = param({c.B, c.T, c.D}, 120, -1.f, 1.f), w = param({c.V, c.D}, 121, -0.5f, 0.5f);
+        Tensor b = c.bias ? param({c.V}, 122, -0.5f, 0.5f) : Tensor();
+        Tensor t = lce_targets({c.B, c.T}, (int32_t)c.V, c.ignored, 123);
+        std::vector<Tensor> fused = lce_run(true, x, w, b, t, c.smoothing, c.g);
+        std::vector<Tensor> plain = lce_run(false, x, w, b, t, c.smoothing, c.g);
+        CHECK(fused[0].item() == Approx(plain[0].item()).epsilon(1e-5));
+        for (int i = 1; i < 4; i++) {
+            INFO("gradient " << i << " (x, w, b)");
+            REQUIRE(fused[i].defined() == plain[i].defined());
+            if (!plain[i].defined()) continue;
+            const float scale = std::max(1e-6f, test::max_abs_diff(plain[i], Tensor::zeros(plain[i].shape())));
+            CHECK(test::max_abs_diff(fused[i], plain[i]) <= 1e-4f * scale);
+        }
+    }
+}
+
+TEST_CASE("linear_cross_entropy", "[nnops][gradcheck]") {
+    Tensor t = lce_targets({2, 3}, 5, 4, 124);
+    gradcheck("linear_cross_entropy", [t](auto& in) { return linear_cross_entropy(in[0], in[1], in[2], t, -100, 0.1f); },
+              {param({2, 3, 4}, 125), param({5, 4}, 126), param({5}, 127)});
+}
+
+TEST_CASE("linear_cross_entropy: only the gradients wanted, none under NoGrad", "[nnops][fused]") {
+    Tensor x = param({4, 3}, 128), w = param({6, 3}, 129), b = param({6}, 130);
+    Tensor t = lce_targets({4}, 6, 0, 131);
+    float expected = cross_entropy(linear(x, w, b), t).item();
+    {
+        NoGrad no_grad;
+        Tensor loss = linear_cross_entropy(x, w, b, t);
+        CHECK_FALSE(loss.requires_grad());
+        CHECK(loss.item() == Approx(expected).epsilon(1e-6));
+    }
+    Tensor wf = w.detach(), bf = b.detach();  // a frozen output layer: x's gradient alone
+    Tensor loss = linear_cross_entropy(x, wf, bf, t);
+    loss.backward();
+    CHECK(x.grad().defined());
+    CHECK_FALSE(wf.grad().defined());
+    x.zero_grad();
+    Tensor xf = x.detach();  // w's and b's alone
+    linear_cross_entropy(xf, w, b, t).backward();
+    CHECK(w.grad().defined());
+    CHECK(b.grad().defined());
+    CHECK_FALSE(xf.grad().defined());
+}
+
+// What it is for: the [rows, V] logits are not kept; between forward and backward it holds the
+// gradients of x and w (and small scalars).
+TEST_CASE("linear_cross_entropy: the logits are not kept", "[nnops][fused]") {
+    const int64_t R = 64, D = 16, V = 512;  // whole 64-byte blocks
+    Tensor x0 = param({R, D}, 132), w = param({V, D}, 133);
+    Tensor t = lce_targets({R}, (int32_t)V, 0, 134);
+    Tensor x = mul(x0, 1.f);
+    const size_t before = host_memory_in_use();
+    Tensor loss = linear_cross_entropy(x, w, Tensor(), t);
+    const size_t held = host_memory_in_use() - before;
+    CHECK(held >= sizeof(float) * (size_t)(R * D + V * D));
+    CHECK(held < sizeof(float) * (size_t)(R * D + V * D) + 1024);
+    loss.backward();
+    CHECK(w.grad().defined());
+}
+
+TEST_CASE("linear_cross_entropy: argument errors", "[nnops][fused]") {
+    Tensor x = param({4, 3}, 135), w = param({6, 3}, 136), t = lce_targets({4}, 6, 0, 137);
+    CHECK_THROWS_WITH(linear_cross_entropy(x, param({6, 4}, 138), Tensor(), t),
+                      Catch::Contains("linear_cross_entropy: x [4,3] and w [6,4] are not [..., D] and [V, D]"));
+    CHECK_THROWS_WITH(linear_cross_entropy(x, w, param({5}, 139), t),
+                      Catch::Contains("linear_cross_entropy: b [5] is not [V] = [6]"));
+    CHECK_THROWS_WITH(linear_cross_entropy(x, w, Tensor(), lce_targets({5}, 6, 0, 140)),
+                      Catch::Contains("linear_cross_entropy: x [4,3] needs targets [4], got [5]"));
+    Tensor bad = lce_targets({4}, 6, 0, 141);
+    bad.data_i32()[2] = 6;
+    CHECK_THROWS_WITH(linear_cross_entropy(x, w, Tensor(), bad), Catch::Contains("target 6 at position 2 is out of range"));
 }

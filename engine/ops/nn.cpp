@@ -5,16 +5,25 @@
 // different devices are an error naming the op and the devices.
 #include "engine/ops/nn.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include "engine/autograd.h"
+#include "engine/cpu/elementwise.h"
+#include "engine/cpu/matmul.h"
 #include "engine/cpu/nn.h"
+#include "engine/cpu/reduce.h"
 #include "engine/ops/common.h"
 #include "engine/ops/dispatch.h"
+#include "engine/ops/elementwise.h"
+#include "engine/ops/reduce.h"
 #include "engine/ops/shape.h"
 #ifdef ENGINE_CUDA
+#include "engine/cuda/elementwise.h"
 #include "engine/cuda/flash_attention.h"
+#include "engine/cuda/matmul.h"
 #include "engine/cuda/nn.h"
+#include "engine/cuda/reduce.h"
 #include "engine/cuda/runtime.h"
 #endif
 
@@ -252,6 +261,118 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int ignore_ind
         ON_DEVICE(dev, cross_entropy_backward)(logits.raw_f32(), targets.raw_i32(), lse.raw_f32(), g.raw_f32(),
                                                dlogits.raw_f32(), rows, C, count, ignore_index, label_smoothing);
         return std::vector<Tensor>{dlogits, Tensor()};
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// linear_cross_entropy: the output layer and the loss, chunk by chunk (engine/ops/nn.h).
+
+// Rows a chunk takes: about 4 M logits, so that a chunk's logits stay in the GPU's L2 (and in the
+// CPU's last-level cache at small vocabularies) between the GEMM that writes them, the kernel that
+// turns them into their gradient and the two GEMMs that read that.
+static int64_t lce_chunk_rows(int64_t V) { return std::max<int64_t>(1, ((int64_t)1 << 22) / V); }
+
+Tensor linear_cross_entropy(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& targets,
+                            int ignore_index, float label_smoothing) {
+    const char* op = "linear_cross_entropy";
+    expect_f32(op, x, "x");
+    expect_f32(op, w, "w");
+    expect_i32(op, targets, "targets");
+    expect_same_device(op, x, w);
+    expect_same_device(op, x, targets);
+    check(x.ndim() >= 1 && w.ndim() == 2 && x.size(-1) == w.size(1) && w.size(0) > 0,
+          "{}: x {} and w {} are not [..., D] and [V, D] with V > 0", op, x.shape().str(), w.shape().str());
+    const int64_t D = x.size(-1), V = w.size(0), R = D > 0 ? x.numel() / D : 0;
+    if (b.defined()) {
+        expect_f32(op, b, "b");
+        expect_same_device(op, x, b);
+        check(b.shape() == Shape({V}), "{}: b {} is not [V] = [{}]", op, b.shape().str(), V);
+    }
+    Shape row_shape = x.shape();
+    row_shape.d[--row_shape.ndim] = 0;
+    check(targets.shape() == row_shape, "{}: x {} needs targets {}, got {}", op, x.shape().str(), row_shape.str(),
+          targets.shape().str());
+    expect_probability(op, label_smoothing, "label_smoothing");
+    const Device dev = x.device();
+    const bool want_dx = x.requires_grad(), want_dw = w.requires_grad(), want_db = b.defined() && b.requires_grad();
+    const bool grads = grad_enabled() && (want_dx || want_dw || want_db);
+
+    // The count of targets that are not ignored: on the host, or (in a captured CUDA step, where the
+    // host cannot read them) on the device when the graph runs, as cross_entropy does.
+    int64_t count = 0;
+    const int64_t* count_dev = nullptr;
+    Tensor count_buf;
+#ifdef ENGINE_CUDA
+    const bool on_device_count = targets.is_cuda() && cuda::capturing();
+    if (on_device_count) {
+        count_buf = Tensor::empty({2}, DType::I32, dev);  // one int64
+        count_dev = reinterpret_cast<const int64_t*>(count_buf.raw_i32());
+        cuda::count_targets(targets.raw_i32(), R, ignore_index, reinterpret_cast<int64_t*>(count_buf.raw_i32()));
+    }
+#else
+    const bool on_device_count = false;
+#endif
+    if (!on_device_count) count = count_targets(targets, V, ignore_index);
+    auto ce_forward = [&](const float* logits, const int32_t* t, float* loss, float* lse, int64_t n) {
+#ifdef ENGINE_CUDA
+        if (on_device_count)
+            return cuda::cross_entropy_forward_counted(logits, t, loss, lse, n, V, ignore_index, label_smoothing,
+                                                       count_dev);
+#endif
+        ON_DEVICE(dev, cross_entropy_forward)(logits, t, loss, lse, n, V, count, ignore_index, label_smoothing);
+    };
+    auto ce_backward = [&](float* logits, const int32_t* t, const float* lse, const float* one, int64_t n) {
+#ifdef ENGINE_CUDA
+        if (on_device_count)
+            return cuda::cross_entropy_backward_counted(logits, t, lse, one, logits, n, V, ignore_index,
+                                                        label_smoothing, count_dev);
+#endif
+        ON_DEVICE(dev, cross_entropy_backward)(logits, t, lse, one, logits, n, V, count, ignore_index,
+                                               label_smoothing);
+    };
+
+    const int64_t chunk = std::min(lce_chunk_rows(V), std::max<int64_t>(R, 1));
+    const int64_t chunks = (R + chunk - 1) / chunk;
+    Tensor logits = x.new_empty({chunk, V});  // one chunk's logits, then their gradient in place
+    Tensor lse = x.new_empty({chunk});
+    Tensor parts = Tensor::zeros({std::max<int64_t>(chunks, 1)}, DType::F32, dev);  // each chunk's share of the mean
+    Tensor one = Tensor::full(Shape{}, 1.f, DType::F32, dev);  // the gradient the chunks start from
+    Tensor dx = grads && want_dx ? x.new_empty(x.shape()) : Tensor();
+    Tensor dw = grads && want_dw ? w.new_empty(w.shape()) : Tensor();
+    Tensor db = grads && want_db ? b.new_empty(b.shape()) : Tensor();
+    Tensor db_chunk = grads && want_db ? b.new_empty(b.shape()) : Tensor();
+    const float* xp = x.raw_f32();
+    const int32_t* tp = targets.raw_i32();
+    for (int64_t c = 0; c < chunks; c++) {
+        const int64_t r0 = c * chunk, n = std::min(chunk, R - r0);
+        const float* xc = xp + r0 * D;
+        float* lp = logits.raw_f32();
+        ON_DEVICE(dev, gemm_bias)(false, true, n, V, D, xc, w.raw_f32(), b.defined() ? b.raw_f32() : nullptr, lp,
+                                  nullptr);
+        ce_forward(lp, tp + r0, parts.raw_f32() + c, lse.raw_f32(), n);
+        if (!grads) continue;
+        ce_backward(lp, tp + r0, lse.raw_f32(), one.raw_f32(), n);  // dlogits, over the logits
+        if (dx.defined()) ON_DEVICE(dev, gemm)(false, false, n, D, V, 1.f, lp, w.raw_f32(), 0.f, dx.raw_f32() + r0 * D);
+        const float beta = c > 0 ? 1.f : 0.f;
+        float* db_out = db.defined() ? (c > 0 ? db_chunk.raw_f32() : db.raw_f32()) : nullptr;
+        if (dw.defined() && db_out)
+            ON_DEVICE(dev, gemm_dbias)(true, false, V, D, n, lp, xc, beta, dw.raw_f32(), db_out);
+        else if (dw.defined())
+            ON_DEVICE(dev, gemm)(true, false, V, D, n, 1.f, lp, xc, beta, dw.raw_f32());
+        else if (db_out)
+            ON_DEVICE(dev, sum_dim)(lp, db_out, 1, n, V);
+        if (db_out && c > 0) ON_DEVICE(dev, add_inplace)(db.raw_f32(), db_chunk.raw_f32(), V);
+    }
+    Tensor loss;
+    {
+        NoGrad no_grad;
+        loss = sum(parts);
+    }
+    if (!grads) return loss;
+    return attach(loss, op, {x, w, b, targets}, [dx, dw, db](const Tensor& g) {
+        // Each gradient was made for a loss gradient of 1: g times it (exactly it when g is 1).
+        auto times_g = [&g](const Tensor& t) { return t.defined() ? mul(t, g) : Tensor(); };
+        return std::vector<Tensor>{times_g(dx), times_g(dw), times_g(db), Tensor()};
     });
 }
 

@@ -33,6 +33,15 @@ Tensor dropout(const Tensor& x, float p, bool training);
 // other target outside [0, C) is an error. The backward recomputes the softmax from the logits.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int ignore_index = -100,
                      float label_smoothing = 0.f);
+// cross_entropy(linear(x, w, b), targets) without the logits [rows, V]: x [..., D], w [V, D], b [V]
+// (or undefined), targets [...]. The rows go through in chunks of about 4 M logits (16 MB), each
+// chunk's logits made, turned into their gradient in place and multiplied out into x's, w's and b's
+// gradients, all in the forward (under NoGrad, or with no input wanting a gradient, the loss
+// alone). The backward multiplies those by the loss's gradient. A language model's output layer and
+// loss: at 8192 tokens and 10,000 words the logits were 328 MB, and the gradients are x's and w's
+// sizes. The values are cross_entropy's and linear's within rounding (the chunks' sums).
+Tensor linear_cross_entropy(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& targets,
+                            int ignore_index = -100, float label_smoothing = 0.f);
 Tensor mse_loss(const Tensor& pred, const Tensor& target);  // mean of squared differences
 // Scaled dot-product attention, one op: q [B, H, T, D], k and v [B, H, S, D],
 // dropout(softmax(q·kᵀ·scale + causal mask))·v. scale <= 0 means 1/√D. With causal, query i sees

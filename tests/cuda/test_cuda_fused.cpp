@@ -17,6 +17,8 @@
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <string>
+#include <tuple>
 #include "engine/autograd.h"
 #include "engine/cuda/runtime.h"
 #include "tests/cuda/parity.h"
@@ -333,5 +335,38 @@ TEST_CASE("cuda layer_norm_linear: the bits of layer_norm then linear on the dev
     for (size_t i = 0; i < leaves.size(); i++) {
         INFO("input " << i);
         CHECK(fused.grads[i] == plain.grads[i]);
+    }
+}
+
+// The output layer and the loss, chunk by chunk (V = 40,000: three chunks of up to 104 rows), with
+// and without a bias, ignored targets and label smoothing; on the device against the CPU, and
+// against cross_entropy of linear on the device.
+TEST_CASE("cuda linear_cross_entropy: against the CPU and the unfused ops, over several chunks", "[cuda]") {
+    for (auto [rows, V, bias, smoothing] : {std::tuple<int64_t, int64_t, bool, float>{300, 40000, true, 0.f},
+                                             {300, 40000, false, 0.1f},
+                                             {7, 33, true, 0.f}}) {
+        INFO("rows " << rows << " V " << V << " bias " << bias << " smoothing " << smoothing);
+        Tensor x = scaled({rows, 8}, 1.f, 60), w = scaled({V, 8}, 0.3f, 61);
+        Tensor b = bias ? scaled({V}, 0.3f, 62) : Tensor();
+        Tensor t = Tensor::empty({rows}, engine::DType::I32);
+        for (int64_t i = 0; i < rows; i++) t.data_i32()[i] = i % 5 == 0 ? -100 : (int32_t)((i * 7919) % V);
+        auto fused = [smoothing](const std::vector<Tensor>& in) {
+            return engine::linear_cross_entropy(in[0], in[1], in[2], in[3], -100, smoothing);
+        };
+        const test::Tol tol{1e-5f, 1e-4f};
+        check_parity("linear_cross_entropy", fused, {x, w, b, t}, tol, tol);
+        // On the device, against cross_entropy(linear(...)): the loss and each gradient.
+        auto run = [&](bool fused_op) {
+            std::vector<Tensor> in{test::to_cuda(x), test::to_cuda(w), test::to_cuda(b), test::to_cuda(t)};
+            Tensor loss = fused_op ? fused(in) : engine::cross_entropy(engine::linear(in[0], in[1], in[2]), in[3],
+                                                                       -100, smoothing);
+            engine::mul(loss, 1.5f).backward();
+            return std::vector<Tensor>{loss, in[0].grad(), in[1].grad(), bias ? in[2].grad() : Tensor()};
+        };
+        std::vector<Tensor> f = run(true), u = run(false);
+        for (size_t i = 0; i < f.size(); i++) {
+            if (!u[i].defined()) continue;
+            test::require_close("fused against unfused on the device, output " + std::to_string(i), u[i], f[i], tol);
+        }
     }
 }
