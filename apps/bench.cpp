@@ -154,7 +154,7 @@ int main(int argc, char** argv) {
                 c.heads = heads;
                 c.max_len = seq;
                 auto lm = std::make_shared<TransformerLM>(c);
-                loss_fn = [lm, x, y] { return cross_entropy(lm->forward(x), y); };
+                loss_fn = [lm, x, y] { return lm->loss(x, y); };
                 net = lm;
             } else if (model == "gau") {
                 GAUConfig c;
@@ -163,7 +163,7 @@ int main(int argc, char** argv) {
                 c.depth = depth;
                 c.expansion = 2 * dim;
                 auto lm = std::make_shared<GAULM>(c);
-                loss_fn = [lm, x, y] { return cross_entropy(lm->forward(x), y); };
+                loss_fn = [lm, x, y] { return lm->loss(x, y); };
                 net = lm;
             } else {
                 LSTMConfig c{vocab, dim, depth, 0.f, false};
@@ -171,7 +171,7 @@ int main(int argc, char** argv) {
                 // The state carried from step to step in buffers that stay, as train_lm's BPTT: a
                 // CUDA graph can replay the step.
                 auto state = std::make_shared<CarriedState>();
-                loss_fn = [lm, x, y, state] { return cross_entropy(state->forward(*lm, x), y); };
+                loss_fn = [lm, x, y, state] { return state->loss(*lm, x, y); };
                 net = lm;
             }
         }

@@ -76,16 +76,18 @@ struct Args {
     bool resume = false, nan_check = true;
 };
 
-// One interface over the three model families: logits for a batch. For the LSTM, carry = true
-// starts from the state the previous batch left (BPTT). `forward` is training's: its state lives in
-// buffers that stay (nn::CarriedState), so a CUDA graph can replay the step; `reset_state`,
-// `carried` and `restore` are that state's (the LSTM's h and c per layer; nothing for the attention
-// models), for epochs and mid-epoch checkpoints. `eval_forward` carries a state of its own, so an
-// evaluation leaves training's alone.
+// One interface over the three model families: the mean cross-entropy of a batch's targets (the
+// models' loss(): the output layer and the loss in one op, no logits kept), and the logits (for the
+// initializers' batch). For the LSTM, carry = true starts from the state the previous batch left
+// (BPTT). `train_loss` is training's: its state lives in buffers that stay (nn::CarriedState), so a
+// CUDA graph can replay the step; `reset_state`, `carried` and `restore` are that state's (the
+// LSTM's h and c per layer; nothing for the attention models), for epochs and mid-epoch
+// checkpoints. `eval_loss` carries a state of its own, so an evaluation leaves training's alone.
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 struct LM {
     std::shared_ptr<nn::Module> module;
-    std::function<Tensor(const Tensor& ids, bool carry)> forward, eval_forward;
+    std::function<Tensor(const Tensor& ids)> forward;
+    std::function<Tensor(const Tensor& ids, const Tensor& targets, bool carry)> train_loss, eval_loss;
     std::function<void()> reset_state = [] {};
     std::function<NamedTensors()> carried = [] { return NamedTensors{}; };
     std::function<void(const std::map<std::string, Tensor>&)> restore = [](const std::map<std::string, Tensor>&) {};
@@ -102,14 +104,18 @@ static LM build_model(const Args& a, int64_t vocab, Device dev) {
         auto m = std::make_shared<nn::LSTMLM>(c);
         auto carried = std::make_shared<nn::CarriedState>();
         auto eval_state = std::make_shared<std::vector<nn::LSTMState>>();
-        lm.forward = [m, carried](const Tensor& ids, bool carry) {
+        lm.forward = [m](const Tensor& ids) {
             std::vector<nn::LSTMState> zeros;
-            return carry ? carried->forward(*m, ids) : m->forward(ids, zeros);
+            return m->forward(ids, zeros);
         };
-        lm.eval_forward = [m, eval_state](const Tensor& ids, bool carry) {
+        lm.train_loss = [m, carried](const Tensor& ids, const Tensor& targets, bool carry) {
+            std::vector<nn::LSTMState> zeros;
+            return carry ? carried->loss(*m, ids, targets) : m->loss(ids, targets, zeros);
+        };
+        lm.eval_loss = [m, eval_state](const Tensor& ids, const Tensor& targets, bool carry) {
             if (!carry) eval_state->clear();
             nn::LSTMLM::detach(*eval_state);
-            return m->forward(ids, *eval_state);
+            return m->loss(ids, targets, *eval_state);
         };
         lm.reset_state = [carried] { carried->reset(); };
         lm.carried = [carried] {
@@ -139,7 +145,10 @@ static LM build_model(const Args& a, int64_t vocab, Device dev) {
         c.tie_weights = !a.untied;
         c.dropout = a.dropout;
         auto m = std::make_shared<nn::GAULM>(c);
-        lm.forward = lm.eval_forward = [m](const Tensor& ids, bool) { return m->forward(ids); };
+        lm.forward = [m](const Tensor& ids) { return m->forward(ids); };
+        lm.train_loss = lm.eval_loss = [m](const Tensor& ids, const Tensor& targets, bool) {
+            return m->loss(ids, targets);
+        };
         lm.module = m;
     } else {
         nn::LMConfig c;
@@ -156,7 +165,10 @@ static LM build_model(const Args& a, int64_t vocab, Device dev) {
         c.emb_dropout = a.emb_dropout;
         c.word_dropout = a.word_dropout;
         auto m = std::make_shared<nn::TransformerLM>(c);
-        lm.forward = lm.eval_forward = [m](const Tensor& ids, bool) { return m->forward(ids); };
+        lm.forward = [m](const Tensor& ids) { return m->forward(ids); };
+        lm.train_loss = lm.eval_loss = [m](const Tensor& ids, const Tensor& targets, bool) {
+            return m->loss(ids, targets);
+        };
         lm.module = m;
     }
     return lm;
@@ -193,8 +205,8 @@ static double evaluate(LM& lm, const Args& a, const std::vector<int32_t>& stream
     double nll = 0, count = 0;
     for (int64_t i = 0; i < batches.size(); i++) {
         data::TokenBatch b = batches.get(i);
-        Tensor logits = lm.eval_forward(b.inputs.to(dev), a.protocol == "bptt" && i > 0);
-        nll += cross_entropy(logits, scored_targets(b).to(dev)).item() * (double)b.scored;
+        Tensor loss = lm.eval_loss(b.inputs.to(dev), scored_targets(b).to(dev), a.protocol == "bptt" && i > 0);
+        nll += loss.item() * (double)b.scored;
         count += (double)b.scored;
     }
     lm.module->train();
@@ -228,7 +240,7 @@ static int run(Args& a, const apps::json& config, Device dev) {
     Batches train = make_batches(a, corpus.train, a.batch_size);
     data::TokenBatch first = train.get(0);
     // The next tokens are the labels of relu-quantile's output-layer fit (untied models).
-    init::InitData init_data{[&] { NoGrad ng; lm.forward(first.inputs, false); }, first.inputs.size(0), first.targets};
+    init::InitData init_data{[&] { NoGrad ng; lm.forward(first.inputs); }, first.inputs.size(0), first.targets};
     init::Report report = init::apply(*lm.module, a.init, a.init_opt, &init_data);
     for (auto& line : report.lines) std::printf("init: %s\n", line.c_str());
     // The initializers ran on the CPU; the model moves now, before the optimizer makes its state.
@@ -356,7 +368,7 @@ static int run(Args& a, const apps::json& config, Device dev) {
                     y_in = scored_targets(b).to(dev);
                     if (time_sum) scale_in = Tensor::zeros(Shape{}, DType::F32, dev);
                     graph_step = std::make_unique<nn::GraphStep>(
-                        *opt, [&] { return cross_entropy(lm.forward(x_in, bptt), y_in); },
+                        *opt, [&] { return lm.train_loss(x_in, y_in, bptt); },
                         a.clip_grad > 0 ? params : std::vector<Tensor>{}, a.clip_grad, scale_in);
                 } else {
                     nn::copy_into(x_in, b.inputs);
@@ -372,7 +384,7 @@ static int run(Args& a, const apps::json& config, Device dev) {
                 if (use_graph) opt->zero_grad_in_place();
                 else opt->zero_grad();
                 profile::boundary("batch, zero_grad", profile::Phase::Outside);
-                loss = cross_entropy(lm.forward(b.inputs.to(dev), bptt), scored_targets(b).to(dev));
+                loss = lm.train_loss(b.inputs.to(dev), scored_targets(b).to(dev), bptt);
             }
             meter.add(loss, (double)b.scored);
             float lv = 0.f;

@@ -76,6 +76,17 @@ GAULM::GAULM(const GAUConfig& c) : cfg(c) {
 }
 
 Tensor GAULM::forward(const Tensor& ids) const {
+    Tensor x = trunk(ids);
+    return head ? head->forward(x) : linear(x, tok_emb->weight);
+}
+
+Tensor GAULM::loss(const Tensor& ids, const Tensor& targets) const {
+    if (head && (head->forward_hook || head->input_hook)) return cross_entropy(forward(ids), targets);
+    return linear_cross_entropy(trunk(ids), head ? head->weight : tok_emb->weight, head ? head->bias : Tensor(),
+                                targets);
+}
+
+Tensor GAULM::trunk(const Tensor& ids) const {
     check(ids.ndim() == 2, "GAULM: ids {} are not [B, T]", ids.shape().str());
     Tensor x = drop->forward(tok_emb->forward(ids));
     // Post-Norm: each sum is used only through its norm (forward_sum: the add and the norm in one
@@ -88,7 +99,7 @@ Tensor GAULM::forward(const Tensor& ids) const {
         else x = layer.forward(norm.forward(x), x);
     }
     if (final_norm) x = final_norm->forward(x);
-    return head ? head->forward(x) : linear(x, tok_emb->weight);
+    return x;
 }
 
 }  // namespace nn

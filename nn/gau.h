@@ -38,6 +38,9 @@ public:
     explicit GAULM(const GAUConfig& c);
     std::string type_name() const override { return "GAULM"; }
     Tensor forward(const Tensor& ids) const;  // [B, T] -> logits [B, T, vocab]
+    // cross_entropy(forward(ids), targets) without the logits (engine::linear_cross_entropy),
+    // unless a hook on the head must see them.
+    Tensor loss(const Tensor& ids, const Tensor& targets) const;
     GAUConfig cfg;
     std::shared_ptr<Embedding> tok_emb;
     std::shared_ptr<ModuleList<GAU>> layers;
@@ -45,6 +48,9 @@ public:
     std::shared_ptr<LayerNorm> final_norm;  // Pre-Norm only
     std::shared_ptr<Dropout> drop;
     std::shared_ptr<Linear> head;           // null when tied
+
+private:
+    Tensor trunk(const Tensor& ids) const;  // the output layer's input
 };
 
 }  // namespace nn

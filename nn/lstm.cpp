@@ -53,14 +53,24 @@ LSTMLM::LSTMLM(const LSTMConfig& c) : cfg(c) {
     if (!c.tie_weights) head = register_module("head", std::make_shared<Linear>(c.hidden, c.vocab));
 }
 
-Tensor LSTMLM::forward(const Tensor& ids, std::vector<LSTMState>& state) const {
+Tensor LSTMLM::trunk(const Tensor& ids, std::vector<LSTMState>& state) const {
     check(ids.ndim() == 2, "LSTMLM: ids {} are not [B, T]", ids.shape().str());
     state.resize(layers->size());
     // Time-major inside ([T, B, H]: each step's rows are contiguous), batch-major at both ends.
     Tensor x = drop->forward(transpose(tok_emb->forward(ids), 0, 1));
     for (size_t i = 0; i < layers->size(); i++) x = drop->forward((*layers)[i].forward_time_major(x, state[i]));
-    x = transpose(x, 0, 1);
+    return x;
+}
+
+Tensor LSTMLM::forward(const Tensor& ids, std::vector<LSTMState>& state) const {
+    Tensor x = transpose(trunk(ids, state), 0, 1);
     return head ? head->forward(x) : linear(x, tok_emb->weight);
+}
+
+Tensor LSTMLM::loss(const Tensor& ids, const Tensor& targets, std::vector<LSTMState>& state) const {
+    if (head && (head->forward_hook || head->input_hook)) return cross_entropy(forward(ids, state), targets);
+    return linear_cross_entropy(transpose(trunk(ids, state), 0, 1), head ? head->weight : tok_emb->weight,
+                                head ? head->bias : Tensor(), targets);
 }
 
 void LSTMLM::detach(std::vector<LSTMState>& state) {
@@ -68,11 +78,20 @@ void LSTMLM::detach(std::vector<LSTMState>& state) {
 }
 
 Tensor CarriedState::forward(const LSTMLM& lm, const Tensor& ids) {
+    return carry(lm, ids, [&](std::vector<LSTMState>& state) { return lm.forward(ids, state); });
+}
+
+Tensor CarriedState::loss(const LSTMLM& lm, const Tensor& ids, const Tensor& targets) {
+    return carry(lm, ids, [&](std::vector<LSTMState>& state) { return lm.loss(ids, targets, state); });
+}
+
+Tensor CarriedState::carry(const LSTMLM& lm, const Tensor& ids,
+                           const std::function<Tensor(std::vector<LSTMState>&)>& f) {
     check(ids.ndim() == 2, "LSTMLM: ids {} are not [B, T]", ids.shape().str());
     const int64_t B = ids.size(0), H = lm.cfg.hidden;
     const Device dev = lm.tok_emb->weight.device();
     std::vector<LSTMState> state;
-    if (lm.layers->size() == 0) return lm.forward(ids, state);  // no recurrence, no state
+    if (lm.layers->size() == 0) return f(state);  // no recurrence, no state
     if (next_.empty()) {
         for (size_t i = 0; i < lm.layers->size(); i++) {
             start_.push_back({Tensor::zeros({B, H}, DType::F32, dev), Tensor::zeros({B, H}, DType::F32, dev)});
@@ -88,13 +107,13 @@ Tensor CarriedState::forward(const LSTMLM& lm, const Tensor& ids) {
         copy_into(start_[i].h, next_[i].h);
         copy_into(start_[i].c, next_[i].c);
     }
-    state = start_;  // handles on the buffers; forward replaces them with the final states
-    Tensor logits = lm.forward(ids, state);
+    state = start_;  // handles on the buffers; f replaces them with the final states
+    Tensor out = f(state);
     for (size_t i = 0; i < next_.size(); i++) {
         copy_into(next_[i].h, state[i].h);
         copy_into(next_[i].c, state[i].c);
     }
-    return logits;
+    return out;
 }
 
 void CarriedState::reset() {

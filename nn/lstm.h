@@ -7,6 +7,7 @@
 // engine::lstm_sequence runs the recurrence (per step one GEMM h·W_hhᵀ plus the fused cell) and, in
 // the backward, gets W_hh's gradient from one GEMM over all steps.
 #pragma once
+#include <functional>
 #include "nn/layers.h"
 
 namespace nn {
@@ -43,12 +44,18 @@ public:
     // ids [B, T] -> logits [B, T, vocab]; `state` (one per layer, empty to start from zeros) is
     // replaced by the final states. Truncated BPTT: the caller detaches them between batches.
     Tensor forward(const Tensor& ids, std::vector<LSTMState>& state) const;
+    // cross_entropy(forward(ids, state), targets) without the logits (engine::linear_cross_entropy),
+    // unless a hook on the head must see them.
+    Tensor loss(const Tensor& ids, const Tensor& targets, std::vector<LSTMState>& state) const;
     static void detach(std::vector<LSTMState>& state);
     LSTMConfig cfg;
     std::shared_ptr<Embedding> tok_emb;
     std::shared_ptr<ModuleList<LSTMLayer>> layers;
     std::shared_ptr<Dropout> drop;
     std::shared_ptr<Linear> head;
+
+private:
+    Tensor trunk(const Tensor& ids, std::vector<LSTMState>& state) const;  // time-major [T, B, H]
 };
 
 // The state truncated BPTT hands from batch to batch, kept in memory that stays: a training step
@@ -63,6 +70,7 @@ public:
     // reset()) and leaving this batch's final state for the next call. B may not change while
     // buffers exist: a captured step holds their addresses.
     Tensor forward(const LSTMLM& lm, const Tensor& ids);
+    Tensor loss(const LSTMLM& lm, const Tensor& ids, const Tensor& targets);  // LSTMLM::loss, so carried
     void reset();  // zeros, in the buffers where they are
     // What the next forward starts from (copies; empty before the first forward or set()).
     std::vector<LSTMState> get() const;
@@ -70,6 +78,8 @@ public:
     void set(const std::vector<LSTMState>& s);
 
 private:
+    // f(state) (a forward from `state`, which it replaces by the final states) from the carried state.
+    Tensor carry(const LSTMLM& lm, const Tensor& ids, const std::function<Tensor(std::vector<LSTMState>&)>& f);
     std::vector<LSTMState> start_, next_;
 };
 

@@ -176,7 +176,7 @@ TransformerLM::TransformerLM(const LMConfig& c) : cfg(c) {
     if (!c.tie_weights) head = register_module("head", std::make_shared<Linear>(c.dim, c.vocab, false));
 }
 
-Tensor TransformerLM::forward(const Tensor& ids) const {
+Tensor TransformerLM::trunk(const Tensor& ids) const {
     check(ids.ndim() == 2, "TransformerLM: ids {} are not [B, T]", ids.shape().str());
     int64_t T = ids.size(1);
     check(T <= cfg.max_len, "TransformerLM: sequence length {} exceeds max_len {}", T, cfg.max_len);
@@ -186,6 +186,11 @@ Tensor TransformerLM::forward(const Tensor& ids) const {
     if (emb_norm) x = emb_norm->forward(x);
     x = drop->forward(x);
     for (auto& b : *blocks) x = b->forward(x);
+    return x;
+}
+
+Tensor TransformerLM::forward(const Tensor& ids) const {
+    Tensor x = trunk(ids);
     // The final norm joins the output GEMM (layer_norm_linear) unless a hook must see it or the head's input.
     bool head_hooked = head && (head->forward_hook || head->input_hook);
     if (norm && !norm->forward_hook && !head_hooked)
@@ -193,6 +198,13 @@ Tensor TransformerLM::forward(const Tensor& ids) const {
                                  head ? head->bias : Tensor());
     if (norm) x = norm->forward(x);
     return head ? head->forward(x) : linear(x, tok_emb->weight);
+}
+
+Tensor TransformerLM::loss(const Tensor& ids, const Tensor& targets) const {
+    if (head && (head->forward_hook || head->input_hook)) return cross_entropy(forward(ids), targets);
+    Tensor x = trunk(ids);
+    if (norm) x = norm->forward(x);
+    return linear_cross_entropy(x, head ? head->weight : tok_emb->weight, head ? head->bias : Tensor(), targets);
 }
 
 }  // namespace nn

@@ -83,6 +83,10 @@ public:
     explicit TransformerLM(const LMConfig& c);
     std::string type_name() const override { return "TransformerLM"; }
     Tensor forward(const Tensor& ids) const;
+    // cross_entropy(forward(ids), targets) (targets [B, T], -100 ignored) without the logits: the
+    // output layer and the loss in one op (engine::linear_cross_entropy), unless a hook on the head
+    // must see them.
+    Tensor loss(const Tensor& ids, const Tensor& targets) const;
     LMConfig cfg;
     std::shared_ptr<Embedding> tok_emb;
     Tensor pos_embed;                      // [max_len, dim]: buffer (sinusoidal) or parameter (learned)
@@ -91,6 +95,9 @@ public:
     std::shared_ptr<ModuleList<TransformerBlock>> blocks;
     std::shared_ptr<LayerNorm> norm;       // final norm (Pre-LN only)
     std::shared_ptr<Linear> head;          // null when tied to tok_emb
+
+private:
+    Tensor trunk(const Tensor& ids) const;  // the blocks' output, before the final norm
 };
 
 }  // namespace nn

@@ -207,6 +207,53 @@ TEST_CASE("LSTM LM: CarriedState equals carrying detached states, in buffers tha
     CHECK_THROWS_WITH(carried.set({last[0]}), Catch::Contains("1 layers of state set into a state of 2"));
 }
 
+// The language models' loss() (the output layer and the loss in one op, engine::linear_cross_entropy)
+// against cross_entropy of their logits: the loss and every parameter's gradient, tied and untied
+// heads, ignored targets; and with a hook on the head, which sees the logits, the same path.
+TEST_CASE("language models: loss() equals cross_entropy of forward(), values and gradients", "[models]") {
+    Tensor ids = Tensor::randint({2, 6}, 0, 13), targets = Tensor::randint({2, 6}, 0, 13);
+    targets.data_i32()[3] = -100;
+    auto compare = [&](Module& m, const std::function<Tensor()>& fused, const std::function<Tensor()>& plain) {
+        auto run = [&](const std::function<Tensor()>& f) {
+            m.zero_grad();
+            Tensor loss = f();
+            loss.backward();
+            std::vector<Tensor> out{loss.detach()};
+            for (const Tensor& p : m.parameters()) out.push_back(p.grad().defined() ? p.grad().clone() : Tensor());
+            return out;
+        };
+        std::vector<Tensor> a = run(fused), b = run(plain);
+        CHECK(a[0].item() == Approx(b[0].item()).epsilon(1e-5));
+        for (size_t i = 1; i < a.size(); i++) {
+            INFO("parameter " << i - 1);
+            REQUIRE(a[i].defined() == b[i].defined());
+            if (a[i].defined()) CHECK(test::max_abs_diff(a[i], b[i]) < 1e-5f);
+        }
+    };
+    for (bool tied : {true, false}) {
+        INFO("tied " << tied);
+        manual_seed(10);
+        LMConfig c;
+        c.vocab = 13, c.dim = 8, c.depth = 1, c.heads = 2, c.max_len = 6, c.tie_weights = tied;
+        TransformerLM lm(c);
+        compare(lm, [&] { return lm.loss(ids, targets); }, [&] { return cross_entropy(lm.forward(ids), targets); });
+        GAUConfig g;
+        g.vocab = 13, g.dim = 8, g.depth = 1, g.expansion = 16, g.s = 4, g.tie_weights = tied;
+        GAULM gau(g);
+        compare(gau, [&] { return gau.loss(ids, targets); }, [&] { return cross_entropy(gau.forward(ids), targets); });
+    }
+    manual_seed(11);
+    LSTMLM lstm(LSTMConfig{13, 8, 2, 0.f, false});
+    compare(lstm, [&] { std::vector<LSTMState> s; return lstm.loss(ids, targets, s); },
+            [&] { std::vector<LSTMState> s; return cross_entropy(lstm.forward(ids, s), targets); });
+    // A hook on the head sees the logits: loss() takes forward() then.
+    int calls = 0;
+    lstm.head->forward_hook = [&](const Module&, const Tensor&) { calls++; };
+    std::vector<LSTMState> s;
+    lstm.loss(ids, targets, s);
+    CHECK(calls == 1);
+}
+
 TEST_CASE("ConvMixer: shapes, frozen spatial filters, overfitting", "[models][overfit]") {
     manual_seed(8);
     ConvMixerConfig c;
