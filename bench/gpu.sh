@@ -30,7 +30,8 @@
 # vit-pointers and lm-pointers, vit and lm with INITLAB_GEMM_POINTER_BATCH=1 (each attention GEMM
 # one cuBLAS call over every head from address arrays, instead of a call per head); vit-tune and
 # lm-tune, vit and lm with INITLAB_GEMM_AUTOTUNE=1 (each GEMM shape through cuBLASLt with the
-# fastest of its heuristic's candidates, timed at the first step). The variants' PyTorch rows are
+# fastest of its heuristic's candidates, timed at the first step); lm-ce, lm with INITLAB_LINEAR_CE=0
+# (the logits made whole and cross_entropy, instead of the output layer and the loss chunk by chunk). The variants' PyTorch rows are
 # their model's. E.g. a short
 # comparison of the paths:
 #   bash bench/gpu.sh --no-tests --models "vit lm lm4k lstm lstm-cudnn" --precisions tf32 --fused-attention both
@@ -77,6 +78,7 @@ model_env() {  # extra environment of a model
         vit-noedge) echo INITLAB_ATTENTION_EDGE_KEYS=0 ;;
         vit-pointers | lm-pointers) echo INITLAB_GEMM_POINTER_BATCH=1 ;;
         vit-tune | lm-tune) echo INITLAB_GEMM_AUTOTUNE=1 ;;
+        lm-ce) echo INITLAB_LINEAR_CE=0 ;;
     esac
 }
 for model in $models; do  # refused before anything runs
@@ -209,7 +211,7 @@ done
     case " $models " in *" lm4k "*) lm4k_note=", lm4k \`$sizes_lm4k\`" ;; esac
     echo "Sizes: vit \`$sizes_vit\`, lm/gau/lstm/lstm-cudnn \`$sizes_lm\`$lm4k_note, $steps. lstm: the own LSTM kernels; lstm-cudnn: INITLAB_CUDNN_LSTM=1, cuDNN's LSTM where the build has cuDNN (fp32, tf32)."
     echo "attention kernels: what the run took (apps/bench's attention_kernels: unfused, or flash with fp32 / tf32 / bf16, async for the asynchronous copies, split-dq for the split backward; – for a model without the attention op)."
-    echo "fused attention: INITLAB_FUSED_ATTENTION=0 (off: two batched GEMMs and a softmax kernel) or 1 (on: engine/cuda/flash_attention.cu; fp32 kernels under fp32, the tensor-core kernels under tf32 (TF32 inputs) and bf16 (bf16 inputs)). vit-nosplit: vit with INITLAB_FLASH_SPLIT_DQ=0; vit-async: vit with INITLAB_FLASH_ASYNC=1; vit-bf16fast: vit with INITLAB_BF16_GEMM_FAST=1 (under bf16, cuBLAS rounds the fp32 inputs in its kernels); vit-lt: vit with INITLAB_LT_BIAS=1 (linear biases by cuBLASLt's epilogue); vit-narrow: vit with INITLAB_FLASH_NARROW_FORWARD=1 (the tensor-core forward at 32 keys a step); vit-noedge: vit with INITLAB_ATTENTION_EDGE_KEYS=0 (the unfused GEMMs over every key); vit-pointers, lm-pointers: vit, lm with INITLAB_GEMM_POINTER_BATCH=1 (each attention GEMM one call over every head); vit-tune, lm-tune: vit, lm with INITLAB_GEMM_AUTOTUNE=1 (GEMMs through cuBLASLt, autotuned)."
+    echo "fused attention: INITLAB_FUSED_ATTENTION=0 (off: two batched GEMMs and a softmax kernel) or 1 (on: engine/cuda/flash_attention.cu; fp32 kernels under fp32, the tensor-core kernels under tf32 (TF32 inputs) and bf16 (bf16 inputs)). vit-nosplit: vit with INITLAB_FLASH_SPLIT_DQ=0; vit-async: vit with INITLAB_FLASH_ASYNC=1; vit-bf16fast: vit with INITLAB_BF16_GEMM_FAST=1 (under bf16, cuBLAS rounds the fp32 inputs in its kernels); vit-lt: vit with INITLAB_LT_BIAS=1 (linear biases by cuBLASLt's epilogue); vit-narrow: vit with INITLAB_FLASH_NARROW_FORWARD=1 (the tensor-core forward at 32 keys a step); vit-noedge: vit with INITLAB_ATTENTION_EDGE_KEYS=0 (the unfused GEMMs over every key); vit-pointers, lm-pointers: vit, lm with INITLAB_GEMM_POINTER_BATCH=1 (each attention GEMM one call over every head); vit-tune, lm-tune: vit, lm with INITLAB_GEMM_AUTOTUNE=1 (GEMMs through cuBLASLt, autotuned); lm-ce: lm with INITLAB_LINEAR_CE=0 (whole logits and cross_entropy)."
     echo "ms/step: the step replayed from a CUDA graph where it applies (vit, lm, gau), else eager. A ratio above 1 means this engine is faster; base / variant: a variant's model row's ms (same precision and fused setting, this table) over the variant's, above 1 where the variant is faster. Op profiles (apps/bench --profile 2, eager, device time from events):"
     echo
     echo "Each run's apps/bench line, less its profile (lt_bias_calls: GEMMs that took a cuBLASLt bias epilogue; gemm_tunings: shapes autotuned):"

@@ -81,7 +81,8 @@ Tensor GAULM::forward(const Tensor& ids) const {
 }
 
 Tensor GAULM::loss(const Tensor& ids, const Tensor& targets) const {
-    if (head && (head->forward_hook || head->input_hook)) return cross_entropy(forward(ids), targets);
+    if (!linear_cross_entropy_enabled() || (head && (head->forward_hook || head->input_hook)))
+        return cross_entropy(forward(ids), targets);
     return linear_cross_entropy(trunk(ids), head ? head->weight : tok_emb->weight, head ? head->bias : Tensor(),
                                 targets);
 }

@@ -39,7 +39,7 @@ public:
     std::string type_name() const override { return "GAULM"; }
     Tensor forward(const Tensor& ids) const;  // [B, T] -> logits [B, T, vocab]
     // cross_entropy(forward(ids), targets) without the logits (engine::linear_cross_entropy),
-    // unless a hook on the head must see them.
+    // unless a hook on the head must see them or the op is switched off.
     Tensor loss(const Tensor& ids, const Tensor& targets) const;
     GAUConfig cfg;
     std::shared_ptr<Embedding> tok_emb;

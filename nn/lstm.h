@@ -45,7 +45,7 @@ public:
     // replaced by the final states. Truncated BPTT: the caller detaches them between batches.
     Tensor forward(const Tensor& ids, std::vector<LSTMState>& state) const;
     // cross_entropy(forward(ids, state), targets) without the logits (engine::linear_cross_entropy),
-    // unless a hook on the head must see them.
+    // unless a hook on the head must see them or the op is switched off.
     Tensor loss(const Tensor& ids, const Tensor& targets, std::vector<LSTMState>& state) const;
     static void detach(std::vector<LSTMState>& state);
     LSTMConfig cfg;

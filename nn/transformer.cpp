@@ -201,7 +201,8 @@ Tensor TransformerLM::forward(const Tensor& ids) const {
 }
 
 Tensor TransformerLM::loss(const Tensor& ids, const Tensor& targets) const {
-    if (head && (head->forward_hook || head->input_hook)) return cross_entropy(forward(ids), targets);
+    if (!linear_cross_entropy_enabled() || (head && (head->forward_hook || head->input_hook)))
+        return cross_entropy(forward(ids), targets);
     Tensor x = trunk(ids);
     if (norm) x = norm->forward(x);
     return linear_cross_entropy(x, head ? head->weight : tok_emb->weight, head ? head->bias : Tensor(), targets);

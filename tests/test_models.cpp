@@ -252,6 +252,16 @@ TEST_CASE("language models: loss() equals cross_entropy of forward(), values and
     std::vector<LSTMState> s;
     lstm.loss(ids, targets, s);
     CHECK(calls == 1);
+    lstm.head->forward_hook = nullptr;
+    // The op that makes the loss: linear_cross_entropy, or switched off (INITLAB_LINEAR_CE=0)
+    // cross_entropy of forward()'s logits.
+    std::vector<LSTMState> s1, s2;
+    CHECK(lstm.loss(ids, targets, s1).impl()->grad_fn->name == std::string("linear_cross_entropy"));
+    const bool saved = set_linear_cross_entropy(false);
+    Tensor off = lstm.loss(ids, targets, s2);
+    set_linear_cross_entropy(saved);
+    CHECK(off.impl()->grad_fn->name == std::string("cross_entropy"));
+    CHECK(calls == 1);
 }
 
 TEST_CASE("ConvMixer: shapes, frozen spatial filters, overfitting", "[models][overfit]") {

@@ -10,10 +10,11 @@
 #     on (under tf32 the fused path is the tensor-core flash kernels; vit-nosplit is the fused
 #     backward without the split dq, vit-async the flash kernels with the asynchronous copies,
 #     vit-narrow the forward at 32 keys a step);
-#   - unfused: vit, vit-noedge, vit-pointers, vit-lt, vit-tune, lm, lm-pointers, lm-tune with the
+#   - unfused: vit, vit-noedge, vit-pointers, vit-lt, vit-tune, lm, lm-pointers, lm-tune, lm-ce with the
 #     unfused attention (vit-noedge: the attention GEMMs over all 257 keys, no edge keys; the
 #     -pointers ones: each attention GEMM one cuBLAS call over every head; vit-lt: the linears'
-#     bias and its gradient by cuBLASLt's epilogues; the -tune ones: GEMMs through cuBLASLt, autotuned); no PyTorch
+#     bias and its gradient by cuBLASLt's epilogues; the -tune ones: GEMMs through cuBLASLt, autotuned;
+#     lm-ce: the whole logits and cross_entropy instead of linear_cross_entropy); no PyTorch
 #     runs (the attention part has them);
 #   - attention-bf16 (not in the default PARTS): vit, vit-bf16fast (cuBLAS rounding the GEMM
 #     inputs itself), vit-pointers and lm under bf16, fused off and on (the bf16 flash kernels);
@@ -67,7 +68,7 @@ fi
 if [[ $parts == *" unfused "* ]]; then
     echo "== unfused attention: edge keys, address-array GEMMs, cuBLASLt's bias, autotuned GEMMs (tf32)"
     timeout "${BENCH_S:-300}" bash bench/gpu.sh --no-build --no-tests --no-torch \
-        --models "vit vit-noedge vit-pointers vit-lt vit-tune lm lm-pointers lm-tune" --precisions tf32 \
+        --models "vit vit-noedge vit-pointers vit-lt vit-tune lm lm-pointers lm-tune lm-ce" --precisions tf32 \
         --fused-attention off --out "$OUT/gpu-unfused-tf32.md"
     echo "rc=$?"
 fi

@@ -7,7 +7,10 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include "engine/autograd.h"
 #include "engine/cpu/elementwise.h"
 #include "engine/cpu/matmul.h"
@@ -266,6 +269,13 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int ignore_ind
 
 // ---------------------------------------------------------------------------------------------
 // linear_cross_entropy: the output layer and the loss, chunk by chunk (engine/ops/nn.h).
+
+static std::atomic<bool> g_linear_ce{[] {
+    const char* s = std::getenv("INITLAB_LINEAR_CE");
+    return !(s && std::string(s) == "0");
+}()};
+bool linear_cross_entropy_enabled() { return g_linear_ce.load(); }
+bool set_linear_cross_entropy(bool on) { return g_linear_ce.exchange(on); }
 
 // Rows a chunk takes: about 4 M logits, so that a chunk's logits stay in the GPU's L2 (and in the
 // CPU's last-level cache at small vocabularies) between the GEMM that writes them, the kernel that

@@ -42,6 +42,11 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int ignore_ind
 // sizes. The values are cross_entropy's and linear's within rounding (the chunks' sums).
 Tensor linear_cross_entropy(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& targets,
                             int ignore_index = -100, float label_smoothing = 0.f);
+// Whether the language models' loss() takes linear_cross_entropy: on unless the environment says
+// INITLAB_LINEAR_CE=0 at start (then they make the logits and take cross_entropy, for a
+// comparison: `lm-ce` in bench/gpu.sh); set_linear_cross_entropy overrides, returning the previous.
+bool linear_cross_entropy_enabled();
+bool set_linear_cross_entropy(bool on);
 Tensor mse_loss(const Tensor& pred, const Tensor& target);  // mean of squared differences
 // Scaled dot-product attention, one op: q [B, H, T, D], k and v [B, H, S, D],
 // dropout(softmax(q·kᵀ·scale + causal mask))·v. scale <= 0 means 1/√D. With causal, query i sees
