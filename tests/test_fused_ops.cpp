@@ -1052,6 +1052,15 @@ TEST_CASE("linear_cross_entropy: the logits are not kept", "[nnops][fused]") {
     CHECK(w.grad().defined());
 }
 
+TEST_CASE("linear_cross_entropy: no rows give a zero loss and zero gradients", "[nnops][fused]") {
+    Tensor x = param({0, 3}, 142), w = param({4, 3}, 143), b = param({4}, 144);
+    Tensor loss = linear_cross_entropy(x, w, b, Tensor::empty({0}, DType::I32));
+    CHECK(loss.item() == 0.f);
+    loss.backward();
+    CHECK(test::max_abs_diff(w.grad(), Tensor::zeros({4, 3})) == 0.f);
+    CHECK(test::max_abs_diff(b.grad(), Tensor::zeros({4})) == 0.f);
+}
+
 TEST_CASE("linear_cross_entropy: argument errors", "[nnops][fused]") {
     Tensor x = param({4, 3}, 135), w = param({6, 3}, 136), t = lce_targets({4}, 6, 0, 137);
     CHECK_THROWS_WITH(linear_cross_entropy(x, param({6, 4}, 138), Tensor(), t),

@@ -347,9 +347,10 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& w, const Tensor& b, c
     Tensor lse = x.new_empty({chunk});
     Tensor parts = Tensor::zeros({std::max<int64_t>(chunks, 1)}, DType::F32, dev);  // each chunk's share of the mean
     Tensor one = Tensor::full(Shape{}, 1.f, DType::F32, dev);  // the gradient the chunks start from
+    // dw and db are written by the first chunk; without rows they are zeros.
     Tensor dx = grads && want_dx ? x.new_empty(x.shape()) : Tensor();
-    Tensor dw = grads && want_dw ? w.new_empty(w.shape()) : Tensor();
-    Tensor db = grads && want_db ? b.new_empty(b.shape()) : Tensor();
+    Tensor dw = grads && want_dw ? (chunks ? w.new_empty(w.shape()) : w.new_zeros(w.shape())) : Tensor();
+    Tensor db = grads && want_db ? (chunks ? b.new_empty(b.shape()) : b.new_zeros(b.shape())) : Tensor();
     Tensor db_chunk = grads && want_db ? b.new_empty(b.shape()) : Tensor();
     const float* xp = x.raw_f32();
     const int32_t* tp = targets.raw_i32();
@@ -362,7 +363,8 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& w, const Tensor& b, c
         ce_forward(lp, tp + r0, parts.raw_f32() + c, lse.raw_f32(), n);
         if (!grads) continue;
         ce_backward(lp, tp + r0, lse.raw_f32(), one.raw_f32(), n);  // dlogits, over the logits
-        if (dx.defined()) ON_DEVICE(dev, gemm)(false, false, n, D, V, 1.f, lp, w.raw_f32(), 0.f, dx.raw_f32() + r0 * D);
+        if (dx.defined())
+            ON_DEVICE(dev, gemm)(false, false, n, D, V, 1.f, lp, w.raw_f32(), 0.f, dx.raw_f32() + r0 * D);
         const float beta = c > 0 ? 1.f : 0.f;
         float* db_out = db.defined() ? (c > 0 ? db_chunk.raw_f32() : db.raw_f32()) : nullptr;
         if (dw.defined() && db_out)
@@ -414,9 +416,9 @@ Tensor mse_loss(const Tensor& pred, const Tensor& target) {
 // attention: scores, masked softmax, dropout and the value product in one op. The forward saves
 // the dropout mask and, on CUDA, the probabilities P [B·H, T, S] (rows padded); on the CPU only
 // each row's softmax max and 1/sum [B·H, T, 2], from which the backward recomputes P bit for bit
-// (engine/cpu/nn.h). The backward is one fused kernel. Three entry points, one path: attention (q, k, v [B, H, T, D]), attention_tokens
-// (q, k, v [B, T, H·D]) and attention_qkv (q, k, v column blocks of one [B, T, 3·H·D]); the
-// layouts are engine/attention_layout.h's.
+// (engine/cpu/nn.h). The backward is one fused kernel. Three entry points, one path: attention
+// (q, k, v [B, H, T, D]), attention_tokens (q, k, v [B, T, H·D]) and attention_qkv (q, k, v column
+// blocks of one [B, T, 3·H·D]); the layouts are engine/attention_layout.h's.
 //
 // On CUDA, when the fused path is switched on (cuda::set_fused_attention(true) or
 // INITLAB_FUSED_ATTENTION=1; off by default, being the slower one on an H200, see
