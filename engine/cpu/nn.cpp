@@ -319,8 +319,8 @@ static inline float exp_shifted_row(float* row, int64_t n, float m) {
     return sum;
 }
 
-// exp(row − m)·inv over keys [0, visible), zero over [visible, S): the probabilities of a row of
-// scores, given its max m and inv = 1/Σ exp(row − m) (0 for a row that sees no key).
+// row ·= inv over keys [0, visible), zero over [visible, S): after exp_shifted_row, the
+// probabilities of a row of scores, with inv = 1/Σ exp(row − m) (0 for a row that sees no key).
 static inline void scale_row(float* row, int64_t visible, int64_t S, float inv) {
     for (int64_t j = 0; j < visible; j++) row[j] *= inv;
     for (int64_t j = visible; j < S; j++) row[j] = 0.f;
