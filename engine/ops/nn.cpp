@@ -358,8 +358,8 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& w, const Tensor& b, c
         const int64_t r0 = c * chunk, n = std::min(chunk, R - r0);
         const float* xc = xp + r0 * D;
         float* lp = logits.raw_f32();
-        ON_DEVICE(dev, gemm_bias)(false, true, n, V, D, xc, w.raw_f32(), b.defined() ? b.raw_f32() : nullptr, lp,
-                                  nullptr);
+        if (b.defined()) ON_DEVICE(dev, gemm_bias)(false, true, n, V, D, xc, w.raw_f32(), b.raw_f32(), lp, nullptr);
+        else ON_DEVICE(dev, gemm)(false, true, n, V, D, 1.f, xc, w.raw_f32(), 0.f, lp);
         ce_forward(lp, tp + r0, parts.raw_f32() + c, lse.raw_f32(), n);
         if (!grads) continue;
         ce_backward(lp, tp + r0, lse.raw_f32(), one.raw_f32(), n);  // dlogits, over the logits
