@@ -24,7 +24,7 @@ Tensor MultiHeadAttention::split_heads(const Tensor& x) const {
 }
 
 bool MultiHeadAttention::qkv_hooked() const {
-    return q->forward_hook || q->input_hook || k->forward_hook || k->input_hook || v->forward_hook || v->input_hook;
+    return q->hooked_io() || k->hooked_io() || v->hooked_io();
 }
 
 void MultiHeadAttention::stacked_qkv(Tensor& w, Tensor& b) const {

@@ -29,7 +29,7 @@ Tensor GAU::forward(const Tensor& x, const Tensor& residual) const {
     // U = silu(x·W_u + b_u) gates A·V at the end; where bias_silu_gate applies the SiLU there, the
     // pre-activation hu is kept instead of U.
     Tensor u, hu, v, z;
-    if (hidden->forward_hook || hidden->input_hook) {
+    if (hidden->hooked_io()) {
         // A data-dependent initializer observes hidden's whole output: one GEMM, then a split.
         std::vector<Tensor> parts = split(silu(hidden->forward(x)), {e, e, s}, 2);
         u = parts[0];
@@ -81,8 +81,7 @@ Tensor GAULM::forward(const Tensor& ids) const {
 }
 
 Tensor GAULM::loss(const Tensor& ids, const Tensor& targets) const {
-    if (!linear_cross_entropy_enabled() || (head && (head->forward_hook || head->input_hook)))
-        return cross_entropy(forward(ids), targets);
+    if (!output_loss_fused(head.get())) return cross_entropy(forward(ids), targets);
     return linear_cross_entropy(trunk(ids), head ? head->weight : tok_emb->weight, head ? head->bias : Tensor(),
                                 targets);
 }

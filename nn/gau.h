@@ -38,8 +38,8 @@ public:
     explicit GAULM(const GAUConfig& c);
     std::string type_name() const override { return "GAULM"; }
     Tensor forward(const Tensor& ids) const;  // [B, T] -> logits [B, T, vocab]
-    // cross_entropy(forward(ids), targets) without the logits (engine::linear_cross_entropy),
-    // unless a hook on the head must see them or the op is switched off.
+    // cross_entropy(forward(ids), targets) without the logits (engine::linear_cross_entropy) where
+    // output_loss_fused.
     Tensor loss(const Tensor& ids, const Tensor& targets) const;
     GAUConfig cfg;
     std::shared_ptr<Embedding> tok_emb;

@@ -26,7 +26,7 @@ Tensor Linear::forward(const Tensor& x) const {
 }
 
 Tensor Linear::forward_plus(const Tensor& x, const Tensor& residual) const {
-    if (!residual.defined() || input_hook || forward_hook) return add_residual(residual, forward(x));
+    if (!residual.defined() || hooked_io()) return add_residual(residual, forward(x));
     return linear(x, weight, bias, residual);
 }
 
@@ -81,6 +81,10 @@ Tensor LayerNorm::forward_sum(const Tensor& x, const Tensor& branch) const {
     if (forward_hook) return forward(add(x, branch));
     check(x.size(-1) == dim, "LayerNorm({}): input {} has last dim {}", dim, x.shape().str(), x.size(-1));
     return add_layer_norm(x, branch, weight, bias, eps).norm;
+}
+
+bool output_loss_fused(const Linear* head) {
+    return linear_cross_entropy_enabled() && !(head && head->hooked_io());
 }
 
 Embedding::Embedding(int64_t n, int64_t d, float wd) : num(n), dim(d), word_dropout(wd) {
@@ -155,7 +159,7 @@ Tensor MLP::forward(const Tensor& x) const {
 // The norm joins fc1's GEMM (layer_norm_linear: its output is not kept for the backward) unless a
 // hook on the norm or on fc1 must see it.
 Tensor MLP::forward_normed(const LayerNorm& norm, const Tensor& x, const Tensor& residual) const {
-    if (norm.forward_hook || fc1->forward_hook || fc1->input_hook)
+    if (norm.forward_hook || fc1->hooked_io())
         return add_residual(residual, forward(norm.forward(x)));
     if (!gelu_fused())
         return after_fc1(layer_norm_linear(x, norm.weight, norm.bias, norm.eps, fc1->weight, fc1->bias), residual);
@@ -163,7 +167,7 @@ Tensor MLP::forward_normed(const LayerNorm& norm, const Tensor& x, const Tensor&
 }
 
 bool MLP::gelu_fused() const {
-    return act == Activation::GELU && fc1->bias.defined() && !fc1->forward_hook && !fc1->input_hook;
+    return act == Activation::GELU && fc1->bias.defined() && !fc1->hooked_io();
 }
 
 Tensor MLP::after_fc1(const Tensor& h, const Tensor& residual) const {
@@ -171,7 +175,7 @@ Tensor MLP::after_fc1(const Tensor& h, const Tensor& residual) const {
 }
 
 Tensor MLP::after_fc1_gemm(const Tensor& h, const Tensor& residual) const {
-    if (drop->active() || fc2->forward_hook || fc2->input_hook)
+    if (drop->active() || fc2->hooked_io())
         return fc2->forward_plus(drop->forward(bias_gelu(h, fc1->bias)), residual);
     return gelu_linear(h, fc1->bias, fc2->weight, fc2->bias, false, residual);
 }

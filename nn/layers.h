@@ -22,6 +22,12 @@ public:
 // residual + branch, or the branch alone where there is no residual (undefined).
 Tensor add_residual(const Tensor& residual, const Tensor& branch);
 
+// Whether a language model's loss() takes engine::linear_cross_entropy (the output layer and the
+// loss in one op, no logits): the op is switched on and no hook must see the output layer's input
+// or its logits (head null: tied to the embedding's weight). Otherwise loss() is cross_entropy of
+// the model's forward().
+bool output_loss_fused(const Linear* head);
+
 // 2D convolution, NCHW; weight [out, in, k, k], bias [out]; PyTorch's default init U(±1/√(in·k·k)).
 class Conv2d : public Module {
 public:

@@ -68,8 +68,7 @@ Tensor LSTMLM::forward(const Tensor& ids, std::vector<LSTMState>& state) const {
 }
 
 Tensor LSTMLM::loss(const Tensor& ids, const Tensor& targets, std::vector<LSTMState>& state) const {
-    if (!linear_cross_entropy_enabled() || (head && (head->forward_hook || head->input_hook)))
-        return cross_entropy(forward(ids, state), targets);
+    if (!output_loss_fused(head.get())) return cross_entropy(forward(ids, state), targets);
     return linear_cross_entropy(transpose(trunk(ids, state), 0, 1), head ? head->weight : tok_emb->weight,
                                 head ? head->bias : Tensor(), targets);
 }

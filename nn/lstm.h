@@ -44,8 +44,8 @@ public:
     // ids [B, T] -> logits [B, T, vocab]; `state` (one per layer, empty to start from zeros) is
     // replaced by the final states. Truncated BPTT: the caller detaches them between batches.
     Tensor forward(const Tensor& ids, std::vector<LSTMState>& state) const;
-    // cross_entropy(forward(ids, state), targets) without the logits (engine::linear_cross_entropy),
-    // unless a hook on the head must see them or the op is switched off.
+    // cross_entropy(forward(ids, state), targets) without the logits (engine::linear_cross_entropy)
+    // where output_loss_fused.
     Tensor loss(const Tensor& ids, const Tensor& targets, std::vector<LSTMState>& state) const;
     static void detach(std::vector<LSTMState>& state);
     LSTMConfig cfg;

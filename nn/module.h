@@ -70,6 +70,8 @@ public:
     // Called with this module and its input at the start of forward(), when set. Only Linear
     // sets it: relu-quantile solves the output layer from what that layer sees.
     std::function<void(const Module&, const Tensor&)> input_hook;
+    // A hook must see this module's input or output: a fused path that skips either is not taken.
+    bool hooked_io() const { return forward_hook || input_hook; }
 
 protected:
     Tensor hooked(const Tensor& out) const {

@@ -192,7 +192,7 @@ Tensor TransformerLM::trunk(const Tensor& ids) const {
 Tensor TransformerLM::forward(const Tensor& ids) const {
     Tensor x = trunk(ids);
     // The final norm joins the output GEMM (layer_norm_linear) unless a hook must see it or the head's input.
-    bool head_hooked = head && (head->forward_hook || head->input_hook);
+    bool head_hooked = head && head->hooked_io();
     if (norm && !norm->forward_hook && !head_hooked)
         return layer_norm_linear(x, norm->weight, norm->bias, norm->eps, head ? head->weight : tok_emb->weight,
                                  head ? head->bias : Tensor());
@@ -201,8 +201,7 @@ Tensor TransformerLM::forward(const Tensor& ids) const {
 }
 
 Tensor TransformerLM::loss(const Tensor& ids, const Tensor& targets) const {
-    if (!linear_cross_entropy_enabled() || (head && (head->forward_hook || head->input_hook)))
-        return cross_entropy(forward(ids), targets);
+    if (!output_loss_fused(head.get())) return cross_entropy(forward(ids), targets);
     Tensor x = trunk(ids);
     if (norm) x = norm->forward(x);
     return linear_cross_entropy(x, head ? head->weight : tok_emb->weight, head ? head->bias : Tensor(), targets);

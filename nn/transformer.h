@@ -84,8 +84,7 @@ public:
     std::string type_name() const override { return "TransformerLM"; }
     Tensor forward(const Tensor& ids) const;
     // cross_entropy(forward(ids), targets) (targets [B, T], -100 ignored) without the logits: the
-    // output layer and the loss in one op (engine::linear_cross_entropy), unless a hook on the head
-    // must see them or the op is switched off (engine::linear_cross_entropy_enabled).
+    // output layer and the loss in one op (engine::linear_cross_entropy) where output_loss_fused.
     Tensor loss(const Tensor& ids, const Tensor& targets) const;
     LMConfig cfg;
     std::shared_ptr<Embedding> tok_emb;

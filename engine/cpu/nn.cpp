@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 #include "engine/attention_layout.h"
 #include "engine/cpu/matmul.h"
@@ -28,14 +29,21 @@ static inline float row_max(const float* x, int64_t n) {
 // Σ exp(x[j] − m) over a row, vectorized: exp_vectorizable (engine/ops/pointwise.h; this file is
 // built with -fno-trapping-math, as elementwise.cpp) into 8 running sums, one per SIMD lane,
 // added at the end. libm's expf in a serial sum ran at < 1 GB/s: cross-entropy over a 10,000-word
-// vocabulary took 27 % of an LM step (docs/BENCHMARKS.md). The order is fixed by n alone.
-static inline float sum_exp_shifted(const float* x, int64_t n, float m) {
+// vocabulary took 27 % of an LM step (docs/BENCHMARKS.md). The order is fixed by n alone. With
+// kStore, each exp is also written over its x (the attention's softmax rows).
+template <bool kStore>
+static inline float exp_shifted_sum(std::conditional_t<kStore, float*, const float*> x, int64_t n, float m) {
     constexpr int kLanes = 8;
     float acc[kLanes] = {0.f};
+    auto term = [&](int64_t j) {
+        const float e = pointwise::exp_vectorizable(x[j] - m);
+        if constexpr (kStore) x[j] = e;
+        return e;
+    };
     int64_t j = 0;
     for (; j + kLanes <= n; j += kLanes)
-        for (int l = 0; l < kLanes; l++) acc[l] += pointwise::exp_vectorizable(x[j + l] - m);
-    for (; j < n; j++) acc[0] += pointwise::exp_vectorizable(x[j] - m);
+        for (int l = 0; l < kLanes; l++) acc[l] += term(j + l);
+    for (; j < n; j++) acc[0] += term(j);
     float sum = 0.f;
     for (int l = 0; l < kLanes; l++) sum += acc[l];
     return sum;
@@ -73,7 +81,7 @@ void log_softmax_forward(const float* x, float* y, int64_t rows, int64_t n) {
         const float* xr = x + r * n;
         float* yr = y + r * n;
         float lse = row_max(xr, n);
-        lse += std::log(sum_exp_shifted(xr, n, lse));
+        lse += std::log(exp_shifted_sum<false>(xr, n, lse));
         for (int64_t j = 0; j < n; j++) yr[j] = xr[j] - lse;
     }
 }
@@ -226,7 +234,7 @@ void cross_entropy_forward(const float* logits, const int32_t* targets, float* l
         float m = row_max(xr, C), xsum = 0.f;
         if (smoothing > 0.f)
             for (int64_t c = 0; c < C; c++) xsum += xr[c];
-        float l = m + std::log(sum_exp_shifted(xr, C, m));
+        float l = m + std::log(exp_shifted_sum<false>(xr, C, m));
         lse[r] = l;
         int32_t t = targets[r];
         row_loss[r] = t == ignore_index ? 0.f : (1.f - smoothing) * (l - xr[t]) + smoothing * (l - xsum / (float)C);
@@ -306,20 +314,7 @@ static void head_scores(const float* qh, const float* kh, int64_t ld, float* p, 
     gemm_ld(false, true, T, S, D, scale, qh, ld, kh, ld, 0.f, p, 0);
 }
 
-// row[j] = exp(row[j] − m) over [0, n), vectorized as sum_exp_shifted, and their sum in its order.
-static inline float exp_shifted_row(float* row, int64_t n, float m) {
-    constexpr int kLanes = 8;
-    float acc[kLanes] = {0.f};
-    int64_t j = 0;
-    for (; j + kLanes <= n; j += kLanes)
-        for (int l = 0; l < kLanes; l++) acc[l] += row[j + l] = pointwise::exp_vectorizable(row[j + l] - m);
-    for (; j < n; j++) acc[0] += row[j] = pointwise::exp_vectorizable(row[j] - m);
-    float sum = 0.f;
-    for (int l = 0; l < kLanes; l++) sum += acc[l];
-    return sum;
-}
-
-// row ·= inv over keys [0, visible), zero over [visible, S): after exp_shifted_row, the
+// row ·= inv over keys [0, visible), zero over [visible, S): after exp_shifted_sum<true>, the
 // probabilities of a row of scores, with inv = 1/Σ exp(row − m) (0 for a row that sees no key).
 static inline void scale_row(float* row, int64_t visible, int64_t S, float inv) {
     for (int64_t j = 0; j < visible; j++) row[j] *= inv;
@@ -333,7 +328,7 @@ static void softmax_of_head(float* p, float* stats, int64_t T, int64_t S, bool c
         float* row = p + i * S;
         const int64_t visible = visible_keys(i, T, S, causal);
         const float m = visible > 0 ? row_max(row, visible) : 0.f;
-        const float sum = exp_shifted_row(row, visible, m);
+        const float sum = exp_shifted_sum<true>(row, visible, m);
         const float inv = visible > 0 ? 1.f / sum : 0.f;
         scale_row(row, visible, S, inv);
         stats[2 * i] = m;
@@ -349,7 +344,7 @@ static void probabilities_of_head(const float* qh, const float* kh, int64_t ld, 
     for (int64_t i = 0; i < T; i++) {
         float* row = p + i * S;
         const int64_t visible = visible_keys(i, T, S, causal);
-        exp_shifted_row(row, visible, stats[2 * i]);
+        exp_shifted_sum<true>(row, visible, stats[2 * i]);
         scale_row(row, visible, S, stats[2 * i + 1]);
     }
 }

@@ -186,6 +186,16 @@ TEST_CASE("graph step: an LSTM LM carrying its state, with a scaled backward, eq
     check_graph_equals_eager(c);
 }
 
+TEST_CASE("graph step: the backward scale must be a float32 CUDA scalar", "[cuda][graph]") {
+    Tensor w = test::to_cuda(test::randn({4, 3}, true, 8));
+    nn::SGD opt({nn::ParamGroup{{{"w", &w}}}}, 0.1f);
+    auto loss = [] { return Tensor(); };
+    for (const Tensor& bad : {Tensor::zeros({2}, engine::DType::F32, Device::CUDA), Tensor::zeros(engine::Shape{})})
+        REQUIRE_THROWS_WITH(nn::GraphStep(opt, loss, {}, 0.f, bad),
+                            Catch::Matchers::Contains("the backward scale must be a float32 CUDA scalar"));
+    nn::GraphStep ok(opt, loss, {}, 0.f, Tensor::zeros(engine::Shape{}, engine::DType::F32, Device::CUDA));
+}
+
 TEST_CASE("graph step: a step that reads the loss on the host cannot be captured, and says so", "[cuda][graph]") {
     engine::manual_seed(1);
     Tensor w = test::to_cuda(test::randn({4, 3}, true, 5));
