@@ -58,14 +58,9 @@ size_t entry_for(State& s, const char* name, Phase phase) {
     return s.entries.size() - 1;
 }
 
-bool on_cuda(const State& s) {
 #ifdef ENGINE_CUDA
-    return s.device == Device::CUDA;
-#else
-    (void)s;
-    return false;
+bool on_cuda(const State& s) { return s.device == Device::CUDA; }
 #endif
-}
 
 }  // namespace
 

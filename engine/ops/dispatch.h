@@ -12,5 +12,7 @@
 #ifdef ENGINE_CUDA
 #define ON_DEVICE(dev, fn) ((dev) == ::engine::Device::CUDA ? &::engine::cuda::fn : &::engine::cpu::fn)
 #else
-#define ON_DEVICE(dev, fn) (&::engine::cpu::fn)
+// dev is still evaluated (so a variable kept only for it is not an unused one); the conditional
+// gives the kernel's address a type to resolve to, which a comma expression would not.
+#define ON_DEVICE(dev, fn) ((dev) == ::engine::Device::CUDA ? &::engine::cpu::fn : &::engine::cpu::fn)
 #endif

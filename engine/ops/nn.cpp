@@ -310,7 +310,7 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& w, const Tensor& b, c
     // The count of targets that are not ignored: on the host, or (in a captured CUDA step, where the
     // host cannot read them) on the device when the graph runs, as cross_entropy does.
     int64_t count = 0;
-    const int64_t* count_dev = nullptr;
+    [[maybe_unused]] const int64_t* count_dev = nullptr;
     Tensor count_buf;
 #ifdef ENGINE_CUDA
     const bool on_device_count = targets.is_cuda() && cuda::capturing();
@@ -526,15 +526,12 @@ static Tensor attention_unfused(const Tensor& q, const Tensor& k, const Tensor& 
     });
 }
 
+#ifdef ENGINE_CUDA
 // Whether the fused (flash) path takes this call (see the top of this section).
 static bool use_fused_attention(Device dev, bool dropout, int64_t D) {
-#ifdef ENGINE_CUDA
     return dev == Device::CUDA && !dropout && cuda::flash_attention_supports(D) && cuda::fused_attention_enabled();
-#else
-    (void)dev, (void)dropout, (void)D;
-    return false;
-#endif
 }
+#endif
 
 // attention's and attention_tokens's first checks: float32 on one device, each of rank ndim (what:
 // the shapes expected, for the messages).

@@ -167,7 +167,7 @@ Tensor lstm_layer(const Tensor& x, const Tensor& h0, const Tensor& c0, const Ten
     const int64_t H = expect_lstm_args(op, {{&x, "x"}, {&h0, "h0"}, {&c0, "c0"}, {&w_ih, "w_ih"}, {&b_ih, "b_ih"},
                                            {&w_hh, "w_hh"}, {&b_hh, "b_hh"}}, w_hh);
     check(x.ndim() == 3 && x.size(0) >= 1, "{}: x {} is not [T, B, in] with T >= 1", op, x.shape().str());
-    const int64_t T = x.size(0), B = x.size(1), in = x.size(2);
+    const int64_t B = x.size(1), in = x.size(2);
     check(w_ih.shape() == Shape({4 * H, in}) && b_ih.shape() == Shape({4 * H}) && b_hh.shape() == Shape({4 * H}),
           "{}: w_ih {}, b_ih {}, b_hh {} are not [4H, in] = [{}, {}], [4H] and [4H] (x {}, w_hh {})", op,
           w_ih.shape().str(), b_ih.shape().str(), b_hh.shape().str(), 4 * H, in, x.shape().str(), w_hh.shape().str());
@@ -175,7 +175,7 @@ Tensor lstm_layer(const Tensor& x, const Tensor& h0, const Tensor& c0, const Ten
           op, h0.shape().str(), c0.shape().str(), B, H);
 #ifdef ENGINE_CUDA
     if (x.is_cuda()) {
-        const cuda::CudnnLstm g{T, B, in, H};
+        const cuda::CudnnLstm g{x.size(0), B, in, H};
         cuda::CudnnLstmSizes sizes;
         if (cuda::cudnn_lstm_sizes(g, sizes)) return lstm_layer_cudnn(x, h0, c0, w_ih, b_ih, w_hh, b_hh, g, sizes);
     }
