@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include "engine/autograd.h"
 #include "engine/error.h"
 #ifdef ENGINE_CUDA
@@ -78,6 +79,13 @@ void reset_host_peak_memory() { g_host_peak.store(g_host_in_use.load()); }
 
 static size_t host_bytes(size_t n) { return (n + 63) / 64 * 64; }  // 64-byte aligned blocks
 
+static std::atomic<bool> g_poison_host{[] {
+    const char* v = std::getenv("INITLAB_POISON_HOST");
+    return v && std::string(v) == "1";
+}()};
+void set_poison_host_memory(bool on) { g_poison_host = on; }
+bool poison_host_memory() { return g_poison_host; }
+
 Storage::Storage(size_t n, Device dev) : nbytes(n), device(dev) {
     if (dev == Device::CUDA) {
 #ifdef ENGINE_CUDA
@@ -90,6 +98,7 @@ Storage::Storage(size_t n, Device dev) : nbytes(n), device(dev) {
     size_t rounded = host_bytes(n);
     data = rounded ? std::aligned_alloc(64, rounded) : nullptr;
     check(rounded == 0 || data != nullptr, "Storage: out of memory allocating {} bytes", n);
+    if (g_poison_host) std::fill_n(static_cast<uint32_t*>(data), rounded / 4, 0x7FBADBADu);
     size_t in_use = g_host_in_use += rounded;
     size_t peak = g_host_peak.load();
     while (in_use > peak && !g_host_peak.compare_exchange_weak(peak, in_use)) {

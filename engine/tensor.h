@@ -71,6 +71,15 @@ size_t host_memory_in_use();
 size_t host_peak_memory();
 void reset_host_peak_memory();
 
+// A test instrument: while on, every new CPU storage is filled with the NaN pattern 0x7FBADBAD
+// (also a huge int32), as the CUDA emulator fills device memory. Fresh memory from malloc often
+// reads as zeros, so an op that forgets to write part of its output (or to zero a sum it adds
+// into) passes its tests by luck; poisoned, it shows NaN. The test runner turns it on (off by
+// default: the fill costs a pass over every allocation); INITLAB_POISON_HOST=1 turns it on in any
+// program.
+void set_poison_host_memory(bool on);
+bool poison_host_memory();
+
 struct Node;
 class Tensor;
 

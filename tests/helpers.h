@@ -20,6 +20,10 @@ namespace test {
 
 using engine::Tensor;
 
+// std::max for error figures: a NaN error makes the result infinite, so a check `err < tol` fails
+// (std::max(m, NaN) returns m, and a NaN output would pass).
+inline double max_err(double m, double err) { return std::isnan(err) ? INFINITY : std::max(m, err); }
+
 struct GradcheckOptions {
     float eps = 3e-3f;
     float atol = 5e-3f;
@@ -64,6 +68,7 @@ inline void gradcheck(const std::string& name, const std::function<Tensor(const 
             float num = (float)((lp - lm) / (2.0 * opt.eps));
             float a = analytic.data_f32()[j];
             float excess = std::fabs(a - num) - (opt.atol + opt.rtol * std::fabs(num));
+            if (std::isnan(excess)) excess = INFINITY;  // a NaN gradient fails (a comparison would skip it)
             if (worst_at < 0 || excess > worst) { worst = excess; worst_a = a; worst_num = num; worst_at = j; }
         }
         INFO(name << ": input " << i << " " << x.shape().str() << ", worst element " << worst_at << ": analytic "
@@ -72,12 +77,18 @@ inline void gradcheck(const std::string& name, const std::function<Tensor(const 
     }
 }
 
-// Max |a - b| over all elements; shapes must match.
+// Largest |a − b| over the elements. A NaN on one side only, or infinities that differ, count as
+// infinitely far apart (std::max alone would skip a NaN and pass a poisoned output); the same
+// infinity or NaN on both sides counts as equal (a masked score, a row's lse at +inf).
 inline float max_abs_diff(const Tensor& a, const Tensor& b) {
     REQUIRE(a.shape() == b.shape());
     auto va = a.to_vector(), vb = b.to_vector();
     float m = 0.f;
-    for (size_t i = 0; i < va.size(); i++) m = std::max(m, std::fabs(va[i] - vb[i]));
+    for (size_t i = 0; i < va.size(); i++) {
+        if (va[i] == vb[i] || (std::isnan(va[i]) && std::isnan(vb[i]))) continue;
+        float d = std::fabs(va[i] - vb[i]);
+        m = std::max(m, std::isfinite(d) ? d : INFINITY);
+    }
     return m;
 }
 

@@ -9,6 +9,7 @@
 #include "data/image_codec.h"
 #include "data/image_folder.h"
 #include "tests/test_data_helpers.h"
+#include "tests/helpers.h"
 
 using Catch::Contains;
 using data::CifarKind;
@@ -166,7 +167,7 @@ TEST_CASE("image folder: PNG exact, JPEG close, sorted classes and files", "[dat
     auto j = data::load_image_folder(jdir / "s");
     REQUIRE(j.n == 1);
     double err = 0;
-    for (size_t k = 0; k < smooth.size(); k++) err = std::max(err, std::fabs((double)j.pixels[k] - smooth[k]));
+    for (size_t k = 0; k < smooth.size(); k++) err = test::max_err(err, std::fabs((double)j.pixels[k] - smooth[k]));
     CHECK(err <= 12);
 }
 

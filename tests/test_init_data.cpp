@@ -13,6 +13,7 @@
 #include "nn/gau.h"
 #include "nn/lstm.h"
 #include "nn/transformer.h"
+#include "tests/helpers.h"
 
 using namespace engine;
 
@@ -234,7 +235,7 @@ static double check_least_squares(const Tensor& features, const Tensor& logits, 
                 double v = k < d ? x[i * d + k] : 1.0;
                 dot += v * r[i], norm += v * v;
             }
-            worst = std::max(worst, std::fabs(dot)), scale = std::max(scale, std::sqrt(norm));
+            worst = test::max_err(worst, std::fabs(dot)), scale = std::max(scale, std::sqrt(norm));
         }
     }
     CHECK(worst < 1e-3 * scale);

@@ -63,7 +63,7 @@ Matrix noisy_identity(const Tensor& z, double alpha, double beta) {
 
 double max_abs_diff(const Matrix& a, const Matrix& b) {
     double worst = 0;
-    for (size_t i = 0; i < a.size(); i++) worst = std::max(worst, std::fabs(a[i] - b[i]));
+    for (size_t i = 0; i < a.size(); i++) worst = test::max_err(worst, std::fabs(a[i] - b[i]));
     return worst;
 }
 
@@ -145,7 +145,7 @@ TEST_CASE("mimetic: per head W_qW_kᵀ is the rank-k truncation of α₁Z+β₁I
         double var = 0, worst = 0;
         for (float z : draws.z_vo.to_vector()) {
             var += (double)z * z;
-            worst = std::max(worst, (double)std::fabs(z));
+            worst = test::max_err(worst, (double)std::fabs(z));
         }
         var /= d * d;
         CHECK(var * d == Approx(1.0).epsilon(0.05));
@@ -168,7 +168,7 @@ TEST_CASE("mimetic: x·W_v·W_proj = x·A₂ through the model's v and proj laye
         for (int64_t j = 0; j < 32; j++) {
             double ref = 0;
             for (int64_t i = 0; i < 32; i++) ref += xp[r * 32 + i] * a2[i * 32 + j];
-            worst = std::max(worst, std::fabs(ref - y.data_f32()[r * 32 + j]));
+            worst = test::max_err(worst, std::fabs(ref - y.data_f32()[r * 32 + j]));
         }
     CHECK(worst < 1e-5);
 }

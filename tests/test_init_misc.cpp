@@ -42,7 +42,7 @@ double std_of(const Tensor& t) {
 
 double max_abs(const Tensor& t) {
     double w = 0;
-    for (float x : t.to_vector()) w = std::max(w, (double)std::fabs(x));
+    for (float x : t.to_vector()) w = test::max_err(w, (double)std::fabs(x));
     return w;
 }
 

@@ -33,7 +33,7 @@ Moments moments(const Tensor& t) {
     m.mean /= (double)v.size();
     for (float x : v) {
         m.std += (x - m.mean) * (x - m.mean);
-        m.max_abs = std::max(m.max_abs, (double)std::fabs(x));
+        m.max_abs = test::max_err(m.max_abs, (double)std::fabs(x));
     }
     m.std = std::sqrt(m.std / (double)v.size());
     return m;
@@ -202,7 +202,7 @@ static double orthogonality_error(const float* m, int64_t rows, int64_t cols, do
         for (int64_t b = 0; b < n; b++) {
             double dot = 0;
             for (int64_t i = 0; i < len; i++) dot += (double)at(a, i) * at(b, i);
-            worst = std::max(worst, std::fabs(dot - (a == b ? gain * gain : 0.0)));
+            worst = test::max_err(worst, std::fabs(dot - (a == b ? gain * gain : 0.0)));
         }
     return worst;
 }

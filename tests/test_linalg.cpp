@@ -11,6 +11,7 @@
 #include "engine/error.h"
 #include "engine/linalg.h"
 #include "engine/rng.h"
+#include "tests/helpers.h"
 
 using namespace engine;
 
@@ -54,13 +55,13 @@ double max_abs_diff(const Mat& a, const Mat& b) {
     REQUIRE(a.rows == b.rows);
     REQUIRE(a.cols == b.cols);
     double m = 0;
-    for (size_t i = 0; i < a.v.size(); i++) m = std::max(m, std::fabs(a.v[i] - b.v[i]));
+    for (size_t i = 0; i < a.v.size(); i++) m = test::max_err(m, std::fabs(a.v[i] - b.v[i]));
     return m;
 }
 
 double max_abs(const Mat& a) {
     double m = 0;
-    for (double x : a.v) m = std::max(m, std::fabs(x));
+    for (double x : a.v) m = test::max_err(m, std::fabs(x));
     return m;
 }
 

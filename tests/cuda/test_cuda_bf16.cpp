@@ -24,6 +24,7 @@
 #include "nn/optim.h"
 #include "nn/transformer.h"
 #include "tests/cuda/parity.h"
+#include "tests/helpers.h"
 
 using engine::Device;
 using engine::Tensor;
@@ -147,7 +148,7 @@ TEST_CASE("cuda bf16 gemm: equals fp32 on rounded inputs; within bf16 rounding o
                 double worst = 0, differ = 0;
                 for (size_t i = 0; i < g.size(); i++) {
                     double err = std::fabs((double)g[i] - exact[i]), allowed = per_product * mag[i] + 1e-4 + 1e-4 * std::fabs(exact[i]);
-                    worst = std::max(worst, err / allowed);
+                    worst = test::max_err(worst, err / allowed);
                     if (g[i] != exact[i]) differ++;
                 }
                 CHECK(worst <= 1.0);
