@@ -33,6 +33,24 @@ TEST_CASE("tensor factories and element access", "[tensor]") {
     CHECK_THROWS_WITH(ai.data_f32(), Catch::Contains("int32"));
 }
 
+TEST_CASE("the test runner poisons fresh CPU memory, and max_abs_diff sees the NaN", "[tensor]") {
+    REQUIRE(engine::poison_host_memory());  // tests/main.cpp turns it on for every test
+    Tensor f = Tensor::empty({5, 3});
+    for (float v : f.to_vector()) CHECK(std::isnan(v));
+    Tensor i = Tensor::empty({4}, DType::I32);
+    for (int k = 0; k < 4; k++) CHECK((uint32_t)i.data_i32()[k] == 0x7FBADBADu);
+    CHECK(test::max_abs_diff(f, Tensor::zeros({5, 3})) == INFINITY);
+    CHECK(test::max_abs_diff(f, f) == 0.f);  // NaN against NaN: the same
+    Tensor masked = Tensor::full({2}, -INFINITY);
+    CHECK(test::max_abs_diff(masked, masked) == 0.f);
+    CHECK(test::max_abs_diff(masked, Tensor::full({2}, INFINITY)) == INFINITY);
+    CHECK(test::max_err(0.5, NAN) == INFINITY);
+    engine::set_poison_host_memory(false);
+    CHECK_FALSE(engine::poison_host_memory());
+    engine::set_poison_host_memory(true);
+    CHECK(std::isnan(Tensor::empty({1}).item()));
+}
+
 TEST_CASE("views share storage: reshape, view, flatten, narrow", "[tensor]") {
     Tensor x = Tensor::arange(24).reshape({2, 3, 4});
     CHECK(x.shape() == Shape({2, 3, 4}));
