@@ -2,7 +2,7 @@
 // --reps repetitions after warm-up, next to a reference measured in the same run:
 //   GEMMs (ViT-Tiny shapes): engine::matmul / engine::linear vs cblas_sgemm called directly on
 //     the same operands; GFLOP/s of each and ratio = ref_ms / ms (1 = as fast as raw sgemm).
-//   memory-bound ops (gelu, softmax, layer_norm, cross_entropy; forward and backward): GB/s
+//   memory-bound ops (gelu, softmax, layer_norm, cross_entropy, depthwise_conv2d; forward and backward): GB/s
 //     over the bytes the op must read and write once (the model is printed), vs an OpenMP copy
 //     moving the same number of bytes; ratio = gb_s / ref_gb_s.
 // Timings are relative: compare ratios, and figures only within one run on one machine.
@@ -315,6 +315,29 @@ void nn_benches(const Options& opt, const std::function<bool(const std::string&)
     }
 }
 
+// ConvMixer-256/8's spatial mixing on CIFAR at patch 2 ([64, 256, 16, 16]), with k = 3 (the
+// frozen-filter experiments) and k = 9 (the ConvMixer paper's CIFAR kernel). A k×k depthwise conv
+// does k² multiply-adds per element, so at k = 9 it is no longer only memory-bound.
+void conv_benches(const Options& opt, const std::function<bool(const std::string&)>& wanted) {
+    const int64_t N = 64, C = 256, H = 16, W = 16;
+    const double n = (double)(N * C * H * W), f = sizeof(float);
+    for (int64_t k : {3, 9}) {
+        const std::string tag = fmt::format(".k{}", k), shape = fmt::format("[{},{},{},{}], k = {}", N, C, H, W, k);
+        if (wanted("depthwise_conv2d.forward" + tag)) {
+            Tensor x = random_tensor({N, C, H, W}, 90), w = random_tensor({C, 1, k, k}, 91), b = random_tensor({C}, 92);
+            bench_memory("depthwise_conv2d.forward" + tag, shape, 2 * n * f, "x read, y written",
+                         [&] { NoGrad ng; depthwise_conv2d(x, w, b); }, opt);
+        }
+        if (wanted("depthwise_conv2d.backward" + tag)) {
+            Tensor x = random_tensor({N, C, H, W}, 93).requires_grad_(), w = random_tensor({C, 1, k, k}, 94).requires_grad_(),
+                   b = random_tensor({C}, 95).requires_grad_();
+            Tensor y = depthwise_conv2d(x, w, b), g = random_tensor({N, C, H, W}, 96);
+            bench_memory("depthwise_conv2d.backward" + tag, shape, 3 * n * f, "x, dy read, dx written",
+                         backward_of(y, g), opt);
+        }
+    }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -348,6 +371,7 @@ int main(int argc, char** argv) {
     matmul_benches(opt, wanted);
     pointwise_benches(opt, wanted);
     nn_benches(opt, wanted);
+    conv_benches(opt, wanted);
     emit({{"done", true}, {"loadavg_at_end", load_average()}});
     return 0;
 }
