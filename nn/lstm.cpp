@@ -69,8 +69,10 @@ Tensor LSTMLM::forward(const Tensor& ids, std::vector<LSTMState>& state) const {
 
 Tensor LSTMLM::loss(const Tensor& ids, const Tensor& targets, std::vector<LSTMState>& state) const {
     if (!output_loss_fused(head.get())) return cross_entropy(forward(ids, state), targets);
-    return linear_cross_entropy(transpose(trunk(ids, state), 0, 1), head ? head->weight : tok_emb->weight,
-                                head ? head->bias : Tensor(), targets);
+    // The loss is a mean over the tokens, whatever their order: the targets go time-major (an int32
+    // transpose of [B, T]) rather than the features batch-major (a [T, B, H] copy and its gradient's).
+    return linear_cross_entropy(trunk(ids, state), head ? head->weight : tok_emb->weight, head ? head->bias : Tensor(),
+                                transpose(targets, 0, 1));
 }
 
 void LSTMLM::detach(std::vector<LSTMState>& state) {

@@ -21,6 +21,17 @@ TEST_CASE("permute and transpose move elements where they belong", "[shape]") {
     CHECK_THROWS_WITH(permute(x, {0, 0, 1}), Catch::Contains("repeated"));
 }
 
+TEST_CASE("permute and transpose move int32 tensors bit for bit", "[shape]") {
+    // Targets and ids: values whose bits as floats are denormals, NaNs and negative numbers.
+    std::vector<int32_t> v = {0, 1, -1, 7, 10000, INT32_MAX, INT32_MIN, 0x7FC00001, 0x7F800001, -100, 3, 42};
+    Tensor x = Tensor::from_vector(v, {3, 4});
+    Tensor t = transpose(x, 0, 1);
+    CHECK(t.dtype() == DType::I32);
+    CHECK(t.shape() == Shape({4, 3}));
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 4; j++) CHECK(t.data_i32()[j * 3 + i] == v[i * 4 + j]);
+}
+
 TEST_CASE("slice, split, chunk and concat", "[shape]") {
     Tensor x = Tensor::arange(24).reshape({2, 3, 4});
     Tensor s = slice(x, 2, 1, 3);

@@ -30,8 +30,9 @@ static void split_at(const Shape& s, int d, int64_t& outer, int64_t& n, int64_t&
     for (int i = d + 1; i < s.ndim; i++) inner *= s[i];
 }
 
+// Float32 or int32 (targets, ids): the kernels move 4-byte elements without reading them.
 Tensor permute(const Tensor& x, std::vector<int> dims) {
-    expect_f32("permute", x);
+    check(x.defined(), "permute: undefined input");
     const Shape& xs = x.shape();
     check((int)dims.size() == xs.ndim, "permute: {} dims given for a tensor of shape {}", dims.size(), xs.str());
     std::vector<bool> seen(xs.ndim, false);
@@ -42,8 +43,11 @@ Tensor permute(const Tensor& x, std::vector<int> dims) {
     }
     Shape os = xs;
     for (int i = 0; i < xs.ndim; i++) os[i] = xs[dims[i]];
-    Tensor out = x.new_empty(os);
-    ON_DEVICE(x.device(), permute)(x.raw_f32(), xs, dims.data(), out.raw_f32());
+    Tensor out = Tensor::empty(os, x.dtype(), x.device());
+    auto elements = [](const Tensor& t) {  // the kernels' float pointers, whatever 4-byte type t holds
+        return t.dtype() == DType::I32 ? reinterpret_cast<float*>(t.raw_i32()) : t.raw_f32();
+    };
+    ON_DEVICE(x.device(), permute)(elements(x), xs, dims.data(), elements(out));
     std::vector<int> inverse(dims.size());
     for (int i = 0; i < (int)dims.size(); i++) inverse[dims[i]] = i;
     return attach(out, "permute", {x}, [inverse](const Tensor& g) { return std::vector<Tensor>{permute(g, inverse)}; });

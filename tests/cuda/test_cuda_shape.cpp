@@ -67,6 +67,20 @@ TEST_CASE("cuda permute/transpose: 2-6 dims, last dim kept or moved", "[cuda]") 
                  kExact, kExact);
 }
 
+TEST_CASE("cuda permute: int32 tensors bit for bit, both kernel paths", "[cuda]") {
+    // Bit patterns that are denormals and NaNs as floats: the kernels move them without arithmetic.
+    for (auto [s, perm] : {std::pair<Shape, std::vector<int>>{{7, 33}, {1, 0}}, {{2, 7, 3, 8}, {0, 2, 1, 3}}}) {
+        INFO("shape " << s.str());
+        std::vector<int32_t> v(s.numel());
+        for (size_t i = 0; i < v.size(); i++) v[i] = (int32_t)(i % 3 == 0 ? 0x7F800001 + i : i % 3 == 1 ? -(int64_t)i : i * 7919);
+        Tensor x = ints(v, s);
+        Tensor want = engine::permute(x, perm), got = engine::permute(x.to(Device::CUDA), perm).to(Device::CPU);
+        REQUIRE(got.dtype() == engine::DType::I32);
+        CHECK(std::vector<int32_t>(got.data_i32(), got.data_i32() + got.numel()) ==
+              std::vector<int32_t>(want.data_i32(), want.data_i32() + want.numel()));
+    }
+}
+
 TEST_CASE("cuda concat: along each dim", "[cuda]") {
     for (int d = 0; d < 3; d++) {
         INFO("dim " << d);
