@@ -2,6 +2,7 @@
 //
 //   ./apps/bench vit --dim 192 --depth 6 --heads 3 --patch 4 --batch 64 --steps 5 --device cpu
 //   ./apps/bench lm|gau|lstm --dim 256 --depth 4 --seq 128 --batch 16
+//   ./apps/bench convmixer --dim 256 --depth 8 --kernel 9 --patch 2 --batch 64   (ConvMixer-256/8)
 //   ./apps/bench vit --device cuda --precision tf32   (or bf16: bf16-input GEMMs, fp32 accumulation)
 //
 // On a GPU the model is built on the CPU and moved, the inputs are made on the CPU and copied once,
@@ -41,6 +42,7 @@
 #include "engine/ops.h"
 #include "engine/profile.h"
 #include "engine/rng.h"
+#include "nn/convmixer.h"
 #include "nn/gau.h"
 #include "nn/lstm.h"
 #include "nn/graph_step.h"
@@ -85,16 +87,19 @@ static std::string attention_kernels(const AttentionCounters& b, const Attention
 int main(int argc, char** argv) {
     CLI::App app{"Time training steps (forward + backward + AdamW) of a model; prints one JSON line."};
     std::string model = "vit", device = "cpu", precision = "fp32", cuda_graph = "on";
-    int64_t dim = 192, depth = 6, heads = 3, patch = 4, image = 32, batch = 64, seq = 128, vocab = 10000;
+    int64_t dim = 192, depth = 6, heads = 3, patch = 4, image = 32, batch = 64, seq = 128, vocab = 10000, kernel = 9;
     int steps = 5, warmup = 2, threads = 0, profile_steps = 0;
     uint64_t seed = 0;
-    app.add_option("model", model, "vit | lm | gau | lstm")->check(CLI::IsMember({"vit", "lm", "gau", "lstm"}))
+    app.add_option("model", model, "vit | lm | gau | lstm | convmixer")
+        ->check(CLI::IsMember({"vit", "lm", "gau", "lstm", "convmixer"}))
         ->capture_default_str();
     app.add_option("--dim", dim, "model width")->capture_default_str();
     app.add_option("--depth", depth, "blocks (layers for lstm)")->capture_default_str();
     app.add_option("--heads", heads, "attention heads (vit, lm)")->capture_default_str();
-    app.add_option("--patch", patch, "ViT patch size")->capture_default_str();
-    app.add_option("--image-size", image, "ViT image size")->capture_default_str();
+    app.add_option("--patch", patch, "ViT / ConvMixer patch size")->capture_default_str();
+    app.add_option("--image-size", image, "ViT / ConvMixer image size")->capture_default_str();
+    app.add_option("--kernel", kernel, "ConvMixer depthwise kernel size (odd; 9 is the ConvMixer paper's CIFAR setting)")
+        ->capture_default_str();
     app.add_option("--batch", batch, "batch size")->capture_default_str();
     app.add_option("--seq", seq, "sequence length (language models)")->capture_default_str();
     app.add_option("--vocab", vocab, "vocabulary size (language models)")->capture_default_str();
@@ -129,7 +134,19 @@ int main(int argc, char** argv) {
         std::shared_ptr<Module> net;
         std::function<Tensor()> loss_fn;
         int64_t items = 0;
-        if (model == "vit") {
+        if (model == "convmixer") {
+            ConvMixerConfig c;
+            c.dim = dim;
+            c.depth = depth;
+            c.kernel = kernel;
+            c.patch = patch;
+            auto cm = std::make_shared<ConvMixer>(c);
+            Tensor x = Tensor::normal({batch, 3, image, image}).to(dev);
+            Tensor y = Tensor::randint({batch}, 0, (int32_t)c.num_classes).to(dev);
+            loss_fn = [cm, x, y] { return cross_entropy(cm->forward(x), y); };
+            net = cm;
+            items = batch;
+        } else if (model == "vit") {
             ViTConfig c;
             c.dim = dim;
             c.depth = depth;
@@ -253,6 +270,9 @@ int main(int argc, char** argv) {
         }
         if (model == "vit") {
             out["heads"] = heads;
+            out["patch"] = patch;
+        } else if (model == "convmixer") {
+            out["kernel"] = kernel;
             out["patch"] = patch;
         } else {
             out["seq"] = seq;

@@ -16,8 +16,9 @@
 # --precisions "fp32 tf32 bf16" (a subset, for a short lease), --fused-attention off|on|both (the
 # attention path: off, the default, is the unfused one (INITLAB_FUSED_ATTENTION=0); on the fused
 # kernels (=1), which under tf32/bf16 are the tensor-core ones; both: two rows per model and
-# precision, same call, same card). Two models are not in the default list: lm4k, the LM 512/4/8
-# at seq 4096, batch 2; lstm-cudnn, the lstm model with INITLAB_CUDNN_LSTM=1 (cuDNN's LSTM instead
+# precision, same call, same card). Models not in the default list: convmixer, ConvMixer-256/8 at
+# kernel 9, patch 2 (its 1×1 and depthwise convs and batch norms through cuDNN where the build has
+# it, INITLAB_CUDNN=0 for the own kernels); lm4k, the LM 512/4/8 at seq 4096, batch 2; lstm-cudnn, the lstm model with INITLAB_CUDNN_LSTM=1 (cuDNN's LSTM instead
 # of the own LSTM kernels and cuBLAS, the default); vit-nosplit, vit with INITLAB_FLASH_SPLIT_DQ=0 (the fused
 # backward's dq kernel instead of the split dq); vit-async, vit with INITLAB_FLASH_ASYNC=1 (the TF32
 # flash kernels' double-buffered asynchronous copies instead of the default synchronous loads);
@@ -83,7 +84,7 @@ model_env() {  # extra environment of a model
 }
 for model in $models; do  # refused before anything runs
     case "$model" in
-        vit | lm | gau | lstm | lm4k | lstm-cudnn) ;;
+        vit | lm | gau | lstm | lm4k | lstm-cudnn | convmixer) ;;
         vit-* | lm-*) [ -n "$(model_env "$model")" ] || { echo "bench/gpu.sh: unknown variant $model" >&2; exit 2; } ;;
         *) echo "bench/gpu.sh: unknown model $model (see --help)" >&2; exit 2 ;;
     esac
@@ -138,8 +139,15 @@ fi
 [ -n "$only_precisions" ] && precisions="$only_precisions"
 sizes_lm4k="--dim 512 --depth 4 --heads 8 --seq 4096 --batch 2 --vocab 10000"
 [ $smoke = 1 ] && sizes_lm4k="--dim 32 --depth 1 --heads 1 --seq 64 --batch 1 --vocab 11"  # head dim 32: the fused kernels run
+sizes_convmixer="--dim 256 --depth 8 --kernel 9 --patch 2 --batch 128"
+[ $smoke = 1 ] && sizes_convmixer="--dim 8 --depth 1 --kernel 3 --patch 8 --batch 2"
 sizes_for() {  # gau, lstm ignore --heads
-    case "$1" in vit | vit-*) echo "$sizes_vit" ;; lm4k) echo "$sizes_lm4k" ;; *) echo "$sizes_lm" ;; esac
+    case "$1" in
+        vit | vit-*) echo "$sizes_vit" ;;
+        lm4k) echo "$sizes_lm4k" ;;
+        convmixer) echo "$sizes_convmixer" ;;
+        *) echo "$sizes_lm" ;;
+    esac
 }
 app_model() { case "$1" in lm4k | lm-*) echo lm ;; lstm-cudnn) echo lstm ;; vit-*) echo vit ;; *) echo "$1" ;; esac; }
 # One field of a JSON line (numbers and strings), without jq.
@@ -209,6 +217,7 @@ done
     echo
     lm4k_note=""
     case " $models " in *" lm4k "*) lm4k_note=", lm4k \`$sizes_lm4k\`" ;; esac
+    case " $models " in *" convmixer "*) lm4k_note+=", convmixer \`$sizes_convmixer\`" ;; esac
     echo "Sizes: vit \`$sizes_vit\`, lm/gau/lstm/lstm-cudnn \`$sizes_lm\`$lm4k_note, $steps. lstm: the own LSTM kernels; lstm-cudnn: INITLAB_CUDNN_LSTM=1, cuDNN's LSTM where the build has cuDNN (fp32, tf32)."
     echo "attention kernels: what the run took (apps/bench's attention_kernels: unfused, or flash with fp32 / tf32 / bf16, async for the asynchronous copies, split-dq for the split backward; – for a model without the attention op)."
     echo "fused attention: INITLAB_FUSED_ATTENTION=0 (off: two batched GEMMs and a softmax kernel) or 1 (on: engine/cuda/flash_attention.cu; fp32 kernels under fp32, the tensor-core kernels under tf32 (TF32 inputs) and bf16 (bf16 inputs)). vit-nosplit: vit with INITLAB_FLASH_SPLIT_DQ=0; vit-async: vit with INITLAB_FLASH_ASYNC=1; vit-bf16fast: vit with INITLAB_BF16_GEMM_FAST=1 (under bf16, cuBLAS rounds the fp32 inputs in its kernels); vit-lt: vit with INITLAB_LT_BIAS=1 (linear biases by cuBLASLt's epilogue); vit-narrow: vit with INITLAB_FLASH_NARROW_FORWARD=1 (the tensor-core forward at 32 keys a step); vit-noedge: vit with INITLAB_ATTENTION_EDGE_KEYS=0 (the unfused GEMMs over every key); vit-pointers, lm-pointers: vit, lm with INITLAB_GEMM_POINTER_BATCH=1 (each attention GEMM one call over every head); vit-tune, lm-tune: vit, lm with INITLAB_GEMM_AUTOTUNE=1 (GEMMs through cuBLASLt, autotuned); lm-ce: lm with INITLAB_LINEAR_CE=0 (whole logits and cross_entropy)."

@@ -410,6 +410,21 @@ TEST_CASE("train_lm: --loss-scale time-sum gives the gradient of the mean loss t
     }
 }
 
+TEST_CASE("bench convmixer: ConvMixer's step, with its kernel and patch and its parameter count", "[apps]") {
+    test::TempDir tmp;
+    int rc = std::system((app_path("bench") + " convmixer --dim 8 --depth 2 --kernel 5 --patch 4 --image-size 16 "
+                          "--batch 2 --steps 1 --warmup 0 --threads 1 2>/dev/null >" + (tmp / "line")).c_str());
+    REQUIRE(rc == 0);
+    auto line = nlohmann::json::parse(slurp(tmp / "line"));
+    CHECK(line["model"] == "convmixer");
+    CHECK(line["kernel"] == 5);
+    CHECK(line["patch"] == 4);
+    // stem 3·8·4·4 + 8, its norm 2·8; per block depthwise 8·5·5 + 8, 1×1 8·8 + 8, two norms 4·8; head 8·10 + 10
+    CHECK(line["params"] == (3 * 8 * 16 + 8) + 16 + 2 * ((8 * 25 + 8) + (64 + 8) + 32) + 90);
+    CHECK(line["ms_per_step"].get<double>() > 0);
+    CHECK(line["gflop_per_step"].get<double>() > 0);
+}
+
 TEST_CASE("--profile: bench prints the table and its JSON; train_lm writes profile.json", "[apps][profile]") {
     test::TempDir tmp;
     // The JSON line on stdout, the table on stderr, apart.

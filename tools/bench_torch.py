@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """tools/bench_torch.py: the PyTorch twin of apps/bench, for same-machine speed comparisons.
 
-Builds the same four models as apps/bench, with the same shapes and parameter counts (the JSON
+Builds the same five models as apps/bench, with the same shapes and parameter counts (the JSON
 line's "params" is to be compared with apps/bench's), and times full training steps (forward,
 backward, AdamW) the same way: median over --steps timed steps after --warmup untimed ones.
 
@@ -13,6 +13,9 @@ backward, AdamW) the same way: median over --steps timed steps after --warmup un
         s = 128, RoPE on q and k, relu^2 attention, output tied to the embedding (--heads unused)
   lstm  Zaremba-style LSTM LM (nn/lstm.cpp): embedding, torch.nn.LSTM with --depth layers of
         --dim units, untied linear head; the state is carried from step to step, detached
+  convmixer  ConvMixer (nn/convmixer.cpp): patch conv (kernel = stride = --patch), GELU, BatchNorm,
+        --depth blocks of [depthwise --kernel conv, GELU, BatchNorm, residual; 1x1 conv, GELU,
+        BatchNorm], global average pooling, linear head (10 classes)
 
 Attention uses torch.nn.functional.scaled_dot_product_attention where the running PyTorch has it
 (2.x), as PyTorch users would, and the explicit softmax(QK^T/sqrt(d))V on 1.13 (--attention).
@@ -163,6 +166,24 @@ class GAULM(tnn.Module):
         return x @ self.tok_emb.weight.t()
 
 
+class ConvMixer(tnn.Module):
+    def __init__(self, dim, depth, kernel, patch, classes=10):
+        super().__init__()
+        self.stem = tnn.Sequential(tnn.Conv2d(3, dim, patch, stride=patch), tnn.GELU(), tnn.BatchNorm2d(dim))
+        self.spatial = tnn.ModuleList(
+            tnn.Sequential(tnn.Conv2d(dim, dim, kernel, groups=dim, padding=kernel // 2), tnn.GELU(), tnn.BatchNorm2d(dim))
+            for _ in range(depth))
+        self.pointwise = tnn.ModuleList(
+            tnn.Sequential(tnn.Conv2d(dim, dim, 1), tnn.GELU(), tnn.BatchNorm2d(dim)) for _ in range(depth))
+        self.head = tnn.Linear(dim, classes)
+
+    def forward(self, x):
+        x = self.stem(x)
+        for spatial, pointwise in zip(self.spatial, self.pointwise):
+            x = pointwise(x + spatial(x))
+        return self.head(x.mean(dim=(2, 3)))
+
+
 class LSTMLM(tnn.Module):
     def __init__(self, vocab, hidden, layers):
         super().__init__()
@@ -180,12 +201,13 @@ def main():
     # a wheel built with CUDA maps its CUDA libraries even on the CPU).
     import_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("model", choices=["vit", "lm", "gau", "lstm"], nargs="?", default="vit")
+    ap.add_argument("model", choices=["vit", "lm", "gau", "lstm", "convmixer"], nargs="?", default="vit")
     ap.add_argument("--dim", type=int, default=192, help="model width (default %(default)s)")
     ap.add_argument("--depth", type=int, default=6, help="blocks, layers for lstm (default %(default)s)")
     ap.add_argument("--heads", type=int, default=3, help="attention heads, vit and lm (default %(default)s)")
     ap.add_argument("--patch", type=int, default=4, help="ViT patch size (default %(default)s)")
-    ap.add_argument("--image-size", type=int, default=32, help="ViT image size (default %(default)s)")
+    ap.add_argument("--image-size", type=int, default=32, help="ViT / ConvMixer image size (default %(default)s)")
+    ap.add_argument("--kernel", type=int, default=9, help="ConvMixer depthwise kernel (default %(default)s)")
     ap.add_argument("--batch", type=int, default=64, help="batch size (default %(default)s)")
     ap.add_argument("--seq", type=int, default=128, help="sequence length, language models (default %(default)s)")
     ap.add_argument("--vocab", type=int, default=10000, help="vocabulary, language models (default %(default)s)")
@@ -218,8 +240,12 @@ def main():
     torch.manual_seed(a.seed)
 
     state = None
-    if a.model == "vit":
-        net = ViT(a.dim, a.depth, a.heads, a.patch, a.image_size, use_sdpa)
+    images = a.model in ("vit", "convmixer")
+    if images:
+        if a.model == "vit":
+            net = ViT(a.dim, a.depth, a.heads, a.patch, a.image_size, use_sdpa)
+        else:
+            net = ConvMixer(a.dim, a.depth, a.kernel, a.patch)
         x = torch.randn(a.batch, 3, a.image_size, a.image_size)
         y = torch.randint(0, 10, (a.batch,))
         items = a.batch
@@ -246,7 +272,7 @@ def main():
                 state = tuple(s.detach() for s in new_state)  # truncated BPTT, as LSTMLM::detach
             else:
                 out = model(x)
-        return F.cross_entropy(out.float().flatten(0, -2) if a.model != "vit" else out.float(), y.flatten())
+        return F.cross_entropy(out.float() if images else out.float().flatten(0, -2), y.flatten())
 
     # AdamW as apps/bench's Adam(param_groups(net, 0.05)) (nn/optim.cpp): weight decay on
     # matrices and kernels, not on vectors (biases, norms), embedding tables or the class token.
@@ -284,6 +310,8 @@ def main():
         out["attention"] = "sdpa" if use_sdpa else "math"
     if a.model == "vit":
         out.update(heads=a.heads, patch=a.patch)
+    elif a.model == "convmixer":
+        out.update(kernel=a.kernel, patch=a.patch)
     else:
         out.update(seq=a.seq, vocab=a.vocab)
     if a.device == "cuda":

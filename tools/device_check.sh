@@ -18,7 +18,8 @@
 #     runs (the attention part has them);
 #   - attention-bf16 (not in the default PARTS): vit, vit-bf16fast (cuBLAS rounding the GEMM
 #     inputs itself), vit-pointers and lm under bf16, fused off and on (the bf16 flash kernels);
-#   - gau, lstm (the own LSTM kernels) and lstm-cudnn (cuDNN's LSTM).
+#   - gau-lstm: gau, lstm (the own LSTM kernels), lstm-cudnn (cuDNN's LSTM) and convmixer
+#     (ConvMixer-256/8, kernel 9: cuDNN's convolutions and batch norms).
 #   - sanitize: compute-sanitizer's memcheck over the [flash] tests and racecheck over one tensor-core case
 #     (the fused kernels' shared memory and warp synchronization);
 #   - kernels: Nsight Compute over one eager ViT-Tiny step (TF32, batch 128), every launch's time,
@@ -79,8 +80,8 @@ if [[ $parts == *" attention-bf16 "* ]]; then
     echo "rc=$?"
 fi
 if [[ $parts == *" gau-lstm "* ]]; then
-    echo "== gau, lstm with the own kernels and with cuDNN (tf32)"
-    timeout "${BENCH_S:-300}" bash bench/gpu.sh --no-build --no-tests --models "gau lstm lstm-cudnn" --precisions tf32 \
+    echo "== gau, lstm with the own kernels and with cuDNN, convmixer (tf32)"
+    timeout "${BENCH_S:-300}" bash bench/gpu.sh --no-build --no-tests --models "gau lstm lstm-cudnn convmixer" --precisions tf32 \
         --out "$OUT/gpu-gau-lstm-tf32.md"
     echo "rc=$?"
 fi

@@ -322,6 +322,18 @@ TEST_CASE("cuda apps: bench/gpu.sh lstm and lstm-cudnn: the own LSTM kernels and
     CHECK(cudnn_calls("| lstm | fp32 |") == 0);
 }
 
+TEST_CASE("cuda apps: bench/gpu.sh convmixer: ConvMixer's row, its sizes, and its convolutions through cuDNN",
+          "[cuda]") {
+    test::TempDir tmp;
+    std::string table = gpu_sh_table("--no-tests --models convmixer --precisions tf32", tmp);
+    INFO(table);
+    CHECK(table.find("| convmixer | tf32 | off | – |") != std::string::npos);  // no attention op
+    CHECK(table.find("convmixer `--dim 8") != std::string::npos);
+    CHECK(table.find("\"model\": \"convmixer\"") != std::string::npos);
+    REQUIRE(table.find("\"cudnn_calls\": ") != std::string::npos);
+    if (engine::cuda::cudnn_built()) CHECK(table.find("\"cudnn_calls\": 0") == std::string::npos);
+}
+
 // bench's JSON line (stdout) out of its log (stderr may hold notes).
 json bench_json(const std::string& log) {
     std::istringstream lines(log);
