@@ -3,7 +3,7 @@
 # toolkit: builds (make), runs the [cuda] parity suite on the device, then times a training step
 # of every model family with apps/bench (fp32, tf32 and bf16; --profile for the op table), and
 # with tools/bench_torch.py in PyTorch eager and torch.compile where a CUDA PyTorch is importable
-# (it has twins of all four families; its bf16 is autocast). Writes one markdown table (the
+# (it has twins of all five families; its bf16 is autocast). Writes one markdown table (the
 # attention kernels each run took, ms/step, items/s, peak device memory, ours and PyTorch's, ratios
 # to each PyTorch mode, and a variant's ratio to its model's row) with the device name and date.
 #
