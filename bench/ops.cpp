@@ -336,6 +336,22 @@ void conv_benches(const Options& opt, const std::function<bool(const std::string
                          backward_of(y, g), opt);
         }
     }
+    // ConvMixer's batch norms (training mode: the batch's statistics), the same activations.
+    const std::string shape = fmt::format("[{},{},{},{}]", N, C, H, W);
+    if (wanted("batch_norm.forward")) {
+        Tensor x = random_tensor({N, C, H, W}, 97), w = random_tensor({C}, 98), b = random_tensor({C}, 99);
+        Tensor rm = Tensor::zeros({C}), rv = Tensor::ones({C});
+        bench_memory("batch_norm.forward", shape, 2 * n * f, "x read, y written (the statistics read x twice more)",
+                     [&] { NoGrad ng; batch_norm(x, w, b, rm, rv, true); }, opt);
+    }
+    if (wanted("batch_norm.backward")) {
+        Tensor x = random_tensor({N, C, H, W}, 100).requires_grad_(), w = random_tensor({C}, 101).requires_grad_(),
+               b = random_tensor({C}, 102).requires_grad_();
+        Tensor rm = Tensor::zeros({C}), rv = Tensor::ones({C});
+        Tensor y = batch_norm(x, w, b, rm, rv, true), g = random_tensor({N, C, H, W}, 103);
+        bench_memory("batch_norm.backward", shape, 3 * n * f, "x, dy read, dx written (the sums read them once more)",
+                     backward_of(y, g), opt);
+    }
 }
 
 }  // namespace

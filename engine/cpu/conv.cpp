@@ -378,34 +378,50 @@ void depthwise_conv2d_backward(const float* x, const float* w, const float* dy, 
 }
 
 // ---------------------------------------------------------------------------------------------
-// Batch norm. Channel c of image n is the contiguous run x[(n·C + c)·S .. +S).
+// Batch norm. Channel c of image n is the contiguous run x[(n·C + c)·S .. +S). The sums over a
+// channel go in two steps: each run's sum in float (vectorized), over the runs in memory order and
+// in parallel, into `runs`; then each channel's runs in image order, in double. The order of every
+// addition is fixed, so the bits do not depend on the thread count, and the data is read as it
+// lies (a channel's runs are C runs apart: walking them channel by channel read 1 KB at a time
+// from pages 256 KB apart at ConvMixer's sizes).
+
+// Σ_n runs[(n·C + c)·K + k] for each channel c and k < K, in image order, in double.
+static void sum_runs_per_channel(const float* runs, double* out, int64_t N, int64_t C, int64_t K) {
+    #pragma omp parallel for if (N * C * K > kParallelMin)
+    for (int64_t c = 0; c < C; c++)
+        for (int64_t k = 0; k < K; k++) {
+            double sum = 0;
+            for (int64_t n = 0; n < N; n++) sum += runs[(n * C + c) * K + k];
+            out[c * K + k] = sum;
+        }
+}
 
 void batch_norm_stats(const float* x, float* mean, float* var, int64_t N, int64_t C, int64_t S) {
     const double count = (double)(N * S);
+    // Two passes (mean, then squared deviations): no cancellation when |mean| >> std.
+    std::vector<float> runs(N * C);
+    std::vector<double> sums(C);
     #pragma omp parallel for if (N * C * S > kParallelMin)
-    for (int64_t c = 0; c < C; c++) {
-        // Two passes (mean, then squared deviations): no cancellation when |mean| >> std. Each
-        // image's run is summed in float (vectorized), the runs in double.
-        double sum = 0;
-        for (int64_t n = 0; n < N; n++) {
-            const float* p = x + (n * C + c) * S;
-            float s1 = 0.f;
-            #pragma omp simd reduction(+ : s1)
-            for (int64_t s = 0; s < S; s++) s1 += p[s];
-            sum += s1;
-        }
-        const float m = (float)(sum / count);
-        double sq = 0;
-        for (int64_t n = 0; n < N; n++) {
-            const float* p = x + (n * C + c) * S;
-            float s2 = 0.f;
-            #pragma omp simd reduction(+ : s2)
-            for (int64_t s = 0; s < S; s++) s2 += (p[s] - m) * (p[s] - m);
-            sq += s2;
-        }
-        mean[c] = m;
-        var[c] = (float)(sq / count);
+    for (int64_t nc = 0; nc < N * C; nc++) {
+        const float* p = x + nc * S;
+        float s1 = 0.f;
+        #pragma omp simd reduction(+ : s1)
+        for (int64_t s = 0; s < S; s++) s1 += p[s];
+        runs[nc] = s1;
     }
+    sum_runs_per_channel(runs.data(), sums.data(), N, C, 1);
+    for (int64_t c = 0; c < C; c++) mean[c] = (float)(sums[c] / count);
+    #pragma omp parallel for if (N * C * S > kParallelMin)
+    for (int64_t nc = 0; nc < N * C; nc++) {
+        const float* p = x + nc * S;
+        const float m = mean[nc % C];
+        float s2 = 0.f;
+        #pragma omp simd reduction(+ : s2)
+        for (int64_t s = 0; s < S; s++) s2 += (p[s] - m) * (p[s] - m);
+        runs[nc] = s2;
+    }
+    sum_runs_per_channel(runs.data(), sums.data(), N, C, 1);
+    for (int64_t c = 0; c < C; c++) var[c] = (float)(sums[c] / count);
 }
 
 void batch_norm_rstd(const float* var, float eps, float* rstd, int64_t C) {
@@ -430,35 +446,40 @@ void batch_norm_backward(const float* x, const float* dy, const float* mean, con
                          float* dx, float* dweight, float* dbias, int64_t N, int64_t C, int64_t S,
                          bool batch_stats) {
     const double count = (double)(N * S);
+    std::vector<float> runs(N * C * 2);  // per run: Σ dy, Σ dy·x̂
+    std::vector<double> sums(C * 2);
     #pragma omp parallel for if (N * C * S > kParallelMin)
+    for (int64_t nc = 0; nc < N * C; nc++) {
+        const int64_t c = nc % C;
+        const float m = mean[c], r = rstd[c];
+        const float* p = x + nc * S;
+        const float* g = dy + nc * S;
+        float s1 = 0.f, s2 = 0.f;
+        #pragma omp simd reduction(+ : s1, s2)
+        for (int64_t s = 0; s < S; s++) {
+            s1 += g[s];
+            s2 += g[s] * (p[s] - m) * r;
+        }
+        runs[nc * 2] = s1;
+        runs[nc * 2 + 1] = s2;
+    }
+    sum_runs_per_channel(runs.data(), sums.data(), N, C, 2);
     for (int64_t c = 0; c < C; c++) {
-        const float m = mean[c], r = rstd[c], wc = weight ? weight[c] : 1.f;
-        double sum_dy = 0, sum_dy_xhat = 0;
-        for (int64_t n = 0; n < N; n++) {
-            const float* p = x + (n * C + c) * S;
-            const float* g = dy + (n * C + c) * S;
-            float s1 = 0.f, s2 = 0.f;
-            #pragma omp simd reduction(+ : s1, s2)
-            for (int64_t s = 0; s < S; s++) {
-                s1 += g[s];
-                s2 += g[s] * (p[s] - m) * r;
-            }
-            sum_dy += s1;
-            sum_dy_xhat += s2;
-        }
-        if (dweight) dweight[c] = (float)sum_dy_xhat;
-        if (dbias) dbias[c] = (float)sum_dy;
-        if (!dx) continue;
-        // dx = rstd·w·(dy − mean(dy) − x̂·mean(dy·x̂)); the two means vanish with fixed statistics.
-        const float k = r * wc;
-        const float mean_dy = batch_stats ? (float)(sum_dy / count) : 0.f;
-        const float mean_dy_xhat = batch_stats ? (float)(sum_dy_xhat / count) : 0.f;
-        for (int64_t n = 0; n < N; n++) {
-            const float* p = x + (n * C + c) * S;
-            const float* g = dy + (n * C + c) * S;
-            float* d = dx + (n * C + c) * S;
-            for (int64_t s = 0; s < S; s++) d[s] = k * (g[s] - mean_dy - (p[s] - m) * r * mean_dy_xhat);
-        }
+        if (dweight) dweight[c] = (float)sums[c * 2 + 1];
+        if (dbias) dbias[c] = (float)sums[c * 2];
+    }
+    if (!dx) return;
+    // dx = rstd·w·(dy − mean(dy) − x̂·mean(dy·x̂)); the two means vanish with fixed statistics.
+    #pragma omp parallel for if (N * C * S > kParallelMin)
+    for (int64_t nc = 0; nc < N * C; nc++) {
+        const int64_t c = nc % C;
+        const float m = mean[c], r = rstd[c], k = r * (weight ? weight[c] : 1.f);
+        const float mean_dy = batch_stats ? (float)(sums[c * 2] / count) : 0.f;
+        const float mean_dy_xhat = batch_stats ? (float)(sums[c * 2 + 1] / count) : 0.f;
+        const float* p = x + nc * S;
+        const float* g = dy + nc * S;
+        float* d = dx + nc * S;
+        for (int64_t s = 0; s < S; s++) d[s] = k * (g[s] - mean_dy - (p[s] - m) * r * mean_dy_xhat);
     }
 }
 
