@@ -194,6 +194,11 @@ void conv2d_backward(const float* x, const float* w, const float* dy, float* dx,
 // row (16 floats) spent most of their time entering and leaving the loop, and a sum per tap went
 // through memory (docs/BENCHMARKS.md, "Depthwise conv on the CPU": 2–6.5× faster this way).
 
+// load8 returns a vector by value (kept so: through a reference the loops ran 1.5–2× slower). GCC
+// warns (-Wpsabi) that a 32-byte vector's calling convention depends on whether the build targets
+// AVX (the sanitizer builds do not say -march=native); the helpers are static and inlined, so no
+// call of theirs crosses that boundary.
+#pragma GCC diagnostic ignored "-Wpsabi"
 using Vec8 = float __attribute__((vector_size(32)));
 constexpr int64_t kLanes = 8;
 static inline Vec8 load8(const float* p) {
@@ -201,8 +206,8 @@ static inline Vec8 load8(const float* p) {
     std::memcpy(&v, p, sizeof v);  // unaligned
     return v;
 }
-static inline void store8(float* p, Vec8 v) { std::memcpy(p, &v, sizeof v); }
-static inline float lanes_sum(Vec8 v) {  // a fixed order: the same bits on every run
+static inline void store8(float* p, const Vec8& v) { std::memcpy(p, &v, sizeof v); }
+static inline float lanes_sum(const Vec8& v) {  // a fixed order: the same bits on every run
     float s = 0.f;
     for (int l = 0; l < kLanes; l++) s += v[l];
     return s;
