@@ -134,30 +134,32 @@ int main(int argc, char** argv) {
         std::shared_ptr<Module> net;
         std::function<Tensor()> loss_fn;
         int64_t items = 0;
-        if (model == "convmixer") {
-            ConvMixerConfig c;
-            c.dim = dim;
-            c.depth = depth;
-            c.kernel = kernel;
-            c.patch = patch;
-            auto cm = std::make_shared<ConvMixer>(c);
+        if (model == "vit" || model == "convmixer") {
+            // Random images, and labels of the models' 10 classes.
+            std::function<Tensor(const Tensor&)> forward;
+            if (model == "vit") {
+                ViTConfig c;
+                c.dim = dim;
+                c.depth = depth;
+                c.heads = heads;
+                c.patch = patch;
+                c.image_size = image;
+                auto vit = std::make_shared<ViT>(c);
+                forward = [vit](const Tensor& images) { return vit->forward(images); };
+                net = vit;
+            } else {
+                ConvMixerConfig c;
+                c.dim = dim;
+                c.depth = depth;
+                c.kernel = kernel;
+                c.patch = patch;
+                auto cm = std::make_shared<ConvMixer>(c);
+                forward = [cm](const Tensor& images) { return cm->forward(images); };
+                net = cm;
+            }
             Tensor x = Tensor::normal({batch, 3, image, image}).to(dev);
-            Tensor y = Tensor::randint({batch}, 0, (int32_t)c.num_classes).to(dev);
-            loss_fn = [cm, x, y] { return cross_entropy(cm->forward(x), y); };
-            net = cm;
-            items = batch;
-        } else if (model == "vit") {
-            ViTConfig c;
-            c.dim = dim;
-            c.depth = depth;
-            c.heads = heads;
-            c.patch = patch;
-            c.image_size = image;
-            auto vit = std::make_shared<ViT>(c);
-            Tensor x = Tensor::normal({batch, 3, image, image}).to(dev);
-            Tensor y = Tensor::randint({batch}, 0, (int32_t)c.num_classes).to(dev);
-            loss_fn = [vit, x, y] { return cross_entropy(vit->forward(x), y); };
-            net = vit;
+            Tensor y = Tensor::randint({batch}, 0, 10).to(dev);
+            loss_fn = [forward, x, y] { return cross_entropy(forward(x), y); };
             items = batch;
         } else {
             Tensor x = Tensor::randint({batch, seq}, 0, (int32_t)vocab).to(dev),
