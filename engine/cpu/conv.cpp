@@ -184,6 +184,22 @@ void conv2d_backward(const float* x, const float* w, const float* dy, float* dx,
 }
 
 // ---------------------------------------------------------------------------------------------
+// Per-channel sums of per-run sums (depthwise conv's weight and bias gradients, batch norm): each
+// run's sum is taken in memory order, in parallel, then each channel's runs are added in image
+// order in double, so the bits do not depend on the thread count.
+
+// Σ_n runs[(n·C + c)·K + k] for each channel c and k < K, in image order, in double.
+static void sum_runs_per_channel(const float* runs, double* out, int64_t N, int64_t C, int64_t K) {
+    #pragma omp parallel for if (N * C * K > kParallelMin)
+    for (int64_t c = 0; c < C; c++)
+        for (int64_t k = 0; k < K; k++) {
+            double sum = 0;
+            for (int64_t n = 0; n < N; n++) sum += runs[(n * C + c) * K + k];
+            out[c * K + k] = sum;
+        }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Depthwise conv. Each image-channel plane [H, W] is first copied into the middle of a zeroed
 // [H + 2p, W + 2p] buffer (p = k/2, one buffer per thread, its border never written), so no tap
 // needs a bounds test.
@@ -333,10 +349,8 @@ void depthwise_conv2d_forward(const float* x, const float* w, const float* b, fl
 
 // dx[i, j] = Σ_(a,b) w[a, b]·dy[i − a + p, j − b + p]: dy (padded) correlated with the turned filter.
 // dw[c, a, b] = Σ_n Σ_(i,j) dy[i, j]·x_padded[i + a, j + b];  db[c] = Σ dy.
-// One pass over the planes in memory order (a channel's planes are C planes apart: walking them
-// channel by channel defeated the prefetchers and left the weight gradient waiting on memory), each
-// plane's tap sums and Σ dy kept in `parts`; then each channel's sums over the images, in image
-// order, in double: the same bits on any thread count.
+// One pass over the planes in memory order, each plane's tap sums and Σ dy kept in `parts`; then
+// sum_runs_per_channel.
 void depthwise_conv2d_backward(const float* x, const float* w, const float* dy, float* dx, float* dw, float* db,
                                int64_t N, int64_t C, int64_t H, int64_t W, int64_t k) {
     const int64_t HW = H * W, p = k / 2, PW = W + 2 * p, taps = k * k, stride = taps + 1;
@@ -365,41 +379,20 @@ void depthwise_conv2d_backward(const float* x, const float* w, const float* dy, 
                 part[taps] = sum;
             }
         }
-        if (dw || db) {
-            std::vector<double> acc(stride);
-            #pragma omp for
-            for (int64_t c = 0; c < C; c++) {
-                std::fill(acc.begin(), acc.end(), 0.0);
-                for (int64_t n = 0; n < N; n++) {
-                    const float* part = parts.data() + (n * C + c) * stride;
-                    for (int64_t t = 0; t < stride; t++) acc[t] += part[t];
-                }
-                if (dw)
-                    for (int64_t t = 0; t < taps; t++) dw[c * taps + t] = (float)acc[t];
-                if (db) db[c] = (float)acc[taps];
-            }
-        }
+    }
+    if (!dw && !db) return;
+    std::vector<double> sums(C * stride);
+    sum_runs_per_channel(parts.data(), sums.data(), N, C, stride);
+    for (int64_t c = 0; c < C; c++) {
+        if (dw)
+            for (int64_t t = 0; t < taps; t++) dw[c * taps + t] = (float)sums[c * stride + t];
+        if (db) db[c] = (float)sums[c * stride + taps];
     }
 }
 
 // ---------------------------------------------------------------------------------------------
-// Batch norm. Channel c of image n is the contiguous run x[(n·C + c)·S .. +S). The sums over a
-// channel go in two steps: each run's sum in float (vectorized), over the runs in memory order and
-// in parallel, into `runs`; then each channel's runs in image order, in double. The order of every
-// addition is fixed, so the bits do not depend on the thread count, and the data is read as it
-// lies (a channel's runs are C runs apart: walking them channel by channel read 1 KB at a time
-// from pages 256 KB apart at ConvMixer's sizes).
-
-// Σ_n runs[(n·C + c)·K + k] for each channel c and k < K, in image order, in double.
-static void sum_runs_per_channel(const float* runs, double* out, int64_t N, int64_t C, int64_t K) {
-    #pragma omp parallel for if (N * C * K > kParallelMin)
-    for (int64_t c = 0; c < C; c++)
-        for (int64_t k = 0; k < K; k++) {
-            double sum = 0;
-            for (int64_t n = 0; n < N; n++) sum += runs[(n * C + c) * K + k];
-            out[c * K + k] = sum;
-        }
-}
+// Batch norm. Channel c of image n is the contiguous run x[(n·C + c)·S .. +S); the sums over a
+// channel go through sum_runs_per_channel.
 
 void batch_norm_stats(const float* x, float* mean, float* var, int64_t N, int64_t C, int64_t S) {
     const double count = (double)(N * S);
