@@ -396,26 +396,17 @@ static int run(Args& a, const apps::json& config, Device dev) {
                 }
             }
             profile::boundary("loss read-back", profile::Phase::Outside);
-            if (!graph) {
-                if (time_sum) mul(loss, time_sum_factor(b)).backward();
-                else loss.backward();
-                gnorm = a.clip_grad > 0 ? nn::clip_grad_norm(params, a.clip_grad)
-                      : log_now         ? nn::grad_norm(params)
-                                        : 0.f;
-                profile::boundary("gradient norm, clipping", profile::Phase::Outside);
-                opt->step();
-                profile::boundary("optimizer step", profile::Phase::Outside);
-            }
+            if (!graph)
+                gnorm = apps::backward_and_update(time_sum ? mul(loss, time_sum_factor(b)) : loss, params, *opt,
+                                                  a.clip_grad, log_now);
             global_step++;
             double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
             ntok += (double)b.scored;
             bar.update(i + 1, (int64_t)ntok, fmt::format("{} {:.3f}", metric_name, metric(meter.mean())));
             if (log_now) {
-                apps::json line = {{"kind", "train"}, {"step", global_step}, {"epoch", epoch + (i + 1.0) / steps_per_epoch},
-                                    {"lr", opt->lr}, {"loss", lv}, {"grad_norm", gnorm}, {"ms_per_step", ms}, {"peak_rss_mb", apps::peak_rss_mb()},
-                                    {"items_per_s", b.scored / (ms / 1000.0)}, {"elapsed_s", elapsed_s()}};
-                apps::add_peak_device_mb(line, dev);
-                step_flops.add_to(line, ms);
+                apps::json line = apps::train_metrics(global_step, epoch + (i + 1.0) / steps_per_epoch, opt->lr, lv, gnorm,
+                                                      ms, (double)b.scored, dev, step_flops);
+                line["elapsed_s"] = elapsed_s();
                 out.append_metrics(line);
             }
             prof.end();

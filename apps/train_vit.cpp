@@ -366,27 +366,14 @@ static int run(const Args& a, const apps::json& config, Device dev) {
                 }
             }
             profile::boundary("loss read-back", profile::Phase::Outside);
-            if (!graph) {
-                loss.backward();
-                gnorm = a.clip_grad > 0 ? nn::clip_grad_norm(params, a.clip_grad)
-                      : log_now         ? nn::grad_norm(params)
-                                        : 0.f;
-                profile::boundary("gradient norm, clipping", profile::Phase::Outside);
-                opt->step();
-                profile::boundary("optimizer step", profile::Phase::Outside);
-            }
+            if (!graph) gnorm = apps::backward_and_update(loss, params, *opt, a.clip_grad, log_now);
             global_step++;
             double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
             seen += n;
             bar.update(b + 1 - skip_batches, seen, fmt::format("loss {:.4f}", meter.mean()));
-            if (log_now) {
-                apps::json line = {{"kind", "train"}, {"step", global_step}, {"epoch", epoch + (b + 1.0) / steps_per_epoch},
-                                   {"lr", opt->lr}, {"loss", lv}, {"grad_norm", gnorm},
-                                   {"ms_per_step", ms}, {"peak_rss_mb", apps::peak_rss_mb()}, {"items_per_s", n / (ms / 1000.0)}};
-                apps::add_peak_device_mb(line, dev);
-                step_flops.add_to(line, ms);
-                out.append_metrics(line);
-            }
+            if (log_now)
+                out.append_metrics(apps::train_metrics(global_step, epoch + (b + 1.0) / steps_per_epoch, opt->lr, lv,
+                                                       gnorm, ms, (double)n, dev, step_flops));
             prof.end();
             if (const profile::Report* r = prof.finished()) apps::report_profile(*r, "train_vit --profile", out);
             if (apps::stop_requested()) {

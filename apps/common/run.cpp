@@ -17,6 +17,9 @@
 #endif
 #include "engine/error.h"
 #include "engine/ops.h"
+#include "engine/profile.h"
+#include "apps/common/mfu.h"
+#include "nn/optim.h"
 #include "init/init.h"
 #ifdef ENGINE_CUDA
 #include "engine/cuda/runtime.h"
@@ -216,6 +219,26 @@ void add_init_flags(CLI::App& app, std::string& scheme, init::Options& o) {
         ->capture_default_str()->check(CLI::NonNegativeNumber);
     app.add_option("--tfixup-layers", o.tfixup_layers, "t-fixup: N in 0.67·N^(−1/4) (0: the model's depth)")
         ->capture_default_str();
+}
+
+float backward_and_update(const engine::Tensor& loss, const std::vector<engine::Tensor>& params, nn::Optimizer& opt,
+                          float clip, bool need_norm) {
+    loss.backward();
+    float norm = clip > 0 ? nn::clip_grad_norm(params, clip) : need_norm ? nn::grad_norm(params) : 0.f;
+    engine::profile::boundary("gradient norm, clipping", engine::profile::Phase::Outside);
+    opt.step();
+    engine::profile::boundary("optimizer step", engine::profile::Phase::Outside);
+    return norm;
+}
+
+json train_metrics(int64_t step, double epoch, float lr, float loss, float grad_norm, double ms, double items,
+                   engine::Device dev, const StepFlops& flops) {
+    json line = {{"kind", "train"}, {"step", step}, {"epoch", epoch}, {"lr", lr}, {"loss", loss},
+                 {"grad_norm", grad_norm}, {"ms_per_step", ms}, {"peak_rss_mb", peak_rss_mb()},
+                 {"items_per_s", items / (ms / 1000.0)}};
+    add_peak_device_mb(line, dev);
+    flops.add_to(line, ms);
+    return line;
 }
 
 void report_nan_loss(const std::string& app_name, float loss, int epoch, int64_t step, const RunDir& out) {

@@ -15,9 +15,14 @@
 #include "engine/tensor.h"
 #include "init/init.h"
 
+namespace nn {
+class Optimizer;
+}
+
 namespace apps {
 
 using json = nlohmann::ordered_json;
+class StepFlops;  // apps/common/mfu.h
 
 class RunDir {
 public:
@@ -92,6 +97,18 @@ private:
 // --init (its help lists every registered scheme) and every option of the schemes
 // (--mimetic-alpha1, --impulse-iters, --act-prob, ...), with the specs' defaults.
 void add_init_flags(CLI::App& app, std::string& scheme, init::Options& opt);
+// The eager training step after the forward, as both trainers take it: the backward from `loss`,
+// the gradient norm, the optimizer's update. With clip > 0 the gradients are clipped to that norm;
+// otherwise the norm is measured only when `need_norm` (a logged step: it costs a pass over the
+// gradients) and is 0 else. Returns the norm before clipping.
+float backward_and_update(const engine::Tensor& loss, const std::vector<engine::Tensor>& params, nn::Optimizer& opt,
+                          float clip, bool need_norm);
+// A "train" line of metrics.jsonl with the fields both trainers log (step, epoch, lr, loss,
+// grad_norm, ms_per_step, peak_rss_mb, items_per_s; peak_device_mb on a GPU; gflop and mfu); an
+// app appends its own fields after them.
+json train_metrics(int64_t step, double epoch, float lr, float loss, float grad_norm, double ms, double items,
+                   engine::Device dev, const StepFlops& flops);
+
 // The message for a loss that is no longer finite; the caller stops the run.
 void report_nan_loss(const std::string& app_name, float loss, int epoch, int64_t step, const RunDir& out);
 
