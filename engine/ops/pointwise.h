@@ -72,31 +72,42 @@ ENGINE_HD float exp_vectorizable(float x) {
 // erf: Abramowitz & Stegun 7.1.26, erf(|x|) = 1 − t·(a1 + t(a2 + t(a3 + t(a4 + t·a5))))·e^(−x²),
 // t = 1/(1 + p|x|); max absolute error 5e-7 in float (at |x| ≈ 0.03, where GELU multiplies it by
 // x/2: GELU's own error stays below 3e-7 relative).
-ENGINE_HD float erf_vectorizable(float x) {
+// *gauss gets the e^(−x²) the formula computes on the way, which GELU's derivative needs as well.
+ENGINE_HD float erf_vectorizable(float x, float* gauss) {
     float ax = fabsf(x);
     float t = 1.f / fmaf(0.3275911f, ax, 1.f);
     float q = fmaf(t, 1.061405429f, -1.453152027f);
     q = fmaf(q, t, 1.421413741f);
     q = fmaf(q, t, -0.284496736f);
     q = fmaf(q, t, 0.254829592f);
-    return copysignf(1.f - q * t * exp_vectorizable(-ax * ax), x);
+    float e = exp_vectorizable(-ax * ax);
+    *gauss = e;
+    return copysignf(1.f - q * t * e, x);
+}
+ENGINE_HD float erf_vectorizable(float x) {
+    float gauss;
+    return erf_vectorizable(x, &gauss);
 }
 // The erf and exp of the activation functors below: the GPU's own, the vectorizable ones on the CPU.
 // tanh(x) = 1 − 2/(e^{2x} + 1) is the LSTM cell's (engine/cpu/rnn.cpp): absolute error ≤ 2e-7.
 #ifdef __CUDA_ARCH__
 ENGINE_HD float act_erf(float x) { return erff(x); }
+ENGINE_HD float act_erf(float x, float* gauss) { *gauss = expf(-x * x); return erff(x); }
 ENGINE_HD float act_exp(float x) { return expf(x); }
 ENGINE_HD float act_tanh(float x) { return tanhf(x); }
 #else
 ENGINE_HD float act_erf(float x) { return erf_vectorizable(x); }
+ENGINE_HD float act_erf(float x, float* gauss) { return erf_vectorizable(x, gauss); }
 ENGINE_HD float act_exp(float x) { return exp_vectorizable(x); }
 ENGINE_HD float act_tanh(float x) { return 1.f - 2.f / (exp_vectorizable(2.f * x) + 1.f); }
 #endif
 
-// GELU, exact: x·Φ(x); derivative Φ(x) + x·φ(x).
+// GELU, exact: x·Φ(x); derivative Φ(x) + x·φ(x). Φ's erf at x/√2 computes e^(−x²/2) on the way,
+// which is φ(x)·√(2π): one exp for both.
 struct Gelu : ReadsX { ENGINE_HD static float f(float x) { return 0.5f * x * (1.f + act_erf(x * kInvSqrt2)); }
     ENGINE_HD static float df(float x, float) {
-        return 0.5f * (1.f + act_erf(x * kInvSqrt2)) + x * kInvSqrt2Pi * act_exp(-0.5f * x * x); } };
+        float gauss, erf_v = act_erf(x * kInvSqrt2, &gauss);
+        return 0.5f * (1.f + erf_v) + x * kInvSqrt2Pi * gauss; } };
 // GELU, tanh approximation (GPT-2's): 0.5x(1 + tanh(u)), u = √(2/π)(x + 0.044715x³).
 struct GeluTanh : ReadsX {
     ENGINE_HD static float f(float x) {
