@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/reproduce_cpu.sh: the reduced-scale runs reported in docs/RESULTS.md, exactly as they ran
 # on 2026-11-23 (2-core AMD EPYC, one run at a time, in this order), each into its own runs/ folder
-# (config.json, metrics.jsonl, checkpoints, result.json). About 2 hours on 2 cores.
+# (config.json, metrics.jsonl, checkpoints, result.json). The first block takes about 2 hours on 2 cores; the blocks added later say how long they take.
 #
 #   INITLAB_DATA=../shared/data bash bench/reproduce_cpu.sh
 #   /usr/bin/python3 tools/results.py runs/vit          # then the tables (runs/lm, runs/gau, ...)
@@ -63,3 +63,16 @@ make
 ./apps/train_lm --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --max-steps 400 --lr 1e-3 --log-every 25 --eval-every 50 --eval-tokens 50000 --init torch --untied --threads 1 --model gau --depth 48 --s 64 --out runs/gau2/gau48-postnorm-nowarmup
 ./apps/train_lm --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --max-steps 750 --lr 1e-3 --log-every 25 --eval-every 50 --eval-tokens 50000 --init torch --untied --threads 1 --model transformer --post-norm --depth 24 --heads 4 --out runs/gau2/postln24-nowarmup
 ./apps/train_lm --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --max-steps 150 --lr 1e-3 --log-every 25 --init torch --untied --model transformer --post-norm --heads 4 --threads 1 --depth 24 --warmup-steps 100 --out runs/depth/postln24-warmup100
+
+# Added 2026-11-27 (session 18): the remaining ViT baselines, on section 1's protocol, seeds 0 and 1,
+# one at a time (RESULTS.md, "The other baselines"); and torch's second seed. About 40 minutes on 2 cores.
+V=(./apps/train_vit --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --dim 96 --depth 6 --heads 3 --patch 4 --pool avg --batch-size 128 --epochs 4 --warmup-epochs 1 --lr 1e-3 --weight-decay 0.05 --randaug 0 --train-subset 10000)
+for seed in 0 1; do
+  "${V[@]}" --seed $seed --init xavier --out runs/vit/xavier-s$seed
+  "${V[@]}" --seed $seed --init kaiming --out runs/vit/kaiming-s$seed
+  "${V[@]}" --seed $seed --init t-fixup --out runs/vit/t-fixup-s$seed
+  "${V[@]}" --seed $seed --init timm+zero-attn --out runs/vit/zero-attn-s$seed
+  "${V[@]}" --seed $seed --init timm --layerscale 0.1 --out runs/vit/layerscale0.1-s$seed
+  "${V[@]}" --seed $seed --init attn-logits --out runs/vit/attn-logits-s$seed
+done
+"${V[@]}" --seed 1 --init torch --out runs/vit/torch-s1
