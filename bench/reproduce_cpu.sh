@@ -76,3 +76,20 @@ for seed in 0 1; do
   "${V[@]}" --seed $seed --init attn-logits --out runs/vit/attn-logits-s$seed
 done
 "${V[@]}" --seed 1 --init torch --out runs/vit/torch-s1
+
+# Added 2026-11-27 (session 18): section 2's char-PTB transformer with T-Fixup and Xavier (3 minutes together),
+# and the Post-LN-24 no-warmup probe of section 3 with other inits, rotary PE and seed 1 (150 steps each,
+# about 3 minutes each on 2 threads; RESULTS.md, "Which inits let it train without warmup").
+./apps/train_lm --dataset ptb-char --model transformer --dim 128 --depth 4 --heads 4 --seq-len 128 --batch-size 32 --epochs 1 --max-steps 400 --lr 2e-3 --warmup-steps 50 --log-every 25 --init t-fixup --out runs/lm/char-tfixup
+./apps/train_lm --dataset ptb-char --model transformer --dim 128 --depth 4 --heads 4 --seq-len 128 --batch-size 32 --epochs 1 --max-steps 400 --lr 2e-3 --warmup-steps 50 --log-every 25 --init xavier --out runs/lm/char-xavier
+P=(./apps/train_lm --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --max-steps 150 --lr 1e-3 --log-every 25 --untied --model transformer --post-norm --heads 4 --depth 24)
+"${P[@]}" --init t-fixup --out runs/depth/postln24-nowarmup-tfixup
+"${P[@]}" --init torch+smallemb --out runs/depth/postln24-nowarmup-smallemb
+"${P[@]}" --init mimetic --out runs/depth/postln24-nowarmup-mimetic
+"${P[@]}" --pos rope --init torch --out runs/depth/postln24-nowarmup-rope
+"${P[@]}" --pos rope --init torch+smallemb --out runs/depth/postln24-nowarmup-rope-smallemb
+"${P[@]}" --init mimetic --no-mimetic-vo --out runs/depth/postln24-nowarmup-mimetic-qkonly
+"${P[@]}" --init mimetic --no-mimetic-qk --out runs/depth/postln24-nowarmup-mimetic-voonly
+"${P[@]}" --seed 1 --init torch --out runs/depth/postln24-nowarmup-s1
+"${P[@]}" --seed 1 --init mimetic --out runs/depth/postln24-nowarmup-mimetic-s1
+"${P[@]}" --seed 1 --init mimetic --no-mimetic-qk --out runs/depth/postln24-nowarmup-mimetic-voonly-s1
