@@ -93,4 +93,4 @@ P=(./apps/train_lm --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --
 "${P[@]}" --seed 1 --init torch --out runs/depth/postln24-nowarmup-s1
 "${P[@]}" --seed 1 --init mimetic --out runs/depth/postln24-nowarmup-mimetic-s1
 "${P[@]}" --seed 1 --init mimetic --no-mimetic-qk --out runs/depth/postln24-nowarmup-mimetic-voonly-s1
-"${P[@]}" --max-steps 400 --eval-every 50 --eval-tokens 50000 --init mimetic --no-mimetic-qk --out runs/depth/postln24-nowarmup-mimetic-voonly-400
+./apps/train_lm --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --max-steps 400 --lr 1e-3 --log-every 25 --eval-every 50 --eval-tokens 50000 --untied --model transformer --post-norm --heads 4 --depth 24 --init mimetic --no-mimetic-qk --out runs/depth/postln24-nowarmup-mimetic-voonly-400
