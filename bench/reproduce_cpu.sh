@@ -94,3 +94,9 @@ P=(./apps/train_lm --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --
 "${P[@]}" --seed 1 --init mimetic --out runs/depth/postln24-nowarmup-mimetic-s1
 "${P[@]}" --seed 1 --init mimetic --no-mimetic-qk --out runs/depth/postln24-nowarmup-mimetic-voonly-s1
 ./apps/train_lm --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --max-steps 400 --lr 1e-3 --log-every 25 --eval-every 50 --eval-tokens 50000 --untied --model transformer --post-norm --heads 4 --depth 24 --init mimetic --no-mimetic-qk --out runs/depth/postln24-nowarmup-mimetic-voonly-400
+"${P[@]}" --init mimetic --no-mimetic-qk --mimetic-beta2 0 --out runs/depth/postln24-nowarmup-vo-noiseonly
+"${P[@]}" --init mimetic --no-mimetic-qk --mimetic-beta2 -0.4 --out runs/depth/postln24-nowarmup-vo-plusI
+for beta in 0.1 0.2 0.8; do
+  "${P[@]}" --init mimetic --no-mimetic-qk --mimetic-beta2 $beta --out runs/depth/postln24-nowarmup-vo-beta$beta
+done
+"${P[@]}" --init mimetic --no-mimetic-qk --mimetic-alpha2 0 --out runs/depth/postln24-nowarmup-vo-identityonly
