@@ -135,8 +135,9 @@ int main(int argc, char** argv) {
         std::function<Tensor()> loss_fn;
         int64_t items = 0;
         if (model == "vit" || model == "convmixer") {
-            // Random images, and labels of the models' 10 classes.
+            // Random images, and labels of the model's classes.
             std::function<Tensor(const Tensor&)> forward;
+            int64_t classes = 0;
             if (model == "vit") {
                 ViTConfig c;
                 c.dim = dim;
@@ -146,6 +147,7 @@ int main(int argc, char** argv) {
                 c.image_size = image;
                 auto vit = std::make_shared<ViT>(c);
                 forward = [vit](const Tensor& images) { return vit->forward(images); };
+                classes = c.num_classes;
                 net = vit;
             } else {
                 ConvMixerConfig c;
@@ -155,10 +157,11 @@ int main(int argc, char** argv) {
                 c.patch = patch;
                 auto cm = std::make_shared<ConvMixer>(c);
                 forward = [cm](const Tensor& images) { return cm->forward(images); };
+                classes = c.num_classes;
                 net = cm;
             }
             Tensor x = Tensor::normal({batch, 3, image, image}).to(dev);
-            Tensor y = Tensor::randint({batch}, 0, 10).to(dev);
+            Tensor y = Tensor::randint({batch}, 0, (int32_t)classes).to(dev);
             loss_fn = [forward, x, y] { return cross_entropy(forward(x), y); };
             items = batch;
         } else {
