@@ -13,6 +13,9 @@
 //   act_std                        std of the block's output on one batch
 //   grad_std                       std of the loss gradient at the block's output (cross-entropy
 //                                  against random labels / next tokens)
+//   tok_cos                        mean cosine similarity between two different tokens of one input
+//                                  at the block's output (all pairs, averaged over the batch): 1 when
+//                                  every token carries the same vector ("rank collapse")
 // and the init's own report (for impulse schemes the fit figures: MSE, hit rate, seconds).
 // --png DIR writes, for a few layers, W_qW_kᵀ and W_vW_proj (diverging colormap, symmetric about 0,
 // clipped at the 99.5th percentile of |entries|) and the attention map averaged over the batch and
@@ -20,7 +23,11 @@
 // PNGs are written by data/image_codec (the project compiles stb_image_write there, once).
 //
 // Inputs: random N(0, 1) images / uniform random tokens, unless --data-dir points at CIFAR-10
-// (binary release or an image folder such as ../shared/data/cifar10-jpeg; ViT models only).
+// (binary release or an image folder such as ../shared/data/cifar10-jpeg) for a ViT, or --dataset
+// names a text corpus for an LM (windows of its validation split; the vocabulary, and so the
+// model's, is train_lm's: built from the training split, so a train_lm checkpoint loads).
+//
+//   ./apps/inspect_init --model lm-small --dataset ptb-char --post-ln --depth 24 --untied --init torch
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -34,6 +41,8 @@
 #include "data/image.h"
 #include "data/image_codec.h"
 #include "data/image_folder.h"
+#include "data/paths.h"
+#include "data/text.h"
 #include "engine/error.h"
 #include "engine/ops.h"
 #include "engine/rng.h"
@@ -48,10 +57,10 @@ using json = nlohmann::ordered_json;
 struct Args {
     std::string model = "vit-tiny", init = "timm";
     init::Options opt;
-    int64_t batch = 32, seq_len = 128, patch = 4, depth = 0, dim = 0, heads = 0;
-    std::string pool = "avg", pos = "", data_dir, png_dir, png_layers, checkpoint;
+    int64_t batch = 32, seq_len = 128, max_len = 512, patch = 4, depth = 0, dim = 0, heads = 0;
+    std::string pool = "avg", pos = "", data_dir, png_dir, png_layers, checkpoint, dataset;
     float pe_scale = 1.f, layerscale = 0.f;
-    bool post_ln = false, json_out = false;
+    bool post_ln = false, untied = false, json_out = false;
     uint64_t seed = 0;
     std::string device = "cpu";
     Device dev = Device::CPU;  // resolved from --device
@@ -67,7 +76,16 @@ struct Subject {
     std::vector<nn::TransformerBlock*> blocks;
     std::string description;
     Tensor inputs, targets;  // images [B,3,H,W] or ids [B,T]; labels [B] or next tokens [B,T]
+    std::string inputs_from;  // for the report's first line
 };
+
+// The LM's text: the corpus --dataset names, from --data-dir or its default folder (INITLAB_DATA).
+static data::TextCorpus load_text(const Args& a) {
+    std::string dir = a.data_dir.empty() ? data::default_data_dir(a.dataset) : a.data_dir;
+    check(!dir.empty() && fs::is_directory(dir), "--dataset {}: no folder '{}'; pass --data-dir DIR or set "
+          "INITLAB_DATA to the folder that holds {}/", a.dataset, dir, data::dataset_folder(a.dataset));
+    return data::load_corpus(a.dataset, dir);
+}
 
 // --depth, --dim and --heads (when not 0) replace the preset's sizes, for either config.
 template <typename Config>
@@ -77,7 +95,7 @@ static void override_sizes(const Args& a, Config& c) {
     if (a.heads > 0) c.heads = a.heads;
 }
 
-static Subject build(const Args& a) {
+static Subject build(const Args& a, const data::TextCorpus* text) {
     Subject s;
     if (a.model == "vit-tiny" || a.model == "vit-small") {
         nn::ViTConfig c = a.model == "vit-tiny" ? nn::ViTConfig::tiny() : nn::ViTConfig::small();
@@ -104,8 +122,9 @@ static Subject build(const Args& a) {
             c.depth = 4;
             c.heads = 4;
         }
-        c.vocab = 50;
-        c.max_len = a.seq_len;
+        c.vocab = text ? (int64_t)text->vocab.size() : 50;
+        c.tie_weights = !a.untied;
+        c.max_len = std::max(a.max_len, a.seq_len);  // as train_lm builds it, so its checkpoints load
         c.pos = a.pos.empty() ? "sinusoidal" : a.pos;
         c.pre_norm = !a.post_ln;
         c.emb_norm = c.pre_norm && a.init.find("smallemb") != std::string::npos;
@@ -115,9 +134,10 @@ static Subject build(const Args& a) {
         s.lm = lm.get();
         s.module = lm;
         for (auto& b : *lm->blocks) s.blocks.push_back(b.get());
-        s.description = fmt::format("{} (TransformerLM {}/{}/{}, vocab {}, {}{}, {} PE, {} tokens)", a.model, c.dim,
-                                    c.depth, c.heads, c.vocab, c.pre_norm ? "Pre-LN" : "Post-LN",
-                                    c.emb_norm ? " + emb_norm" : "", c.pos, a.seq_len);
+        s.description = fmt::format("{} (TransformerLM {}/{}/{}, vocab {}, {}{}, {} PE, {}, {} tokens)", a.model,
+                                    c.dim, c.depth, c.heads, c.vocab, c.pre_norm ? "Pre-LN" : "Post-LN",
+                                    c.emb_norm ? " + emb_norm" : "", c.pos, c.tie_weights ? "tied" : "untied",
+                                    a.seq_len);
     }
     s.module->eval();
     return s;
@@ -150,19 +170,42 @@ static void load_images(const Args& a, Subject& s) {
     for (int64_t i = 0; i < n; i++) idx.push_back(i * step);
     s.inputs = data::images_tensor(set, idx, data::cifar10_normalize());
     s.targets = data::labels_tensor(set, idx);
+    s.inputs_from = "images from " + a.data_dir;
     check(set.num_classes() <= s.vit->cfg.num_classes, "inspect_init: {} has {} classes, the head has {}",
           a.data_dir, set.num_classes(), s.vit->cfg.num_classes);
 }
 
-static void make_inputs(const Args& a, Subject& s) {
+// `batch` windows of seq_len + 1 tokens, spread evenly over the validation split: ids and their
+// next tokens.
+static void load_windows(const Args& a, const data::TextCorpus& text, Subject& s) {
+    const std::vector<int32_t>& v = text.valid;
+    int64_t T = a.seq_len;
+    check((int64_t)v.size() >= T + 1, "--dataset {}: the validation split ({}) has {} tokens, fewer than --seq-len "
+          "{} + 1", a.dataset, text.valid_file, v.size(), T);
+    int64_t starts = (int64_t)v.size() - T, step = std::max<int64_t>(1, starts / a.batch);
+    std::vector<int32_t> ids, next;
+    for (int64_t b = 0; b < a.batch; b++) {
+        int64_t at = (b * step) % starts;
+        ids.insert(ids.end(), v.begin() + at, v.begin() + at + T);
+        next.insert(next.end(), v.begin() + at + 1, v.begin() + at + T + 1);
+    }
+    s.inputs = Tensor::from_vector(ids, {a.batch, T});
+    s.targets = Tensor::from_vector(next, {a.batch, T});
+    s.inputs_from = fmt::format("windows of {}'s validation split ({})", a.dataset, text.valid_file);
+}
+
+static void make_inputs(const Args& a, const data::TextCorpus* text, Subject& s) {
     if (s.vit) {
         if (!a.data_dir.empty()) return load_images(a, s);
         int64_t hw = s.vit->cfg.image_size;
         s.inputs = Tensor::normal({a.batch, 3, hw, hw});
         s.targets = Tensor::randint({a.batch}, 0, (int32_t)s.vit->cfg.num_classes);
+        s.inputs_from = "random N(0,1) images, random labels";
     } else {
+        if (text) return load_windows(a, *text, s);
         s.inputs = Tensor::randint({a.batch, a.seq_len}, 0, (int32_t)s.lm->cfg.vocab);
         s.targets = Tensor::randint({a.batch, a.seq_len}, 0, (int32_t)s.lm->cfg.vocab);
+        s.inputs_from = "random tokens, random targets";
     }
 }
 
@@ -174,7 +217,7 @@ static void make_inputs(const Args& a, Subject& s) {
 // stream gets + probe_l, a zero leaf that requires grad: its gradient is dL/d(block l's output).
 
 struct LayerStats {
-    double qk_diag = 0, qk_off = 0, vo_diag = 0, vo_off = 0, attn_self = 0, act_std = 0, grad_std = 0;
+    double qk_diag = 0, qk_off = 0, vo_diag = 0, vo_off = 0, attn_self = 0, act_std = 0, grad_std = 0, tok_cos = 0;
     Tensor qk, vo, attn;  // [d,d], [d,d], [T,T] (mean over batch and heads)
 };
 
@@ -185,6 +228,28 @@ static double std_of(const Tensor& t) {
     double m = s / t.numel();
     for (int64_t i = 0; i < t.numel(); i++) s2 += (p[i] - m) * (p[i] - m);
     return std::sqrt(s2 / t.numel());
+}
+
+// x [B, T, D]: the mean over the batch of the mean cosine similarity of the T(T−1) ordered pairs of
+// different tokens. With u_i the unit vectors, Σ_{i≠j} u_i·u_j = |Σ_i u_i|² − T.
+static double token_cosine(const Tensor& x) {
+    int64_t B = x.size(0), T = x.size(1), D = x.size(2);
+    const float* p = x.data_f32();
+    double total = 0;
+    for (int64_t b = 0; b < B; b++) {
+        std::vector<double> sum(D, 0.0);
+        for (int64_t t = 0; t < T; t++) {
+            const float* v = p + (b * T + t) * D;
+            double n2 = 0;
+            for (int64_t d = 0; d < D; d++) n2 += (double)v[d] * v[d];
+            double inv = n2 > 0 ? 1 / std::sqrt(n2) : 0;
+            for (int64_t d = 0; d < D; d++) sum[d] += v[d] * inv;
+        }
+        double s2 = 0;
+        for (double v : sum) s2 += v * v;
+        total += (s2 - T) / ((double)T * (T - 1));
+    }
+    return total / B;
 }
 
 static void matrix_stats(const Tensor& m, double& diag_mean, double& offdiag_rms) {
@@ -201,7 +266,8 @@ static void matrix_stats(const Tensor& m, double& diag_mean, double& offdiag_rms
     offdiag_rms = std::sqrt(off / (double)(d * d - d));
 }
 
-static std::vector<LayerStats> inspect(Subject& s) {
+// The figures of every block, and tok_cos of the blocks' input (the embedding) in `embed_tok_cos`.
+static std::vector<LayerStats> inspect(Subject& s, double& embed_tok_cos) {
     std::vector<LayerStats> out(s.blocks.size());
     {
         NoGrad ng;
@@ -227,6 +293,8 @@ static std::vector<LayerStats> inspect(Subject& s) {
         if (lm.emb_norm) x = lm.emb_norm->forward(x);
         x = lm.drop->forward(x);
     }
+    // tok_cos needs tokens: the ViT's patches (and class token) are its tokens.
+    embed_tok_cos = token_cosine(x.detach().to(Device::CPU));
     std::vector<Tensor> probes, acts;
     for (size_t l = 0; l < s.blocks.size(); l++) {
         auto& b = *s.blocks[l];
@@ -259,7 +327,9 @@ static std::vector<LayerStats> inspect(Subject& s) {
     }
     cross_entropy(logits, s.targets).backward();
     for (size_t l = 0; l < s.blocks.size(); l++) {
-        out[l].act_std = std_of(acts[l].to(Device::CPU));
+        Tensor act = acts[l].to(Device::CPU);
+        out[l].act_std = std_of(act);
+        out[l].tok_cos = token_cosine(act);
         Tensor g = probes[l].grad();
         out[l].grad_std = g.defined() ? std_of(g.to(Device::CPU)) : 0.0;
     }
@@ -358,7 +428,9 @@ static void write_pngs(const Args& a, const std::vector<LayerStats>& stats) {
 
 static int run(const Args& a) {
     manual_seed(a.seed);
-    Subject s = build(a);
+    std::unique_ptr<data::TextCorpus> text;
+    if (!a.dataset.empty()) text = std::make_unique<data::TextCorpus>(load_text(a));
+    Subject s = build(a, text.get());
     if (!a.png_dir.empty()) {
         try {
             png_layer_list(a.png_layers, s.blocks.size());
@@ -367,7 +439,7 @@ static int run(const Args& a) {
             return 2;
         }
     }
-    make_inputs(a, s);
+    make_inputs(a, text.get(), s);
     Tensor init_inputs = s.inputs;
     init::InitData data{[&] {
                             NoGrad ng;
@@ -396,31 +468,30 @@ static int run(const Args& a) {
     s.module->to(a.dev);
     s.inputs = s.inputs.to(a.dev);
     s.targets = s.targets.to(a.dev);
-    FILE* text = a.json_out ? stderr : stdout;
-    std::fprintf(text, "inspect_init: %s, init %s, seed %llu, batch %lld %s\n", s.description.c_str(),
-                 a.init.c_str(), (unsigned long long)a.seed, (long long)s.inputs.size(0),
-                 !a.data_dir.empty() ? ("images from " + a.data_dir).c_str()
-                 : s.vit           ? "random N(0,1) images, random labels"
-                                   : "random tokens, random targets");
-    for (auto& line : report.lines) std::fprintf(text, "init: %s\n", line.c_str());
-    for (auto& [k, v] : report.figures) std::fprintf(text, "figure: %s = %.6g\n", k.c_str(), v);
+    FILE* log = a.json_out ? stderr : stdout;
+    std::fprintf(log, "inspect_init: %s, init %s, seed %llu, batch %lld %s\n", s.description.c_str(), a.init.c_str(),
+                 (unsigned long long)a.seed, (long long)s.inputs.size(0), s.inputs_from.c_str());
+    for (auto& line : report.lines) std::fprintf(log, "init: %s\n", line.c_str());
+    for (auto& [k, v] : report.figures) std::fprintf(log, "figure: %s = %.6g\n", k.c_str(), v);
 
-    std::vector<LayerStats> stats = inspect(s);
+    double embed_tok_cos = 0;
+    std::vector<LayerStats> stats = inspect(s, embed_tok_cos);
+    std::fprintf(log, "embedding: tok_cos %.4f\n", embed_tok_cos);
     if (a.json_out) {
         for (size_t l = 0; l < stats.size(); l++) {
             auto& st = stats[l];
             json j = {{"layer", l},           {"qk_diag_mean", st.qk_diag}, {"qk_offdiag_rms", st.qk_off},
                       {"vo_diag_mean", st.vo_diag}, {"vo_offdiag_rms", st.vo_off}, {"attn_self", st.attn_self},
-                      {"act_std", st.act_std}, {"grad_std", st.grad_std}};
+                      {"act_std", st.act_std}, {"grad_std", st.grad_std}, {"tok_cos", st.tok_cos}};
             std::printf("%s\n", j.dump().c_str());
         }
     } else {
-        std::printf("\n%5s %13s %15s %13s %15s %10s %10s %11s\n", "layer", "qk_diag_mean", "qk_offdiag_rms",
-                    "vo_diag_mean", "vo_offdiag_rms", "attn_self", "act_std", "grad_std");
+        std::printf("\n%5s %13s %15s %13s %15s %10s %10s %11s %8s\n", "layer", "qk_diag_mean", "qk_offdiag_rms",
+                    "vo_diag_mean", "vo_offdiag_rms", "attn_self", "act_std", "grad_std", "tok_cos");
         for (size_t l = 0; l < stats.size(); l++) {
             auto& st = stats[l];
-            std::printf("%5zu %13.4f %15.4f %13.4f %15.4f %10.4f %10.4f %11.3e\n", l, st.qk_diag, st.qk_off,
-                        st.vo_diag, st.vo_off, st.attn_self, st.act_std, st.grad_std);
+            std::printf("%5zu %13.4f %15.4f %13.4f %15.4f %10.4f %10.4f %11.3e %8.4f\n", l, st.qk_diag, st.qk_off,
+                        st.vo_diag, st.vo_off, st.attn_self, st.act_std, st.grad_std, st.tok_cos);
         }
     }
     std::fflush(stdout);
@@ -462,10 +533,13 @@ int main(int argc, char** argv) {
     app.add_option("--seed", a.seed, "random seed (model, inputs, init)")->capture_default_str();
     app.add_option("--batch", a.batch, "inputs in the batch (also the init batch of data-dependent schemes)")
         ->capture_default_str()->check(CLI::Range((int64_t)1, (int64_t)4096));
-    app.add_option("--data-dir", a.data_dir, "ViT only: CIFAR-10 (binary release folder, or an image folder such as "
-                                             "../shared/data/cifar10-jpeg) instead of random N(0,1) images; data-dependent schemes see "
-                                             "the same batch (default: random inputs; the LMs always use random "
-                                             "tokens until a text loader is wired in)");
+    app.add_option("--data-dir", a.data_dir, "ViT: CIFAR-10 (binary release folder, or an image folder such as "
+                                             "../shared/data/cifar10-jpeg) instead of random N(0,1) images; LM: the "
+                                             "folder of --dataset's files (default: INITLAB_DATA/<its folder>). "
+                                             "Data-dependent schemes see the same batch");
+    app.add_option("--dataset", a.dataset, "LM: windows of this corpus's validation split instead of random tokens "
+                                           "(the vocabulary is built from its training split, as train_lm does)")
+        ->check(CLI::IsMember(data::corpus_names()));
     app.add_option("--patch", a.patch, "ViT patch size")->capture_default_str()->check(CLI::PositiveNumber);
     app.add_option("--pool", a.pool, "ViT pooling: avg (global average, what impulse needs) | cls")
         ->capture_default_str()->check(CLI::IsMember({"avg", "cls"}));
@@ -484,7 +558,10 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     app.add_option("--seq-len", a.seq_len, "LM sequence length")->capture_default_str()
         ->check(CLI::Range((int64_t)2, (int64_t)4096));
+    app.add_option("--max-len", a.max_len, "LM: positions the position embedding holds (train_lm's --max-len)")
+        ->capture_default_str()->check(CLI::Range((int64_t)2, (int64_t)65536));
     app.add_flag("--post-ln", a.post_ln, "LM: Post-LN blocks (default Pre-LN)");
+    app.add_flag("--untied", a.untied, "LM: an output layer of its own (train_lm --untied), not the embedding's");
     app.add_option("--gain", a.opt.gain, "xavier / kaiming / lecun / orthogonal gain")->capture_default_str();
     app.add_option("--mimetic-alpha1", a.opt.mimetic_alpha1, "mimetic α₁ (Q/K noise)")->capture_default_str();
     app.add_option("--mimetic-beta1", a.opt.mimetic_beta1, "mimetic β₁ (Q/K identity)")->capture_default_str();
@@ -517,7 +594,10 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "inspect_init: %s\n", msg.c_str());
         return 2;
     };
-    if (!vit && !a.data_dir.empty()) return refuse("--data-dir is for the ViT models; the LMs use random tokens");
+    if (vit && !a.dataset.empty()) return refuse("--dataset is for the LMs; a ViT reads images from --data-dir");
+    if (!vit && !a.data_dir.empty() && a.dataset.empty())
+        return refuse("--data-dir for an LM needs --dataset (which corpus the folder holds)");
+    if (vit && a.untied) return refuse("--untied is for the LMs");
     if (!a.pos.empty()) {
         std::vector<std::string> ok = vit ? std::vector<std::string>{"sincos1d", "sincos2d", "learned"}
                                           : std::vector<std::string>{"sinusoidal", "learned", "rope", "none"};

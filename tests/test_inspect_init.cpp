@@ -1,5 +1,5 @@
 // tests/test_inspect_init.cpp: apps/inspect_init end to end: the per-layer JSON report, the
-// --checkpoint path (figures of trained weights), and the usage errors.
+// --checkpoint path (figures of trained weights), tok_cos, the LM's text input, and the usage errors.
 #include <catch2/catch.hpp>
 
 #include <sys/wait.h>
@@ -41,6 +41,10 @@ nn::ViTConfig small_vit() {
     c.dim = 32, c.depth = 2, c.heads = 2, c.patch = 4, c.pool = "avg", c.pos = "sincos2d";
     return c;
 }
+
+// The small Post-LN LM that `inspect_init --model lm-small` builds with kSmallLm, as train_lm would
+// (max_len 512 whatever the sequence length, an untied head).
+const char* kSmallLm = "--model lm-small --dim 32 --depth 3 --heads 2 --post-ln --untied --seq-len 16 --batch 4";
 
 }  // namespace
 
@@ -84,6 +88,75 @@ TEST_CASE("inspect_init --checkpoint: the figures are those of the saved weights
                   dir / "err") == 2);
     CHECK(slurp_file(dir / "err").find("patch_embed.weight") != std::string::npos);
     CHECK(inspect(std::string(kSmallVit) + " --checkpoint " + (dir / "missing"), dir / "out", dir / "err") == 2);
+}
+
+TEST_CASE("inspect_init tok_cos: 1 when every token is the same, below 1 for different tokens", "[apps]") {
+    test::TempDir dir;
+    // A corpus of one word: every input token is the same id, and without a position embedding
+    // every token of a causal stack carries the same vector at every depth.
+    std::string same;
+    for (int i = 0; i < 200; i++) same += "the ";
+    for (const char* split : {"train", "valid", "test"}) test::write_file(dir / (std::string(split) + ".txt"), same);
+    std::string lm = std::string(kSmallLm) + " --json --dataset text --data-dir " + dir.path();
+    REQUIRE(inspect(lm + " --pos none --init torch", dir / "out", dir / "err") == 0);
+    auto rows = json_lines(dir / "out");
+    REQUIRE(rows.size() == 3);
+    for (auto& r : rows) CHECK(r["tok_cos"].get<double>() == Approx(1.0).margin(1e-4));
+    CHECK(slurp_file(dir / "err").find("embedding: tok_cos 1.0000") != std::string::npos);
+
+    // The sinusoidal PE tells the positions apart: no longer 1, and never below −1/(T−1).
+    REQUIRE(inspect(lm + " --init torch", dir / "out", dir / "err") == 0);
+    rows = json_lines(dir / "out");
+    REQUIRE(rows.size() == 3);
+    for (auto& r : rows) {
+        CHECK(r["tok_cos"].get<double>() < 0.99);
+        CHECK(r["tok_cos"].get<double>() >= -1.0 / 15 - 1e-6);
+    }
+}
+
+TEST_CASE("inspect_init --dataset: windows of the validation split, train_lm's vocabulary and checkpoints", "[apps]") {
+    test::TempDir dir;
+    // Training split: 5 distinct words (+ <eos>); the validation split uses 2 of them.
+    test::write_file(dir / "train.txt", "a b c d e\n");
+    std::string valid;
+    for (int i = 0; i < 40; i++) valid += "a b\n";
+    test::write_file(dir / "valid.txt", valid);
+    test::write_file(dir / "test.txt", "a\n");
+    std::string lm = std::string(kSmallLm) + " --dataset text --data-dir " + dir.path();
+    REQUIRE(inspect(lm + " --init mimetic", dir / "out", dir / "err") == 0);
+    std::string report = slurp_file(dir / "out");
+    CHECK(report.find("vocab 6") != std::string::npos);
+    CHECK(report.find("untied") != std::string::npos);
+    CHECK(report.find("validation split (" + (dir / "valid.txt") + ")") != std::string::npos);
+
+    // A checkpoint of that model (max_len 512, as train_lm saves it) loads; a tied model does not.
+    engine::manual_seed(5);
+    nn::LMConfig c;
+    c.vocab = 6, c.dim = 32, c.depth = 3, c.heads = 2, c.max_len = 512, c.tie_weights = false, c.pre_norm = false;
+    nn::TransformerLM model(c);
+    init::apply(model, "mimetic", init::Options{}, nullptr);
+    nn::save_checkpoint(dir / "lm", model);
+    REQUIRE(inspect(lm + " --init torch --json --checkpoint " + (dir / "lm"), dir / "out", dir / "err") == 0);
+    auto rows = json_lines(dir / "out");
+    REQUIRE(rows.size() == 3);
+    for (auto& r : rows) CHECK(r["vo_diag_mean"].get<double>() < -0.2);
+    std::string tied = "--model lm-small --dim 32 --depth 3 --heads 2 --post-ln --seq-len 16 --batch 4 --dataset text "
+                       "--data-dir " + dir.path();
+    CHECK(inspect(tied + " --checkpoint " + (dir / "lm"), dir / "out", dir / "err") == 2);
+    CHECK(slurp_file(dir / "err").find("head.weight") != std::string::npos);
+
+    // A validation split shorter than one window is an error that names the file.
+    test::write_file(dir / "valid.txt", "a b\n");
+    CHECK(inspect(lm, dir / "out", dir / "err") == 1);
+    CHECK(slurp_file(dir / "err").find(dir / "valid.txt") != std::string::npos);
+    // A missing corpus names the folder; --dataset and --untied are not for a ViT; --data-dir
+    // alone does not say which corpus an LM should read.
+    CHECK(inspect(std::string(kSmallLm) + " --dataset ptb --data-dir " + (dir / "nowhere"), dir / "out", dir / "err") == 1);
+    CHECK(slurp_file(dir / "err").find("nowhere") != std::string::npos);
+    CHECK(inspect(std::string(kSmallVit) + " --dataset ptb", dir / "out", dir / "err") == 2);
+    CHECK(inspect(std::string(kSmallVit) + " --untied", dir / "out", dir / "err") == 2);
+    CHECK(inspect(std::string(kSmallLm) + " --data-dir " + dir.path(), dir / "out", dir / "err") == 2);
+    CHECK(slurp_file(dir / "err").find("--dataset") != std::string::npos);
 }
 
 TEST_CASE("inspect_init: unknown schemes and bad flags are usage errors", "[apps]") {
