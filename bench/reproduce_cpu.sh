@@ -100,3 +100,21 @@ for beta in 0.1 0.2 0.8; do
   "${P[@]}" --init mimetic --no-mimetic-qk --mimetic-beta2 $beta --out runs/depth/postln24-nowarmup-vo-beta$beta
 done
 "${P[@]}" --init mimetic --no-mimetic-qk --mimetic-alpha2 0 --out runs/depth/postln24-nowarmup-vo-identityonly
+
+# Added 2026-11-27 (session 19): RESULTS.md section 3, "The stall is rank collapse". tok_cos per block of the
+# Post-LN-24 probe at init, of each probe run's last checkpoint, and of the first 1/3/10/30 steps at a
+# constant learning rate (seconds each for inspect_init; the train_lm runs take 1.5 minutes each, mostly
+# the final evaluation). Write each --json report to a file (docs/results/gau-depth/collapse/).
+C=(./apps/inspect_init --model lm-small --dataset ptb-char --post-ln --depth 24 --untied --batch 16 --seq-len 128 --json)
+"${C[@]}" --init torch > torch.jsonl                                              # and each probe's --init flags
+"${C[@]}" --checkpoint runs/depth/postln24-nowarmup-s1/last.safetensors > torch-s1.jsonl  # each probe run (--pos rope for the rope runs)
+"${P[@]}" --warmup-steps 100 --init torch --out runs/collapse/torch-warmup100
+K=(./apps/train_lm --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --lr 1e-3 --min-lr 1e-3 --log-every 25 --untied --model transformer --post-norm --heads 4 --depth 24)
+for k in 1 3 10 30; do
+  "${K[@]}" --max-steps $k --init torch --out runs/collapse/torch-const-$k
+  "${K[@]}" --max-steps $k --init mimetic --no-mimetic-qk --out runs/collapse/voonly-const-$k
+  "${C[@]}" --checkpoint runs/collapse/torch-const-$k/last.safetensors > torch-const-$k.jsonl
+  "${C[@]}" --checkpoint runs/collapse/voonly-const-$k/last.safetensors > voonly-const-$k.jsonl
+done
+# The ViT of section 1 at init, for comparison (each of its --init flags):
+./apps/inspect_init --dim 96 --depth 6 --heads 3 --patch 4 --batch 32 --data-dir ../shared/data/cifar10-jpeg --json --init mimetic > vit-mimetic.jsonl
