@@ -16,6 +16,8 @@
 //   tok_cos                        mean cosine similarity between two different tokens of one input
 //                                  at the block's output (all pairs, averaged over the batch): 1 when
 //                                  every token carries the same vector ("rank collapse")
+// For --model gau (train_lm's GAU LM) the rows have act_std, grad_std and tok_cos only: a GAU has
+// no W_q, W_k, W_v and no softmax map.
 // and the init's own report (for impulse schemes the fit figures: MSE, hit rate, seconds).
 // --png DIR writes, for a few layers, W_qW_kᵀ and W_vW_proj (diverging colormap, symmetric about 0,
 // clipped at the 99.5th percentile of |entries|) and the attention map averaged over the batch and
@@ -48,6 +50,7 @@
 #include "engine/rng.h"
 #include "init/init.h"
 #include "nn/checkpoint.h"
+#include "nn/gau.h"
 #include "nn/transformer.h"
 
 using namespace engine;
@@ -57,10 +60,10 @@ using json = nlohmann::ordered_json;
 struct Args {
     std::string model = "vit-tiny", init = "timm";
     init::Options opt;
-    int64_t batch = 32, seq_len = 128, max_len = 512, patch = 4, depth = 0, dim = 0, heads = 0;
+    int64_t batch = 32, seq_len = 128, max_len = 512, gau_s = 128, patch = 4, depth = 0, dim = 0, heads = 0;
     std::string pool = "avg", pos = "", data_dir, png_dir, png_layers, checkpoint, dataset;
     float pe_scale = 1.f, layerscale = 0.f;
-    bool post_ln = false, untied = false, json_out = false;
+    bool post_ln = false, gau_pre_norm = false, untied = false, json_out = false;
     uint64_t seed = 0;
     std::string device = "cpu";
     Device dev = Device::CPU;  // resolved from --device
@@ -73,7 +76,9 @@ struct Subject {
     std::shared_ptr<nn::Module> module;
     nn::ViT* vit = nullptr;
     nn::TransformerLM* lm = nullptr;
-    std::vector<nn::TransformerBlock*> blocks;
+    nn::GAULM* gau = nullptr;
+    std::vector<nn::TransformerBlock*> blocks;  // empty for the GAU, which has no W_q, W_k, W_v
+    int64_t layers = 0, vocab = 0;
     std::string description;
     Tensor inputs, targets;  // images [B,3,H,W] or ids [B,T]; labels [B] or next tokens [B,T]
     std::string inputs_from;  // for the report's first line
@@ -109,8 +114,25 @@ static Subject build(const Args& a, const data::TextCorpus* text) {
         s.vit = vit.get();
         s.module = vit;
         for (auto& b : *vit->blocks) s.blocks.push_back(b.get());
+        s.layers = c.depth;
         s.description = fmt::format("{} (ViT {}/{}/{}, patch {} on {}x{}, {} pooling, {} PE)", a.model, c.dim, c.depth,
                                     c.heads, c.patch, c.image_size, c.image_size, c.pool, c.pos);
+    } else if (a.model == "gau") {  // train_lm --model gau: e = 2d, rotary embeddings, one head
+        nn::GAUConfig c;
+        c.vocab = text ? (int64_t)text->vocab.size() : 50;
+        c.dim = a.dim > 0 ? a.dim : 128;
+        c.depth = a.depth > 0 ? a.depth : 4;
+        c.expansion = 2 * c.dim;
+        c.s = a.gau_s;
+        c.post_norm = !a.gau_pre_norm;
+        c.tie_weights = !a.untied;
+        auto gau = std::make_shared<nn::GAULM>(c);
+        s.gau = gau.get();
+        s.module = gau;
+        s.layers = c.depth, s.vocab = c.vocab;
+        s.description = fmt::format("gau (GAULM {}/{}, s {}, vocab {}, {}, {}, {} tokens)", c.dim, c.depth, c.s,
+                                    c.vocab, c.post_norm ? "Post-Norm" : "Pre-Norm",
+                                    c.tie_weights ? "tied" : "untied", a.seq_len);
     } else {
         nn::LMConfig c;
         if (a.model == "lm") {  // the mimetic paper's char-PTB transformer: 384 wide, 12 deep, 8 heads
@@ -134,6 +156,7 @@ static Subject build(const Args& a, const data::TextCorpus* text) {
         s.lm = lm.get();
         s.module = lm;
         for (auto& b : *lm->blocks) s.blocks.push_back(b.get());
+        s.layers = c.depth, s.vocab = c.vocab;
         s.description = fmt::format("{} (TransformerLM {}/{}/{}, vocab {}, {}{}, {} PE, {}, {} tokens)", a.model,
                                     c.dim, c.depth, c.heads, c.vocab, c.pre_norm ? "Pre-LN" : "Post-LN",
                                     c.emb_norm ? " + emb_norm" : "", c.pos, c.tie_weights ? "tied" : "untied",
@@ -203,8 +226,8 @@ static void make_inputs(const Args& a, const data::TextCorpus* text, Subject& s)
         s.inputs_from = "random N(0,1) images, random labels";
     } else {
         if (text) return load_windows(a, *text, s);
-        s.inputs = Tensor::randint({a.batch, a.seq_len}, 0, (int32_t)s.lm->cfg.vocab);
-        s.targets = Tensor::randint({a.batch, a.seq_len}, 0, (int32_t)s.lm->cfg.vocab);
+        s.inputs = Tensor::randint({a.batch, a.seq_len}, 0, (int32_t)s.vocab);
+        s.targets = Tensor::randint({a.batch, a.seq_len}, 0, (int32_t)s.vocab);
         s.inputs_from = "random tokens, random targets";
     }
 }
@@ -268,7 +291,7 @@ static void matrix_stats(const Tensor& m, double& diag_mean, double& offdiag_rms
 
 // The figures of every block, and tok_cos of the blocks' input (the embedding) in `embed_tok_cos`.
 static std::vector<LayerStats> inspect(Subject& s, double& embed_tok_cos) {
-    std::vector<LayerStats> out(s.blocks.size());
+    std::vector<LayerStats> out(s.layers);
     {
         NoGrad ng;
         for (size_t l = 0; l < s.blocks.size(); l++) {
@@ -284,6 +307,8 @@ static std::vector<LayerStats> inspect(Subject& s, double& embed_tok_cos) {
     Tensor x;
     if (s.vit) {
         x = s.vit->embed(s.inputs);
+    } else if (s.gau) {
+        x = s.gau->drop->forward(s.gau->tok_emb->forward(s.inputs));
     } else {
         auto& lm = *s.lm;
         int64_t T = s.inputs.size(1);
@@ -296,19 +321,25 @@ static std::vector<LayerStats> inspect(Subject& s, double& embed_tok_cos) {
     // tok_cos needs tokens: the ViT's patches (and class token) are its tokens.
     embed_tok_cos = token_cosine(x.detach().to(Device::CPU));
     std::vector<Tensor> probes, acts;
-    for (size_t l = 0; l < s.blocks.size(); l++) {
-        auto& b = *s.blocks[l];
-        {
-            NoGrad ng;
-            Tensor maps = b.attn->attention_map(b.pre_norm ? b.norm1->forward(x) : x);  // [B, H, T, T]
-            int64_t T = maps.size(2);
-            out[l].attn = mean(maps.reshape({-1, T, T}), {0}).to(Device::CPU);
-            const float* p = out[l].attn.data_f32();
-            double self = 0;
-            for (int64_t i = 0; i < T; i++) self += p[i * T + i];
-            out[l].attn_self = self / T;
+    for (int64_t l = 0; l < s.layers; l++) {
+        if (s.gau) {  // GAULM::trunk's step, without dropout (eval)
+            const nn::GAU& layer = (*s.gau->layers)[l];
+            const nn::LayerNorm& norm = (*s.gau->norms)[l];
+            x = s.gau->cfg.post_norm ? norm.forward_sum(x, layer.forward(x)) : layer.forward(norm.forward(x), x);
+        } else {
+            auto& b = *s.blocks[l];
+            {
+                NoGrad ng;
+                Tensor maps = b.attn->attention_map(b.pre_norm ? b.norm1->forward(x) : x);  // [B, H, T, T]
+                int64_t T = maps.size(2);
+                out[l].attn = mean(maps.reshape({-1, T, T}), {0}).to(Device::CPU);
+                const float* p = out[l].attn.data_f32();
+                double self = 0;
+                for (int64_t i = 0; i < T; i++) self += p[i * T + i];
+                out[l].attn_self = self / T;
+            }
+            x = b.forward(x);
         }
-        x = b.forward(x);
         Tensor probe = x.new_zeros(x.shape());
         probe.requires_grad_(true);
         x = add(x, probe);
@@ -321,12 +352,15 @@ static std::vector<LayerStats> inspect(Subject& s, double& embed_tok_cos) {
         Tensor pooled = s.vit->cls_token.defined() ? x.narrow(1, 0, 1).reshape({x.size(0), s.vit->cfg.dim})
                                                    : mean(x, {1});
         logits = s.vit->head->forward(pooled);
+    } else if (s.gau) {
+        if (s.gau->final_norm) x = s.gau->final_norm->forward(x);
+        logits = s.gau->head ? s.gau->head->forward(x) : linear(x, s.gau->tok_emb->weight);
     } else {
         if (s.lm->norm) x = s.lm->norm->forward(x);
         logits = s.lm->head ? s.lm->head->forward(x) : linear(x, s.lm->tok_emb->weight);
     }
     cross_entropy(logits, s.targets).backward();
-    for (size_t l = 0; l < s.blocks.size(); l++) {
+    for (int64_t l = 0; l < s.layers; l++) {
         Tensor act = acts[l].to(Device::CPU);
         out[l].act_std = std_of(act);
         out[l].tok_cos = token_cosine(act);
@@ -433,7 +467,7 @@ static int run(const Args& a) {
     Subject s = build(a, text.get());
     if (!a.png_dir.empty()) {
         try {
-            png_layer_list(a.png_layers, s.blocks.size());
+            png_layer_list(a.png_layers, (size_t)s.layers);
         } catch (const Error& e) {
             std::fprintf(stderr, "%s\n", e.what());
             return 2;
@@ -444,6 +478,7 @@ static int run(const Args& a) {
     init::InitData data{[&] {
                             NoGrad ng;
                             if (s.vit) s.vit->forward(init_inputs);
+                            else if (s.gau) s.gau->forward(init_inputs);
                             else s.lm->forward(init_inputs);
                         },
                         init_inputs.size(0)};
@@ -477,12 +512,16 @@ static int run(const Args& a) {
     double embed_tok_cos = 0;
     std::vector<LayerStats> stats = inspect(s, embed_tok_cos);
     std::fprintf(log, "embedding: tok_cos %.4f\n", embed_tok_cos);
+    // The GAU has no W_q, W_k, W_v or softmax map: its rows have the scales and tok_cos only.
+    bool attention = !s.gau;
     if (a.json_out) {
         for (size_t l = 0; l < stats.size(); l++) {
             auto& st = stats[l];
-            json j = {{"layer", l},           {"qk_diag_mean", st.qk_diag}, {"qk_offdiag_rms", st.qk_off},
-                      {"vo_diag_mean", st.vo_diag}, {"vo_offdiag_rms", st.vo_off}, {"attn_self", st.attn_self},
-                      {"act_std", st.act_std}, {"grad_std", st.grad_std}, {"tok_cos", st.tok_cos}};
+            json j = {{"layer", l}};
+            if (attention)
+                j.update({{"qk_diag_mean", st.qk_diag}, {"qk_offdiag_rms", st.qk_off}, {"vo_diag_mean", st.vo_diag},
+                          {"vo_offdiag_rms", st.vo_off}, {"attn_self", st.attn_self}});
+            j.update({{"act_std", st.act_std}, {"grad_std", st.grad_std}, {"tok_cos", st.tok_cos}});
             std::printf("%s\n", j.dump().c_str());
         }
     } else {
@@ -490,8 +529,12 @@ static int run(const Args& a) {
                     "vo_diag_mean", "vo_offdiag_rms", "attn_self", "act_std", "grad_std", "tok_cos");
         for (size_t l = 0; l < stats.size(); l++) {
             auto& st = stats[l];
-            std::printf("%5zu %13.4f %15.4f %13.4f %15.4f %10.4f %10.4f %11.3e %8.4f\n", l, st.qk_diag, st.qk_off,
-                        st.vo_diag, st.vo_off, st.attn_self, st.act_std, st.grad_std, st.tok_cos);
+            if (attention)
+                std::printf("%5zu %13.4f %15.4f %13.4f %15.4f %10.4f", l, st.qk_diag, st.qk_off, st.vo_diag, st.vo_off,
+                            st.attn_self);
+            else
+                std::printf("%5zu %13s %15s %13s %15s %10s", l, "-", "-", "-", "-", "-");
+            std::printf(" %10.4f %11.3e %8.4f\n", st.act_std, st.grad_std, st.tok_cos);
         }
     }
     std::fflush(stdout);
@@ -523,8 +566,9 @@ int main(int argc, char** argv) {
     std::string init_help = "initialization scheme(s), '+' composes (LayerScale is a model option: --layerscale):";
     for (auto& s : init::schemes()) init_help += "\n  " + s.name + ": " + s.summary;
     app.add_option("--model", a.model, "vit-tiny (192/12/3) | vit-small (384/12/6) on 32x32 | lm (TransformerLM "
-                                       "384/12/8, vocab 50) | lm-small (128/4/4)")
-        ->capture_default_str()->check(CLI::IsMember({"vit-tiny", "vit-small", "lm", "lm-small"}));
+                                       "384/12/8, vocab 50) | lm-small (128/4/4) | gau (train_lm's GAU LM, 128/4, "
+                                       "Post-Norm)")
+        ->capture_default_str()->check(CLI::IsMember({"vit-tiny", "vit-small", "lm", "lm-small", "gau"}));
     app.add_option("--init", a.init, init_help)->capture_default_str();
     app.add_flag("--json", a.json_out, "one JSON object per layer per line on stdout (the text report goes to stderr)");
     app.add_option("--png", a.png_dir, "write W_qW_kᵀ, W_vW_proj and attention-map PNGs of a few layers to this "
@@ -561,6 +605,9 @@ int main(int argc, char** argv) {
     app.add_option("--max-len", a.max_len, "LM: positions the position embedding holds (train_lm's --max-len)")
         ->capture_default_str()->check(CLI::Range((int64_t)2, (int64_t)65536));
     app.add_flag("--post-ln", a.post_ln, "LM: Post-LN blocks (default Pre-LN)");
+    app.add_flag("--gau-pre-norm", a.gau_pre_norm, "GAU: Pre-Norm blocks (default Post-Norm, as train_lm)");
+    app.add_option("--s", a.gau_s, "GAU: shared Q/K width s (train_lm's --s)")->capture_default_str()
+        ->check(CLI::PositiveNumber);
     app.add_flag("--untied", a.untied, "LM: an output layer of its own (train_lm --untied), not the embedding's");
     app.add_option("--gain", a.opt.gain, "xavier / kaiming / lecun / orthogonal gain")->capture_default_str();
     app.add_option("--mimetic-alpha1", a.opt.mimetic_alpha1, "mimetic α₁ (Q/K noise)")->capture_default_str();
@@ -598,6 +645,14 @@ int main(int argc, char** argv) {
     if (!vit && !a.data_dir.empty() && a.dataset.empty())
         return refuse("--data-dir for an LM needs --dataset (which corpus the folder holds)");
     if (vit && a.untied) return refuse("--untied is for the LMs");
+    if (a.model == "gau") {
+        if (a.post_ln) return refuse("--post-ln is for the transformer LMs: the GAU is Post-Norm unless --gau-pre-norm");
+        if (a.heads > 0 || a.layerscale != 0.f || !a.pos.empty() || !a.png_dir.empty())
+            return refuse("--heads, --layerscale, --pos and --png do not apply to the GAU (one head, rotary "
+                          "embeddings, no softmax map)");
+    } else if (a.gau_pre_norm) {
+        return refuse("--gau-pre-norm is for --model gau");
+    }
     if (!a.pos.empty()) {
         std::vector<std::string> ok = vit ? std::vector<std::string>{"sincos1d", "sincos2d", "learned"}
                                           : std::vector<std::string>{"sinusoidal", "learned", "rope", "none"};

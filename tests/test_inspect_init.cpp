@@ -9,6 +9,7 @@
 #include "engine/rng.h"
 #include "init/init.h"
 #include "nn/checkpoint.h"
+#include "nn/gau.h"
 #include "nn/transformer.h"
 #include "test_data_helpers.h"
 
@@ -157,6 +158,42 @@ TEST_CASE("inspect_init --dataset: windows of the validation split, train_lm's v
     CHECK(inspect(std::string(kSmallVit) + " --untied", dir / "out", dir / "err") == 2);
     CHECK(inspect(std::string(kSmallLm) + " --data-dir " + dir.path(), dir / "out", dir / "err") == 2);
     CHECK(slurp_file(dir / "err").find("--dataset") != std::string::npos);
+}
+
+TEST_CASE("inspect_init --model gau: the scales and tok_cos of train_lm's GAU LM, and its checkpoints", "[apps]") {
+    test::TempDir dir;
+    const std::string gau = "--model gau --dim 32 --depth 3 --s 16 --untied --seq-len 16 --batch 4 --json";
+    REQUIRE(inspect(gau + " --init torch", dir / "out", dir / "err") == 0);
+    auto rows = json_lines(dir / "out");
+    REQUIRE(rows.size() == 3);
+    for (auto& r : rows) {
+        CHECK(!r.contains("qk_diag_mean"));  // no W_q/W_k/W_v in a GAU
+        CHECK(!r.contains("attn_self"));
+        CHECK(r["act_std"].get<double>() == Approx(1.0).margin(0.01));  // Post-Norm: every output is LayerNormed
+        CHECK(r["grad_std"].get<double>() > 0);
+        CHECK(r["tok_cos"].get<double>() < 0.99);
+    }
+    CHECK(slurp_file(dir / "err").find("GAULM 32/3, s 16") != std::string::npos);
+
+    // A GAU LM as train_lm --model gau --untied builds it, saved with zero output-layer weights:
+    // loaded, the gradient at every layer's output is zero (the logits do not depend on it).
+    engine::manual_seed(2);
+    nn::GAUConfig c;
+    c.vocab = 50, c.dim = 32, c.depth = 3, c.expansion = 64, c.s = 16, c.tie_weights = false;
+    nn::GAULM model(c);
+    std::fill_n(model.head->weight.data_f32(), model.head->weight.numel(), 0.f);
+    nn::save_checkpoint(dir / "gau", model);
+    REQUIRE(inspect(gau + " --checkpoint " + (dir / "gau"), dir / "out", dir / "err") == 0);
+    rows = json_lines(dir / "out");
+    REQUIRE(rows.size() == 3);
+    for (auto& r : rows) CHECK(r["grad_std"].get<double>() == 0.0);
+    CHECK(inspect("--model gau --dim 32 --depth 3 --s 8 --untied --checkpoint " + (dir / "gau"), dir / "out",
+                  dir / "err") == 2);  // another s: the shapes differ
+
+    // Transformer-only flags are refused for the GAU, and the GAU's for the others.
+    CHECK(inspect(gau + " --post-ln", dir / "out", dir / "err") == 2);
+    CHECK(inspect(gau + " --png " + (dir / "png"), dir / "out", dir / "err") == 2);
+    CHECK(inspect(std::string(kSmallLm) + " --gau-pre-norm", dir / "out", dir / "err") == 2);
 }
 
 TEST_CASE("inspect_init: unknown schemes and bad flags are usage errors", "[apps]") {
