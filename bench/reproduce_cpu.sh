@@ -109,6 +109,9 @@ C=(./apps/inspect_init --model lm-small --dataset ptb-char --post-ln --depth 24 
 "${C[@]}" --init torch > torch.jsonl                                              # and each probe's --init flags
 "${C[@]}" --checkpoint runs/depth/postln24-nowarmup-s1/last.safetensors > torch-s1.jsonl  # each probe run (--pos rope for the rope runs)
 "${P[@]}" --warmup-steps 100 --init torch --out runs/collapse/torch-warmup100
+for lr in 3e-4 1e-4; do  # no warmup, a smaller peak learning rate (P without its --lr: flags may not repeat)
+  ./apps/train_lm --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --max-steps 150 --lr $lr --log-every 25 --untied --model transformer --post-norm --heads 4 --depth 24 --init torch --out runs/collapse/torch-lr$lr
+done
 K=(./apps/train_lm --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --lr 1e-3 --min-lr 1e-3 --log-every 25 --untied --model transformer --post-norm --heads 4 --depth 24)
 for k in 1 3 10 30; do
   "${K[@]}" --max-steps $k --init torch --out runs/collapse/torch-const-$k
@@ -116,5 +119,12 @@ for k in 1 3 10 30; do
   "${C[@]}" --checkpoint runs/collapse/torch-const-$k/last.safetensors > torch-const-$k.jsonl
   "${C[@]}" --checkpoint runs/collapse/voonly-const-$k/last.safetensors > voonly-const-$k.jsonl
 done
+# The Post-Norm GAU x48 of section 3 (the run above) over its first 1/3/10/30 steps, the same way:
+G=(./apps/train_lm --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --lr 1e-3 --min-lr 1e-3 --log-every 25 --untied --model gau --depth 48 --s 64 --init torch)
+for k in 1 3 10 30; do
+  "${G[@]}" --max-steps $k --out runs/collapse/gau48-const-$k
+  ./apps/inspect_init --model gau --dataset ptb-char --depth 48 --s 64 --untied --batch 16 --seq-len 128 --json --checkpoint runs/collapse/gau48-const-$k/last.safetensors > gau48-const-$k.jsonl
+done
+./apps/inspect_init --model gau --dataset ptb-char --depth 48 --s 64 --untied --batch 16 --seq-len 128 --json --init torch > gau48.jsonl
 # The ViT of section 1 at init, for comparison (each of its --init flags):
 ./apps/inspect_init --dim 96 --depth 6 --heads 3 --patch 4 --batch 32 --data-dir ../shared/data/cifar10-jpeg --json --init mimetic > vit-mimetic.jsonl
