@@ -236,8 +236,9 @@ static void make_inputs(const Args& a, const data::TextCorpus* text, Subject& s)
 // One forward/backward with a probe after every block
 //
 // The models' forward() cannot expose the residual stream between blocks, so this mirrors
-// ViT::forward and TransformerLM::forward block by block (keep them in step). After block l the
-// stream gets + probe_l, a zero leaf that requires grad: its gradient is dL/d(block l's output).
+// ViT::forward, TransformerLM::forward and GAULM::trunk block by block (keep them in step). After
+// block l the stream gets + probe_l, a zero leaf that requires grad: its gradient is
+// dL/d(block l's output).
 
 struct LayerStats {
     double qk_diag = 0, qk_off = 0, vo_diag = 0, vo_off = 0, attn_self = 0, act_std = 0, grad_std = 0, tok_cos = 0;
