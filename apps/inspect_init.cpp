@@ -39,6 +39,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include "apps/common/run.h"
+#include "apps/common/token_similarity.h"
 #include "data/cifar.h"
 #include "data/image.h"
 #include "data/image_codec.h"
@@ -254,28 +255,6 @@ static double std_of(const Tensor& t) {
     return std::sqrt(s2 / t.numel());
 }
 
-// x [B, T, D]: the mean over the batch of the mean cosine similarity of the T(T−1) ordered pairs of
-// different tokens. With u_i the unit vectors, Σ_{i≠j} u_i·u_j = |Σ_i u_i|² − T.
-static double token_cosine(const Tensor& x) {
-    int64_t B = x.size(0), T = x.size(1), D = x.size(2);
-    const float* p = x.data_f32();
-    double total = 0;
-    for (int64_t b = 0; b < B; b++) {
-        std::vector<double> sum(D, 0.0);
-        for (int64_t t = 0; t < T; t++) {
-            const float* v = p + (b * T + t) * D;
-            double n2 = 0;
-            for (int64_t d = 0; d < D; d++) n2 += (double)v[d] * v[d];
-            double inv = n2 > 0 ? 1 / std::sqrt(n2) : 0;
-            for (int64_t d = 0; d < D; d++) sum[d] += v[d] * inv;
-        }
-        double s2 = 0;
-        for (double v : sum) s2 += v * v;
-        total += (s2 - T) / ((double)T * (T - 1));
-    }
-    return total / B;
-}
-
 static void matrix_stats(const Tensor& m, double& diag_mean, double& offdiag_rms) {
     int64_t d = m.size(0);
     const float* p = m.data_f32();
@@ -320,7 +299,7 @@ static std::vector<LayerStats> inspect(Subject& s, double& embed_tok_cos) {
         x = lm.drop->forward(x);
     }
     // tok_cos needs tokens: the ViT's patches (and class token) are its tokens.
-    embed_tok_cos = token_cosine(x.detach().to(Device::CPU));
+    embed_tok_cos = apps::token_cosine(x.detach());
     std::vector<Tensor> probes, acts;
     for (int64_t l = 0; l < s.layers; l++) {
         if (s.gau) {  // GAULM::trunk's step, without dropout (eval)
@@ -364,7 +343,7 @@ static std::vector<LayerStats> inspect(Subject& s, double& embed_tok_cos) {
     for (int64_t l = 0; l < s.layers; l++) {
         Tensor act = acts[l].to(Device::CPU);
         out[l].act_std = std_of(act);
-        out[l].tok_cos = token_cosine(act);
+        out[l].tok_cos = apps::token_cosine(act);
         Tensor g = probes[l].grad();
         out[l].grad_std = g.defined() ? std_of(g.to(Device::CPU)) : 0.0;
     }

@@ -7,7 +7,10 @@
 // Protocols: bptt (Zaremba et al.: contiguous rows, every position scored; the LSTM carries its
 // state from batch to batch) and window (Bai et al.: windows of --seq-len tokens of which only the
 // last --scored count). Reports perplexity (word level) or bits per character (char level: mean
-// cross-entropy in nats / ln 2) on valid every epoch and on test at the end.
+// cross-entropy in nats / ln 2) on valid every epoch and on test at the end. Each evaluation of a
+// transformer or GAU also reports tok_cos: how alike the tokens of one validation batch leave the
+// last block (apps/common/token_similarity.h); 1.00 is a collapsed stack that can only predict the
+// unigram distribution (docs/RESULTS.md section 3).
 //
 // Device: --device cuda (or auto, with a GPU): the model is built and initialized on the CPU
 // (data-dependent schemes see their init batch there), then moved; each batch is copied to the
@@ -29,6 +32,7 @@
 #include "apps/common/mfu.h"
 #include "apps/common/profile_report.h"
 #include "apps/common/run.h"
+#include "apps/common/token_similarity.h"
 #include "data/lm_batch.h"
 #include "data/paths.h"
 #include "data/text.h"
@@ -87,6 +91,9 @@ using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 struct LM {
     std::shared_ptr<nn::Module> module;
     std::function<Tensor(const Tensor& ids)> forward;
+    // The last block's output [B, T, dim], for the tok_cos of the evaluations (attention models;
+    // null for the LSTM, which mixes no tokens by attention).
+    std::function<Tensor(const Tensor& ids)> hidden;
     std::function<Tensor(const Tensor& ids, const Tensor& targets, bool carry)> train_loss, eval_loss;
     std::function<void()> reset_state = [] {};
     std::function<NamedTensors()> carried = [] { return NamedTensors{}; };
@@ -146,6 +153,7 @@ static LM build_model(const Args& a, int64_t vocab, Device dev) {
         c.dropout = a.dropout;
         auto m = std::make_shared<nn::GAULM>(c);
         lm.forward = [m](const Tensor& ids) { return m->forward(ids); };
+        lm.hidden = [m](const Tensor& ids) { return m->trunk(ids); };
         lm.train_loss = lm.eval_loss = [m](const Tensor& ids, const Tensor& targets, bool) {
             return m->loss(ids, targets);
         };
@@ -166,6 +174,7 @@ static LM build_model(const Args& a, int64_t vocab, Device dev) {
         c.word_dropout = a.word_dropout;
         auto m = std::make_shared<nn::TransformerLM>(c);
         lm.forward = [m](const Tensor& ids) { return m->forward(ids); };
+        lm.hidden = [m](const Tensor& ids) { return m->trunk(ids); };
         lm.train_loss = lm.eval_loss = [m](const Tensor& ids, const Tensor& targets, bool) {
             return m->loss(ids, targets);
         };
@@ -211,6 +220,23 @@ static double evaluate(LM& lm, const Args& a, const std::vector<int32_t>& stream
     }
     lm.module->train();
     return nll / std::max(1.0, count);
+}
+
+static std::string tok_cos_text(double tok_cos) {
+    return std::isfinite(tok_cos) ? fmt::format(", last block tok_cos {:.2f}", tok_cos) : "";
+}
+
+// How alike the tokens leave the last block (apps/common/token_similarity.h), on the first batch of
+// `stream` as evaluate() reads it: 1.00 means the stack has collapsed and can only predict the
+// unigram distribution. NaN for the LSTM.
+static double last_block_tok_cos(LM& lm, const Args& a, const std::vector<int32_t>& stream, Device dev) {
+    if (!lm.hidden) return std::nan("");
+    NoGrad ng;
+    lm.module->eval();
+    Batches batches = make_batches(a, stream, std::min<int64_t>(a.batch_size, 10));
+    double c = batches.size() > 0 ? apps::token_cosine(lm.hidden(batches.get(0).inputs.to(dev))) : std::nan("");
+    lm.module->train();
+    return c;
 }
 
 static int run(Args& a, const apps::json& config, Device dev) {
@@ -322,11 +348,14 @@ static int run(Args& a, const apps::json& config, Device dev) {
     auto elapsed_s = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(); };
     auto mid_epoch_eval = [&](double epoch_at) {
         double valid = evaluate(lm, a, valid_prefix, dev);  // training's LSTM state is left as it is
-        std::printf("step %lld: valid %s %.4f (%zu tokens)\n", (long long)global_step, metric_name, metric(valid),
-                    valid_prefix.size());
-        out.append_metrics({{"kind", "eval"}, {"step", global_step}, {"epoch", epoch_at},
-                            {"valid_" + std::string(metric_name), metric(valid)}, {"valid_loss", valid},
-                            {"valid_tokens", valid_prefix.size()}, {"elapsed_s", elapsed_s()}});
+        double tok_cos = last_block_tok_cos(lm, a, valid_prefix, dev);
+        std::printf("step %lld: valid %s %.4f (%zu tokens)%s\n", (long long)global_step, metric_name, metric(valid),
+                    valid_prefix.size(), tok_cos_text(tok_cos).c_str());
+        apps::json m = {{"kind", "eval"}, {"step", global_step}, {"epoch", epoch_at},
+                        {"valid_" + std::string(metric_name), metric(valid)}, {"valid_loss", valid},
+                        {"valid_tokens", valid_prefix.size()}, {"elapsed_s", elapsed_s()}};
+        if (std::isfinite(tok_cos)) m["tok_cos"] = tok_cos;
+        out.append_metrics(m);
     };
 
     apps::install_stop_handlers();
@@ -432,13 +461,17 @@ static int run(Args& a, const apps::json& config, Device dev) {
         skip_batches = 0;
         resumed_nll_sum = resumed_tokens = 0;
         double valid = evaluate(lm, a, corpus.valid, dev);
+        double tok_cos = last_block_tok_cos(lm, a, corpus.valid, dev);
         if (a.schedule == "plateau") opt->lr = plateau.update((float)valid);
-        std::printf("epoch %d: train %s %.4f, valid %s %.4f, lr %.3g\n", epoch + 1, metric_name,
-                    metric(nll_sum / std::max(1.0, tokens)), metric_name, metric(valid), opt->lr);
-        out.append_metrics({{"kind", "eval"}, {"step", global_step}, {"epoch", epoch + 1},
-                            {"train_" + std::string(metric_name), metric(nll_sum / std::max(1.0, tokens))},
-                            {"valid_" + std::string(metric_name), metric(valid)}, {"valid_loss", valid},
-                            {"valid_tokens", corpus.valid.size()}, {"elapsed_s", elapsed_s()}});
+        std::printf("epoch %d: train %s %.4f, valid %s %.4f, lr %.3g%s\n", epoch + 1, metric_name,
+                    metric(nll_sum / std::max(1.0, tokens)), metric_name, metric(valid), opt->lr,
+                    tok_cos_text(tok_cos).c_str());
+        apps::json m = {{"kind", "eval"}, {"step", global_step}, {"epoch", epoch + 1},
+                        {"train_" + std::string(metric_name), metric(nll_sum / std::max(1.0, tokens))},
+                        {"valid_" + std::string(metric_name), metric(valid)}, {"valid_loss", valid},
+                        {"valid_tokens", corpus.valid.size()}, {"elapsed_s", elapsed_s()}};
+        if (std::isfinite(tok_cos)) m["tok_cos"] = tok_cos;
+        out.append_metrics(m);
         if (valid < best_valid) {
             best_valid = valid;
             checkpoint("best", epoch + 1, 0, 0, 0);

@@ -48,9 +48,9 @@ public:
     std::shared_ptr<LayerNorm> final_norm;  // Pre-Norm only
     std::shared_ptr<Dropout> drop;
     std::shared_ptr<Linear> head;           // null when tied
-
-private:
-    Tensor trunk(const Tensor& ids) const;  // the output layer's input
+    // The output layer's input [B, T, dim]: the last block's output (Pre-Norm: after the final
+    // norm). train_lm's tok_cos reads it.
+    Tensor trunk(const Tensor& ids) const;
 };
 
 }  // namespace nn

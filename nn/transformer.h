@@ -94,9 +94,8 @@ public:
     std::shared_ptr<ModuleList<TransformerBlock>> blocks;
     std::shared_ptr<LayerNorm> norm;       // final norm (Pre-LN only)
     std::shared_ptr<Linear> head;          // null when tied to tok_emb
-
-private:
-    Tensor trunk(const Tensor& ids) const;  // the blocks' output, before the final norm
+    // The last block's output [B, T, dim], before the final norm (train_lm's tok_cos reads it).
+    Tensor trunk(const Tensor& ids) const;
 };
 
 }  // namespace nn

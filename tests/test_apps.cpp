@@ -221,6 +221,21 @@ TEST_CASE("train_lm: transformer, GAU and LSTM learn a tiny corpus", "[apps]") {
         auto result = nlohmann::json::parse(slurp(tmp / ("run_" + model + "/result.json")));
         // 10 distinct words; a model that learned the repeated line is far below uniform (ppl 11).
         CHECK(result["test_ppl"].get<double>() < 3.0);
+        // Every evaluation of an attention model says how alike the tokens leave its last block.
+        int evals = 0;
+        for (auto& j : metrics_lines(tmp / ("run_" + model + "/metrics.jsonl"))) {
+            if (j["kind"] != "eval") continue;
+            evals++;
+            if (model == "lstm") {
+                CHECK(!j.contains("tok_cos"));
+                continue;
+            }
+            REQUIRE(j.contains("tok_cos"));
+            CHECK(j["tok_cos"].get<double>() > -1.0 / 15);  // -1/(T-1), T = 16
+            CHECK(j["tok_cos"].get<double>() < 0.99);        // a model that learned has not collapsed
+        }
+        CHECK(evals == 8);
+        CHECK((slurp(tmp / "log").find("last block tok_cos") != std::string::npos) == (model != "lstm"));
     }
 }
 
