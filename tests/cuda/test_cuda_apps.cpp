@@ -160,6 +160,8 @@ TEST_CASE("cuda apps: train_lm --device cuda matches the CPU run (transformer, G
         REQUIRE(eg.size() == 1);
         check_close("train ppl", ec[0]["train_ppl"], eg[0]["train_ppl"]);
         check_close("valid loss", ec[0]["valid_loss"], eg[0]["valid_loss"]);
+        REQUIRE(eg[0].contains("tok_cos") == (model != "lstm"));  // the last block's output, read back
+        if (model != "lstm") check_close("last block tok_cos", ec[0]["tok_cos"], eg[0]["tok_cos"]);
         auto rc = json::parse(slurp(tmp / "cpu/result.json")), rg = json::parse(slurp(tmp / "cuda/result.json"));
         check_close("test loss", rc["test_loss"], rg["test_loss"]);
     }
