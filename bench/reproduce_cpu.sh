@@ -126,5 +126,8 @@ for k in 1 3 10 30; do
   ./apps/inspect_init --model gau --dataset ptb-char --depth 48 --s 64 --untied --batch 16 --seq-len 128 --json --checkpoint runs/collapse/gau48-const-$k/last.safetensors > gau48-const-$k.jsonl
 done
 ./apps/inspect_init --model gau --dataset ptb-char --depth 48 --s 64 --untied --batch 16 --seq-len 128 --json --init torch > gau48.jsonl
+# The Post-LN probe at 48 blocks (about 8 minutes each on 2 threads):
+./apps/train_lm --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --max-steps 150 --lr 1e-3 --log-every 25 --untied --model transformer --post-norm --heads 4 --depth 48 --init mimetic --no-mimetic-qk --out runs/collapse/postln48-voonly
+./apps/train_lm --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --max-steps 150 --lr 1e-3 --log-every 25 --untied --model transformer --post-norm --heads 4 --depth 48 --init torch --out runs/collapse/postln48-torch
 # The ViT of section 1 at init, for comparison (each of its --init flags):
 ./apps/inspect_init --dim 96 --depth 6 --heads 3 --patch 4 --batch 32 --data-dir ../shared/data/cifar10-jpeg --json --init mimetic > vit-mimetic.jsonl
