@@ -63,7 +63,7 @@ struct Args {
     init::Options opt;
     int64_t batch = 32, seq_len = 128, max_len = 512, gau_s = 128, patch = 4, depth = 0, dim = 0, heads = 0;
     std::string pool = "avg", pos = "", data_dir, png_dir, png_layers, checkpoint, dataset;
-    float pe_scale = 1.f, layerscale = 0.f;
+    float pe_scale = 1.f, layerscale = 0.f, perturb = 0.f;
     bool post_ln = false, gau_pre_norm = false, untied = false, json_out = false;
     uint64_t seed = 0;
     std::string device = "cpu";
@@ -479,6 +479,20 @@ static int run(const Args& a) {
         }
         report.say("weights replaced by the checkpoint " + a.checkpoint);
     }
+    // Adam's first step moves every parameter by about its learning rate, whatever the gradient's
+    // size; random signs ask whether an update of that size alone, in no particular direction,
+    // changes the figures (docs/RESULTS.md section 3).
+    if (a.perturb > 0) {
+        int64_t n = 0;
+        for (Tensor& p : s.module->parameters()) {
+            Tensor u = Tensor::uniform(p.shape());
+            float* w = p.data_f32();
+            const float* r = u.data_f32();
+            for (int64_t i = 0; i < p.numel(); i++) w[i] += r[i] < 0.5f ? -a.perturb : a.perturb;
+            n += p.numel();
+        }
+        report.say(fmt::format("every one of the {} parameters moved by ±{:g}, random signs", n, a.perturb));
+    }
     // The initializers (and the checkpoint) ran on the CPU; the inspection runs on --device.
     s.module->to(a.dev);
     s.inputs = s.inputs.to(a.dev);
@@ -582,6 +596,9 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     app.add_option("--seq-len", a.seq_len, "LM sequence length")->capture_default_str()
         ->check(CLI::Range((int64_t)2, (int64_t)4096));
+    app.add_option("--perturb", a.perturb, "after the init (or --checkpoint), add ±EPS with random signs to every "
+                                           "parameter: an update of Adam's first-step size in no particular direction")
+        ->capture_default_str()->check(CLI::NonNegativeNumber);
     app.add_option("--max-len", a.max_len, "LM: positions the position embedding holds (train_lm's --max-len)")
         ->capture_default_str()->check(CLI::Range((int64_t)2, (int64_t)65536));
     app.add_flag("--post-ln", a.post_ln, "LM: Post-LN blocks (default Pre-LN)");

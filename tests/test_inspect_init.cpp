@@ -196,6 +196,26 @@ TEST_CASE("inspect_init --model gau: the scales and tok_cos of train_lm's GAU LM
     CHECK(inspect(std::string(kSmallLm) + " --gau-pre-norm", dir / "out", dir / "err") == 2);
 }
 
+TEST_CASE("inspect_init --perturb: ±EPS on every parameter changes the figures; 0 changes nothing", "[apps]") {
+    test::TempDir dir;
+    engine::manual_seed(4);
+    nn::ViT vit(small_vit());
+    init::apply(vit, "mimetic", init::Options{}, nullptr);
+    nn::save_checkpoint(dir / "vit", vit);
+    std::string args = std::string(kSmallVit) + " --json --checkpoint " + (dir / "vit");
+    REQUIRE(inspect(args, dir / "plain", dir / "err") == 0);
+    REQUIRE(inspect(args + " --perturb 0", dir / "zero", dir / "err") == 0);
+    CHECK(slurp_file(dir / "zero") == slurp_file(dir / "plain"));
+    REQUIRE(inspect(args + " --perturb 0.25", dir / "moved", dir / "err") == 0);
+    CHECK(slurp_file(dir / "moved") != slurp_file(dir / "plain"));
+    CHECK(slurp_file(dir / "err").find("parameters moved by ±0.25, random signs") != std::string::npos);
+    // ±0.25 on every entry of W_q and W_k adds random off-diagonal mass to W_qW_kᵀ.
+    auto plain = json_lines(dir / "plain"), moved = json_lines(dir / "moved");
+    REQUIRE(moved.size() == plain.size());
+    CHECK(moved[0]["qk_offdiag_rms"].get<double>() > plain[0]["qk_offdiag_rms"].get<double>());
+    CHECK(inspect(args + " --perturb -1", dir / "out", dir / "err") == 2);
+}
+
 TEST_CASE("inspect_init: unknown schemes and bad flags are usage errors", "[apps]") {
     test::TempDir dir;
     CHECK(inspect(std::string(kSmallVit) + " --init nonsense", dir / "out", dir / "err") == 2);
