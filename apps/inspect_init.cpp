@@ -64,7 +64,7 @@ struct Args {
     int64_t batch = 32, seq_len = 128, max_len = 512, gau_s = 128, patch = 4, depth = 0, dim = 0, heads = 0;
     std::string pool = "avg", pos = "", data_dir, png_dir, png_layers, checkpoint, dataset;
     float pe_scale = 1.f, layerscale = 0.f, perturb = 0.f;
-    bool post_ln = false, gau_pre_norm = false, untied = false, json_out = false;
+    bool post_ln = false, gau_pre_norm = false, untied = false, head_bias = false, json_out = false;
     uint64_t seed = 0;
     std::string device = "cpu";
     Device dev = Device::CPU;  // resolved from --device
@@ -147,6 +147,7 @@ static Subject build(const Args& a, const data::TextCorpus* text) {
         }
         c.vocab = text ? (int64_t)text->vocab.size() : 50;
         c.tie_weights = !a.untied;
+        c.head_bias = a.head_bias;
         c.max_len = std::max(a.max_len, a.seq_len);  // as train_lm builds it, so its checkpoints load
         c.pos = a.pos.empty() ? "sinusoidal" : a.pos;
         c.pre_norm = !a.post_ln;
@@ -606,6 +607,7 @@ int main(int argc, char** argv) {
     app.add_option("--s", a.gau_s, "GAU: shared Q/K width s (train_lm's --s)")->capture_default_str()
         ->check(CLI::PositiveNumber);
     app.add_flag("--untied", a.untied, "LM: an output layer of its own (train_lm --untied), not the embedding's");
+    app.add_flag("--head-bias", a.head_bias, "transformer LM, with --untied: an output bias (train_lm --head-bias)");
     app.add_option("--gain", a.opt.gain, "xavier / kaiming / lecun / orthogonal gain")->capture_default_str();
     app.add_option("--mimetic-alpha1", a.opt.mimetic_alpha1, "mimetic α₁ (Q/K noise)")->capture_default_str();
     app.add_option("--mimetic-beta1", a.opt.mimetic_beta1, "mimetic β₁ (Q/K identity)")->capture_default_str();
@@ -642,6 +644,8 @@ int main(int argc, char** argv) {
     if (!vit && !a.data_dir.empty() && a.dataset.empty())
         return refuse("--data-dir for an LM needs --dataset (which corpus the folder holds)");
     if (vit && a.untied) return refuse("--untied is for the LMs");
+    if (a.head_bias && (vit || a.model == "gau" || !a.untied))
+        return refuse("--head-bias is for the transformer LMs with --untied");
     if (a.model == "gau") {
         if (a.post_ln) return refuse("--post-ln is for the transformer LMs: the GAU is Post-Norm unless --gau-pre-norm");
         if (a.heads > 0 || a.layerscale != 0.f || !a.pos.empty() || !a.png_dir.empty())

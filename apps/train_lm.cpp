@@ -57,7 +57,7 @@ struct Args {
     std::string data_dir, dataset = "ptb-char", model = "transformer", level = "word", preset = "";
     int64_t dim = 256, depth = 4, heads = 4, s = 128, max_len = 512;
     std::string pos = "sinusoidal";
-    bool post_norm = false, gau_pre_norm = false, untied = false;
+    bool post_norm = false, gau_pre_norm = false, untied = false, head_bias = false;
     float dropout = 0.1f, emb_dropout = 0.f, word_dropout = 0.f;
     std::string init = "torch";
     init::Options init_opt;
@@ -168,6 +168,7 @@ static LM build_model(const Args& a, int64_t vocab, Device dev) {
         c.pos = a.pos;
         c.pre_norm = !a.post_norm;
         c.tie_weights = !a.untied;
+        c.head_bias = a.head_bias;
         c.emb_norm = a.init.find("smallemb") != std::string::npos && c.pre_norm;
         c.dropout = a.dropout;
         c.emb_dropout = a.emb_dropout;
@@ -508,6 +509,8 @@ int main(int argc, char** argv) {
     app.add_flag("--post-norm", a.post_norm, "transformer: Post-LN blocks (default Pre-LN)");
     app.add_flag("--gau-pre-norm", a.gau_pre_norm, "GAU: Pre-Norm blocks (default Post-Norm, as FLASH/GAU-α)");
     app.add_flag("--untied", a.untied, "do not tie the output layer to the embedding");
+    app.add_flag("--head-bias", a.head_bias, "transformer, with --untied: give the output layer a bias, so the unigram "
+                                             "distribution needs no direction shared by every token");
     app.add_option("--dropout", a.dropout, "dropout")->capture_default_str()->check(CLI::Range(0.f, 0.99f));
     app.add_option("--emb-dropout", a.emb_dropout, "dropout on the embedding output")->capture_default_str();
     app.add_option("--word-dropout", a.word_dropout, "drop whole words from the embedding table")->capture_default_str();
@@ -579,6 +582,8 @@ int main(int argc, char** argv) {
     if (a.resume && a.out.empty()) return refuse("--resume needs --out (the run directory to continue)");
     if (a.protocol == "window" && a.scored > a.seq_len) return refuse("--scored must not exceed --seq-len");
     if (!a.preset.empty() && a.model != "lstm") return refuse("--preset applies to --model lstm only");
+    if (a.head_bias && (a.model != "transformer" || !a.untied))
+        return refuse("--head-bias applies to --model transformer with --untied");
     apps::DeviceChoice dc = apps::resolve_device(a.device, a.precision);
     if (!dc.error.empty()) return refuse(dc.error);
     if (!dc.note.empty()) std::printf("train_lm: %s\n", dc.note.c_str());

@@ -70,6 +70,7 @@ struct LMConfig {
     float mlp_ratio = 4.f;
     std::string pos = "sinusoidal";  // sinusoidal | learned | rope | none
     bool tie_weights = true, pre_norm = true;
+    bool head_bias = false;          // an untied output layer with a bias (the unigram log-frequencies)
     bool emb_norm = false;           // a LayerNorm right after the embedding (SmallInitEmb)
     float emb_scale = 1.f;           // token embeddings are multiplied by this (Vaswani: √dim)
     float dropout = 0.f, attn_dropout = 0.f, emb_dropout = 0.f, word_dropout = 0.f;

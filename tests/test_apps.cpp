@@ -203,7 +203,11 @@ TEST_CASE("train_vit and train_lm refuse bad flags with status 2", "[apps]") {
     CHECK(slurp(tmp / "log").find("unknown scheme 'nope'") != std::string::npos);
     CHECK(run_app("train_lm", "--protocol window --seq-len 8 --scored 9", tmp / "log") == 2);
     CHECK(run_app("train_lm", "--data-dir " + (tmp / "nothing"), tmp / "log") == 2);
+    CHECK(run_app("train_lm", "--head-bias", tmp / "log") == 2);  // a tied head has no bias of its own
+    CHECK(slurp(tmp / "log").find("--untied") != std::string::npos);
+    CHECK(run_app("train_lm", "--model gau --untied --head-bias", tmp / "log") == 2);
 }
+
 
 TEST_CASE("train_lm: transformer, GAU and LSTM learn a tiny corpus", "[apps]") {
     test::TempDir tmp;
@@ -352,6 +356,24 @@ TEST_CASE("train_lm: --train-tokens trains on the first N tokens of the training
     auto all = nlohmann::json::parse(slurp(tmp / "all/result.json"));
     CHECK(all["train_tokens"].get<int64_t>() > 1000);
     CHECK(all["steps"].get<int64_t>() > 7);
+}
+
+TEST_CASE("train_lm --head-bias: the output layer gets a bias, saved, and inspect_init loads it", "[apps]") {
+    test::TempDir tmp;
+    write_tiny_text(tmp / "text", 100);
+    std::string model = " --model transformer --dim 16 --depth 2 --heads 2 --untied --seq-len 8";
+    REQUIRE(run_app("train_lm", "--dataset text --data-dir " + (tmp / "text") + model +
+                                    " --batch-size 4 --epochs 1 --threads 1 --head-bias --out " + (tmp / "run"),
+                    tmp / "log") == 0);
+    auto tensors = engine::load_safetensors(tmp / "run/last.safetensors");
+    REQUIRE(tensors.count("head.bias") == 1);
+    CHECK(tensors.at("head.bias").numel() == tensors.at("head.weight").size(0));  // one per word
+    std::string inspect = "apps/inspect_init --model lm-small --dataset text --data-dir " + (tmp / "text") +
+                          " --dim 16 --depth 2 --heads 2 --untied --seq-len 8 --batch 2 --checkpoint " +
+                          (tmp / "run/last.safetensors");
+    CHECK(std::system((inspect + " --head-bias > " + (tmp / "out") + " 2>&1").c_str()) == 0);
+    CHECK(std::system((inspect + " > " + (tmp / "out") + " 2>&1").c_str()) != 0);  // no bias in that model
+    CHECK(slurp(tmp / "out").find("head.bias") != std::string::npos);
 }
 
 TEST_CASE("train_lm: --eval-every adds validation points inside an epoch without changing the training", "[apps]") {
