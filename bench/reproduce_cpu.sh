@@ -129,5 +129,11 @@ done
 # The Post-LN probe at 48 blocks (about 8 minutes each on 2 threads):
 ./apps/train_lm --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --max-steps 150 --lr 1e-3 --log-every 25 --untied --model transformer --post-norm --heads 4 --depth 48 --init mimetic --no-mimetic-qk --out runs/collapse/postln48-voonly
 ./apps/train_lm --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --max-steps 150 --lr 1e-3 --log-every 25 --untied --model transformer --post-norm --heads 4 --depth 48 --init torch --out runs/collapse/postln48-torch
+# The first step's two tests: the same size in random directions, and an output bias.
+"${C[@]}" --init torch --perturb 1e-3 > torch-perturb1e-3.jsonl
+"${C[@]}" --init mimetic --no-mimetic-qk --perturb 1e-3 > mimetic-voonly-perturb1e-3.jsonl
+"${P[@]}" --init torch --head-bias --out runs/collapse/headbias-torch
+"${K[@]}" --max-steps 1 --init torch --head-bias --out runs/collapse/headbias-torch-const-1
+"${C[@]}" --head-bias --checkpoint runs/collapse/headbias-torch/last.safetensors > headbias-torch.jsonl
 # The ViT of section 1 at init, for comparison (each of its --init flags):
 ./apps/inspect_init --dim 96 --depth 6 --heads 3 --patch 4 --batch 32 --data-dir ../shared/data/cifar10-jpeg --json --init mimetic > vit-mimetic.jsonl
