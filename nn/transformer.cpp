@@ -173,7 +173,7 @@ TransformerLM::TransformerLM(const LMConfig& c) : cfg(c) {
         blocks->push_back(b);
     }
     if (c.pre_norm) norm = register_module("norm", std::make_shared<LayerNorm>(c.dim));
-    check(c.tie_weights ? !c.head_bias : true, "TransformerLM: head_bias needs an untied output layer");
+    check(!(c.tie_weights && c.head_bias), "TransformerLM: head_bias needs an untied output layer");
     if (!c.tie_weights) head = register_module("head", std::make_shared<Linear>(c.dim, c.vocab, c.head_bias));
 }
 
