@@ -109,10 +109,19 @@ def main():
         if result is not None:
             label = final_metric(result)[1]
             break
+    # train_lm's evaluations log the last block's tok_cos (1.00: a collapsed stack); the table gets
+    # a column for it when any run has one, the value of each seed's last evaluation.
+    def last_tok_cos(name):
+        evals = [r for r in read_metrics(os.path.join(args.folder, name, "metrics.jsonl"))
+                 if r.get("kind") == "eval" and "tok_cos" in r]
+        return evals[-1]["tok_cos"] if evals else None
+    tok_cos = {name: last_tok_cos(name) for name in runs}
+    with_tok_cos = any(v is not None for v in tok_cos.values())
+
     header_done = False
     lines = []
     for row, members in rows.items():
-        finals, walls, bests, notes = [], [], [], []
+        finals, walls, bests, notes, coses = [], [], [], [], []
         for seed, name in sorted(members, key=lambda x: (x[0] is None, x[0])):
             path = os.path.join(args.folder, name)
             result = read_json(os.path.join(path, "result.json"))
@@ -126,10 +135,13 @@ def main():
             finals.append(value)
             bests.append(best_eval(result))
             walls.append(seconds_between(config["started"], result["finished"]))
+            if tok_cos[name] is not None:
+                coses.append(tok_cos[name])
         if not header_done:
+            extra = " last tok_cos |" if with_tok_cos else ""
             lines.append(f"| run | flags beyond the shared ones | {label} per seed | mean | spread | "
-                         f"best eval | wall (min) |")
-            lines.append("| --- | --- | --- | --- | --- | --- | --- |")
+                         f"best eval | wall (min) |{extra}")
+            lines.append("| --- | --- | --- | --- | --- | --- | --- |" + (" --- |" if with_tok_cos else ""))
             header_done = True
         own = describe(configs[members[0][1]])
         flags = flags_text({k: v for k, v in own.items() if k == "--init" or shared.get(k) != v})
@@ -139,7 +151,8 @@ def main():
         valid = ", ".join(f"{b:.2f}" for b in bests if b is not None and math.isfinite(b)) or "—"
         wall = ", ".join(f"{w / 60:.1f}" for w in walls) or "—"
         note = ("; " + "; ".join(notes)) if notes else ""
-        lines.append(f"| {row} | {flags or '—'} | {per_seed}{note} | {mean} | {spread} | {valid} | {wall} |")
+        cos = (" " + (", ".join(f"{c:.2f}" for c in coses) or "—") + " |") if with_tok_cos else ""
+        lines.append(f"| {row} | {flags or '—'} | {per_seed}{note} | {mean} | {spread} | {valid} | {wall} |{cos}")
     lines.append("")
     lines.append("Shared flags: `" + flags_text(shared) + "`")
     commits = sorted({c.get("git_commit", "?")[:7] for c in configs.values()})
