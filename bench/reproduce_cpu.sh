@@ -138,7 +138,10 @@ done
 # One SGD step whose update has the norm of Adam's first (the gradient's norm at init is 4.44):
 ./apps/train_lm --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --max-steps 1 --min-lr 0 --log-every 1 --untied --model transformer --post-norm --heads 4 --depth 24 --init torch --opt sgd --clip-grad 0 --lr 0.49 --out runs/collapse/sgd-equalnorm-1
 "${C[@]}" --checkpoint runs/collapse/sgd-equalnorm-1/last.safetensors > sgd-equalnorm-1.jsonl
-# Seed 1 of the new single-seed rows (--seed 1 and an -s1 suffix on the runs above): headbias-torch,
-# torch-lr3e-4, postln48-voonly, postln48-torch.
+# Seed 1 of four of the rows above:
+"${P[@]}" --seed 1 --init torch --head-bias --out runs/collapse/headbias-torch-s1
+./apps/train_lm --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --max-steps 150 --lr 3e-4 --log-every 25 --untied --model transformer --post-norm --heads 4 --depth 24 --seed 1 --init torch --out runs/collapse/torch-lr3e-4-s1
+./apps/train_lm --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --max-steps 150 --lr 1e-3 --log-every 25 --untied --model transformer --post-norm --heads 4 --depth 48 --seed 1 --init mimetic --no-mimetic-qk --out runs/collapse/postln48-voonly-s1
+./apps/train_lm --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --max-steps 150 --lr 1e-3 --log-every 25 --untied --model transformer --post-norm --heads 4 --depth 48 --seed 1 --init torch --out runs/collapse/postln48-torch-s1
 # The ViT of section 1 at init, for comparison (each of its --init flags):
 ./apps/inspect_init --dim 96 --depth 6 --heads 3 --patch 4 --batch 32 --data-dir ../shared/data/cifar10-jpeg --json --init mimetic > vit-mimetic.jsonl
