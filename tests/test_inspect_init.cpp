@@ -43,6 +43,15 @@ nn::ViTConfig small_vit() {
     return c;
 }
 
+// That ViT under mimetic init, saved as dir/name.safetensors; returns the path.
+std::string saved_mimetic_vit(const test::TempDir& dir, const std::string& name, uint64_t seed) {
+    engine::manual_seed(seed);
+    nn::ViT vit(small_vit());
+    init::apply(vit, "mimetic", init::Options{}, nullptr);
+    nn::save_checkpoint(dir / name, vit);
+    return dir / (name + ".safetensors");
+}
+
 // The small Post-LN LM that `inspect_init --model lm-small` builds with kSmallLm, as train_lm would
 // (max_len 512 whatever the sequence length, an untied head).
 const char* kSmallLm = "--model lm-small --dim 32 --depth 3 --heads 2 --post-ln --untied --seq-len 16 --batch 4";
@@ -66,13 +75,10 @@ TEST_CASE("inspect_init --json: one object per layer with the required figures; 
 
 TEST_CASE("inspect_init --checkpoint: the figures are those of the saved weights, not of --init", "[apps]") {
     test::TempDir dir;
-    engine::manual_seed(3);
-    nn::ViT vit(small_vit());
-    init::apply(vit, "mimetic", init::Options{}, nullptr);
-    nn::save_checkpoint(dir / "mimetic", vit);
+    std::string mimetic = saved_mimetic_vit(dir, "mimetic", 3);
 
     REQUIRE(inspect(std::string(kSmallVit) + " --init timm --json", dir / "timm", dir / "err") == 0);
-    REQUIRE(inspect(std::string(kSmallVit) + " --init timm --json --checkpoint " + (dir / "mimetic.safetensors"),
+    REQUIRE(inspect(std::string(kSmallVit) + " --init timm --json --checkpoint " + mimetic,
                     dir / "loaded", dir / "err") == 0);
     auto timm = json_lines(dir / "timm"), loaded = json_lines(dir / "loaded");
     REQUIRE(timm.size() == 2);
@@ -198,11 +204,7 @@ TEST_CASE("inspect_init --model gau: the scales and tok_cos of train_lm's GAU LM
 
 TEST_CASE("inspect_init --perturb: ±EPS on every parameter changes the figures; 0 changes nothing", "[apps]") {
     test::TempDir dir;
-    engine::manual_seed(4);
-    nn::ViT vit(small_vit());
-    init::apply(vit, "mimetic", init::Options{}, nullptr);
-    nn::save_checkpoint(dir / "vit", vit);
-    std::string args = std::string(kSmallVit) + " --json --checkpoint " + (dir / "vit");
+    std::string args = std::string(kSmallVit) + " --json --checkpoint " + saved_mimetic_vit(dir, "vit", 4);
     REQUIRE(inspect(args, dir / "plain", dir / "err") == 0);
     REQUIRE(inspect(args + " --perturb 0", dir / "zero", dir / "err") == 0);
     CHECK(slurp_file(dir / "zero") == slurp_file(dir / "plain"));
