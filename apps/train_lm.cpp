@@ -29,6 +29,7 @@
 #include <filesystem>
 #include <map>
 #include <omp.h>
+#include "apps/common/freeze.h"
 #include "apps/common/mfu.h"
 #include "apps/common/profile_report.h"
 #include "apps/common/run.h"
@@ -72,6 +73,7 @@ struct Args {
     int64_t train_tokens = 0;  // train on the first N tokens of the training split; 0: all
     int64_t eval_every = 0;    // a validation evaluation every N steps inside an epoch; 0: at epoch ends only
     int64_t eval_tokens = 0;   // those mid-epoch evaluations read the first N validation tokens; 0: all
+    std::string train_only, freeze;  // apps/common/freeze.h
     int threads = 0, log_every = 50;
     int profile_steps = 0;  // --profile N
     std::string cuda_graph = "on";
@@ -270,6 +272,7 @@ static int run(Args& a, const apps::json& config, Device dev) {
     init::InitData init_data{[&] { NoGrad ng; lm.forward(first.inputs); }, first.inputs.size(0), first.targets};
     init::Report report = init::apply(*lm.module, a.init, a.init_opt, &init_data);
     for (auto& line : report.lines) std::printf("init: %s\n", line.c_str());
+    apps::apply_freeze_flags(*lm.module, a.train_only, a.freeze, "train_lm");
     // The initializers ran on the CPU; the model moves now, before the optimizer makes its state.
     lm.module->to(dev);
     std::printf("device: %s\n", config.value("device", "cpu").c_str());
@@ -554,6 +557,7 @@ int main(int argc, char** argv) {
                    "gradient is --seq-len times the mean's under bptt). Reported losses and perplexities are the "
                    "mean either way")
         ->capture_default_str()->check(CLI::IsMember({"mean", "time-sum"}));
+    apps::add_freeze_flags(app, a.train_only, a.freeze);
     app.add_option("--clip-grad", a.clip_grad, "global gradient-norm clip (0: off)")->capture_default_str();
     apps::add_device_flags(app, a.device, &a.precision);
     app.add_option("--threads", a.threads, "CPU threads (0: all cores)")->capture_default_str();

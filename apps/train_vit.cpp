@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <omp.h>
+#include "apps/common/freeze.h"
 #include "apps/common/mfu.h"
 #include "apps/common/profile_report.h"
 #include "apps/common/run.h"
@@ -67,6 +68,7 @@ struct Args {
     std::string randaug = "2,9";  // N,M; "0" or "" turns it off
     int64_t train_subset = 0;
     std::string device = "auto", precision = "fp32", cuda_graph = "on";
+    std::string train_only, freeze;  // apps/common/freeze.h
     int threads = 0;
     int profile_steps = 0;  // --profile N
     uint64_t seed = 0;
@@ -247,6 +249,7 @@ static int run(const Args& a, const apps::json& config, Device dev) {
     // data-dependent scheme measured its layers with its own filters: say so when combining them).
     if (auto* cm = dynamic_cast<nn::ConvMixer*>(model.get())) init::set_spatial_filters(*cm, a.spatial, &report);
     for (auto& line : report.lines) std::printf("init: %s\n", line.c_str());
+    apps::apply_freeze_flags(*model, a.train_only, a.freeze, "train_vit");
     // The initializers ran on the CPU; the model moves now, before the optimizer makes its state.
     model->to(dev);
     std::printf("device: %s\n", config.value("device", "cpu").c_str());
@@ -448,6 +451,7 @@ int main(int argc, char** argv) {
     app.add_option("--min-lr", a.min_lr, "final learning rate of the cosine")->capture_default_str();
     app.add_option("--warmup-epochs", a.warmup_epochs, "linear warmup epochs")->capture_default_str();
     app.add_option("--weight-decay", a.weight_decay, "weight decay (not on norms, biases, embeddings)")->capture_default_str();
+    apps::add_freeze_flags(app, a.train_only, a.freeze);
     app.add_option("--clip-grad", a.clip_grad, "global gradient-norm clip (0: off)")->capture_default_str();
     app.add_option("--opt", a.opt, "adamw | sgd")->capture_default_str()->check(CLI::IsMember({"adamw", "sgd"}));
     app.add_option("--adam-eps", a.adam_eps, "AdamW epsilon")->capture_default_str();

@@ -376,6 +376,41 @@ TEST_CASE("train_lm --head-bias: the output layer gets a bias, saved, and inspec
     CHECK(slurp(tmp / "out").find("head.bias") != std::string::npos);
 }
 
+// --train-only and --freeze (apps/common/freeze.h). Three runs from the same init: one trains only
+// the value layers, one all but them, and one only a single LayerNorm bias, which leaves every other
+// tensor at its init, so the other two can be compared against it tensor by tensor.
+TEST_CASE("train_lm --train-only / --freeze: frozen parameters keep their init, trained ones move", "[apps]") {
+    test::TempDir tmp;
+    write_tiny_text(tmp / "text", 100);
+    std::string base = "--dataset text --data-dir " + (tmp / "text") +
+                       " --model transformer --dim 16 --depth 2 --heads 2 --untied --seq-len 8 --batch-size 4"
+                       " --epochs 1 --max-steps 3 --threads 1 --out ";
+    REQUIRE(run_app("train_lm", base + (tmp / "v") + " --train-only 'blocks.*.attn.v.*'", tmp / "log") == 0);
+    CHECK(slurp(tmp / "log").find("train_lm: training 4 of ") != std::string::npos);  // 2 blocks × (weight, bias)
+    REQUIRE(run_app("train_lm", base + (tmp / "not-v") + " --freeze 'blocks.*.attn.v.*'", tmp / "log") == 0);
+    REQUIRE(run_app("train_lm", base + (tmp / "one") + " --train-only blocks.0.norm1.bias", tmp / "log") == 0);
+    auto v = engine::load_safetensors(tmp / "v/last.safetensors");
+    auto not_v = engine::load_safetensors(tmp / "not-v/last.safetensors");
+    auto init = engine::load_safetensors(tmp / "one/last.safetensors");
+    auto same = [](const Tensor& a, const Tensor& b) {
+        return a.numel() == b.numel() && std::equal(a.data_f32(), a.data_f32() + a.numel(), b.data_f32());
+    };
+    int checked = 0;
+    for (const auto& [name, t] : init) {
+        if (name == "pos_embed" || name == "blocks.0.norm1.bias") continue;  // a buffer; the one trained alone
+        bool is_v = name.find(".attn.v.") != std::string::npos;
+        INFO(name);
+        CHECK(same(v.at(name), t) == !is_v);
+        CHECK(same(not_v.at(name), t) == is_v);
+        checked++;
+    }
+    CHECK(checked > 20);
+    CHECK(!same(init.at("blocks.0.norm1.bias"), v.at("blocks.0.norm1.bias")));  // trained alone, it moved
+    // A pattern that matches nothing is a typo, and is named.
+    CHECK(run_app("train_lm", base + (tmp / "typo") + " --freeze 'blocks.*.atn.*'", tmp / "log") != 0);
+    CHECK(slurp(tmp / "log").find("--freeze: 'blocks.*.atn.*' matches no parameter") != std::string::npos);
+}
+
 TEST_CASE("train_lm: --eval-every adds validation points inside an epoch without changing the training", "[apps]") {
     test::TempDir tmp;
     write_tiny_text(tmp / "text", 300);

@@ -1,0 +1,44 @@
+// apps/common/freeze.h: --train-only and --freeze, which parameters a run updates.
+//
+// Each flag takes comma-separated glob patterns over parameter names as named_parameters() and
+// the checkpoints spell them ("blocks.3.attn.v.weight", "tok_emb.weight"); `*` matches any run of
+// characters, dots included, and `?` one character. A parameter is trained when it matches some
+// --train-only pattern (or that flag is empty) and no --freeze pattern, and the model has not
+// frozen it itself (ConvMixer's --freeze-spatial). A frozen parameter gets no
+// gradient (requires_grad false), so the optimizer neither moves nor decays it; it is still saved.
+// Used to ask which parameters' updates matter (docs/RESULTS.md section 3: which parameters' first
+// step collapses a deep Post-LN stack), or to keep a part of a model at its init.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+#include <CLI/CLI.hpp>
+
+namespace nn {
+class Module;
+}
+
+namespace apps {
+
+// --train-only PATTERNS and --freeze PATTERNS.
+void add_freeze_flags(CLI::App& app, std::string& train_only, std::string& freeze);
+
+// Applies the two flags to `model` (select_trained) and prints what they froze, as `app_name`.
+void apply_freeze_flags(nn::Module& model, const std::string& train_only, const std::string& freeze,
+                        const char* app_name);
+
+// "a,b" -> {"a", "b"}; empty items are refused, naming `flag`.
+std::vector<std::string> split_patterns(const std::string& list, const std::string& flag);
+
+struct FreezeSummary {
+    int64_t trained_tensors = 0, trained_values = 0;
+    int64_t frozen_tensors = 0, frozen_values = 0;
+    bool any_frozen() const { return frozen_tensors > 0; }
+};
+
+// Sets requires_grad on every parameter of `model` from the two lists (only ever turning it off). Throws, naming the flag and
+// the pattern, when a pattern matches no parameter (a typo would otherwise freeze or train nothing),
+// and when nothing is left to train.
+FreezeSummary select_trained(nn::Module& model, const std::string& train_only, const std::string& freeze);
+
+}  // namespace apps
