@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 #include "engine/cuda/cudnn.h"
 #include "engine/rng.h"
+#include "engine/safetensors.h"
 #include "tests/test_data_helpers.h"
 
 namespace fs = std::filesystem;
@@ -446,6 +447,41 @@ TEST_CASE("cuda apps: train_lm --cuda-graph on equals off bit for bit (transform
                                       " --lr 1e-2 --dropout 0.1 --clip-grad 0.5 --threads 1 --log-every 1 --seed 1",
                                   6);
     }
+}
+
+// --freeze on the device (apps/common/freeze.h): frozen parameters get no gradient, which the
+// multi-tensor AdamW and the captured step skip. The graph run equals the eager one bit for bit, and
+// the frozen tensors leave the run exactly as the CPU initialized them (a CPU run that trains only one
+// LayerNorm gain holds every other tensor at its init).
+TEST_CASE("cuda apps: train_lm --freeze on the device keeps the frozen tensors at their init", "[cuda][graph]") {
+    std::string text;
+    for (int i = 0; i < 6; i++) text += "the cat sat on the mat and the dog sat on the log\n";
+    test::TempDir tmp;
+    for (const char* split : {"train", "valid", "test"})
+        test::write_file(tmp / ("text/" + std::string(split) + ".txt"), text);
+    std::string args = "--dataset text --data-dir " + (tmp / "text") +
+                       " --model transformer --dim 16 --depth 1 --heads 2 --seq-len 8 --batch-size 2 --epochs 1"
+                       " --lr 1e-2 --dropout 0 --threads 1 --log-every 1 --seed 1";
+    check_graph_on_equals_off(tmp, "train_lm", args + " --freeze '*.bias,tok_emb.*'", 6);
+    std::string cpu = cpu_app("train_lm");
+    REQUIRE(run((cpu.empty() ? device_app("train_lm") : cpu) + " " + args +
+                    " --device cpu --max-steps 1 --train-only blocks.0.norm1.weight --out " + (tmp / "init"),
+                tmp / "log_init") == 0);
+    auto init = engine::load_safetensors(tmp / "init/last.safetensors");
+    auto on = engine::load_safetensors(tmp / "on/last.safetensors");
+    auto same = [](const engine::Tensor& a, const engine::Tensor& b) {
+        return a.numel() == b.numel() && std::equal(a.data_f32(), a.data_f32() + a.numel(), b.data_f32());
+    };
+    int frozen = 0;
+    for (const auto& [name, t] : init) {
+        bool is_frozen = name == "tok_emb.weight" || (name.size() > 5 && name.substr(name.size() - 5) == ".bias");
+        if (!is_frozen) continue;
+        INFO(name);
+        CHECK(same(on.at(name), t));
+        frozen++;
+    }
+    CHECK(frozen >= 7);  // the embedding, q k v proj fc1 fc2 and two norms' biases
+    CHECK(!same(on.at("blocks.0.attn.q.weight"), init.at("blocks.0.attn.q.weight")));  // trained
 }
 
 // The LSTM's state carried from batch to batch stays in place (nn::CarriedState) and --loss-scale
