@@ -16,6 +16,11 @@
 //   tok_cos                        mean cosine similarity between two different tokens of one input
 //                                  at the block's output (all pairs, averaged over the batch): 1 when
 //                                  every token carries the same vector ("rank collapse")
+//   grad_cos                       the same figure for the loss gradient at the block's output:
+//                                  near 1 when the gradient asks every token to move the same way,
+//                                  so any update that follows it adds one shared vector to all of
+//                                  them (docs/RESULTS.md section 3). With --pool avg the ViT's
+//                                  gradient is shared by construction above its last LayerNorm.
 // For --model gau (train_lm's GAU LM) the rows have act_std, grad_std and tok_cos only: a GAU has
 // no W_q, W_k, W_v and no softmax map.
 // and the init's own report (for impulse schemes the fit figures: MSE, hit rate, seconds).
@@ -243,7 +248,8 @@ static void make_inputs(const Args& a, const data::TextCorpus* text, Subject& s)
 // dL/d(block l's output).
 
 struct LayerStats {
-    double qk_diag = 0, qk_off = 0, vo_diag = 0, vo_off = 0, attn_self = 0, act_std = 0, grad_std = 0, tok_cos = 0;
+    double qk_diag = 0, qk_off = 0, vo_diag = 0, vo_off = 0, attn_self = 0, act_std = 0, grad_std = 0, tok_cos = 0,
+           grad_cos = 0;
     Tensor qk, vo, attn;  // [d,d], [d,d], [T,T] (mean over batch and heads)
 };
 
@@ -346,7 +352,10 @@ static std::vector<LayerStats> inspect(Subject& s, double& embed_tok_cos) {
         out[l].act_std = std_of(act);
         out[l].tok_cos = apps::token_cosine(act);
         Tensor g = probes[l].grad();
-        out[l].grad_std = g.defined() ? std_of(g.to(Device::CPU)) : 0.0;
+        if (!g.defined()) continue;  // no path to the loss (a zeroed head): both stay 0
+        g = g.to(Device::CPU);
+        out[l].grad_std = std_of(g);
+        out[l].grad_cos = apps::token_cosine(g);
     }
     return out;
 }
@@ -516,12 +525,13 @@ static int run(const Args& a) {
             if (attention)
                 j.update({{"qk_diag_mean", st.qk_diag}, {"qk_offdiag_rms", st.qk_off}, {"vo_diag_mean", st.vo_diag},
                           {"vo_offdiag_rms", st.vo_off}, {"attn_self", st.attn_self}});
-            j.update({{"act_std", st.act_std}, {"grad_std", st.grad_std}, {"tok_cos", st.tok_cos}});
+            j.update({{"act_std", st.act_std}, {"grad_std", st.grad_std}, {"tok_cos", st.tok_cos},
+                      {"grad_cos", st.grad_cos}});
             std::printf("%s\n", j.dump().c_str());
         }
     } else {
-        std::printf("\n%5s %13s %15s %13s %15s %10s %10s %11s %8s\n", "layer", "qk_diag_mean", "qk_offdiag_rms",
-                    "vo_diag_mean", "vo_offdiag_rms", "attn_self", "act_std", "grad_std", "tok_cos");
+        std::printf("\n%5s %13s %15s %13s %15s %10s %10s %11s %8s %8s\n", "layer", "qk_diag_mean", "qk_offdiag_rms",
+                    "vo_diag_mean", "vo_offdiag_rms", "attn_self", "act_std", "grad_std", "tok_cos", "grad_cos");
         for (size_t l = 0; l < stats.size(); l++) {
             auto& st = stats[l];
             if (attention)
@@ -529,7 +539,7 @@ static int run(const Args& a) {
                             st.attn_self);
             else
                 std::printf("%5zu %13s %15s %13s %15s %10s", l, "-", "-", "-", "-", "-");
-            std::printf(" %10.4f %11.3e %8.4f\n", st.act_std, st.grad_std, st.tok_cos);
+            std::printf(" %10.4f %11.3e %8.4f %8.4f\n", st.act_std, st.grad_std, st.tok_cos, st.grad_cos);
         }
     }
     std::fflush(stdout);

@@ -110,6 +110,9 @@ TEST_CASE("inspect_init tok_cos: 1 when every token is the same, below 1 for dif
     REQUIRE(rows.size() == 3);
     for (auto& r : rows) CHECK(r["tok_cos"].get<double>() == Approx(1.0).margin(1e-4));
     CHECK(slurp_file(dir / "err").find("embedding: tok_cos 1.0000") != std::string::npos);
+    // Same vectors and same next token everywhere: the last block's gradient is the same for all
+    // tokens. Below it, the causal attention's backward weighs later positions differently.
+    CHECK(rows.back()["grad_cos"].get<double>() == Approx(1.0).margin(1e-4));
 
     // The sinusoidal PE tells the positions apart: no longer 1, and never below −1/(T−1).
     REQUIRE(inspect(lm + " --init torch", dir / "out", dir / "err") == 0);
@@ -118,6 +121,7 @@ TEST_CASE("inspect_init tok_cos: 1 when every token is the same, below 1 for dif
     for (auto& r : rows) {
         CHECK(r["tok_cos"].get<double>() < 0.99);
         CHECK(r["tok_cos"].get<double>() >= -1.0 / 15 - 1e-6);
+        CHECK(r["grad_cos"].get<double>() >= -1.0 / 15 - 1e-6);  // the next token is "the" everywhere: see below
     }
 }
 
@@ -147,6 +151,9 @@ TEST_CASE("inspect_init --dataset: windows of the validation split, train_lm's v
     auto rows = json_lines(dir / "out");
     REQUIRE(rows.size() == 3);
     for (auto& r : rows) CHECK(r["vo_diag_mean"].get<double>() < -0.2);
+    // "a b <eos>" repeated: three different next tokens, so the last block's gradient points three
+    // ways (near 1 only where every token has the same target, as in the tok_cos test).
+    CHECK(rows.back()["grad_cos"].get<double>() < 0.9);
     std::string tied = "--model lm-small --dim 32 --depth 3 --heads 2 --post-ln --seq-len 16 --batch 4 --dataset text "
                        "--data-dir " + dir.path();
     CHECK(inspect(tied + " --checkpoint " + (dir / "lm"), dir / "out", dir / "err") == 2);
