@@ -21,6 +21,12 @@
 //                                  so any update that follows it adds one shared vector to all of
 //                                  them (docs/RESULTS.md section 3). With --pool avg the ViT's
 //                                  gradient is shared by construction above its last LayerNorm.
+//   grad_rank1 (--json only)       per weight of the block (q, k, v, proj, fc1, fc2), the share of
+//                                  its loss gradient's squared norm in the top singular direction:
+//                                  1 when the gradient is u·vᵀ, as it is when the tokens share an
+//                                  input component and a gradient component (the sum over tokens
+//                                  Σ δ_t x_tᵀ then has a term T·δ̄·x̄ᵀ). Adam's first step,
+//                                  lr·sign(gradient), keeps a rank-one gradient rank one.
 // For --model gau (train_lm's GAU LM) the rows have act_std, grad_std and tok_cos only: a GAU has
 // no W_q, W_k, W_v and no softmax map.
 // and the init's own report (for impulse schemes the fit figures: MSE, hit rate, seconds).
@@ -52,6 +58,7 @@
 #include "data/paths.h"
 #include "data/text.h"
 #include "engine/error.h"
+#include "engine/linalg.h"
 #include "engine/ops.h"
 #include "engine/rng.h"
 #include "init/init.h"
@@ -250,8 +257,18 @@ static void make_inputs(const Args& a, const data::TextCorpus* text, Subject& s)
 struct LayerStats {
     double qk_diag = 0, qk_off = 0, vo_diag = 0, vo_off = 0, attn_self = 0, act_std = 0, grad_std = 0, tok_cos = 0,
            grad_cos = 0;
+    std::vector<std::pair<std::string, double>> grad_rank1;  // weight name -> σ₁² / Σσ² of its gradient
     Tensor qk, vo, attn;  // [d,d], [d,d], [T,T] (mean over batch and heads)
 };
+
+// σ₁² / Σσ² of a gradient matrix (0 for a zero gradient).
+static double top_singular_share(const Tensor& g) {
+    Tensor sv = svd(g).S;
+    const float* p = sv.data_f32();
+    double total = 0;
+    for (int64_t i = 0; i < sv.numel(); i++) total += (double)p[i] * p[i];
+    return total > 0 ? (double)p[0] * p[0] / total : 0.0;
+}
 
 static double std_of(const Tensor& t) {
     const float* p = t.data_f32();
@@ -356,6 +373,15 @@ static std::vector<LayerStats> inspect(Subject& s, double& embed_tok_cos) {
         g = g.to(Device::CPU);
         out[l].grad_std = std_of(g);
         out[l].grad_cos = apps::token_cosine(g);
+    }
+    for (size_t l = 0; l < s.blocks.size(); l++) {
+        auto& b = *s.blocks[l];
+        for (auto [name, layer] : {std::pair<const char*, nn::Linear*>{"q", b.attn->q.get()}, {"k", b.attn->k.get()},
+                                   {"v", b.attn->v.get()}, {"proj", b.attn->proj.get()},
+                                   {"fc1", b.mlp->fc1.get()}, {"fc2", b.mlp->fc2.get()}}) {
+            Tensor g = layer->weight.grad();
+            if (g.defined()) out[l].grad_rank1.emplace_back(name, top_singular_share(g.to(Device::CPU)));
+        }
     }
     return out;
 }
@@ -527,6 +553,11 @@ static int run(const Args& a) {
                           {"vo_offdiag_rms", st.vo_off}, {"attn_self", st.attn_self}});
             j.update({{"act_std", st.act_std}, {"grad_std", st.grad_std}, {"tok_cos", st.tok_cos},
                       {"grad_cos", st.grad_cos}});
+            if (!st.grad_rank1.empty()) {
+                json r;
+                for (auto& [name, share] : st.grad_rank1) r[name] = share;
+                j["grad_rank1"] = r;
+            }
             std::printf("%s\n", j.dump().c_str());
         }
     } else {

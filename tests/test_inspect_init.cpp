@@ -113,6 +113,15 @@ TEST_CASE("inspect_init tok_cos: 1 when every token is the same, below 1 for dif
     // Same vectors and same next token everywhere: the last block's gradient is the same for all
     // tokens. Below it, the causal attention's backward weighs later positions differently.
     CHECK(rows.back()["grad_cos"].get<double>() == Approx(1.0).margin(1e-4));
+    // Every weight reads the same vector at every token, so its gradient Σ_t δ_t x_tᵀ = (Σ_t δ_t) xᵀ
+    // is rank one.
+    for (auto& r : rows) {
+        REQUIRE(r["grad_rank1"].size() == 6);
+        for (auto& [name, share] : r["grad_rank1"].items()) {
+            INFO(name);
+            CHECK(share.get<double>() == Approx(1.0).margin(1e-6));
+        }
+    }
 
     // The sinusoidal PE tells the positions apart: no longer 1, and never below −1/(T−1).
     REQUIRE(inspect(lm + " --init torch", dir / "out", dir / "err") == 0);
@@ -154,6 +163,11 @@ TEST_CASE("inspect_init --dataset: windows of the validation split, train_lm's v
     // "a b <eos>" repeated: three different next tokens, so the last block's gradient points three
     // ways (near 1 only where every token has the same target, as in the tok_cos test).
     CHECK(rows.back()["grad_cos"].get<double>() < 0.9);
+    for (auto& [name, share] : rows.back()["grad_rank1"].items()) {
+        INFO(name);
+        CHECK(share.get<double>() < 0.95);
+        CHECK(share.get<double>() > 0.0);
+    }
     std::string tied = "--model lm-small --dim 32 --depth 3 --heads 2 --post-ln --seq-len 16 --batch 4 --dataset text "
                        "--data-dir " + dir.path();
     CHECK(inspect(tied + " --checkpoint " + (dir / "lm"), dir / "out", dir / "err") == 2);
