@@ -145,3 +145,28 @@ done
 ./apps/train_lm --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --max-steps 150 --lr 1e-3 --log-every 25 --untied --model transformer --post-norm --heads 4 --depth 48 --seed 1 --init torch --out runs/collapse/postln48-torch-s1
 # The ViT of section 1 at init, for comparison (each of its --init flags):
 ./apps/inspect_init --dim 96 --depth 6 --heads 3 --patch 4 --batch 32 --data-dir ../shared/data/cifar10-jpeg --json --init mimetic > vit-mimetic.jsonl
+
+# Added 2026-11-27 (session 20): RESULTS.md section 3, "Which parameters' first step collapses the stack".
+# One AdamW step at the constant lr 1e-3 (K above, --max-steps 1) on the torch init, updating one group of
+# parameters only (--train-only) or all but one (--freeze); then inspect_init on the checkpoint (C above).
+# About 1.5 minutes per run on 2 threads, mostly the final evaluation. init/*.jsonl were rewritten by the
+# same C commands as above, with this session's inspect_init (grad_cos, grad_rank1; the rest unchanged).
+K1=("${K[@]}" --max-steps 1 --init torch)
+"${K1[@]}" --train-only 'tok_emb.*' --out runs/collapse/groups/only-emb
+"${K1[@]}" --train-only 'head.*' --out runs/collapse/groups/only-head
+"${K1[@]}" --train-only 'blocks.*.attn.q.*,blocks.*.attn.k.*' --out runs/collapse/groups/only-qk
+"${K1[@]}" --train-only 'blocks.*.attn.v.*' --out runs/collapse/groups/only-v
+"${K1[@]}" --train-only 'blocks.*.attn.proj.*' --out runs/collapse/groups/only-proj
+"${K1[@]}" --train-only 'blocks.*.mlp.*' --out runs/collapse/groups/only-mlp
+"${K1[@]}" --train-only 'blocks.*.mlp.fc1.*' --out runs/collapse/groups/only-fc1
+"${K1[@]}" --train-only 'blocks.*.mlp.fc2.*' --out runs/collapse/groups/only-fc2
+"${K1[@]}" --train-only '*norm*' --out runs/collapse/groups/only-norm
+"${K1[@]}" --train-only '*.bias' --out runs/collapse/groups/only-bias
+"${K1[@]}" --train-only 'blocks.?.*,blocks.1[01].*' --out runs/collapse/groups/only-lower   # blocks 1-12
+"${K1[@]}" --freeze 'blocks.?.*,blocks.1[01].*,tok_emb.*,head.*' --out runs/collapse/groups/only-upper  # blocks 13-24
+"${K1[@]}" --freeze '*norm*' --out runs/collapse/groups/no-norm
+"${K1[@]}" --freeze '*.bias' --out runs/collapse/groups/no-bias
+"${K1[@]}" --freeze 'blocks.*.mlp.*' --out runs/collapse/groups/no-mlp
+"${K1[@]}" --freeze 'blocks.*.attn.v.*,blocks.*.attn.proj.*' --out runs/collapse/groups/no-vproj
+"${K1[@]}" --freeze 'blocks.*.attn.v.*,blocks.*.attn.proj.*,blocks.*.mlp.*' --out runs/collapse/groups/no-vprojmlp
+for g in runs/collapse/groups/*/; do "${C[@]}" --checkpoint $g/last.safetensors > $(basename $g).jsonl; done
