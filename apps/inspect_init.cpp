@@ -27,8 +27,8 @@
 //                                  input component and a gradient component (the sum over tokens
 //                                  Σ δ_t x_tᵀ then has a term T·δ̄·x̄ᵀ). Adam's first step,
 //                                  lr·sign(gradient), keeps a rank-one gradient rank one.
-// For --model gau (train_lm's GAU LM) the rows have act_std, grad_std and tok_cos only: a GAU has
-// no W_q, W_k, W_v and no softmax map.
+// For --model gau (train_lm's GAU LM) the rows have act_std, grad_std, tok_cos and grad_cos only:
+// a GAU has no W_q, W_k, W_v and no softmax map.
 // and the init's own report (for impulse schemes the fit figures: MSE, hit rate, seconds).
 // --png DIR writes, for a few layers, W_qW_kᵀ and W_vW_proj (diverging colormap, symmetric about 0,
 // clipped at the 99.5th percentile of |entries|) and the attention map averaged over the batch and
@@ -261,8 +261,11 @@ struct LayerStats {
     Tensor qk, vo, attn;  // [d,d], [d,d], [T,T] (mean over batch and heads)
 };
 
-// σ₁² / Σσ² of a gradient matrix (0 for a zero gradient).
+// σ₁² / Σσ² of a gradient matrix (0 for a zero gradient, NaN for a non-finite one: a diverged
+// checkpoint's, which the SVD would refuse).
 static double top_singular_share(const Tensor& g) {
+    const float* d = g.data_f32();
+    if (!std::all_of(d, d + g.numel(), [](float v) { return std::isfinite(v); })) return std::nan("");
     Tensor sv = svd(g).S;
     const float* p = sv.data_f32();
     double total = 0;
@@ -542,7 +545,7 @@ static int run(const Args& a) {
     double embed_tok_cos = 0;
     std::vector<LayerStats> stats = inspect(s, embed_tok_cos);
     std::fprintf(log, "embedding: tok_cos %.4f\n", embed_tok_cos);
-    // The GAU has no W_q, W_k, W_v or softmax map: its rows have the scales and tok_cos only.
+    // The GAU has no W_q, W_k, W_v or softmax map: its rows have the scales, tok_cos and grad_cos only.
     bool attention = !s.gau;
     if (a.json_out) {
         for (size_t l = 0; l < stats.size(); l++) {

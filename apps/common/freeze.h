@@ -4,8 +4,8 @@
 // the checkpoints spell them ("blocks.3.attn.v.weight", "tok_emb.weight"); `*` matches any run of
 // characters, dots included, and `?` one character. A parameter is trained when it matches some
 // --train-only pattern (or that flag is empty) and no --freeze pattern, and the model has not
-// frozen it itself (ConvMixer's --freeze-spatial). A frozen parameter gets no
-// gradient (requires_grad false), so the optimizer neither moves nor decays it; it is still saved.
+// frozen it itself (ConvMixer's --freeze-spatial). A frozen parameter gets no gradient
+// (requires_grad false), so the optimizer neither moves nor decays it; it is still saved.
 // Used to ask which parameters' updates matter (docs/RESULTS.md section 3: which parameters' first
 // step collapses a deep Post-LN stack), or to keep a part of a model at its init.
 #pragma once
@@ -36,9 +36,9 @@ struct FreezeSummary {
     bool any_frozen() const { return frozen_tensors > 0; }
 };
 
-// Sets requires_grad on every parameter of `model` from the two lists (only ever turning it off). Throws, naming the flag and
-// the pattern, when a pattern matches no parameter (a typo would otherwise freeze or train nothing),
-// and when nothing is left to train.
+// Sets requires_grad on every parameter of `model` from the two lists (only ever turning it off).
+// Throws, naming the flag and the pattern, when a pattern matches no parameter (a typo would
+// otherwise freeze or train nothing), and when nothing is left to train.
 FreezeSummary select_trained(nn::Module& model, const std::string& train_only, const std::string& freeze);
 
 }  // namespace apps
