@@ -25,27 +25,6 @@ using engine::Tensor;
 
 namespace {
 
-// A tiny CIFAR-10 binary release: `per_class` images per class in each training batch file,
-// images made of a class-dependent colour plus noise, so a small model can learn them.
-void write_tiny_cifar10(const std::string& dir, int per_class_train, int per_class_test) {
-    engine::Generator g(3);
-    auto batch = [&](int per_class) {
-        std::vector<uint8_t> bytes;
-        for (int i = 0; i < per_class; i++)
-            for (int c = 0; c < 10; c++) {
-                bytes.push_back((uint8_t)c);
-                std::vector<int32_t> noise(3072);
-                g.randint(noise.data(), 3072, 0, 64);
-                for (int ch = 0; ch < 3; ch++)
-                    for (int p = 0; p < 1024; p++)
-                        bytes.push_back((uint8_t)(((c * 37 + ch * 91) % 192) + noise[ch * 1024 + p]));
-            }
-        return bytes;
-    };
-    for (int k = 1; k <= 5; k++) test::write_file(dir + "/data_batch_" + std::to_string(k) + ".bin", batch(per_class_train));
-    test::write_file(dir + "/test_batch.bin", batch(per_class_test));
-}
-
 std::string app_path(const std::string& name) {
     std::string p = "apps/" + name;
     if (!fs::exists(p)) FAIL(p << " not found: build the apps (make) and run the tests from the repository root");
@@ -130,7 +109,7 @@ const char* kTinyVit = "--dataset cifar10 --dim 16 --depth 1 --heads 2 --patch 8
 
 TEST_CASE("train_vit: a short run learns and writes its outputs", "[apps]") {
     test::TempDir tmp;
-    write_tiny_cifar10(tmp / "cifar", 10, 5);
+    test::write_tiny_cifar10(tmp / "cifar", 10, 5);
     std::string args = std::string(kTinyVit) + " --data-dir " + (tmp / "cifar") + " --epochs 3 --out " + (tmp / "run");
     int rc = run_app("train_vit", args, tmp / "log");
     INFO(slurp(tmp / "log"));
@@ -158,7 +137,7 @@ TEST_CASE("train_vit: a short run learns and writes its outputs", "[apps]") {
 
 TEST_CASE("train_vit: interrupted and resumed equals uninterrupted, bit for bit", "[apps]") {
     test::TempDir tmp;
-    write_tiny_cifar10(tmp / "cifar", 10, 2);
+    test::write_tiny_cifar10(tmp / "cifar", 10, 2);
     std::string base = std::string(kTinyVit) + " --data-dir " + (tmp / "cifar") + " --epochs 3";
     REQUIRE(run_app("train_vit", base + " --out " + (tmp / "whole"), tmp / "log1") == 0);
 
@@ -176,7 +155,7 @@ TEST_CASE("train_vit: interrupted and resumed equals uninterrupted, bit for bit"
 
 TEST_CASE("train_vit: a NaN loss stops the run cleanly", "[apps]") {
     test::TempDir tmp;
-    write_tiny_cifar10(tmp / "cifar", 4, 1);
+    test::write_tiny_cifar10(tmp / "cifar", 4, 1);
     std::string args = std::string(kTinyVit) + " --data-dir " + (tmp / "cifar") + " --epochs 3 --fail-at-step 20 --out " +
                        (tmp / "run");
     int rc = run_app("train_vit", args, tmp / "log");

@@ -77,26 +77,6 @@ void check_close(const std::string& what, double cpu, double cuda, double atol =
     CHECK(std::fabs(cpu - cuda) <= atol + rtol * std::fabs(cpu));
 }
 
-// A tiny CIFAR-10 binary release (as tests/test_apps.cpp writes it): a class colour plus noise.
-void write_tiny_cifar10(const std::string& dir, int per_class_train, int per_class_test) {
-    engine::Generator g(3);
-    auto batch = [&](int per_class) {
-        std::vector<uint8_t> bytes;
-        for (int i = 0; i < per_class; i++)
-            for (int c = 0; c < 10; c++) {
-                bytes.push_back((uint8_t)c);
-                std::vector<int32_t> noise(3072);
-                g.randint(noise.data(), 3072, 0, 64);
-                for (int ch = 0; ch < 3; ch++)
-                    for (int p = 0; p < 1024; p++)
-                        bytes.push_back((uint8_t)(((c * 37 + ch * 91) % 192) + noise[ch * 1024 + p]));
-            }
-        return bytes;
-    };
-    for (int k = 1; k <= 5; k++) test::write_file(dir + "/data_batch_" + std::to_string(k) + ".bin", batch(per_class_train));
-    test::write_file(dir + "/test_batch.bin", batch(per_class_test));
-}
-
 // Runs `args` on the device and on the CPU into tmp/cuda and tmp/cpu; both must succeed.
 void run_both(const test::TempDir& tmp, const std::string& app, const std::string& args,
               const std::string& cuda_extra = "", const std::string& cpu_extra = "") {
@@ -117,7 +97,7 @@ void run_both(const test::TempDir& tmp, const std::string& app, const std::strin
 
 TEST_CASE("cuda apps: train_vit --device cuda matches the CPU run", "[cuda]") {
     test::TempDir tmp;
-    write_tiny_cifar10(tmp / "cifar", 1, 2);  // 50 training images, 20 test images
+    test::write_tiny_cifar10(tmp / "cifar", 1, 2);  // 50 training images, 20 test images
     std::string args = "--dataset cifar10 --data-dir " + (tmp / "cifar") +
                        " --dim 16 --depth 1 --heads 2 --patch 8 --batch-size 25 --epochs 2 --lr 1e-2 "
                        "--warmup-epochs 0 --randaug 0 --threads 1 --log-every 1 --init timm --seed 3";
@@ -173,7 +153,7 @@ TEST_CASE("cuda apps: train_lm --device cuda matches the CPU run (transformer, G
 // close bf16 is to fp32 is checked in test_cuda_bf16.cpp; here, that the flag reaches the apps.
 TEST_CASE("cuda apps: --precision bf16 runs train_vit, train_lm and bench on the device", "[cuda]") {
     test::TempDir tmp;
-    write_tiny_cifar10(tmp / "cifar", 1, 2);
+    test::write_tiny_cifar10(tmp / "cifar", 1, 2);
     int rc = run(device_app("train_vit") + " --device cuda --precision bf16 --dataset cifar10 --data-dir " +
                      (tmp / "cifar") + " --dim 16 --depth 1 --heads 2 --patch 8 --batch-size 25 --epochs 1 "
                      "--lr 1e-2 --warmup-epochs 0 --randaug 0 --threads 1 --log-every 1 --out " + (tmp / "vit"),
@@ -423,7 +403,7 @@ void check_graph_on_equals_off(const test::TempDir& tmp, const std::string& app,
 
 TEST_CASE("cuda apps: train_vit --cuda-graph on equals off bit for bit", "[cuda][graph]") {
     test::TempDir tmp;
-    write_tiny_cifar10(tmp / "cifar", 1, 2);  // 50 training images: batches of 20, 20 and 10
+    test::write_tiny_cifar10(tmp / "cifar", 1, 2);  // 50 training images: batches of 20, 20 and 10
     check_graph_on_equals_off(tmp, "train_vit",
                               "--dataset cifar10 --data-dir " + (tmp / "cifar") +
                                   " --dim 16 --depth 1 --heads 2 --patch 8 --batch-size 20 --epochs 2 --lr 1e-2 "
