@@ -170,3 +170,15 @@ K1=("${K[@]}" --max-steps 1 --init torch)
 "${K1[@]}" --freeze 'blocks.*.attn.v.*,blocks.*.attn.proj.*' --out runs/collapse/groups/no-vproj
 "${K1[@]}" --freeze 'blocks.*.attn.v.*,blocks.*.attn.proj.*,blocks.*.mlp.*' --out runs/collapse/groups/no-vprojmlp
 for g in runs/collapse/groups/*/; do "${C[@]}" --checkpoint $g/last.safetensors > $(basename $g).jsonl; done
+# Seed 1 of five of those rows (inspect_init --seed 1 --init torch gives seed 1's init; the windows do not depend on the seed):
+K1s=("${K[@]}" --max-steps 1 --seed 1 --init torch)
+"${K1s[@]}" --out runs/collapse/groups/all-s1
+"${K1s[@]}" --train-only 'blocks.*.mlp.*' --out runs/collapse/groups/only-mlp-s1
+"${K1s[@]}" --train-only '*.bias' --out runs/collapse/groups/only-bias-s1
+"${K1s[@]}" --train-only '*norm*' --out runs/collapse/groups/only-norm-s1
+"${K1s[@]}" --freeze 'blocks.*.attn.v.*,blocks.*.attn.proj.*,blocks.*.mlp.*' --out runs/collapse/groups/no-vprojmlp-s1
+# The first steps at the smaller constant rates (K without its --lr and --min-lr: flags may not repeat):
+L=(./apps/train_lm --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --log-every 25 --untied --model transformer --post-norm --heads 4 --depth 24 --init torch)
+for k in 1 3 5 7 10 30; do "${L[@]}" --lr 3e-4 --min-lr 3e-4 --max-steps $k --out runs/collapse/torch-lr3e-4-const-$k; done
+for k in 1 3 10; do "${L[@]}" --lr 1e-4 --min-lr 1e-4 --max-steps $k --out runs/collapse/torch-lr1e-4-const-$k; done
+for r in runs/collapse/torch-lr*-const-*/; do "${C[@]}" --checkpoint $r/last.safetensors > $(basename $r).jsonl; done
