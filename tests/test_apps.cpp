@@ -135,6 +135,25 @@ TEST_CASE("train_vit: a short run learns and writes its outputs", "[apps]") {
     CHECK(result["test_acc"].get<double>() > 0.2);  // 10 classes: chance is 0.1
 }
 
+// The same flags in train_vit: the patch embedding frozen in one run stays at the init that a run
+// training only the head keeps too, while the blocks of the first run move.
+TEST_CASE("train_vit --freeze / --train-only: the frozen patch embedding keeps its init", "[apps]") {
+    test::TempDir tmp;
+    test::write_tiny_cifar10(tmp / "cifar", 4, 1);
+    std::string base = std::string(kTinyVit) + " --data-dir " + (tmp / "cifar") + " --epochs 1 --out ";
+    REQUIRE(run_app("train_vit", base + (tmp / "frozen") + " --freeze 'patch_embed.*'", tmp / "log") == 0);
+    CHECK(slurp(tmp / "log").find("train_vit: training ") != std::string::npos);
+    REQUIRE(run_app("train_vit", base + (tmp / "head") + " --train-only 'head.*'", tmp / "log") == 0);
+    auto frozen = engine::load_safetensors(tmp / "frozen/last.safetensors");
+    auto head = engine::load_safetensors(tmp / "head/last.safetensors");
+    auto same = [](const Tensor& a, const Tensor& b) {
+        return a.numel() == b.numel() && std::equal(a.data_f32(), a.data_f32() + a.numel(), b.data_f32());
+    };
+    CHECK(same(frozen.at("patch_embed.weight"), head.at("patch_embed.weight")));
+    CHECK(same(frozen.at("patch_embed.bias"), head.at("patch_embed.bias")));
+    CHECK(!same(frozen.at("blocks.0.attn.q.weight"), head.at("blocks.0.attn.q.weight")));
+}
+
 TEST_CASE("train_vit: interrupted and resumed equals uninterrupted, bit for bit", "[apps]") {
     test::TempDir tmp;
     test::write_tiny_cifar10(tmp / "cifar", 10, 2);
