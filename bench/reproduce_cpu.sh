@@ -182,3 +182,8 @@ L=(./apps/train_lm --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --
 for k in 1 3 5 7 10 30; do "${L[@]}" --lr 3e-4 --min-lr 3e-4 --max-steps $k --out runs/collapse/torch-lr3e-4-const-$k; done
 for k in 1 3 10; do "${L[@]}" --lr 1e-4 --min-lr 1e-4 --max-steps $k --out runs/collapse/torch-lr1e-4-const-$k; done
 for r in runs/collapse/torch-lr*-const-*/; do "${C[@]}" --checkpoint $r/last.safetensors > $(basename $r).jsonl; done
+# The 150-step probe (P above) with some blocks frozen at their init for the whole run (about 3-4 minutes each):
+"${P[@]}" --init torch --freeze 'blocks.?.*,blocks.1[01].*' --out runs/collapse/groups/freeze-lower-150             # updates 13-24
+"${P[@]}" --init torch --freeze 'blocks.1[2-9].*,blocks.2?.*' --out runs/collapse/groups/freeze-upper-150           # updates 1-12
+"${P[@]}" --init torch --freeze 'blocks.[13579].*,blocks.1[13579].*,blocks.2[13].*' --out runs/collapse/groups/freeze-odd-150  # updates 1, 3, ..., 23 (0-based 0, 2, ...)
+"${P[@]}" --init torch --freeze 'blocks.[0-5].*' --out runs/collapse/groups/freeze-first6-150                      # updates 7-24
