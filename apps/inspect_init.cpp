@@ -506,12 +506,8 @@ static int run(const Args& a) {
     // A trained model: the same figures and pictures after training (the init still runs first,
     // so a data-dependent scheme's report is printed, then every tensor is replaced).
     if (!a.checkpoint.empty()) {
-        std::string prefix = a.checkpoint;
-        const std::string ext = ".safetensors";
-        if (prefix.size() > ext.size() && prefix.compare(prefix.size() - ext.size(), ext.size(), ext) == 0)
-            prefix.resize(prefix.size() - ext.size());
         try {
-            nn::load_checkpoint(prefix, *s.module);
+            nn::load_weights(a.checkpoint, *s.module);
         } catch (const Error& e) {
             std::fprintf(stderr, "inspect_init: --checkpoint %s: %s\n", a.checkpoint.c_str(), e.what());
             return 2;

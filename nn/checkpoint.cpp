@@ -88,4 +88,12 @@ Metadata load_checkpoint(const std::string& prefix, Module& model, Optimizer* op
     return meta;
 }
 
+Metadata load_weights(const std::string& path, Module& model) {
+    std::string prefix = path;
+    const std::string ext = ".safetensors";
+    if (prefix.size() > ext.size() && prefix.compare(prefix.size() - ext.size(), ext.size(), ext) == 0)
+        prefix.resize(prefix.size() - ext.size());
+    return load_checkpoint(prefix, model);
+}
+
 }  // namespace nn

@@ -19,5 +19,8 @@ void save_checkpoint(const std::string& prefix, const Module& model, Optimizer* 
                      const Metadata& metadata = {});
 // Loads into the model's tensors in place (and the optimizer's, when given); returns the metadata.
 Metadata load_checkpoint(const std::string& prefix, Module& model, Optimizer* opt = nullptr);
+// The model's tensors only, from `path`: a checkpoint's prefix or its .safetensors file
+// (RUN/best.safetensors). For weights that start a new run (--init-from) or are inspected.
+Metadata load_weights(const std::string& path, Module& model);
 
 }  // namespace nn

@@ -409,6 +409,35 @@ TEST_CASE("train_lm --train-only / --freeze: frozen parameters keep their init, 
     CHECK(slurp(tmp / "log").find("--freeze: 'blocks.*.atn.*' matches no parameter") != std::string::npos);
 }
 
+// --init-from: a second run starts from the first run's weights (and trains only one LayerNorm bias
+// here, so every other tensor must come out as the first run left it); a checkpoint of another
+// model shape is refused, naming the flag.
+TEST_CASE("train_lm --init-from: a run starts from another run's weights", "[apps]") {
+    test::TempDir tmp;
+    write_tiny_text(tmp / "text", 100);
+    std::string base = "--dataset text --data-dir " + (tmp / "text") +
+                       " --model transformer --depth 2 --heads 2 --untied --seq-len 8 --batch-size 4"
+                       " --epochs 1 --max-steps 3 --threads 1";
+    REQUIRE(run_app("train_lm", base + " --dim 16 --out " + (tmp / "first"), tmp / "log") == 0);
+    REQUIRE(run_app("train_lm", base + " --dim 16 --seed 7 --train-only blocks.0.norm1.bias --init-from " +
+                                    (tmp / "first/last.safetensors") + " --out " + (tmp / "second"),
+                    tmp / "log") == 0);
+    CHECK(slurp(tmp / "log").find("init: weights replaced by the checkpoint") != std::string::npos);
+    auto first = engine::load_safetensors(tmp / "first/last.safetensors");
+    auto second = engine::load_safetensors(tmp / "second/last.safetensors");
+    int checked = 0;
+    for (const auto& [name, t] : first) {
+        const Tensor& u = second.at(name);
+        bool same = t.numel() == u.numel() && std::equal(t.data_f32(), t.data_f32() + t.numel(), u.data_f32());
+        INFO(name);
+        CHECK(same == (name != "blocks.0.norm1.bias"));
+        checked++;
+    }
+    CHECK(checked > 20);
+    CHECK(run_app("train_lm", base + " --dim 32 --init-from " + (tmp / "first/last.safetensors"), tmp / "log") != 0);
+    CHECK(slurp(tmp / "log").find("--init-from " + (tmp / "first/last.safetensors")) != std::string::npos);
+}
+
 TEST_CASE("train_lm: --eval-every adds validation points inside an epoch without changing the training", "[apps]") {
     test::TempDir tmp;
     write_tiny_text(tmp / "text", 300);
