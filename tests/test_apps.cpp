@@ -137,7 +137,7 @@ TEST_CASE("train_vit: a short run learns and writes its outputs", "[apps]") {
 
 // The same flags in train_vit: the patch embedding frozen in one run stays at the init that a run
 // training only the head keeps too, while the blocks of the first run move.
-TEST_CASE("train_vit --freeze / --train-only: the frozen patch embedding keeps its init", "[apps]") {
+TEST_CASE("train_vit --freeze / --train-only / --init-from: frozen weights keep their values", "[apps]") {
     test::TempDir tmp;
     test::write_tiny_cifar10(tmp / "cifar", 4, 1);
     std::string base = std::string(kTinyVit) + " --data-dir " + (tmp / "cifar") + " --epochs 1 --out ";
@@ -152,6 +152,15 @@ TEST_CASE("train_vit --freeze / --train-only: the frozen patch embedding keeps i
     CHECK(same(frozen.at("patch_embed.weight"), head.at("patch_embed.weight")));
     CHECK(same(frozen.at("patch_embed.bias"), head.at("patch_embed.bias")));
     CHECK(!same(frozen.at("blocks.0.attn.q.weight"), head.at("blocks.0.attn.q.weight")));
+    // --init-from: another seed's run that starts from the first run's weights and trains only the
+    // head ends with every other tensor as the first run left it.
+    REQUIRE(run_app("train_vit", base + (tmp / "from") + " --seed 9 --train-only 'head.*' --init-from " +
+                                     (tmp / "frozen/last.safetensors"), tmp / "log") == 0);
+    auto from = engine::load_safetensors(tmp / "from/last.safetensors");
+    for (const auto& [name, t] : frozen) {
+        INFO(name);
+        CHECK(same(from.at(name), t) == (name.rfind("head.", 0) != 0));
+    }
 }
 
 TEST_CASE("train_vit: interrupted and resumed equals uninterrupted, bit for bit", "[apps]") {
