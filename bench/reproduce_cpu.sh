@@ -190,3 +190,8 @@ for r in runs/collapse/torch-lr*-const-*/; do "${C[@]}" --checkpoint $r/last.saf
 "${P[@]}" --init torch --freeze 'blocks.[0-8].*' --out runs/collapse/groups/freeze-first9-150                      # updates 10-24
 "${P[@]}" --seed 1 --init torch --freeze 'blocks.?.*,blocks.1[01].*' --out runs/collapse/groups/freeze-lower-150-s1
 "${P[@]}" --seed 1 --init torch --freeze 'blocks.[0-5].*' --out runs/collapse/groups/freeze-first6-150-s1
+# The two-stage run: blocks 13-24 for 50 steps, then all blocks from its checkpoint with a fresh optimizer (--init-from):
+S=(./apps/train_lm --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --log-every 25 --untied --model transformer --post-norm --heads 4 --depth 24 --init torch --lr 1e-3)
+"${S[@]}" --min-lr 1e-3 --max-steps 50 --freeze 'blocks.?.*,blocks.1[01].*' --out runs/collapse/groups/stage1-upper50
+"${S[@]}" --max-steps 100 --init-from runs/collapse/groups/stage1-upper50/last.safetensors --out runs/collapse/groups/stage2-all100
+"${S[@]}" --min-lr 1e-3 --max-steps 1 --init-from runs/collapse/groups/stage1-upper50/last.safetensors --out runs/collapse/groups/stage2-all1
