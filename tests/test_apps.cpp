@@ -25,6 +25,11 @@ using engine::Tensor;
 
 namespace {
 
+// The same values bit for bit (checkpoint tensors: CPU float32).
+bool same(const Tensor& a, const Tensor& b) {
+    return a.numel() == b.numel() && std::equal(a.data_f32(), a.data_f32() + a.numel(), b.data_f32());
+}
+
 std::string app_path(const std::string& name) {
     std::string p = "apps/" + name;
     if (!fs::exists(p)) FAIL(p << " not found: build the apps (make) and run the tests from the repository root");
@@ -146,9 +151,6 @@ TEST_CASE("train_vit --freeze / --train-only / --init-from: frozen weights keep 
     REQUIRE(run_app("train_vit", base + (tmp / "head") + " --train-only 'head.*'", tmp / "log") == 0);
     auto frozen = engine::load_safetensors(tmp / "frozen/last.safetensors");
     auto head = engine::load_safetensors(tmp / "head/last.safetensors");
-    auto same = [](const Tensor& a, const Tensor& b) {
-        return a.numel() == b.numel() && std::equal(a.data_f32(), a.data_f32() + a.numel(), b.data_f32());
-    };
     CHECK(same(frozen.at("patch_embed.weight"), head.at("patch_embed.weight")));
     CHECK(same(frozen.at("patch_embed.bias"), head.at("patch_embed.bias")));
     CHECK(!same(frozen.at("blocks.0.attn.q.weight"), head.at("blocks.0.attn.q.weight")));
@@ -399,9 +401,6 @@ TEST_CASE("train_lm --train-only / --freeze: frozen parameters keep their init, 
     auto v = engine::load_safetensors(tmp / "v/last.safetensors");
     auto not_v = engine::load_safetensors(tmp / "not-v/last.safetensors");
     auto init = engine::load_safetensors(tmp / "one/last.safetensors");
-    auto same = [](const Tensor& a, const Tensor& b) {
-        return a.numel() == b.numel() && std::equal(a.data_f32(), a.data_f32() + a.numel(), b.data_f32());
-    };
     int checked = 0;
     for (const auto& [name, t] : init) {
         if (name == "pos_embed" || name == "blocks.0.norm1.bias") continue;  // a buffer; the one trained alone
@@ -436,10 +435,8 @@ TEST_CASE("train_lm --init-from: a run starts from another run's weights", "[app
     auto second = engine::load_safetensors(tmp / "second/last.safetensors");
     int checked = 0;
     for (const auto& [name, t] : first) {
-        const Tensor& u = second.at(name);
-        bool same = t.numel() == u.numel() && std::equal(t.data_f32(), t.data_f32() + t.numel(), u.data_f32());
         INFO(name);
-        CHECK(same == (name != "blocks.0.norm1.bias"));
+        CHECK(same(second.at(name), t) == (name != "blocks.0.norm1.bias"));
         checked++;
     }
     CHECK(checked > 20);
