@@ -195,3 +195,6 @@ S=(./apps/train_lm --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --
 "${S[@]}" --min-lr 1e-3 --max-steps 50 --freeze 'blocks.?.*,blocks.1[01].*' --out runs/collapse/groups/stage1-upper50
 "${S[@]}" --max-steps 100 --init-from runs/collapse/groups/stage1-upper50/last.safetensors --out runs/collapse/groups/stage2-all100
 "${S[@]}" --min-lr 1e-3 --max-steps 1 --init-from runs/collapse/groups/stage1-upper50/last.safetensors --out runs/collapse/groups/stage2-all1
+"${S[@]}" --seed 1 --min-lr 1e-3 --max-steps 50 --freeze 'blocks.?.*,blocks.1[01].*' --out runs/collapse/groups/stage1-upper50-s1
+"${S[@]}" --seed 1 --max-steps 100 --init-from runs/collapse/groups/stage1-upper50-s1/last.safetensors --out runs/collapse/groups/stage2-all100-s1
+"${S[@]}" --seed 1 --min-lr 1e-3 --max-steps 1 --init-from runs/collapse/groups/stage1-upper50-s1/last.safetensors --out runs/collapse/groups/stage2-all1-s1
