@@ -272,14 +272,7 @@ static int run(Args& a, const apps::json& config, Device dev) {
     // The next tokens are the labels of relu-quantile's output-layer fit (untied models).
     init::InitData init_data{[&] { NoGrad ng; lm.forward(first.inputs); }, first.inputs.size(0), first.targets};
     init::Report report = init::apply(*lm.module, a.init, a.init_opt, &init_data);
-    if (!a.init_from.empty()) {
-        try {
-            nn::load_weights(a.init_from, *lm.module);
-        } catch (const Error& e) {
-            fail("--init-from {}: {}", a.init_from, e.what());
-        }
-        report.say("weights replaced by the checkpoint " + a.init_from);
-    }
+    apps::init_from_checkpoint(*lm.module, a.init_from, report);
     for (auto& line : report.lines) std::printf("init: %s\n", line.c_str());
     apps::apply_freeze_flags(*lm.module, a.train_only, a.freeze, "train_lm");
     // The initializers ran on the CPU; the model moves now, before the optimizer makes its state.
@@ -527,8 +520,7 @@ int main(int argc, char** argv) {
     app.add_option("--emb-dropout", a.emb_dropout, "dropout on the embedding output")->capture_default_str();
     app.add_option("--word-dropout", a.word_dropout, "drop whole words from the embedding table")->capture_default_str();
     apps::add_init_flags(app, a.init, a.init_opt);
-    app.add_option("--init-from", a.init_from, "after --init, replace every weight by a checkpoint's (RUN/last.safetensors, "
-                                               "a model of the same flags); the optimizer and schedule start fresh");
+    apps::add_init_from_flag(app, a.init_from);
     app.add_option("--protocol", a.protocol, "bptt | window")->capture_default_str()
         ->check(CLI::IsMember({"bptt", "window"}));
     app.add_option("--batch-size", a.batch_size, "batch size (rows)")->capture_default_str()->check(CLI::PositiveNumber);

@@ -249,14 +249,7 @@ static int run(const Args& a, const apps::json& config, Device dev) {
     // The structured-init paper's fixed spatial filters replace what the scheme put there (a
     // data-dependent scheme measured its layers with its own filters: say so when combining them).
     if (auto* cm = dynamic_cast<nn::ConvMixer*>(model.get())) init::set_spatial_filters(*cm, a.spatial, &report);
-    if (!a.init_from.empty()) {
-        try {
-            nn::load_weights(a.init_from, *model);
-        } catch (const Error& e) {
-            fail("--init-from {}: {}", a.init_from, e.what());
-        }
-        report.say("weights replaced by the checkpoint " + a.init_from);
-    }
+    apps::init_from_checkpoint(*model, a.init_from, report);
     for (auto& line : report.lines) std::printf("init: %s\n", line.c_str());
     apps::apply_freeze_flags(*model, a.train_only, a.freeze, "train_vit");
     // The initializers ran on the CPU; the model moves now, before the optimizer makes its state.
@@ -453,8 +446,7 @@ int main(int argc, char** argv) {
         ->capture_default_str()->check(CLI::IsMember(init::spatial_filter_kinds()));
     app.add_flag("--freeze-spatial", a.freeze_spatial, "ConvMixer: do not train the spatial filters");
     apps::add_init_flags(app, a.init, a.init_opt);
-    app.add_option("--init-from", a.init_from, "after --init, replace every weight by a checkpoint's (RUN/last.safetensors, "
-                                               "a model of the same flags); the optimizer and schedule start fresh");
+    apps::add_init_from_flag(app, a.init_from);
     app.add_option("--init-samples", a.init_samples, "training images data-dependent inits see")->capture_default_str();
     app.add_option("--epochs", a.epochs, "epochs")->capture_default_str()->check(CLI::PositiveNumber);
     app.add_option("--batch-size", a.batch_size, "batch size")->capture_default_str()->check(CLI::PositiveNumber);

@@ -19,6 +19,7 @@
 #include "engine/ops.h"
 #include "engine/profile.h"
 #include "apps/common/mfu.h"
+#include "nn/checkpoint.h"
 #include "nn/optim.h"
 #include "init/init.h"
 #ifdef ENGINE_CUDA
@@ -185,6 +186,21 @@ float LossMeter::read() {
         pending_weight_ = 0;
     }
     return last_;
+}
+
+void add_init_from_flag(CLI::App& app, std::string& path) {
+    app.add_option("--init-from", path, "after --init, replace every weight by a checkpoint's (RUN/last.safetensors, "
+                                        "a model of the same flags); the optimizer and schedule start fresh");
+}
+
+void init_from_checkpoint(nn::Module& model, const std::string& path, init::Report& report) {
+    if (path.empty()) return;
+    try {
+        nn::load_weights(path, model);
+    } catch (const engine::Error& e) {
+        engine::fail("--init-from {}: {}", path, e.what());
+    }
+    report.say("weights replaced by the checkpoint " + path);
 }
 
 void add_init_flags(CLI::App& app, std::string& scheme, init::Options& o) {

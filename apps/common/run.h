@@ -97,6 +97,11 @@ private:
 // --init (its help lists every registered scheme) and every option of the schemes
 // (--mimetic-alpha1, --impulse-iters, --act-prob, ...), with the specs' defaults.
 void add_init_flags(CLI::App& app, std::string& scheme, init::Options& opt);
+// --init-from CKPT: after --init, every weight is replaced by a checkpoint's (RUN/last.safetensors,
+// a model of the same flags; nn::load_weights), and the report says so. The optimizer and the
+// schedule start fresh: a two-stage run, or a fine-tuning. Nothing happens for an empty path.
+void add_init_from_flag(CLI::App& app, std::string& path);
+void init_from_checkpoint(nn::Module& model, const std::string& path, init::Report& report);
 // The eager training step after the forward, as both trainers take it: the backward from `loss`,
 // the gradient norm, the optimizer's update. With clip > 0 the gradients are clipped to that norm;
 // otherwise the norm is measured only when `need_norm` (a logged step: it costs a pass over the
