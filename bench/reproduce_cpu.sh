@@ -188,6 +188,8 @@ for r in runs/collapse/torch-lr*-const-*/; do "${C[@]}" --checkpoint $r/last.saf
 "${P[@]}" --init torch --freeze 'blocks.[13579].*,blocks.1[13579].*,blocks.2[13].*' --out runs/collapse/groups/freeze-odd-150  # updates 1, 3, ..., 23 (0-based 0, 2, ...)
 "${P[@]}" --init torch --freeze 'blocks.[0-5].*' --out runs/collapse/groups/freeze-first6-150                      # updates 7-24
 "${P[@]}" --init torch --freeze 'blocks.[0-8].*' --out runs/collapse/groups/freeze-first9-150                      # updates 10-24
+"${P[@]}" --init torch --freeze 'blocks.?.*' --out runs/collapse/groups/freeze-first10-150                         # updates 11-24
+"${P[@]}" --init torch --freeze 'blocks.?.*,blocks.10.*' --out runs/collapse/groups/freeze-first11-150              # updates 12-24
 "${P[@]}" --seed 1 --init torch --freeze 'blocks.?.*,blocks.1[01].*' --out runs/collapse/groups/freeze-lower-150-s1
 "${P[@]}" --seed 1 --init torch --freeze 'blocks.[0-5].*' --out runs/collapse/groups/freeze-first6-150-s1
 # The two-stage run: blocks 13-24 for 50 steps, then all blocks from its checkpoint with a fresh optimizer (--init-from):
