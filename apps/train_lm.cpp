@@ -352,16 +352,22 @@ static int run(Args& a, const apps::json& config, Device dev) {
     if (a.eval_tokens > 0 && (size_t)a.eval_tokens < valid_prefix.size()) valid_prefix.resize(a.eval_tokens);
     auto started = std::chrono::steady_clock::now();
     auto elapsed_s = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(); };
+    // An evaluation line of metrics.jsonl: `m` (kind, step, epoch, ...) and the validation figures;
+    // tok_cos only where the model has one (not the LSTM: NaN).
+    auto append_eval = [&](apps::json m, double valid, size_t valid_tokens, double tok_cos) {
+        m["valid_" + std::string(metric_name)] = metric(valid);
+        m["valid_loss"] = valid;
+        m["valid_tokens"] = valid_tokens;
+        m["elapsed_s"] = elapsed_s();
+        if (std::isfinite(tok_cos)) m["tok_cos"] = tok_cos;
+        out.append_metrics(m);
+    };
     auto mid_epoch_eval = [&](double epoch_at) {
         double valid = evaluate(lm, a, valid_prefix, dev);  // training's LSTM state is left as it is
         double tok_cos = last_block_tok_cos(lm, a, valid_prefix, dev);
         std::printf("step %lld: valid %s %.4f (%zu tokens)%s\n", (long long)global_step, metric_name, metric(valid),
                     valid_prefix.size(), tok_cos_text(tok_cos).c_str());
-        apps::json m = {{"kind", "eval"}, {"step", global_step}, {"epoch", epoch_at},
-                        {"valid_" + std::string(metric_name), metric(valid)}, {"valid_loss", valid},
-                        {"valid_tokens", valid_prefix.size()}, {"elapsed_s", elapsed_s()}};
-        if (std::isfinite(tok_cos)) m["tok_cos"] = tok_cos;
-        out.append_metrics(m);
+        append_eval({{"kind", "eval"}, {"step", global_step}, {"epoch", epoch_at}}, valid, valid_prefix.size(), tok_cos);
     };
 
     apps::install_stop_handlers();
@@ -472,12 +478,9 @@ static int run(Args& a, const apps::json& config, Device dev) {
         std::printf("epoch %d: train %s %.4f, valid %s %.4f, lr %.3g%s\n", epoch + 1, metric_name,
                     metric(nll_sum / std::max(1.0, tokens)), metric_name, metric(valid), opt->lr,
                     tok_cos_text(tok_cos).c_str());
-        apps::json m = {{"kind", "eval"}, {"step", global_step}, {"epoch", epoch + 1},
-                        {"train_" + std::string(metric_name), metric(nll_sum / std::max(1.0, tokens))},
-                        {"valid_" + std::string(metric_name), metric(valid)}, {"valid_loss", valid},
-                        {"valid_tokens", corpus.valid.size()}, {"elapsed_s", elapsed_s()}};
-        if (std::isfinite(tok_cos)) m["tok_cos"] = tok_cos;
-        out.append_metrics(m);
+        append_eval({{"kind", "eval"}, {"step", global_step}, {"epoch", epoch + 1},
+                     {"train_" + std::string(metric_name), metric(nll_sum / std::max(1.0, tokens))}},
+                    valid, corpus.valid.size(), tok_cos);
         if (valid < best_valid) {
             best_valid = valid;
             checkpoint("best", epoch + 1, 0, 0, 0);
