@@ -33,7 +33,6 @@ std::vector<std::string> split_patterns(const std::string& list, const std::stri
 struct FreezeSummary {
     int64_t trained_tensors = 0, trained_values = 0;
     int64_t frozen_tensors = 0, frozen_values = 0;
-    bool any_frozen() const { return frozen_tensors > 0; }
 };
 
 // Sets requires_grad on every parameter of `model` from the two lists (only ever turning it off).
