@@ -73,7 +73,7 @@ struct Args {
     int64_t train_tokens = 0;  // train on the first N tokens of the training split; 0: all
     int64_t eval_every = 0;    // a validation evaluation every N steps inside an epoch; 0: at epoch ends only
     int64_t eval_tokens = 0;   // those mid-epoch evaluations read the first N validation tokens; 0: all
-    std::string train_only, freeze;  // apps/common/freeze.h
+    apps::FreezeFlags freeze;  // --train-only, --freeze, --freeze-until (apps/common/freeze.h)
     std::string init_from;           // a checkpoint whose weights replace the init's
     int threads = 0, log_every = 50;
     int profile_steps = 0;  // --profile N
@@ -274,7 +274,7 @@ static int run(Args& a, const apps::json& config, Device dev) {
     init::Report report = init::apply(*lm.module, a.init, a.init_opt, &init_data);
     apps::init_from_checkpoint(*lm.module, a.init_from, report);
     for (auto& line : report.lines) std::printf("init: %s\n", line.c_str());
-    apps::apply_freeze_flags(*lm.module, a.train_only, a.freeze, "train_lm");
+    apps::FrozenByFlags frozen = apps::apply_freeze_flags(*lm.module, a.freeze, "train_lm");
     // The initializers ran on the CPU; the model moves now, before the optimizer makes its state.
     lm.module->to(dev);
     std::printf("device: %s\n", config.value("device", "cpu").c_str());
@@ -378,8 +378,10 @@ static int run(Args& a, const apps::json& config, Device dev) {
     // reading x_in, y_in (and --loss-scale time-sum's factor, scale_in), refilled from each batch;
     // others (a shorter last BPTT batch) run eagerly, with the gradients zeroed in place (the graph
     // holds their addresses). The LSTM's carried state stays in place too (nn::CarriedState). Not for
-    // word dropout (drawn on the host) or under --profile (it times ops one by one).
-    bool use_graph = apps::cuda_graph_applies(a.cuda_graph, dev) && a.profile_steps == 0 && a.word_dropout == 0.f;
+    // word dropout (drawn on the host), under --profile (it times ops one by one), or with
+    // --freeze-until (the trained parameters change, and their update counts differ).
+    bool use_graph = apps::cuda_graph_applies(a.cuda_graph, dev) && a.profile_steps == 0 && a.word_dropout == 0.f &&
+                     a.freeze.until == 0;
     // time-sum: the loss summed over a row's scored positions and averaged over the rows, the scale
     // Zaremba et al.'s lr 1 and clip 5 were chosen for (mean loss × scored per row).
     const bool time_sum = a.loss_scale == "time-sum";
@@ -394,6 +396,7 @@ static int run(Args& a, const apps::json& config, Device dev) {
         apps::LossMeter meter(dev == Device::CUDA, resumed_nll_sum, resumed_tokens);
         double ntok = resumed_tokens;  // tokens trained on this epoch (the meter may not have read them all yet)
         for (int64_t i = skip_batches; i < steps_per_epoch; i++) {
+            frozen.unfreeze_when_due(global_step, "train_lm");
             prof.begin();
             data::TokenBatch b = train.get(i);
             auto t0 = std::chrono::steady_clock::now();
@@ -563,7 +566,7 @@ int main(int argc, char** argv) {
                    "gradient is --seq-len times the mean's under bptt). Reported losses and perplexities are the "
                    "mean either way")
         ->capture_default_str()->check(CLI::IsMember({"mean", "time-sum"}));
-    apps::add_freeze_flags(app, a.train_only, a.freeze);
+    apps::add_freeze_flags(app, a.freeze);
     app.add_option("--clip-grad", a.clip_grad, "global gradient-norm clip (0: off)")->capture_default_str();
     apps::add_device_flags(app, a.device, &a.precision);
     app.add_option("--threads", a.threads, "CPU threads (0: all cores)")->capture_default_str();

@@ -68,7 +68,7 @@ struct Args {
     std::string randaug = "2,9";  // N,M; "0" or "" turns it off
     int64_t train_subset = 0;
     std::string device = "auto", precision = "fp32", cuda_graph = "on";
-    std::string train_only, freeze;  // apps/common/freeze.h
+    apps::FreezeFlags freeze;  // --train-only, --freeze, --freeze-until (apps/common/freeze.h)
     std::string init_from;           // a checkpoint whose weights replace the init's
     int threads = 0;
     int profile_steps = 0;  // --profile N
@@ -251,7 +251,7 @@ static int run(const Args& a, const apps::json& config, Device dev) {
     if (auto* cm = dynamic_cast<nn::ConvMixer*>(model.get())) init::set_spatial_filters(*cm, a.spatial, &report);
     apps::init_from_checkpoint(*model, a.init_from, report);
     for (auto& line : report.lines) std::printf("init: %s\n", line.c_str());
-    apps::apply_freeze_flags(*model, a.train_only, a.freeze, "train_vit");
+    apps::FrozenByFlags frozen = apps::apply_freeze_flags(*model, a.freeze, "train_vit");
     // The initializers ran on the CPU; the model moves now, before the optimizer makes its state.
     model->to(dev);
     std::printf("device: %s\n", config.value("device", "cpu").c_str());
@@ -311,8 +311,9 @@ static int run(const Args& a, const apps::json& config, Device dev) {
     double final_acc = 0, final_loss = 0;
     // --cuda-graph: full batches go through a captured step (nn/graph_step.h) reading x_in, y_in,
     // refilled from each batch; a last partial batch runs eagerly, with the gradients zeroed in place
-    // (the graph holds their addresses). The profiler times ops one by one: no graph under --profile.
-    bool use_graph = apps::cuda_graph_applies(a.cuda_graph, dev) && a.profile_steps == 0;
+    // (the graph holds their addresses). The profiler times ops one by one: no graph under --profile;
+    // nor with --freeze-until (the trained parameters change, and their update counts differ).
+    bool use_graph = apps::cuda_graph_applies(a.cuda_graph, dev) && a.profile_steps == 0 && a.freeze.until == 0;
     Tensor x_in, y_in;
     std::unique_ptr<nn::GraphStep> graph_step;
     bool graph_noted = false;
@@ -325,6 +326,7 @@ static int run(const Args& a, const apps::json& config, Device dev) {
         data::ImageBatch batch;
         for (int64_t b = 0; loader.next(batch); b++) {
             if (b < skip_batches) continue;  // resuming mid-epoch: the same order, batches already trained on
+            frozen.unfreeze_when_due(global_step, "train_vit");
             prof.begin();  // --profile: the loader's threads are outside the step; its copy to the device is in
             int64_t n = batch.images.size(0);
             bool graph = use_graph && n == a.batch_size;
@@ -454,7 +456,7 @@ int main(int argc, char** argv) {
     app.add_option("--min-lr", a.min_lr, "final learning rate of the cosine")->capture_default_str();
     app.add_option("--warmup-epochs", a.warmup_epochs, "linear warmup epochs")->capture_default_str();
     app.add_option("--weight-decay", a.weight_decay, "weight decay (not on norms, biases, embeddings)")->capture_default_str();
-    apps::add_freeze_flags(app, a.train_only, a.freeze);
+    apps::add_freeze_flags(app, a.freeze);
     app.add_option("--clip-grad", a.clip_grad, "global gradient-norm clip (0: off)")->capture_default_str();
     app.add_option("--opt", a.opt, "adamw | sgd")->capture_default_str()->check(CLI::IsMember({"adamw", "sgd"}));
     app.add_option("--adam-eps", a.adam_eps, "AdamW epsilon")->capture_default_str();

@@ -64,12 +64,17 @@ static void load_named(const std::string& path, const std::map<std::string, Tens
     }
 }
 
+// The optimizer file's metadata holds, beside "steps", "param_steps.<name>" for every parameter
+// whose own update count differs (Optimizer::param_steps).
+static const std::string kParamStepsKey = "param_steps.";
+
 void save_checkpoint(const std::string& prefix, const Module& model, Optimizer* opt, const Metadata& metadata) {
     Metadata meta = metadata;
     meta["model"] = model.type_name();
     save_named(prefix + ".safetensors", model_tensors(model), meta);
     if (opt) {
         Metadata om = {{"steps", std::to_string(opt->steps)}, {"lr", fmt::format("{}", opt->lr)}};
+        for (auto& [name, n] : opt->param_steps_unlike_steps()) om[kParamStepsKey + name] = std::to_string(n);
         save_named(prefix + ".optim.safetensors", opt->state(), om);
     }
 }
@@ -83,6 +88,10 @@ Metadata load_checkpoint(const std::string& prefix, Module& model, Optimizer* op
         Metadata om;
         load_named(prefix + ".optim.safetensors", opt->state(), &om);
         opt->steps = om.count("steps") ? std::stoll(om["steps"]) : 0;
+        std::map<std::string, int64_t> counts;  // (a file from before per-parameter counts has none)
+        for (auto& [key, value] : om)
+            if (key.rfind(kParamStepsKey, 0) == 0) counts[key.substr(kParamStepsKey.size())] = std::stoll(value);
+        opt->restore_param_steps(counts);
         if (om.count("lr")) opt->lr = std::stof(om["lr"]);
     }
     return meta;

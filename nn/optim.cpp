@@ -36,6 +36,60 @@ std::vector<ParamGroup> param_groups(const Module& model, float wd, bool no_deca
     return {decay, no_decay};
 }
 
+Optimizer::Optimizer(std::vector<ParamGroup> groups, float lr) : lr(lr), groups_(std::move(groups)) {
+    for (auto& g : groups_) param_steps_.emplace_back(g.params.size(), 0);
+}
+
+int64_t Optimizer::param_steps(const std::string& name) const {
+    for (size_t g = 0; g < groups_.size(); g++)
+        for (size_t i = 0; i < groups_[g].params.size(); i++)
+            if (groups_[g].params[i].name == name) return param_steps_[g][i];
+    fail("optimizer: no parameter {}", name);
+}
+
+std::map<std::string, int64_t> Optimizer::param_steps_unlike_steps() const {
+    std::map<std::string, int64_t> out;
+    for (size_t g = 0; g < groups_.size(); g++)
+        for (size_t i = 0; i < groups_[g].params.size(); i++)
+            if (param_steps_[g][i] != steps) out[groups_[g].params[i].name] = param_steps_[g][i];
+    return out;
+}
+
+void Optimizer::restore_param_steps(const std::map<std::string, int64_t>& counts) {
+    std::map<std::string, int64_t*> by_name;
+    for (size_t g = 0; g < groups_.size(); g++)
+        for (size_t i = 0; i < groups_[g].params.size(); i++) {
+            param_steps_[g][i] = steps;
+            by_name[groups_[g].params[i].name] = &param_steps_[g][i];
+        }
+    for (auto& [name, n] : counts) {
+        auto it = by_name.find(name);
+        check(it != by_name.end(), "optimizer state: a step count for {}, which this optimizer does not update", name);
+        check(n >= 0 && n <= steps, "optimizer state: {} has taken {} updates in {} steps", name, n, steps);
+        *it->second = n;
+    }
+}
+
+int64_t Optimizer::advance_param_steps_uniformly(const char* opt) {
+    int64_t common = -1;
+    std::string first;
+    for (size_t g = 0; g < groups_.size(); g++)
+        for (size_t i = 0; i < groups_[g].params.size(); i++) {
+            const NamedTensor& p = groups_[g].params[i];
+            if (!p.tensor->grad().defined()) continue;
+            if (common < 0) {
+                common = param_steps_[g][i];
+                first = p.name;
+            }
+            check(param_steps_[g][i] == common,
+                  "{}: a captured step updates every parameter with one set of scalars, but {} has taken {} updates "
+                  "and {} {} (frozen for part of the run?): take eager steps (--cuda-graph off)",
+                  opt, first, common, p.name, param_steps_[g][i]);
+            param_steps_[g][i]++;
+        }
+    return common < 0 ? steps : common + 1;
+}
+
 void Optimizer::zero_grad() {
     for (auto& g : groups_)
         for (auto& p : g.params) p.tensor->zero_grad();
@@ -106,7 +160,7 @@ void SGD::step() {
 void SGD::next_step_scalars(float* out) {
     steps++;
     out[0] = lr;
-    out[1] = steps == 1 ? 1.f : 0.f;
+    out[1] = advance_param_steps_uniformly("SGD") == 1 ? 1.f : 0.f;
     out[2] = out[3] = 0.f;
 }
 
@@ -117,6 +171,7 @@ void SGD::step_device(const float* scalars) { update(scalars); }
 void SGD::update(const float* device_scalars) {
     SgdTensorList list;
     Device list_device = Device::CPU;
+    bool list_first = false;  // eager: whether the list's tensors take their first update (buf = g)
     auto flush = [&] {
         if (list.count > 0 && device_scalars) {
             expect_cuda_list("SGD", list_device);
@@ -124,7 +179,7 @@ void SGD::update(const float* device_scalars) {
             cuda::sgd_step_multi_device(list, momentum, nesterov, device_scalars);
 #endif
         } else if (list.count > 0) {
-            ON_DEVICE(list_device, sgd_step_multi)(list, momentum, nesterov, steps == 1);
+            ON_DEVICE(list_device, sgd_step_multi)(list, momentum, nesterov, list_first);
         }
         list.count = 0;
     };
@@ -135,8 +190,12 @@ void SGD::update(const float* device_scalars) {
             Tensor* buf = momentum > 0.f ? &buf_[gi][i] : nullptr;
             Tensor grad = grad_on_device("SGD", g.params[i], buf);
             if (!grad.defined()) continue;
-            if (list.count == kMaxListTensors || (list.count > 0 && p.device() != list_device)) flush();
+            // (a captured step's counts were advanced by next_step_scalars)
+            bool first = !device_scalars && ++param_steps_[gi][i] == 1;
+            if (list.count == kMaxListTensors || (list.count > 0 && (p.device() != list_device || first != list_first)))
+                flush();
             list_device = p.device();
+            list_first = first;
             int t = list.count++;
             list.w[t] = p.raw_f32();
             list.g[t] = grad.raw_f32();
@@ -158,28 +217,31 @@ Adam::Adam(std::vector<ParamGroup> groups, float lr, float beta1, float beta2, f
 }
 
 // The parameters go to the update in lists of up to kMaxListTensors (engine/multi_tensor.h), one
-// call (one kernel launch on CUDA) per list; a list holds tensors of one device only.
+// call (one kernel launch on CUDA) per list; a list holds tensors of one device and, in an eager
+// step, of one update count (its bias corrections are the list's).
 void Adam::step() {
     steps++;
-    float bc1 = 1.f - std::pow(beta1, (float)steps), bc2 = 1.f - std::pow(beta2, (float)steps);
-    update(bc1, bc2, nullptr);
+    update(nullptr);
 }
 
 // sqrt(bc2) as the eager launch computes it (engine/cuda/optim.cu: sqrtf on the host).
 void Adam::next_step_scalars(float* out) {
     steps++;
+    int64_t t = advance_param_steps_uniformly("Adam");
     out[0] = lr;
-    out[1] = 1.f - std::pow(beta1, (float)steps);
-    out[2] = std::sqrt(1.f - std::pow(beta2, (float)steps));
+    out[1] = 1.f - std::pow(beta1, (float)t);
+    out[2] = std::sqrt(1.f - std::pow(beta2, (float)t));
     out[3] = 0.f;
 }
 
-void Adam::step_device(const float* scalars) { update(1.f, 1.f, scalars); }
+void Adam::step_device(const float* scalars) { update(scalars); }
 
-// With device_scalars the list's lr holds each group's lr_scale, and bc1, bc2 are not used.
-void Adam::update(float bc1, float bc2, const float* device_scalars) {
+// With device_scalars the list's lr holds each group's lr_scale, and the bias corrections come
+// from the device too.
+void Adam::update(const float* device_scalars) {
     AdamTensorList list;
     Device list_device = Device::CPU;
+    int64_t list_updates = 0;  // eager: the update count of the list's tensors
     auto flush = [&] {
         if (list.count > 0 && device_scalars) {
             expect_cuda_list("Adam", list_device);
@@ -187,6 +249,7 @@ void Adam::update(float bc1, float bc2, const float* device_scalars) {
             cuda::adam_step_multi_device(list, beta1, beta2, eps, decoupled, device_scalars);
 #endif
         } else if (list.count > 0) {
+            float bc1 = 1.f - std::pow(beta1, (float)list_updates), bc2 = 1.f - std::pow(beta2, (float)list_updates);
             ON_DEVICE(list_device, adam_step_multi)(list, beta1, beta2, eps, bc1, bc2, decoupled);
         }
         list.count = 0;
@@ -197,8 +260,12 @@ void Adam::update(float bc1, float bc2, const float* device_scalars) {
             Tensor& p = *g.params[i].tensor;
             Tensor grad = grad_on_device("Adam", g.params[i], &m_[gi][i]);
             if (!grad.defined()) continue;
-            if (list.count == kMaxListTensors || (list.count > 0 && p.device() != list_device)) flush();
+            // (a captured step's counts were advanced by next_step_scalars)
+            int64_t updates = device_scalars ? 0 : ++param_steps_[gi][i];
+            if (list.count == kMaxListTensors || (list.count > 0 && (p.device() != list_device || updates != list_updates)))
+                flush();
             list_device = p.device();
+            list_updates = updates;
             int t = list.count++;
             list.w[t] = p.raw_f32();
             list.g[t] = grad.raw_f32();

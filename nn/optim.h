@@ -25,7 +25,7 @@ std::vector<ParamGroup> param_groups(const Module& model, float weight_decay, bo
 
 class Optimizer {
 public:
-    explicit Optimizer(std::vector<ParamGroup> groups, float lr) : lr(lr), groups_(std::move(groups)) {}
+    Optimizer(std::vector<ParamGroup> groups, float lr);
     virtual ~Optimizer() = default;
     virtual void step() = 0;
     void zero_grad();
@@ -39,15 +39,32 @@ public:
     virtual void step_device(const float* scalars) = 0;
     // Zeros the gradients in place instead of dropping them: a captured step reuses their memory.
     void zero_grad_in_place();
-    // State tensors by "<param name>.<slot>" (e.g. "blocks.0.q.weight.exp_avg"), plus the step
-    // count, for checkpoints.
+    // State tensors by "<param name>.<slot>" (e.g. "blocks.0.q.weight.exp_avg"), for checkpoints
+    // (with `steps` and param_steps_unlike_steps()).
     virtual std::map<std::string, Tensor*> state() = 0;
     const std::vector<ParamGroup>& groups() const { return groups_; }
-    int64_t steps = 0;
+
+    // The updates each parameter has taken. torch.optim counts them per parameter (its
+    // state["step"]): a parameter without a gradient at a step (frozen until then,
+    // apps/common/freeze.h) is neither updated nor counted, so its first update is a first step
+    // whatever `steps` is: Adam's bias correction of a fresh start, SGD's momentum buffer set to
+    // the gradient.
+    int64_t param_steps(const std::string& name) const;
+    // For checkpoints: the counts that differ from `steps`, by parameter name.
+    std::map<std::string, int64_t> param_steps_unlike_steps() const;
+    // After loading `steps`: every count set to it, then `counts` by name (an unknown name is refused).
+    void restore_param_steps(const std::map<std::string, int64_t>& counts);
+
+    int64_t steps = 0;  // step() calls (each counts, whichever parameters it updated)
     float lr;
 
 protected:
+    // Advances the count of every parameter that has a gradient. A captured step has one set of
+    // scalars, so they must all have taken the same number of updates; returns it, after.
+    int64_t advance_param_steps_uniformly(const char* opt);
+
     std::vector<ParamGroup> groups_;
+    std::vector<std::vector<int64_t>> param_steps_;  // per group, per parameter
 };
 
 // SGD with momentum (PyTorch's form: buf = μ·buf + g; Nesterov uses g + μ·buf) and L2 weight decay.
@@ -78,7 +95,7 @@ public:
     float beta1, beta2, eps;
     bool decoupled;
 private:
-    void update(float bc1, float bc2, const float* device_scalars);
+    void update(const float* device_scalars);
     std::vector<std::vector<Tensor>> m_, v_;
 };
 

@@ -332,6 +332,12 @@ TEST_CASE("train_lm: transformer interrupted mid-epoch and resumed equals uninte
                     false);
 }
 
+TEST_CASE("train_lm --freeze-until: interrupted after the unfreezing and resumed equals uninterrupted", "[apps]") {
+    // The parameters that joined at step 3 have taken 3 fewer updates than the others: their own
+    // counts (Adam's bias corrections) must come back from the checkpoint.
+    check_lm_resume("--model transformer --dim 32 --depth 2 --heads 2 --train-only 'blocks.1.*' --freeze-until 3", false);
+}
+
 TEST_CASE("train_lm: LSTM (bptt) interrupted mid-epoch and resumed equals uninterrupted bit for bit", "[apps]") {
     // The hidden state carried between BPTT batches is saved with the checkpoint (last.carry.*);
     // the plateau scheduler's best and patience count too.
@@ -415,6 +421,34 @@ TEST_CASE("train_lm --train-only / --freeze: frozen parameters keep their init, 
     // A pattern that matches nothing is a typo, and is named.
     CHECK(run_app("train_lm", base + (tmp / "typo") + " --freeze 'blocks.*.atn.*'", tmp / "log") != 0);
     CHECK(slurp(tmp / "log").find("--freeze: 'blocks.*.atn.*' matches no parameter") != std::string::npos);
+}
+
+// --freeze-until: the frozen parameters join at that step, each with a first optimizer step of its
+// own (the optimizer file records the update counts that differ from its step count).
+TEST_CASE("train_lm --freeze-until: frozen parameters train from that step, with their own update counts", "[apps]") {
+    test::TempDir tmp;
+    write_tiny_text(tmp / "text", 100);
+    std::string base = "--dataset text --data-dir " + (tmp / "text") +
+                       " --model transformer --dim 16 --depth 2 --heads 2 --untied --seq-len 8 --batch-size 4"
+                       " --epochs 1 --threads 1 --train-only 'blocks.1.*' --out ";
+    REQUIRE(run_app("train_lm", base + (tmp / "staged") + " --max-steps 5 --freeze-until 2", tmp / "log") == 0);
+    std::string log = slurp(tmp / "log");
+    CHECK(log.find("the rest keep their values for the first 2 steps") != std::string::npos);
+    CHECK(log.find("train_lm: step 3: --freeze-until 2: ") != std::string::npos);
+    REQUIRE(run_app("train_lm", base + (tmp / "two") + " --max-steps 2", tmp / "log") == 0);
+    std::map<std::string, std::string> meta;
+    engine::load_safetensors(tmp / "staged/last.optim.safetensors", &meta);
+    CHECK(meta.at("steps") == "5");
+    CHECK(meta.at("param_steps.blocks.0.attn.q.weight") == "3");
+    CHECK(meta.at("param_steps.tok_emb.weight") == "3");
+    CHECK(meta.count("param_steps.blocks.1.attn.q.weight") == 0);  // trained at every step
+    // The frozen part moved in steps 3-5: a run of the first two steps left it at its init.
+    auto staged = engine::load_safetensors(tmp / "staged/last.safetensors");
+    auto two = engine::load_safetensors(tmp / "two/last.safetensors");
+    CHECK(!same(staged.at("blocks.0.attn.q.weight"), two.at("blocks.0.attn.q.weight")));
+    CHECK(run_app("train_lm", "--dataset text --data-dir " + (tmp / "text") + " --max-steps 2 --freeze-until 1",
+                  tmp / "log") != 0);
+    CHECK(slurp(tmp / "log").find("--freeze-until 1: there is nothing to unfreeze") != std::string::npos);
 }
 
 // --init-from: a second run starts from the first run's weights (and trains only one LayerNorm bias

@@ -1,5 +1,5 @@
 // tests/test_freeze.cpp: apps/common/freeze.h, which parameters --train-only and --freeze leave
-// trainable, and the errors for a pattern that matches nothing.
+// trainable, the errors for a pattern that matches nothing, and --freeze-until's unfreezing.
 #include <catch2/catch.hpp>
 
 #include "apps/common/freeze.h"
@@ -102,4 +102,47 @@ TEST_CASE("select_trained: a model's own frozen parameters (ConvMixer's spatial 
     CHECK(!cm.parameter("blocks.0.spatial.weight").requires_grad());
     CHECK(!cm.parameter("head.weight").requires_grad());
     CHECK(cm.parameter("blocks.0.pointwise.weight").requires_grad());
+}
+
+TEST_CASE("apply_freeze_flags --freeze-until: the frozen parameters train again at that step", "[apps]") {
+    nn::ConvMixerConfig c;
+    c.dim = 8;
+    c.depth = 2;
+    c.kernel = 3;
+    c.patch = 2;
+    c.num_classes = 10;
+    c.freeze_spatial = true;
+    nn::ConvMixer cm(c);
+    auto all_trained = trained_names(cm);
+    apps::FreezeFlags flags;
+    flags.freeze = "blocks.0.*";
+    SECTION("without --freeze-until nothing is handed back: frozen for the whole run") {
+        apps::FrozenByFlags frozen = apps::apply_freeze_flags(cm, flags, "test");
+        CHECK(frozen.tensors.empty());
+        frozen.unfreeze_when_due(1000, "test");
+        CHECK(!cm.parameter("blocks.0.pointwise.weight").requires_grad());
+    }
+    SECTION("with it, the flags' frozen tensors (not ConvMixer's own) train from that step") {
+        flags.until = 3;
+        apps::FrozenByFlags frozen = apps::apply_freeze_flags(cm, flags, "test");
+        CHECK(frozen.tensors.size() == all_trained.size() - trained_names(cm).size());
+        CHECK(frozen.values == 2 * 8 + (8 * 8 + 8) + 2 * 8);  // bn1, the pointwise conv, bn2
+        frozen.unfreeze_when_due(2, "test");  // two steps taken: the third is still frozen
+        CHECK(!cm.parameter("blocks.0.pointwise.weight").requires_grad());
+        frozen.unfreeze_when_due(3, "test");
+        CHECK(trained_names(cm) == all_trained);
+        CHECK(!cm.parameter("blocks.0.spatial.weight").requires_grad());  // --freeze-spatial's stays
+        CHECK(frozen.tensors.empty());
+    }
+    SECTION("a run resumed past the step unfreezes before its first step") {
+        flags.until = 3;
+        apps::FrozenByFlags frozen = apps::apply_freeze_flags(cm, flags, "test");
+        frozen.unfreeze_when_due(10, "test");
+        CHECK(trained_names(cm) == all_trained);
+    }
+    SECTION("--freeze-until without a pattern is refused") {
+        apps::FreezeFlags none;
+        none.until = 5;
+        CHECK_THROWS_WITH(apps::apply_freeze_flags(cm, none, "test"), Catch::Contains("--freeze-until 5: there is nothing to unfreeze"));
+    }
 }

@@ -301,6 +301,7 @@ TEST_CASE("checkpoints: round trip, optimizer state, mismatches named", "[models
     Tensor images = Tensor::normal({2, 3, 8, 8});
     Tensor labels = Tensor::from_vector(std::vector<int32_t>{0, 1}, {2});
     cross_entropy(a.forward(images), labels).backward();
+    a.parameter("head.bias").zero_grad();  // not updated: its own count stays 0
     opt.step();
     save_checkpoint(prefix, a, &opt, {{"epoch", "3"}});
     CHECK(fs::exists(prefix + ".safetensors"));
@@ -314,6 +315,12 @@ TEST_CASE("checkpoints: round trip, optimizer state, mismatches named", "[models
     CHECK(meta["epoch"] == "3");
     CHECK(opt_b.steps == 1);
     CHECK(opt_b.lr == Approx(1e-3f));
+    CHECK(opt_b.param_steps("head.weight") == 1);
+    CHECK(opt_b.param_steps("head.bias") == 0);
+    opt_b.restore_param_steps({});  // a file from before per-parameter counts: every count is `steps`
+    CHECK(opt_b.param_steps("head.bias") == 1);
+    CHECK_THROWS_WITH(opt_b.restore_param_steps({{"head.bias2", 0}}), Catch::Contains("head.bias2"));
+    CHECK_THROWS_WITH(opt_b.restore_param_steps({{"head.bias", 2}}), Catch::Contains("head.bias has taken 2 updates in 1 steps"));
     for (auto& p : a.named_parameters()) CHECK(test::max_abs_diff(*p.tensor, b.parameter(p.name)) == 0.f);
     CHECK(test::max_abs_diff(*opt.state()["head.weight.exp_avg"], *opt_b.state()["head.weight.exp_avg"]) == 0.f);
 

@@ -3,10 +3,14 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <functional>
+#include <map>
+#include <memory>
 #include "engine/error.h"
 #include "engine/ops.h"
 #include "nn/optim.h"
 #include "nn/transformer.h"
+#include "tests/golden_helpers.h"
 #include "tests/helpers.h"
 
 using namespace engine;
@@ -197,6 +201,42 @@ TEST_CASE("optimizers match torch.optim's update rules", "[nn][optim]") {
     set_grad(r, 1.f, 1.f);
     nest.step();  // buf = 1, step uses g + 0.9·buf = 1.9
     CHECK(r.at({0}) == Approx(1.f - 0.19f));
+}
+
+// tools/golden.py's optimizers(): six steps over a, b (group 1, weight decay 0.1) and c (group 2,
+// none), where b has no gradient at steps 1-3 (frozen until then) and c none at step 5. torch.optim
+// counts each parameter's updates, so b's step 4 is a first step (Adam's bias correction of a
+// fresh start, SGD's buffer set to the gradient), and c's step 6 its fifth.
+TEST_CASE("golden: optimizers count each parameter's updates as torch.optim does", "[nn][optim][golden]") {
+    golden::File file("optim_late_start");
+    const std::vector<std::string> names = {"a", "b", "c"};
+    std::map<std::string, std::function<std::unique_ptr<Optimizer>(std::vector<ParamGroup>)>> makers = {
+        {"adamw", [](auto g) { return std::make_unique<Adam>(g, 1e-2f, 0.9f, 0.999f, 1e-8f, true); }},
+        {"adam_l2", [](auto g) { return std::make_unique<Adam>(g, 1e-2f, 0.8f, 0.99f, 1e-3f, false); }},
+        {"sgd_momentum", [](auto g) { return std::make_unique<SGD>(g, 0.1f, 0.9f, false); }},
+        {"sgd_nesterov", [](auto g) { return std::make_unique<SGD>(g, 0.1f, 0.9f, true); }},
+    };
+    for (auto& [opt_name, make] : makers) {
+        INFO(opt_name);
+        std::map<std::string, Tensor> p;
+        for (auto& n : names) p[n] = file.tensor("init." + n).clone().requires_grad_();
+        auto opt = make({{{{"a", &p["a"]}, {"b", &p["b"]}}, 0.1f, 1.f}, {{{"c", &p["c"]}}, 0.f, 1.f}});
+        for (int s = 1; s <= 6; s++) {
+            for (auto& n : names) {
+                std::string key = "grad." + std::to_string(s) + "." + n;
+                if (file.has(key)) p[n].set_grad(file.tensor(key).clone());
+                else p[n].zero_grad();
+            }
+            opt->step();
+            if (s == 3) CHECK(opt->param_steps("b") == 0);
+        }
+        CHECK(opt->steps == 6);
+        CHECK(opt->param_steps("a") == 6);
+        CHECK(opt->param_steps("b") == 3);
+        CHECK(opt->param_steps("c") == 5);
+        CHECK(opt->param_steps_unlike_steps() == std::map<std::string, int64_t>{{"b", 3}, {"c", 5}});
+        for (auto& n : names) file.compare(opt_name + "." + n, p[n], {1e-6f, 1e-5f});
+    }
 }
 
 TEST_CASE("gradient clipping and schedules", "[nn][optim]") {

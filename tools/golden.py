@@ -290,6 +290,38 @@ def transformer_block():
     c.finish(h + lin("mlp.fc2", F.gelu(lin("mlp.fc1", m))))
 
 
+def optimizers():
+    """torch.optim's steps when a parameter has no gradient at some steps: each parameter counts its
+    own updates (state["step"]), so one that starts late takes a first step. Three tensors in two
+    groups: a is updated at every step, b only from step 4 on (frozen before), c at every step but
+    the fifth. For each optimizer, the tensors after the 6 steps."""
+    gen = torch.Generator().manual_seed(zlib.crc32(b"optim_late_start"))
+    shapes = {"a": (3,), "b": (2, 3), "c": (4,)}
+    has_grad = {"a": lambda s: True, "b": lambda s: s >= 4, "c": lambda s: s != 5}
+    init = {n: torch.randn(sh, generator=gen) for n, sh in shapes.items()}
+    grads = {(s, n): torch.randn(sh, generator=gen) for s in range(1, 7) for n, sh in shapes.items() if has_grad[n](s)}
+    tensors = {f"init.{n}": t for n, t in init.items()}
+    tensors.update({f"grad.{s}.{n}": g for (s, n), g in grads.items()})
+    makers = {
+        "adamw": lambda g: torch.optim.AdamW(g, lr=1e-2, betas=(0.9, 0.999), eps=1e-8, foreach=False),
+        "adam_l2": lambda g: torch.optim.Adam(g, lr=1e-2, betas=(0.8, 0.99), eps=1e-3, foreach=False),
+        "sgd_momentum": lambda g: torch.optim.SGD(g, lr=0.1, momentum=0.9, foreach=False),
+        "sgd_nesterov": lambda g: torch.optim.SGD(g, lr=0.1, momentum=0.9, nesterov=True, foreach=False),
+    }
+    for name, make in makers.items():
+        p = {n: t.clone().requires_grad_() for n, t in init.items()}
+        opt = make([{"params": [p["a"], p["b"]], "weight_decay": 0.1}, {"params": [p["c"]], "weight_decay": 0.0}])
+        for s in range(1, 7):
+            for n in p:
+                p[n].grad = grads[(s, n)].clone() if (s, n) in grads else None
+            opt.step()
+        tensors.update({f"{name}.{n}": t.detach().clone() for n, t in p.items()})
+    meta = {"op": "torch.optim AdamW, Adam, SGD (momentum, Nesterov) over 6 steps; b has no gradient at steps 1-3, "
+                  "c none at step 5; groups [a, b] wd 0.1 and [c] wd 0",
+            "torch": torch.__version__, "generated_by": "tools/golden.py"}
+    write_safetensors(OUT_DIR / "optim_late_start.safetensors", tensors, meta)
+
+
 def main():
     torch.set_num_threads(1)  # one summation order, whatever the machine
     OUT_DIR.mkdir(parents=True, exist_ok=True)
@@ -302,6 +334,7 @@ def main():
     nn_ops()
     conv()
     transformer_block()
+    optimizers()
     files = sorted(OUT_DIR.glob("*.safetensors"))
     total = sum(f.stat().st_size for f in files)
     print(f"wrote {len(files)} files, {total / 1024:.1f} KiB, to {OUT_DIR}")

@@ -2,7 +2,9 @@
 #include "apps/common/freeze.h"
 #include <fnmatch.h>
 #include <cstdio>
+#include <fmt/format.h>
 #include "engine/error.h"
+#include "engine/tensor.h"
 #include "nn/module.h"
 
 namespace apps {
@@ -55,21 +57,50 @@ FreezeSummary select_trained(nn::Module& model, const std::string& train_only, c
     return s;
 }
 
-void add_freeze_flags(CLI::App& app, std::string& train_only, std::string& freeze) {
-    app.add_option("--train-only", train_only,
+void add_freeze_flags(CLI::App& app, FreezeFlags& flags) {
+    app.add_option("--train-only", flags.train_only,
                    "update only the parameters matching these comma-separated globs (e.g. 'blocks.*.attn.v.*,tok_emb.*'); "
                    "the others keep their init");
-    app.add_option("--freeze", freeze, "do not update the parameters matching these comma-separated globs "
-                                       "(e.g. '*.bias,*norm*')");
+    app.add_option("--freeze", flags.freeze, "do not update the parameters matching these comma-separated globs "
+                                             "(e.g. '*.bias,*norm*')");
+    app.add_option("--freeze-until", flags.until,
+                   "with --train-only/--freeze: train the parameters they froze from this step on (each starting "
+                   "its optimizer state afresh; no CUDA graph); 0: never")
+        ->capture_default_str()
+        ->check(CLI::NonNegativeNumber);
 }
 
-void apply_freeze_flags(nn::Module& model, const std::string& train_only, const std::string& freeze,
-                        const char* app_name) {
-    if (train_only.empty() && freeze.empty()) return;
-    FreezeSummary s = select_trained(model, train_only, freeze);
-    std::printf("%s: training %lld of %lld parameter tensors (%lld of %lld values); the rest keep their values\n",
+FrozenByFlags apply_freeze_flags(nn::Module& model, const FreezeFlags& flags, const char* app_name) {
+    FrozenByFlags frozen;
+    if (flags.train_only.empty() && flags.freeze.empty()) {
+        engine::check(flags.until == 0, "--freeze-until {}: there is nothing to unfreeze without --train-only or --freeze",
+                      flags.until);
+        return frozen;
+    }
+    std::vector<engine::Tensor*> trainable;  // before the flags (ConvMixer's frozen filters are not)
+    for (auto& p : model.named_parameters())
+        if (p.tensor->requires_grad()) trainable.push_back(p.tensor);
+    FreezeSummary s = select_trained(model, flags.train_only, flags.freeze);
+    std::string how_long = flags.until > 0 ? fmt::format(" for the first {} steps", flags.until) : "";
+    std::printf("%s: training %lld of %lld parameter tensors (%lld of %lld values); the rest keep their values%s\n",
                 app_name, (long long)s.trained_tensors, (long long)(s.trained_tensors + s.frozen_tensors),
-                (long long)s.trained_values, (long long)(s.trained_values + s.frozen_values));
+                (long long)s.trained_values, (long long)(s.trained_values + s.frozen_values), how_long.c_str());
+    if (flags.until == 0) return frozen;
+    frozen.until = flags.until;
+    for (engine::Tensor* t : trainable)
+        if (!t->requires_grad()) {
+            frozen.tensors.push_back(t);
+            frozen.values += t->numel();
+        }
+    return frozen;
+}
+
+void FrozenByFlags::unfreeze_when_due(int64_t steps_taken, const char* app_name) {
+    if (tensors.empty() || steps_taken < until) return;
+    for (engine::Tensor* t : tensors) t->requires_grad_(true);
+    std::printf("%s: step %lld: --freeze-until %lld: %zu more parameter tensors (%lld values) train from here\n",
+                app_name, (long long)steps_taken + 1, (long long)until, tensors.size(), (long long)values);
+    tensors.clear();
 }
 
 }  // namespace apps

@@ -209,3 +209,33 @@ TEST_CASE("graph step: a step that reads the loss on the host cannot be captured
     step.run();  // eager: fine
     REQUIRE_THROWS_WITH(step.run(), Catch::Matchers::Contains("cannot be captured") && Catch::Matchers::Contains("copy to host"));
 }
+
+// A captured step updates every parameter with one set of Adam scalars, so parameters whose
+// update counts differ (one frozen for an earlier step) are refused, naming both, instead of
+// taking the wrong bias corrections.
+TEST_CASE("graph step: parameters with different update counts are refused, naming them", "[cuda][graph]") {
+    engine::manual_seed(3);
+    nn::LMConfig l;
+    l.vocab = 11;
+    l.dim = 16;
+    l.depth = 1;
+    l.heads = 2;
+    l.max_len = 16;
+    l.tie_weights = false;
+    nn::TransformerLM lm(l);
+    lm.to(Device::CUDA);
+    nn::Adam opt(nn::param_groups(lm, 0.f), 1e-3f);
+    Tensor x = random_ids({2, 7}, 11, 1).to(Device::CUDA), y = random_ids({2, 7}, 11, 2).to(Device::CUDA);
+    auto loss = [&] { return engine::cross_entropy(lm.forward(x), y); };
+    lm.parameter("head.weight").requires_grad_(false);  // the first step leaves it out
+    opt.zero_grad();
+    loss().backward();
+    opt.step();
+    lm.parameter("head.weight").requires_grad_(true);
+    CHECK(opt.param_steps("head.weight") == 0);
+    CHECK(opt.param_steps("tok_emb.weight") == 1);
+    nn::GraphStep step(opt, loss);
+    step.run();  // the eager warm-up: counts 2 and 1
+    CHECK_THROWS_WITH(step.run(), Catch::Contains("has taken 2 updates and head.weight 1") &&
+                                      Catch::Contains("--cuda-graph off"));
+}
