@@ -64,8 +64,7 @@ static void load_named(const std::string& path, const std::map<std::string, Tens
     }
 }
 
-// The optimizer file's metadata holds, beside "steps", "param_steps.<name>" for every parameter
-// whose own update count differs (Optimizer::param_steps).
+// Optimizer::param_steps that differ from "steps", in the optimizer file's metadata.
 static const std::string kParamStepsKey = "param_steps.";
 
 void save_checkpoint(const std::string& prefix, const Module& model, Optimizer* opt, const Metadata& metadata) {

@@ -2,8 +2,9 @@
 //
 // `save_checkpoint(prefix, ...)` writes two files, each atomically (temp file + rename):
 //   prefix.safetensors        every parameter and buffer under its dotted name (PyTorch-readable)
-//   prefix.optim.safetensors  the optimizer state ("<param>.exp_avg", ...), with the step count
-//                             and the learning rate in the metadata
+//   prefix.optim.safetensors  the optimizer state ("<param>.exp_avg", ...), with the step count,
+//                             the learning rate and each parameter's own update count where it
+//                             differs ("param_steps.<param>") in the metadata
 // Loading checks names, shapes and dtypes against the model and lists every difference.
 #pragma once
 #include <map>
