@@ -142,7 +142,7 @@ TEST_CASE("train_vit: a short run learns and writes its outputs", "[apps]") {
 
 // The same flags in train_vit: the patch embedding frozen in one run stays at the init that a run
 // training only the head keeps too, while the blocks of the first run move.
-TEST_CASE("train_vit --freeze / --train-only / --init-from: frozen weights keep their values", "[apps]") {
+TEST_CASE("train_vit --freeze / --train-only / --freeze-until / --init-from: frozen weights keep their values", "[apps]") {
     test::TempDir tmp;
     test::write_tiny_cifar10(tmp / "cifar", 4, 1);
     std::string base = std::string(kTinyVit) + " --data-dir " + (tmp / "cifar") + " --epochs 1 --out ";
@@ -154,6 +154,11 @@ TEST_CASE("train_vit --freeze / --train-only / --init-from: frozen weights keep 
     CHECK(same(frozen.at("patch_embed.weight"), head.at("patch_embed.weight")));
     CHECK(same(frozen.at("patch_embed.bias"), head.at("patch_embed.bias")));
     CHECK(!same(frozen.at("blocks.0.attn.q.weight"), head.at("blocks.0.attn.q.weight")));
+    // --freeze-until 1: the patch embedding joins at the second (last) step, and moves.
+    REQUIRE(run_app("train_vit", base + (tmp / "staged") + " --freeze 'patch_embed.*' --freeze-until 1", tmp / "log") == 0);
+    CHECK(slurp(tmp / "log").find("train_vit: step 2: --freeze-until 1: 2 more parameter tensors") != std::string::npos);
+    auto staged = engine::load_safetensors(tmp / "staged/last.safetensors");
+    CHECK(!same(staged.at("patch_embed.weight"), frozen.at("patch_embed.weight")));
     // --init-from: another seed's run that starts from the first run's weights and trains only the
     // head ends with every other tensor as the first run left it.
     REQUIRE(run_app("train_vit", base + (tmp / "from") + " --seed 9 --train-only 'head.*' --init-from " +
