@@ -27,6 +27,18 @@ nn::LMConfig tiny_lm() {
     return c;
 }
 
+// --freeze-spatial: the model freezes its own spatial filters.
+nn::ConvMixerConfig tiny_convmixer_frozen_spatial() {
+    nn::ConvMixerConfig c;
+    c.dim = 8;
+    c.depth = 2;
+    c.kernel = 3;
+    c.patch = 2;
+    c.num_classes = 10;
+    c.freeze_spatial = true;
+    return c;
+}
+
 }  // namespace
 
 TEST_CASE("split_patterns: comma-separated globs; an empty item is refused", "[apps]") {
@@ -90,14 +102,7 @@ TEST_CASE("select_trained: a pattern that matches nothing, and nothing left to t
 }
 
 TEST_CASE("select_trained: a model's own frozen parameters (ConvMixer's spatial filters) stay frozen", "[apps]") {
-    nn::ConvMixerConfig c;
-    c.dim = 8;
-    c.depth = 2;
-    c.kernel = 3;
-    c.patch = 2;
-    c.num_classes = 10;
-    c.freeze_spatial = true;
-    nn::ConvMixer cm(c);
+    nn::ConvMixer cm(tiny_convmixer_frozen_spatial());
     apps::select_trained(cm, "", "head.*");
     CHECK(!cm.parameter("blocks.0.spatial.weight").requires_grad());
     CHECK(!cm.parameter("head.weight").requires_grad());
@@ -105,14 +110,7 @@ TEST_CASE("select_trained: a model's own frozen parameters (ConvMixer's spatial 
 }
 
 TEST_CASE("apply_freeze_flags --freeze-until: the frozen parameters train again at that step", "[apps]") {
-    nn::ConvMixerConfig c;
-    c.dim = 8;
-    c.depth = 2;
-    c.kernel = 3;
-    c.patch = 2;
-    c.num_classes = 10;
-    c.freeze_spatial = true;
-    nn::ConvMixer cm(c);
+    nn::ConvMixer cm(tiny_convmixer_frozen_spatial());
     auto all_trained = trained_names(cm);
     apps::FreezeFlags flags;
     flags.freeze = "blocks.0.*";
