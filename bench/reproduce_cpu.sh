@@ -200,3 +200,28 @@ S=(./apps/train_lm --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --
 "${S[@]}" --seed 1 --min-lr 1e-3 --max-steps 50 --freeze 'blocks.?.*,blocks.1[01].*' --out runs/collapse/groups/stage1-upper50-s1
 "${S[@]}" --seed 1 --max-steps 100 --init-from runs/collapse/groups/stage1-upper50-s1/last.safetensors --out runs/collapse/groups/stage2-all100-s1
 "${S[@]}" --seed 1 --min-lr 1e-3 --max-steps 1 --init-from runs/collapse/groups/stage1-upper50-s1/last.safetensors --out runs/collapse/groups/stage2-all1-s1
+
+# Added 2026-11-27 (session 21): RESULTS.md section 3, "A staged start in one run (--freeze-until)".
+# Blocks 13-24 (and the embedding and head) from the first step, blocks 1-12 from step 51, in one run: the upper
+# blocks keep their AdamW state, and each lower-block parameter takes a first Adam step of its own at step 51.
+"${K[@]}" --init torch --max-steps 51 --freeze 'blocks.?.*,blocks.1[01].*' --freeze-until 50 --out runs/staged/u50-const-51
+"${K[@]}" --seed 1 --init torch --max-steps 51 --freeze 'blocks.?.*,blocks.1[01].*' --freeze-until 50 --out runs/staged/u50-const-51-s1
+"${P[@]}" --init torch --freeze 'blocks.?.*,blocks.1[01].*' --freeze-until 50 --out runs/staged/u50-150
+"${P[@]}" --seed 1 --init torch --freeze 'blocks.?.*,blocks.1[01].*' --freeze-until 50 --out runs/staged/u50-150-s1
+"${P[@]}" --init torch --freeze 'blocks.?.*,blocks.1[01].*' --freeze-until 10 --out runs/staged/u10-150
+"${P[@]}" --init torch --freeze 'blocks.?.*,blocks.1[01].*' --freeze-until 100 --out runs/staged/u100-150
+for r in runs/staged/*/; do "${C[@]}" --checkpoint $r/last.safetensors > $(basename $r).jsonl; done
+# Section 3's vit-init/ files rewritten with this session's inspect_init (grad_cos, grad_rank1; the rest unchanged):
+for i in attn-logits kaiming mimetic t-fixup timm+zero-attn timm torch xavier; do ./apps/inspect_init --dim 96 --depth 6 --heads 3 --patch 4 --batch 32 --data-dir ../shared/data/cifar10-jpeg --json --init $i > $i.jsonl; done
+./apps/inspect_init --dim 96 --depth 6 --heads 3 --patch 4 --batch 32 --data-dir ../shared/data/cifar10-jpeg --json --init timm --layerscale 0.1 > timm+layerscale0.1.jsonl
+
+# Added 2026-11-27 (session 21): RESULTS.md section 1, more seeds (V as in the session-19 lines above).
+for s in 1 2; do
+  "${V[@]}" --seed $s --init impulse5 --out runs/vit/impulse5-s$s
+  "${V[@]}" --seed $s --init mimetic --no-mimetic-qk --out runs/vit/mimetic-voonly-s$s
+  "${V[@]}" --seed $s --init mimetic --no-mimetic-vo --out runs/vit/mimetic-qkonly-s$s
+done
+for i in mimetic timm impulse3 torch; do "${V[@]}" --seed 2 --init $i --out runs/vit/$i-s2; done
+"${V[@]}" --seed 1 --init impulse3-closed --out runs/vit/impulse3-closed-s1
+"${V[@]}" --seed 1 --init mimetic --pos learned --out runs/vit/mimetic-learnedpe-s1
+"${V[@]}" --seed 1 --init impulse3-closed --closed-rcond 0.1 --out runs/vit/impulse3-closed-rcond0.1-s1
