@@ -74,7 +74,7 @@ struct Args {
     int64_t eval_every = 0;    // a validation evaluation every N steps inside an epoch; 0: at epoch ends only
     int64_t eval_tokens = 0;   // those mid-epoch evaluations read the first N validation tokens; 0: all
     apps::FreezeFlags freeze;  // --train-only, --freeze, --freeze-until (apps/common/freeze.h)
-    std::string init_from;           // a checkpoint whose weights replace the init's
+    std::string init_from;     // a checkpoint whose weights replace the init's
     int threads = 0, log_every = 50;
     int profile_steps = 0;  // --profile N
     std::string cuda_graph = "on";

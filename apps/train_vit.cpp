@@ -69,7 +69,7 @@ struct Args {
     int64_t train_subset = 0;
     std::string device = "auto", precision = "fp32", cuda_graph = "on";
     apps::FreezeFlags freeze;  // --train-only, --freeze, --freeze-until (apps/common/freeze.h)
-    std::string init_from;           // a checkpoint whose weights replace the init's
+    std::string init_from;     // a checkpoint whose weights replace the init's
     int threads = 0;
     int profile_steps = 0;  // --profile N
     uint64_t seed = 0;

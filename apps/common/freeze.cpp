@@ -64,8 +64,8 @@ void add_freeze_flags(CLI::App& app, FreezeFlags& flags) {
     app.add_option("--freeze", flags.freeze, "do not update the parameters matching these comma-separated globs "
                                              "(e.g. '*.bias,*norm*')");
     app.add_option("--freeze-until", flags.until,
-                   "with --train-only/--freeze: train the parameters they froze from this step on (each starting "
-                   "its optimizer state afresh; no CUDA graph); 0: never")
+                   "with --train-only/--freeze: after this many steps, train the parameters they froze too (each "
+                   "starting its optimizer state afresh; no CUDA graph); 0: never")
         ->capture_default_str()
         ->check(CLI::NonNegativeNumber);
 }
