@@ -208,9 +208,15 @@ S=(./apps/train_lm --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --
 "${K[@]}" --seed 1 --init torch --max-steps 51 --freeze 'blocks.?.*,blocks.1[01].*' --freeze-until 50 --out runs/staged/u50-const-51-s1
 "${P[@]}" --init torch --freeze 'blocks.?.*,blocks.1[01].*' --freeze-until 50 --out runs/staged/u50-150
 "${P[@]}" --seed 1 --init torch --freeze 'blocks.?.*,blocks.1[01].*' --freeze-until 50 --out runs/staged/u50-150-s1
-"${P[@]}" --init torch --freeze 'blocks.?.*,blocks.1[01].*' --freeze-until 10 --out runs/staged/u10-150
-"${P[@]}" --init torch --freeze 'blocks.?.*,blocks.1[01].*' --freeze-until 100 --out runs/staged/u100-150
-for r in runs/staged/*/; do "${C[@]}" --checkpoint $r/last.safetensors > $(basename $r).jsonl; done
+for k in 1 3 4 5 7 10 100; do "${P[@]}" --init torch --freeze 'blocks.?.*,blocks.1[01].*' --freeze-until $k --out runs/staged/u$k-150; done
+for k in 3 5 10; do "${P[@]}" --seed 1 --init torch --freeze 'blocks.?.*,blocks.1[01].*' --freeze-until $k --out runs/staged/u$k-150-s1; done
+# Where joining after 3 and after 5 steps part (constant rate), and the upper-only run evaluated after every step:
+"${K[@]}" --init torch --max-steps 3 --freeze 'blocks.?.*,blocks.1[01].*' --out runs/staged/upper-const-3
+"${K[@]}" --init torch --max-steps 5 --freeze 'blocks.?.*,blocks.1[01].*' --out runs/staged/upper-const-5
+for k in 4 10; do "${K[@]}" --init torch --max-steps $k --freeze 'blocks.?.*,blocks.1[01].*' --freeze-until 3 --out runs/staged/u3-const-$k; done
+for k in 6 10; do "${K[@]}" --init torch --max-steps $k --freeze 'blocks.?.*,blocks.1[01].*' --freeze-until 5 --out runs/staged/u5-const-$k; done
+./apps/train_lm --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --lr 1e-3 --min-lr 1e-3 --log-every 1 --untied --model transformer --post-norm --heads 4 --depth 24 --init torch --max-steps 12 --freeze 'blocks.?.*,blocks.1[01].*' --eval-every 1 --eval-tokens 4096 --out runs/staged/upper-const-12-evals
+for r in runs/staged/*const-[0-9]*/ runs/staged/u50-150*/ runs/staged/u10-150/ runs/staged/u100-150/; do "${C[@]}" --checkpoint $r/last.safetensors > $(basename $r).jsonl; done
 # Section 3's vit-init/ files rewritten with this session's inspect_init (grad_cos, grad_rank1; the rest unchanged):
 for i in attn-logits kaiming mimetic t-fixup timm+zero-attn timm torch xavier; do ./apps/inspect_init --dim 96 --depth 6 --heads 3 --patch 4 --batch 32 --data-dir ../shared/data/cifar10-jpeg --json --init $i > $i.jsonl; done
 ./apps/inspect_init --dim 96 --depth 6 --heads 3 --patch 4 --batch 32 --data-dir ../shared/data/cifar10-jpeg --json --init timm --layerscale 0.1 > timm+layerscale0.1.jsonl
