@@ -276,6 +276,14 @@ void write_tiny_text(const std::string& dir, int train_lines) {
     test::write_file(dir + "/test.txt", lines(40, 2000));
 }
 
+// Writes a 100-line corpus into `dir` and returns the train_lm flags of a tiny untied transformer
+// (16 wide unless `dim` says otherwise) trained on it, one epoch on one thread, for the flag tests.
+std::string tiny_lm_flags(const std::string& dir, int dim = 16) {
+    write_tiny_text(dir, 100);
+    return "--dataset text --data-dir " + dir + " --model transformer --dim " + std::to_string(dim) +
+           " --depth 2 --heads 2 --untied --seq-len 8 --batch-size 4 --epochs 1 --threads 1";
+}
+
 // The evaluation lines, without their wall-clock field (elapsed_s differs from run to run).
 std::vector<nlohmann::json> eval_lines(const std::string& metrics) {
     std::vector<nlohmann::json> out;
@@ -380,11 +388,7 @@ TEST_CASE("train_lm: --train-tokens trains on the first N tokens of the training
 
 TEST_CASE("train_lm --head-bias: the output layer gets a bias, saved, and inspect_init loads it", "[apps]") {
     test::TempDir tmp;
-    write_tiny_text(tmp / "text", 100);
-    std::string model = " --model transformer --dim 16 --depth 2 --heads 2 --untied --seq-len 8";
-    REQUIRE(run_app("train_lm", "--dataset text --data-dir " + (tmp / "text") + model +
-                                    " --batch-size 4 --epochs 1 --threads 1 --head-bias --out " + (tmp / "run"),
-                    tmp / "log") == 0);
+    REQUIRE(run_app("train_lm", tiny_lm_flags(tmp / "text") + " --head-bias --out " + (tmp / "run"), tmp / "log") == 0);
     auto tensors = engine::load_safetensors(tmp / "run/last.safetensors");
     REQUIRE(tensors.count("head.bias") == 1);
     CHECK(tensors.at("head.bias").numel() == tensors.at("head.weight").size(0));  // one per word
@@ -401,10 +405,7 @@ TEST_CASE("train_lm --head-bias: the output layer gets a bias, saved, and inspec
 // tensor at its init, so the other two can be compared against it tensor by tensor.
 TEST_CASE("train_lm --train-only / --freeze: frozen parameters keep their init, trained ones move", "[apps]") {
     test::TempDir tmp;
-    write_tiny_text(tmp / "text", 100);
-    std::string base = "--dataset text --data-dir " + (tmp / "text") +
-                       " --model transformer --dim 16 --depth 2 --heads 2 --untied --seq-len 8 --batch-size 4"
-                       " --epochs 1 --max-steps 3 --threads 1 --out ";
+    std::string base = tiny_lm_flags(tmp / "text") + " --max-steps 3 --out ";
     REQUIRE(run_app("train_lm", base + (tmp / "v") + " --train-only 'blocks.*.attn.v.*'", tmp / "log") == 0);
     CHECK(slurp(tmp / "log").find("train_lm: training 4 of ") != std::string::npos);  // 2 blocks × (weight, bias)
     REQUIRE(run_app("train_lm", base + (tmp / "not-v") + " --freeze 'blocks.*.attn.v.*'", tmp / "log") == 0);
@@ -432,10 +433,7 @@ TEST_CASE("train_lm --train-only / --freeze: frozen parameters keep their init, 
 // own (the optimizer file records the update counts that differ from its step count).
 TEST_CASE("train_lm --freeze-until: frozen parameters train from that step, with their own update counts", "[apps]") {
     test::TempDir tmp;
-    write_tiny_text(tmp / "text", 100);
-    std::string base = "--dataset text --data-dir " + (tmp / "text") +
-                       " --model transformer --dim 16 --depth 2 --heads 2 --untied --seq-len 8 --batch-size 4"
-                       " --epochs 1 --threads 1 --train-only 'blocks.1.*' --out ";
+    std::string base = tiny_lm_flags(tmp / "text") + " --train-only 'blocks.1.*' --out ";
     REQUIRE(run_app("train_lm", base + (tmp / "staged") + " --max-steps 5 --freeze-until 2", tmp / "log") == 0);
     std::string log = slurp(tmp / "log");
     CHECK(log.find("the rest keep their values for the first 2 steps") != std::string::npos);
@@ -461,12 +459,9 @@ TEST_CASE("train_lm --freeze-until: frozen parameters train from that step, with
 // model shape is refused, naming the flag.
 TEST_CASE("train_lm --init-from: a run starts from another run's weights", "[apps]") {
     test::TempDir tmp;
-    write_tiny_text(tmp / "text", 100);
-    std::string base = "--dataset text --data-dir " + (tmp / "text") +
-                       " --model transformer --depth 2 --heads 2 --untied --seq-len 8 --batch-size 4"
-                       " --epochs 1 --max-steps 3 --threads 1";
-    REQUIRE(run_app("train_lm", base + " --dim 16 --out " + (tmp / "first"), tmp / "log") == 0);
-    REQUIRE(run_app("train_lm", base + " --dim 16 --seed 7 --train-only blocks.0.norm1.bias --init-from " +
+    std::string base = tiny_lm_flags(tmp / "text") + " --max-steps 3";
+    REQUIRE(run_app("train_lm", base + " --out " + (tmp / "first"), tmp / "log") == 0);
+    REQUIRE(run_app("train_lm", base + " --seed 7 --train-only blocks.0.norm1.bias --init-from " +
                                     (tmp / "first/last.safetensors") + " --out " + (tmp / "second"),
                     tmp / "log") == 0);
     CHECK(slurp(tmp / "log").find("init: weights replaced by the checkpoint") != std::string::npos);
@@ -479,7 +474,8 @@ TEST_CASE("train_lm --init-from: a run starts from another run's weights", "[app
         checked++;
     }
     CHECK(checked > 20);
-    CHECK(run_app("train_lm", base + " --dim 32 --init-from " + (tmp / "first/last.safetensors"), tmp / "log") != 0);
+    CHECK(run_app("train_lm", tiny_lm_flags(tmp / "text", 32) + " --max-steps 3 --init-from " + (tmp / "first/last.safetensors"),
+                  tmp / "log") != 0);
     CHECK(slurp(tmp / "log").find("--init-from " + (tmp / "first/last.safetensors")) != std::string::npos);
 }
 
