@@ -210,6 +210,8 @@ S=(./apps/train_lm --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --
 "${P[@]}" --seed 1 --init torch --freeze 'blocks.?.*,blocks.1[01].*' --freeze-until 50 --out runs/staged/u50-150-s1
 for k in 1 3 4 5 7 10 100; do "${P[@]}" --init torch --freeze 'blocks.?.*,blocks.1[01].*' --freeze-until $k --out runs/staged/u$k-150; done
 for k in 3 4 5 10; do "${P[@]}" --seed 1 --init torch --freeze 'blocks.?.*,blocks.1[01].*' --freeze-until $k --out runs/staged/u$k-150-s1; done
+for k in 3 4 5 10 50; do "${P[@]}" --seed 2 --init torch --freeze 'blocks.?.*,blocks.1[01].*' --freeze-until $k --out runs/staged/u$k-150-s2; done
+"${P[@]}" --seed 2 --init torch --out runs/staged/u0-150-s2   # the probe itself, seed 2
 "${P[@]}" --seed 1 --init torch --warmup-steps 100 --out runs/staged/warmup100-s1   # seed 0's is probe-postln24-warmup100 (1 thread)
 # Where joining after 3 and after 5 steps part (constant rate), and the upper-only run evaluated after every step:
 "${K[@]}" --init torch --max-steps 3 --freeze 'blocks.?.*,blocks.1[01].*' --out runs/staged/upper-const-3
