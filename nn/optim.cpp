@@ -40,11 +40,17 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups, float lr) : lr(lr), groups_
     for (auto& g : groups_) param_steps_.emplace_back(g.params.size(), 0);
 }
 
-int64_t Optimizer::param_steps(const std::string& name) const {
+std::pair<size_t, size_t> Optimizer::find_param(const std::string& name) const {
     for (size_t g = 0; g < groups_.size(); g++)
         for (size_t i = 0; i < groups_[g].params.size(); i++)
-            if (groups_[g].params[i].name == name) return param_steps_[g][i];
-    fail("optimizer: no parameter {}", name);
+            if (groups_[g].params[i].name == name) return {g, i};
+    return {groups_.size(), 0};
+}
+
+int64_t Optimizer::param_steps(const std::string& name) const {
+    auto [g, i] = find_param(name);
+    check(g < groups_.size(), "optimizer: no parameter {}", name);
+    return param_steps_[g][i];
 }
 
 std::map<std::string, int64_t> Optimizer::param_steps_unlike_steps() const {
@@ -56,17 +62,12 @@ std::map<std::string, int64_t> Optimizer::param_steps_unlike_steps() const {
 }
 
 void Optimizer::restore_param_steps(const std::map<std::string, int64_t>& counts) {
-    std::map<std::string, int64_t*> by_name;
-    for (size_t g = 0; g < groups_.size(); g++)
-        for (size_t i = 0; i < groups_[g].params.size(); i++) {
-            param_steps_[g][i] = steps;
-            by_name[groups_[g].params[i].name] = &param_steps_[g][i];
-        }
+    for (auto& group : param_steps_) std::fill(group.begin(), group.end(), steps);
     for (auto& [name, n] : counts) {
-        auto it = by_name.find(name);
-        check(it != by_name.end(), "optimizer state: a step count for {}, which this optimizer does not update", name);
+        auto [g, i] = find_param(name);
+        check(g < groups_.size(), "optimizer state: a step count for {}, which this optimizer does not update", name);
         check(n >= 0 && n <= steps, "optimizer state: {} has taken {} updates in {} steps", name, n, steps);
-        *it->second = n;
+        param_steps_[g][i] = n;
     }
 }
 

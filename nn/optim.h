@@ -7,6 +7,7 @@
 #include <cmath>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 #include "nn/module.h"
 
@@ -62,6 +63,8 @@ protected:
     // Advances the count of every parameter that has a gradient. A captured step has one set of
     // scalars, so they must all have taken the same number of updates; returns it, after.
     int64_t advance_param_steps_uniformly(const char* opt);
+    // (group, index) of the parameter called `name`; the group is groups_.size() when there is none.
+    std::pair<size_t, size_t> find_param(const std::string& name) const;
 
     std::vector<ParamGroup> groups_;
     std::vector<std::vector<int64_t>> param_steps_;  // per group, per parameter

@@ -103,7 +103,9 @@ TEST_CASE("select_trained: a pattern that matches nothing, and nothing left to t
 
 TEST_CASE("select_trained: a model's own frozen parameters (ConvMixer's spatial filters) stay frozen", "[apps]") {
     nn::ConvMixer cm(tiny_convmixer_frozen_spatial());
-    apps::select_trained(cm, "", "head.*");
+    auto s = apps::select_trained(cm, "", "head.*");
+    // Only what the flags turned off is theirs to hand back (--freeze-until): the head's two tensors.
+    CHECK(s.frozen_by_flags == std::vector<engine::Tensor*>{&cm.parameter("head.weight"), &cm.parameter("head.bias")});
     CHECK(!cm.parameter("blocks.0.spatial.weight").requires_grad());
     CHECK(!cm.parameter("head.weight").requires_grad());
     CHECK(cm.parameter("blocks.0.pointwise.weight").requires_grad());
@@ -124,7 +126,9 @@ TEST_CASE("apply_freeze_flags --freeze-until: the frozen parameters train again 
         flags.until = 3;
         apps::FrozenByFlags frozen = apps::apply_freeze_flags(cm, flags, "test");
         CHECK(frozen.tensors.size() == all_trained.size() - trained_names(cm).size());
-        CHECK(frozen.values == 2 * 8 + (8 * 8 + 8) + 2 * 8);  // bn1, the pointwise conv, bn2
+        int64_t values = 0;
+        for (engine::Tensor* t : frozen.tensors) values += t->numel();
+        CHECK(values == 2 * 8 + (8 * 8 + 8) + 2 * 8);  // bn1, the pointwise conv, bn2
         frozen.unfreeze_when_due(2, "test");  // two steps taken: the third is still frozen
         CHECK(!cm.parameter("blocks.0.pointwise.weight").requires_grad());
         frozen.unfreeze_when_due(3, "test");

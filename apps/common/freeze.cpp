@@ -47,6 +47,7 @@ FreezeSummary select_trained(nn::Module& model, const std::string& train_only, c
         bool trained = keep.empty();
         for (const auto& pat : keep) trained = trained || matches(pat, p.name);
         for (const auto& pat : drop) trained = trained && !matches(pat, p.name);
+        if (p.tensor->requires_grad() && !trained) s.frozen_by_flags.push_back(p.tensor);
         trained = trained && p.tensor->requires_grad();  // a model's own freezing (ConvMixer's) stays
         p.tensor->requires_grad_(trained);
         (trained ? s.trained_tensors : s.frozen_tensors)++;
@@ -77,9 +78,6 @@ FrozenByFlags apply_freeze_flags(nn::Module& model, const FreezeFlags& flags, co
                       flags.until);
         return frozen;
     }
-    std::vector<engine::Tensor*> trainable;  // before the flags (ConvMixer's frozen filters are not)
-    for (auto& p : model.named_parameters())
-        if (p.tensor->requires_grad()) trainable.push_back(p.tensor);
     FreezeSummary s = select_trained(model, flags.train_only, flags.freeze);
     std::string how_long = flags.until > 0 ? fmt::format(" for the first {} steps", flags.until) : "";
     std::printf("%s: training %lld of %lld parameter tensors (%lld of %lld values); the rest keep their values%s\n",
@@ -87,17 +85,17 @@ FrozenByFlags apply_freeze_flags(nn::Module& model, const FreezeFlags& flags, co
                 (long long)s.trained_values, (long long)(s.trained_values + s.frozen_values), how_long.c_str());
     if (flags.until == 0) return frozen;
     frozen.until = flags.until;
-    for (engine::Tensor* t : trainable)
-        if (!t->requires_grad()) {
-            frozen.tensors.push_back(t);
-            frozen.values += t->numel();
-        }
+    frozen.tensors = std::move(s.frozen_by_flags);
     return frozen;
 }
 
 void FrozenByFlags::unfreeze_when_due(int64_t steps_taken, const char* app_name) {
     if (tensors.empty() || steps_taken < until) return;
-    for (engine::Tensor* t : tensors) t->requires_grad_(true);
+    int64_t values = 0;
+    for (engine::Tensor* t : tensors) {
+        t->requires_grad_(true);
+        values += t->numel();
+    }
     std::printf("%s: step %lld: --freeze-until %lld: %zu more parameter tensors (%lld values) train from here\n",
                 app_name, (long long)steps_taken + 1, (long long)until, tensors.size(), (long long)values);
     tensors.clear();

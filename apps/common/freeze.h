@@ -37,7 +37,6 @@ void add_freeze_flags(CLI::App& app, FreezeFlags& flags);
 // updates (nn::Optimizer::param_steps); the model moves to the device without changing them.
 struct FrozenByFlags {
     std::vector<engine::Tensor*> tensors;
-    int64_t values = 0;
     int64_t until = 0;
     // Call before each step with the steps taken so far (a resumed run's included): once they
     // reach `until`, every frozen tensor trains again, and the run says so as `app_name`.
@@ -53,7 +52,8 @@ std::vector<std::string> split_patterns(const std::string& list, const std::stri
 
 struct FreezeSummary {
     int64_t trained_tensors = 0, trained_values = 0;
-    int64_t frozen_tensors = 0, frozen_values = 0;
+    int64_t frozen_tensors = 0, frozen_values = 0;  // the model's own frozen ones included
+    std::vector<engine::Tensor*> frozen_by_flags;   // only those the two lists turned off
 };
 
 // Sets requires_grad on every parameter of `model` from the two lists (only ever turning it off).
