@@ -1,6 +1,9 @@
 // init/smallemb.cpp: SmallInitEmb (see init/smallemb.h).
 #include "init/smallemb.h"
 
+#include <cmath>
+#include <vector>
+
 #include <fmt/format.h>
 #include "engine/error.h"
 #include "init/standard.h"
@@ -9,10 +12,22 @@
 
 namespace init {
 
+namespace {
+
+double rms(const engine::Tensor& t) {
+    double s2 = 0;
+    std::vector<float> v = t.to_vector();
+    for (float x : v) s2 += (double)x * x;
+    return std::sqrt(s2 / (double)v.size());
+}
+
+}  // namespace
+
 void smallemb_init(nn::Module& model, const Options&, const InitData*, Report& report) {
     std::string where;  // which LayerNorm follows the embedding
     nn::Embedding* emb = nullptr;
     bool tied = false;
+    double pe_rms = 0;  // > 0: a fixed sinusoidal PE is added to the embedding
     if (auto* lm = dynamic_cast<nn::TransformerLM*>(&model)) {
         engine::check(lm->emb_norm || !lm->cfg.pre_norm,
                       "init: smallemb: this Pre-LN TransformerLM has no LayerNorm after the token embedding; build "
@@ -25,6 +40,8 @@ void smallemb_init(nn::Module& model, const Options&, const InitData*, Report& r
             fill_value(lm->pos_embed, 0.f);
             where += "; learned position embedding set to 0";
         }
+        if (lm->cfg.pos == "sinusoidal") pe_rms = rms(lm->pos_embed);
+
     } else if (auto* gau = dynamic_cast<nn::GAULM*>(&model)) {
         engine::check(gau->cfg.post_norm,
                       "init: smallemb: this Pre-Norm GAULM has no LayerNorm after the token embedding on the "
@@ -39,6 +56,16 @@ void smallemb_init(nn::Module& model, const Options&, const InitData*, Report& r
     fill_uniform(emb->weight, -kSmallEmbBound, kSmallEmbBound);
     report.say(fmt::format("smallemb: token embedding [{}, {}] U(±1e-4), followed by {}{}", emb->num, emb->dim, where,
                            tied ? "; the output head is tied to it, so the first logits are ≈ 0" : ""));
+    if (pe_rms > 0) {
+        // BlinkDL's recipe pairs the tiny embedding with rotary PE or an absolute PE set to 0. A fixed sinusoidal PE
+        // cannot be set to 0: it is added before the LayerNorm, which then normalizes mostly the position.
+        double ratio = pe_rms / rms(emb->weight);
+        report.figures["smallemb.pe_over_emb_rms"] = ratio;
+        report.say(fmt::format("smallemb: the fixed sinusoidal position embedding (rms {:.2f}) is {:.0f}× the token "
+                               "embedding in front of that LayerNorm, so at init its output carries the position and "
+                               "hardly the token; the recipe uses rotary PE or a learned PE set to 0 (--pos rope or "
+                               "learned)", pe_rms, ratio));
+    }
 }
 
 }  // namespace init

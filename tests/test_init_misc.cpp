@@ -64,6 +64,7 @@ TEST_CASE("smallemb: embedding U(±1e-4), a LayerNorm after it, learned PE at 0"
     CHECK(max_abs(lm.pos_embed) == 0.0);
     CHECK(lm.parameter("blocks.0.attn.q.weight").at({0, 0}) != 0.f);  // timm part kept
     CHECK(r.lines.back().find("emb_norm") != std::string::npos);
+    CHECK(r.figures.count("smallemb.pe_over_emb_rms") == 0);  // a learned PE is set to 0: nothing outweighs the tokens
     // The LayerNorm makes the tiny embedding unit-scale before block 0: the model's output is not tiny.
     Tensor ids = Tensor::from_vector(std::vector<int32_t>{5, 6, 7, 8}, {1, 4});
     CHECK(std_of(lm.forward(ids)) > 1e-6);
@@ -104,8 +105,11 @@ TEST_CASE("mimetic+smallemb composes on a TransformerLM", "[init]") {
     c.emb_norm = true;
     nn::TransformerLM lm(c);
     init::Report r = init::apply(lm, "mimetic+smallemb");
-    CHECK(r.lines.size() == 2);
+    REQUIRE(r.lines.size() == 3);
     CHECK(max_abs(lm.tok_emb->weight) <= 1e-4);
+    // The fixed sinusoidal PE (rms √½) outweighs U(±1e-4) (rms 1e-4/√3) in front of emb_norm, and the report says so.
+    CHECK(r.lines[2].find("--pos rope or learned") != std::string::npos);
+    CHECK(r.figures.at("smallemb.pe_over_emb_rms") == Approx(std::sqrt(0.5) / (1e-4 / std::sqrt(3.0))).epsilon(0.03));
     CHECK(r.figures.at("mimetic.vo_diag_mean") == Approx(-0.4).margin(0.05));
 }
 
