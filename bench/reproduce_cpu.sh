@@ -234,3 +234,24 @@ for i in mimetic timm impulse3 torch; do "${V[@]}" --seed 2 --init $i --out runs
 "${V[@]}" --seed 1 --init impulse3-closed --out runs/vit/impulse3-closed-s1
 "${V[@]}" --seed 1 --init mimetic --pos learned --out runs/vit/mimetic-learnedpe-s1
 "${V[@]}" --seed 1 --init impulse3-closed --closed-rcond 0.1 --out runs/vit/impulse3-closed-rcond0.1-s1
+
+# Added 2026-11-27 (session 22): RESULTS.md section 2, "SmallInitEmb needs its recipe's position embedding"
+# (S as section 2's first table, on 2 threads), and section 6's word runs with rotary PE (W as section 6's runs).
+S=(./apps/train_lm --dataset ptb-char --model transformer --dim 128 --depth 4 --heads 4 --seq-len 128 --batch-size 32 --epochs 1 --max-steps 400 --lr 2e-3 --warmup-steps 50 --log-every 25 --threads 2)
+for s in 0 1 2; do
+  sfx=$([ $s = 0 ] || echo -s$s)
+  for i in torch smallemb; do
+    "${S[@]}" --seed $s --init $i --out runs/smallemb-pe/char-$i$sfx
+    "${S[@]}" --seed $s --init $i --untied --out runs/smallemb-pe/char-$i-untied$sfx
+    "${S[@]}" --seed $s --init $i --pos rope --out runs/smallemb-pe/char-$i-rope$sfx
+    "${S[@]}" --seed $s --init $i --pos learned --out runs/smallemb-pe/char-$i-learned$sfx
+    "${S[@]}" --seed $s --init $i --pos rope --untied --out runs/smallemb-pe/char-$i-rope-untied$sfx
+  done
+done
+"${S[@]}" --init mimetic --pos rope --out runs/smallemb-pe/char-mimetic-rope
+"${S[@]}" --init mimetic+smallemb --pos rope --out runs/smallemb-pe/char-mimetic+smallemb-rope
+W=(./apps/train_lm --dataset ptb --model transformer --dim 256 --depth 6 --heads 8 --protocol window --seq-len 80 --scored 40 --batch-size 32 --epochs 1 --max-steps 400 --lr 2e-3 --warmup-steps 40 --dropout 0.1 --word-dropout 0.1 --eval-every 50 --eval-tokens 20000 --log-every 25 --threads 1)
+"${W[@]}" --init torch --pos rope --out runs/word/word-torch-rope
+"${W[@]}" --init smallemb --pos rope --out runs/word/word-smallemb-rope
+"${W[@]}" --init smallemb --out runs/word/word-smallemb
+"${W[@]}" --init mimetic+smallemb --pos rope --out runs/word/word-mimetic+smallemb-rope
