@@ -1,10 +1,12 @@
-// tests/test_init_misc.cpp: smallemb (range, the LayerNorm after the embedding, PE at 0),
+// tests/test_init_misc.cpp: smallemb (range, the LayerNorm after the embedding, PE at 0, what that LayerNorm
+// sees next to a fixed sinusoidal PE),
 // t-fixup (Xavier scaled by 0.67·N^(−1/4), embedding std), zero-attn (W_q = 0, W_k = I, uniform
 // attention), composition with mimetic, and their errors; and the GAU-at-init estimate of
 // apps/gau_scale.h against measurement.
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <string>
 #include "apps/gau_scale.h"
 #include "engine/error.h"
 #include "engine/ops.h"
@@ -46,7 +48,39 @@ double max_abs(const Tensor& t) {
     return w;
 }
 
+// The cosine between emb_norm's outputs for tokens a and b at position 0: what block 0 can tell apart at init.
+double emb_norm_cos(const nn::TransformerLM& lm, int32_t a, int32_t b) {
+    Tensor x = lm.tok_emb->forward(Tensor::from_vector(std::vector<int32_t>{a, b}, {2, 1}));
+    if (lm.pos_embed.defined()) x = add(x, lm.pos_embed.narrow(0, 0, 1));
+    std::vector<float> y = lm.emb_norm->forward(x).to_vector();
+    size_t d = y.size() / 2;
+    double ab = 0, aa = 0, bb = 0;
+    for (size_t i = 0; i < d; i++) {
+        ab += (double)y[i] * y[d + i];
+        aa += (double)y[i] * y[i];
+        bb += (double)y[d + i] * y[d + i];
+    }
+    return ab / std::sqrt(aa * bb);
+}
+
 }  // namespace
+
+TEST_CASE("smallemb: the LayerNorm after it tells tokens apart, unless a fixed sinusoidal PE outweighs them", "[init]") {
+    manual_seed(34);
+    for (std::string pos : {"learned", "rope", "sinusoidal"}) {
+        nn::LMConfig c = small_lm();
+        c.emb_norm = true;
+        c.pos = pos;
+        nn::TransformerLM lm(c);
+        init::apply(lm, "smallemb");
+        double cos = emb_norm_cos(lm, 5, 6);
+        INFO(pos << ": cos " << cos);
+        if (pos == "sinusoidal")
+            CHECK(cos > 0.9999);  // both rows are the normalized PE: the tokens are invisible to block 0
+        else
+            CHECK(std::fabs(cos) < 0.5);  // two U(±1e-4) rows, normalized: unrelated directions in 64 dims
+    }
+}
 
 TEST_CASE("smallemb: embedding U(±1e-4), a LayerNorm after it, learned PE at 0", "[init]") {
     manual_seed(31);
