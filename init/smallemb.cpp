@@ -41,7 +41,6 @@ void smallemb_init(nn::Module& model, const Options&, const InitData*, Report& r
             where += "; learned position embedding set to 0";
         }
         if (lm->cfg.pos == "sinusoidal") pe_rms = rms(lm->pos_embed);
-
     } else if (auto* gau = dynamic_cast<nn::GAULM*>(&model)) {
         engine::check(gau->cfg.post_norm,
                       "init: smallemb: this Pre-Norm GAULM has no LayerNorm after the token embedding on the "
