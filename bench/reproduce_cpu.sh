@@ -248,7 +248,11 @@ for s in 0 1 2; do
     "${S[@]}" --seed $s --init $i --pos rope --untied --out runs/smallemb-pe/char-$i-rope-untied$sfx
   done
 done
-"${S[@]}" --init mimetic --pos rope --out runs/smallemb-pe/char-mimetic-rope
+for s in 0 1 2; do
+  sfx=$([ $s = 0 ] || echo -s$s)
+  "${S[@]}" --seed $s --init mimetic --out runs/smallemb-pe/char-mimetic$sfx
+  "${S[@]}" --seed $s --init mimetic --pos rope --out runs/smallemb-pe/char-mimetic-rope$sfx
+done
 "${S[@]}" --init mimetic+smallemb --pos rope --out runs/smallemb-pe/char-mimetic+smallemb-rope
 W=(./apps/train_lm --dataset ptb --model transformer --dim 256 --depth 6 --heads 8 --protocol window --seq-len 80 --scored 40 --batch-size 32 --epochs 1 --max-steps 400 --lr 2e-3 --warmup-steps 40 --dropout 0.1 --word-dropout 0.1 --eval-every 50 --eval-tokens 20000 --log-every 25 --threads 1)
 "${W[@]}" --init torch --pos rope --out runs/word/word-torch-rope
