@@ -259,3 +259,6 @@ W=(./apps/train_lm --dataset ptb --model transformer --dim 256 --depth 6 --heads
 "${W[@]}" --init smallemb --pos rope --out runs/word/word-smallemb-rope
 "${W[@]}" --init smallemb --out runs/word/word-smallemb
 "${W[@]}" --init mimetic+smallemb --pos rope --out runs/word/word-mimetic+smallemb-rope
+C=(./apps/train_lm --dataset ptb-char --model transformer --dim 256 --depth 6 --heads 8 --protocol window --seq-len 256 --scored 192 --batch-size 16 --epochs 1 --max-steps 600 --lr 2e-3 --warmup-steps 60 --dropout 0.1 --eval-every 100 --eval-tokens 50000 --log-every 25 --threads 1)
+"${C[@]}" --init torch --pos rope --out runs/char256/char-torch-rope
+"${C[@]}" --init mimetic+smallemb --pos rope --out runs/char256/char-mimetic+smallemb-rope
