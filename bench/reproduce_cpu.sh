@@ -236,7 +236,8 @@ for i in mimetic timm impulse3 torch; do "${V[@]}" --seed 2 --init $i --out runs
 "${V[@]}" --seed 1 --init impulse3-closed --closed-rcond 0.1 --out runs/vit/impulse3-closed-rcond0.1-s1
 
 # Added 2026-11-27 (session 22): RESULTS.md section 2, "SmallInitEmb needs its recipe's position embedding"
-# (S as section 2's first table, on 2 threads), and section 6's word runs with rotary PE (W as section 6's runs).
+# (S as section 2's first table, on 2 threads), section 6's word runs with rotary PE (W as section 6's runs), and
+# the 256/6/8 char model with rotary PE (C as that table's runs).
 S=(./apps/train_lm --dataset ptb-char --model transformer --dim 128 --depth 4 --heads 4 --seq-len 128 --batch-size 32 --epochs 1 --max-steps 400 --lr 2e-3 --warmup-steps 50 --log-every 25 --threads 2)
 for s in 0 1 2; do
   sfx=$([ $s = 0 ] || echo -s$s)
