@@ -258,6 +258,8 @@ done
 W=(./apps/train_lm --dataset ptb --model transformer --dim 256 --depth 6 --heads 8 --protocol window --seq-len 80 --scored 40 --batch-size 32 --epochs 1 --max-steps 400 --lr 2e-3 --warmup-steps 40 --dropout 0.1 --word-dropout 0.1 --eval-every 50 --eval-tokens 20000 --log-every 25 --threads 1)
 "${W[@]}" --init torch --pos rope --out runs/word/word-torch-rope
 "${W[@]}" --init smallemb --pos rope --out runs/word/word-smallemb-rope
+"${W[@]}" --seed 1 --init torch --pos rope --out runs/word/word-torch-rope-s1
+"${W[@]}" --seed 1 --init smallemb --pos rope --out runs/word/word-smallemb-rope-s1
 "${W[@]}" --init smallemb --out runs/word/word-smallemb
 "${W[@]}" --init mimetic+smallemb --pos rope --out runs/word/word-mimetic+smallemb-rope
 C=(./apps/train_lm --dataset ptb-char --model transformer --dim 256 --depth 6 --heads 8 --protocol window --seq-len 256 --scored 192 --batch-size 16 --epochs 1 --max-steps 600 --lr 2e-3 --warmup-steps 60 --dropout 0.1 --eval-every 100 --eval-tokens 50000 --log-every 25 --threads 1)
