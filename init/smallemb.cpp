@@ -2,10 +2,10 @@
 #include "init/smallemb.h"
 
 #include <cmath>
-#include <vector>
 
 #include <fmt/format.h>
 #include "engine/error.h"
+#include "engine/ops.h"
 #include "init/standard.h"
 #include "nn/gau.h"
 #include "nn/transformer.h"
@@ -15,10 +15,8 @@ namespace init {
 namespace {
 
 double rms(const engine::Tensor& t) {
-    double s2 = 0;
-    std::vector<float> v = t.to_vector();
-    for (float x : v) s2 += (double)x * x;
-    return std::sqrt(s2 / (double)v.size());
+    engine::NoGrad ng;
+    return std::sqrt((double)engine::mean(engine::mul(t, t)).item());
 }
 
 }  // namespace
