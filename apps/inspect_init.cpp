@@ -10,6 +10,11 @@
 //                                  Σ_h W_q⁽ʰ⁾W_k⁽ʰ⁾ᵀ = q.weightᵀ·k.weight (d×d, the input space)
 //   vo_diag_mean, vo_offdiag_rms   the same for W_vW_proj = v.weightᵀ·proj.weightᵀ
 //   attn_self                      mean attention a token pays to itself (batch, heads, queries)
+//   attn_dist, attn_dist_off       mean attention distance (ViT paper, Fig. 7) of the batch- and
+//                                  head-mean map: in tokens for an LM (uniform causal attention
+//                                  gives (T−1)/4, 31.75 at T = 128), in patches for a ViT (the
+//                                  class token left out); _off leaves out each query's own key, so
+//                                  it says how far a query looks when it looks away from itself
 //   act_std                        std of the block's output on one batch
 //   grad_std                       std of the loss gradient at the block's output (cross-entropy
 //                                  against random labels / next tokens)
@@ -49,6 +54,7 @@
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include "apps/common/attention_distance.h"
 #include "apps/common/run.h"
 #include "apps/common/token_similarity.h"
 #include "data/cifar.h"
@@ -255,8 +261,8 @@ static void make_inputs(const Args& a, const data::TextCorpus* text, Subject& s)
 // dL/d(block l's output).
 
 struct LayerStats {
-    double qk_diag = 0, qk_off = 0, vo_diag = 0, vo_off = 0, attn_self = 0, act_std = 0, grad_std = 0, tok_cos = 0,
-           grad_cos = 0;
+    double qk_diag = 0, qk_off = 0, vo_diag = 0, vo_off = 0, attn_self = 0, attn_dist = 0, attn_dist_off = 0,
+           act_std = 0, grad_std = 0, tok_cos = 0, grad_cos = 0;
     std::vector<std::pair<std::string, double>> grad_rank1;  // weight name -> σ₁² / Σσ² of its gradient
     Tensor qk, vo, attn;  // [d,d], [d,d], [T,T] (mean over batch and heads)
 };
@@ -326,6 +332,9 @@ static std::vector<LayerStats> inspect(Subject& s, double& embed_tok_cos) {
         x = lm.drop->forward(x);
     }
     // tok_cos needs tokens: the ViT's patches (and class token) are its tokens.
+    apps::TokenPlaces places = s.vit ? apps::patch_places(s.vit->cfg.image_size / s.vit->cfg.patch,
+                                                           s.vit->cls_token.defined())
+                                     : apps::sequence_places(x.size(1));
     embed_tok_cos = apps::token_cosine(x.detach());
     std::vector<Tensor> probes, acts;
     for (int64_t l = 0; l < s.layers; l++) {
@@ -344,6 +353,8 @@ static std::vector<LayerStats> inspect(Subject& s, double& embed_tok_cos) {
                 double self = 0;
                 for (int64_t i = 0; i < T; i++) self += p[i * T + i];
                 out[l].attn_self = self / T;
+                out[l].attn_dist = apps::mean_attention_distance(out[l].attn, places);
+                out[l].attn_dist_off = apps::mean_attention_distance(out[l].attn, places, true);
             }
             x = b.forward(x);
         }
@@ -549,7 +560,8 @@ static int run(const Args& a) {
             json j = {{"layer", l}};
             if (attention)
                 j.update({{"qk_diag_mean", st.qk_diag}, {"qk_offdiag_rms", st.qk_off}, {"vo_diag_mean", st.vo_diag},
-                          {"vo_offdiag_rms", st.vo_off}, {"attn_self", st.attn_self}});
+                          {"vo_offdiag_rms", st.vo_off}, {"attn_self", st.attn_self},
+                          {"attn_dist", st.attn_dist}, {"attn_dist_off", st.attn_dist_off}});
             j.update({{"act_std", st.act_std}, {"grad_std", st.grad_std}, {"tok_cos", st.tok_cos},
                       {"grad_cos", st.grad_cos}});
             if (!st.grad_rank1.empty()) {
@@ -560,15 +572,16 @@ static int run(const Args& a) {
             std::printf("%s\n", j.dump().c_str());
         }
     } else {
-        std::printf("\n%5s %13s %15s %13s %15s %10s %10s %11s %8s %8s\n", "layer", "qk_diag_mean", "qk_offdiag_rms",
-                    "vo_diag_mean", "vo_offdiag_rms", "attn_self", "act_std", "grad_std", "tok_cos", "grad_cos");
+        std::printf("\n%5s %13s %15s %13s %15s %10s %10s %14s %10s %11s %8s %8s\n", "layer", "qk_diag_mean",
+                    "qk_offdiag_rms", "vo_diag_mean", "vo_offdiag_rms", "attn_self", "attn_dist", "attn_dist_off",
+                    "act_std", "grad_std", "tok_cos", "grad_cos");
         for (size_t l = 0; l < stats.size(); l++) {
             auto& st = stats[l];
             if (attention)
-                std::printf("%5zu %13.4f %15.4f %13.4f %15.4f %10.4f", l, st.qk_diag, st.qk_off, st.vo_diag, st.vo_off,
-                            st.attn_self);
+                std::printf("%5zu %13.4f %15.4f %13.4f %15.4f %10.4f %10.3f %14.3f", l, st.qk_diag, st.qk_off,
+                            st.vo_diag, st.vo_off, st.attn_self, st.attn_dist, st.attn_dist_off);
             else
-                std::printf("%5zu %13s %15s %13s %15s %10s", l, "-", "-", "-", "-", "-");
+                std::printf("%5zu %13s %15s %13s %15s %10s %10s %14s", l, "-", "-", "-", "-", "-", "-", "-");
             std::printf(" %10.4f %11.3e %8.4f %8.4f\n", st.act_std, st.grad_std, st.tok_cos, st.grad_cos);
         }
     }

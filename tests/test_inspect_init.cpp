@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <sys/wait.h>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -110,6 +111,12 @@ TEST_CASE("inspect_init tok_cos: 1 when every token is the same, below 1 for dif
     REQUIRE(rows.size() == 3);
     for (auto& r : rows) CHECK(r["tok_cos"].get<double>() == Approx(1.0).margin(1e-4));
     CHECK(slurp_file(dir / "err").find("embedding: tok_cos 1.0000") != std::string::npos);
+    // Equal tokens give equal scores, so attention is uniform over the visible keys: mean distance
+    // (T−1)/4 = 3.75 for T = 16, and mean over i ≥ 1 of (i+1)/2 = 4.5 without the own key.
+    for (auto& r : rows) {
+        CHECK(r["attn_dist"].get<double>() == Approx(3.75).margin(1e-4));
+        CHECK(r["attn_dist_off"].get<double>() == Approx(4.5).margin(1e-4));
+    }
     // Same vectors and same next token everywhere: the last block's gradient is the same for all
     // tokens. Below it, the causal attention's backward weighs later positions differently.
     CHECK(rows.back()["grad_cos"].get<double>() == Approx(1.0).margin(1e-4));
@@ -131,6 +138,29 @@ TEST_CASE("inspect_init tok_cos: 1 when every token is the same, below 1 for dif
         CHECK(r["tok_cos"].get<double>() < 0.99);
         CHECK(r["tok_cos"].get<double>() >= -1.0 / 15 - 1e-6);
         CHECK(r["grad_cos"].get<double>() >= -1.0 / 15 - 1e-6);  // the next token is "the" everywhere: see below
+    }
+}
+
+TEST_CASE("inspect_init attn_dist: mimetic's queries look at themselves, timm's everywhere", "[apps]") {
+    test::TempDir dir;
+    std::string lm = "--model lm-small --dim 32 --depth 2 --heads 2 --seq-len 16 --batch 4 --json";
+    REQUIRE(inspect(lm + " --init timm", dir / "timm", dir / "err") == 0);
+    REQUIRE(inspect(lm + " --init mimetic", dir / "mimetic", dir / "err") == 0);
+    auto timm = json_lines(dir / "timm"), mimetic = json_lines(dir / "mimetic");
+    REQUIRE(timm.size() == 2);
+    REQUIRE(mimetic.size() == 2);
+    for (size_t l = 0; l < 2; l++) {
+        // trunc-normal(0.02) gives logits of about 1e-3: uniform causal attention, (T−1)/4.
+        CHECK(timm[l]["attn_dist"].get<double>() == Approx(3.75).margin(0.05));
+        // W_qW_kᵀ ≈ 0.7·I: most of each query's weight on its own key.
+        CHECK(mimetic[l]["attn_self"].get<double>() > 0.5);
+        CHECK(mimetic[l]["attn_dist"].get<double>() < 2.0);
+    }
+    // A ViT's distance is in patches: 0 ≤ distance ≤ the grid's diagonal (8×8 patches: 7√2).
+    REQUIRE(inspect(std::string(kSmallVit) + " --init timm --json", dir / "vit", dir / "err") == 0);
+    for (auto& r : json_lines(dir / "vit")) {
+        CHECK(r["attn_dist"].get<double>() > 1.0);
+        CHECK(r["attn_dist"].get<double>() < 7 * std::sqrt(2.0));
     }
 }
 
