@@ -34,6 +34,10 @@
 //                                  lr·sign(gradient), keeps a rank-one gradient rank one.
 // For --model gau (train_lm's GAU LM) the rows have act_std, grad_std, tok_cos and grad_cos only:
 // a GAU has no W_q, W_k, W_v and no softmax map.
+// Before the rows, for the whole model: tok_cos of the embedding (the blocks' input), the batch's
+// cross-entropy at these weights, and for an LM `copy_top1`, the share of positions whose top
+// logit is the input token itself. A tied N(0, 1) embedding makes that share large at init (the
+// head scores each token against its own embedding), a prior of "repeat the last token".
 // and the init's own report (for impulse schemes the fit figures: MSE, hit rate, seconds).
 // --png DIR writes, for a few layers, W_qW_kᵀ and W_vW_proj (diverging colormap, symmetric about 0,
 // clipped at the 99.5th percentile of |entries|) and the attention map averaged over the batch and
@@ -302,8 +306,26 @@ static void matrix_stats(const Tensor& m, double& diag_mean, double& offdiag_rms
     offdiag_rms = std::sqrt(off / (double)(d * d - d));
 }
 
-// The figures of every block, and tok_cos of the blocks' input (the embedding) in `embed_tok_cos`.
-static std::vector<LayerStats> inspect(Subject& s, double& embed_tok_cos) {
+struct ModelStats {
+    double embed_tok_cos = 0;        // tok_cos of the blocks' input
+    double loss = 0;                 // the batch's cross-entropy, nats
+    double copy_top1 = std::nan(""); // LM: share of positions whose top logit is the input token
+};
+
+// The share of positions whose largest logit is the input token's: logits [B, T, V], ids [B, T].
+static double copy_share(const Tensor& logits, const Tensor& ids) {
+    Tensor l = logits.detach().to(Device::CPU), t = ids.to(Device::CPU);
+    int64_t V = l.size(-1), n = t.numel();
+    const float* p = l.data_f32();
+    const int32_t* id = t.data_i32();
+    int64_t copies = 0;
+    for (int64_t i = 0; i < n; i++)
+        copies += std::max_element(p + i * V, p + (i + 1) * V) - (p + i * V) == id[i];
+    return (double)copies / n;
+}
+
+// The figures of every block, and those of the whole model in `model`.
+static std::vector<LayerStats> inspect(Subject& s, ModelStats& model) {
     std::vector<LayerStats> out(s.layers);
     {
         NoGrad ng;
@@ -335,7 +357,7 @@ static std::vector<LayerStats> inspect(Subject& s, double& embed_tok_cos) {
     apps::TokenPlaces places = s.vit ? apps::patch_places(s.vit->cfg.image_size / s.vit->cfg.patch,
                                                            s.vit->cls_token.defined())
                                      : apps::sequence_places(x.size(1));
-    embed_tok_cos = apps::token_cosine(x.detach());
+    model.embed_tok_cos = apps::token_cosine(x.detach());
     std::vector<Tensor> probes, acts;
     for (int64_t l = 0; l < s.layers; l++) {
         if (s.gau) {  // GAULM::trunk's step, without dropout (eval)
@@ -377,7 +399,10 @@ static std::vector<LayerStats> inspect(Subject& s, double& embed_tok_cos) {
         if (s.lm->norm) x = s.lm->norm->forward(x);
         logits = s.lm->head ? s.lm->head->forward(x) : linear(x, s.lm->tok_emb->weight);
     }
-    cross_entropy(logits, s.targets).backward();
+    if (!s.vit) model.copy_top1 = copy_share(logits, s.inputs);
+    Tensor loss = cross_entropy(logits, s.targets);
+    model.loss = loss.item();
+    loss.backward();
     for (int64_t l = 0; l < s.layers; l++) {
         Tensor act = acts[l].to(Device::CPU);
         out[l].act_std = std_of(act);
@@ -549,9 +574,12 @@ static int run(const Args& a) {
     for (auto& line : report.lines) std::fprintf(log, "init: %s\n", line.c_str());
     for (auto& [k, v] : report.figures) std::fprintf(log, "figure: %s = %.6g\n", k.c_str(), v);
 
-    double embed_tok_cos = 0;
-    std::vector<LayerStats> stats = inspect(s, embed_tok_cos);
-    std::fprintf(log, "embedding: tok_cos %.4f\n", embed_tok_cos);
+    ModelStats model;
+    std::vector<LayerStats> stats = inspect(s, model);
+    std::fprintf(log, "embedding: tok_cos %.4f\n", model.embed_tok_cos);
+    std::fprintf(log, "output: loss %.4f nats (%.4f bits)", model.loss, model.loss / std::log(2.0));
+    if (!std::isnan(model.copy_top1)) std::fprintf(log, ", copy_top1 %.4f", model.copy_top1);
+    std::fprintf(log, "\n");
     // The GAU has no W_q, W_k, W_v or softmax map: its rows have the scales, tok_cos and grad_cos only.
     bool attention = !s.gau;
     if (a.json_out) {

@@ -4,6 +4,7 @@
 
 #include <sys/wait.h>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -162,6 +163,33 @@ TEST_CASE("inspect_init attn_dist: mimetic's queries look at themselves, timm's 
         CHECK(r["attn_dist"].get<double>() > 1.0);
         CHECK(r["attn_dist"].get<double>() < 7 * std::sqrt(2.0));
     }
+}
+
+TEST_CASE("inspect_init output: the batch's loss, and the tied N(0,1) embedding's copy prior", "[apps]") {
+    test::TempDir dir;
+    std::string lm = "--model lm-small --dim 32 --depth 2 --heads 2 --seq-len 16 --batch 4 --pos rope --json";
+    // Reads "output: loss L nats (B bits), copy_top1 C" from the report.
+    auto output = [&](const std::string& flags) {
+        REQUIRE(inspect(lm + " " + flags, dir / "out", dir / "err") == 0);
+        std::string err = slurp_file(dir / "err");
+        size_t at = err.find("output: loss ");
+        REQUIRE(at != std::string::npos);
+        double loss = 0, bits = 0, copy = 0;
+        REQUIRE(std::sscanf(err.c_str() + at, "output: loss %lf nats (%lf bits), copy_top1 %lf", &loss, &bits, &copy) ==
+                3);
+        CHECK(bits == Approx(loss / std::log(2.0)).epsilon(1e-3));
+        return std::pair{loss, copy};
+    };
+    // The head scores each token against its own N(0, 1) embedding, |e|² ≈ 32: every position's
+    // top logit is its input token, and the loss is many times ln 50.
+    auto [tied_loss, tied_copy] = output("--init torch");
+    CHECK(tied_copy > 0.9);
+    CHECK(tied_loss > 10.0);
+    auto [untied_loss, untied_copy] = output("--init torch --untied");
+    CHECK(untied_copy < 0.5);
+    CHECK(untied_loss < 6.0);
+    // SmallInitEmb's tied U(±1e-4) head gives logits ≈ 0: the loss of the uniform guess, ln 50.
+    CHECK(output("--init smallemb").first == Approx(std::log(50.0)).margin(1e-3));
 }
 
 TEST_CASE("inspect_init --dataset: windows of the validation split, train_lm's vocabulary and checkpoints", "[apps]") {
