@@ -265,3 +265,23 @@ W=(./apps/train_lm --dataset ptb --model transformer --dim 256 --depth 6 --heads
 C=(./apps/train_lm --dataset ptb-char --model transformer --dim 256 --depth 6 --heads 8 --protocol window --seq-len 256 --scored 192 --batch-size 16 --epochs 1 --max-steps 600 --lr 2e-3 --warmup-steps 60 --dropout 0.1 --eval-every 100 --eval-tokens 50000 --log-every 25 --threads 1)
 "${C[@]}" --init torch --pos rope --out runs/char256/char-torch-rope
 "${C[@]}" --init mimetic+smallemb --pos rope --out runs/char256/char-mimetic+smallemb-rope
+# Added 2026-11-27 (session 23): RESULTS.md section 2, "Mimetic's gain, the position embedding and the
+# tied head" (S as above, about 1.6 min a run on 2 threads; the torch / mimetic runs that share a
+# checkpoints of the session-22 torch / mimetic runs above, which reran with the same test bpc to
+# the last digit), then section 6's word runs with an untied head (W as above, the two in parallel).
+for s in 0 1 2; do
+  sfx=$([ $s = 0 ] || echo -s$s)
+  for p in sinusoidal rope; do
+    ps=$([ $p = sinusoidal ] || echo -$p)
+    "${S[@]}" --seed $s --init mimetic --no-mimetic-vo --pos $p --out runs/mimetic-pe/char-mimetic-qk$ps$sfx
+    "${S[@]}" --seed $s --init mimetic --no-mimetic-qk --pos $p --out runs/mimetic-pe/char-mimetic-vo$ps$sfx
+    "${S[@]}" --seed $s --init mimetic --untied --pos $p --out runs/mimetic-pe/char-mimetic$ps-untied$sfx
+  done
+  "${S[@]}" --seed $s --init torch --pos none --out runs/mimetic-pe/char-torch-nope$sfx
+  "${S[@]}" --seed $s --init mimetic --pos none --out runs/mimetic-pe/char-mimetic-nope$sfx
+done
+"${W[@]}" --init torch --untied --out runs/word/word-torch-untied
+"${W[@]}" --init mimetic --untied --out runs/word/word-mimetic-untied
+# The figures at init and of the trained weights (docs/results/mimetic-pe/{init,trained}/), e.g.
+#   ./apps/inspect_init --model lm-small --dataset ptb-char --seq-len 128 --batch 32 --pos rope --init mimetic --json
+#   ./apps/inspect_init ... --checkpoint runs/mimetic-pe/char-mimetic-rope/last.safetensors
