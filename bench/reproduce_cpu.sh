@@ -266,9 +266,10 @@ C=(./apps/train_lm --dataset ptb-char --model transformer --dim 256 --depth 6 --
 "${C[@]}" --init torch --pos rope --out runs/char256/char-torch-rope
 "${C[@]}" --init mimetic+smallemb --pos rope --out runs/char256/char-mimetic+smallemb-rope
 # Added 2026-11-27 (session 23): RESULTS.md section 2, "Mimetic's gain, the position embedding and the
-# tied head" (S as above, about 1.6 min a run on 2 threads; the torch / mimetic runs that share a
-# checkpoints of the session-22 torch / mimetic runs above, which reran with the same test bpc to
-# the last digit), then section 6's word runs with an untied head (W as above, the two in parallel).
+# tied head" (S as above, about 1.6 min a run on 2 threads), then section 6's word runs with an
+# untied head (W as above, the two in parallel). `inspect_init --checkpoint` also read the
+# checkpoints of the session-22 torch / mimetic runs above, which were rerun for them and gave the
+# same test bpc to the last digit.
 for s in 0 1 2; do
   sfx=$([ $s = 0 ] || echo -s$s)
   for p in sinusoidal rope; do
