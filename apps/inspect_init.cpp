@@ -34,11 +34,11 @@
 //                                  lr·sign(gradient), keeps a rank-one gradient rank one.
 // For --model gau (train_lm's GAU LM) the rows have act_std, grad_std, tok_cos and grad_cos only:
 // a GAU has no W_q, W_k, W_v and no softmax map.
-// Before the rows, for the whole model: tok_cos of the embedding (the blocks' input), the batch's
-// cross-entropy at these weights, and for an LM `copy_top1`, the share of positions whose top
-// logit is the input token itself. A tied N(0, 1) embedding makes that share large at init (the
-// head scores each token against its own embedding), a prior of "repeat the last token".
-// and the init's own report (for impulse schemes the fit figures: MSE, hit rate, seconds).
+// Before the rows come the init's own report (for impulse schemes the fit figures: MSE, hit rate,
+// seconds) and the whole model's figures: tok_cos of the embedding (the blocks' input), the
+// batch's cross-entropy at these weights, and for an LM `copy_top1`, the share of positions whose
+// top logit is the input token itself. A tied N(0, 1) embedding makes that share large at init
+// (the head scores each token against its own embedding), a prior of "repeat the last token".
 // --png DIR writes, for a few layers, W_qW_kᵀ and W_vW_proj (diverging colormap, symmetric about 0,
 // clipped at the 99.5th percentile of |entries|) and the attention map averaged over the batch and
 // the heads (sequential colormap, 0 to its maximum), as in Fig. 1–2 of the mimetic paper. The
@@ -307,9 +307,9 @@ static void matrix_stats(const Tensor& m, double& diag_mean, double& offdiag_rms
 }
 
 struct ModelStats {
-    double embed_tok_cos = 0;        // tok_cos of the blocks' input
-    double loss = 0;                 // the batch's cross-entropy, nats
-    double copy_top1 = std::nan(""); // LM: share of positions whose top logit is the input token
+    double embed_tok_cos = 0;         // tok_cos of the blocks' input
+    double loss = 0;                  // the batch's cross-entropy, nats
+    double copy_top1 = std::nan("");  // LM: share of positions whose top logit is the input token
 };
 
 // The share of positions whose largest logit is the input token's: logits [B, T, V], ids [B, T].
