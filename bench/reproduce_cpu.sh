@@ -281,7 +281,9 @@ for s in 0 1 2; do
   "${S[@]}" --seed $s --init torch --pos none --out runs/mimetic-pe/char-torch-nope$sfx
   "${S[@]}" --seed $s --init mimetic --pos none --out runs/mimetic-pe/char-mimetic-nope$sfx
 done
-for i in torch mimetic; do "${S[@]}" --max-steps 1200 --log-every 100 --init $i --out runs/mimetic-pe/char1200-$i; done
+for i in torch mimetic; do
+  ./apps/train_lm --dataset ptb-char --model transformer --dim 128 --depth 4 --heads 4 --seq-len 128 --batch-size 32 --epochs 1 --max-steps 1200 --lr 2e-3 --warmup-steps 50 --log-every 100 --threads 2 --init $i --out runs/mimetic-pe/char1200-$i
+done
 "${W[@]}" --init torch --untied --out runs/word/word-torch-untied
 "${W[@]}" --init mimetic --untied --out runs/word/word-mimetic-untied
 # The figures at init and of the trained weights (docs/results/mimetic-pe/{init,trained}/), e.g.
