@@ -281,6 +281,13 @@ for s in 0 1 2; do
   "${S[@]}" --seed $s --init torch --pos none --out runs/mimetic-pe/char-torch-nope$sfx
   "${S[@]}" --seed $s --init mimetic --pos none --out runs/mimetic-pe/char-mimetic-nope$sfx
 done
+for s in 0 1 2; do
+  sfx=$([ $s = 0 ] || echo -s$s)
+  for p in rope sinusoidal; do
+    ps=$([ $p = sinusoidal ] || echo -$p)
+    for i in normal normal+mimetic; do "${S[@]}" --seed $s --init $i --pos $p --out runs/mimetic-pe/char-$i$ps$sfx; done
+  done
+done
 for i in torch mimetic; do
   ./apps/train_lm --dataset ptb-char --model transformer --dim 128 --depth 4 --heads 4 --seq-len 128 --batch-size 32 --epochs 1 --max-steps 1200 --lr 2e-3 --warmup-steps 50 --log-every 100 --threads 2 --init $i --out runs/mimetic-pe/char1200-$i
 done
