@@ -61,6 +61,7 @@
 #include "apps/common/attention_distance.h"
 #include "apps/common/run.h"
 #include "apps/common/token_similarity.h"
+#include "apps/common/top1.h"
 #include "data/cifar.h"
 #include "data/image.h"
 #include "data/image_codec.h"
@@ -312,18 +313,6 @@ struct ModelStats {
     double copy_top1 = std::nan("");  // LM: share of positions whose top logit is the input token
 };
 
-// The share of positions whose largest logit is the input token's: logits [B, T, V], ids [B, T].
-static double copy_share(const Tensor& logits, const Tensor& ids) {
-    Tensor l = logits.detach().to(Device::CPU), t = ids.to(Device::CPU);
-    int64_t V = l.size(-1), n = t.numel();
-    const float* p = l.data_f32();
-    const int32_t* id = t.data_i32();
-    int64_t copies = 0;
-    for (int64_t i = 0; i < n; i++)
-        copies += std::max_element(p + i * V, p + (i + 1) * V) - (p + i * V) == id[i];
-    return (double)copies / n;
-}
-
 // The figures of every block, and those of the whole model in `model`.
 static std::vector<LayerStats> inspect(Subject& s, ModelStats& model) {
     std::vector<LayerStats> out(s.layers);
@@ -399,7 +388,7 @@ static std::vector<LayerStats> inspect(Subject& s, ModelStats& model) {
         if (s.lm->norm) x = s.lm->norm->forward(x);
         logits = s.lm->head ? s.lm->head->forward(x) : linear(x, s.lm->tok_emb->weight);
     }
-    if (!s.vit) model.copy_top1 = copy_share(logits, s.inputs);
+    if (!s.vit) model.copy_top1 = (double)apps::top1_matches(logits, s.inputs) / (double)s.inputs.numel();
     Tensor loss = cross_entropy(logits, s.targets);
     model.loss = loss.item();
     loss.backward();

@@ -27,6 +27,7 @@
 #include "apps/common/mfu.h"
 #include "apps/common/profile_report.h"
 #include "apps/common/run.h"
+#include "apps/common/top1.h"
 #include "data/cifar.h"
 #include "data/image.h"
 #include "data/image_folder.h"
@@ -213,13 +214,7 @@ static std::pair<double, double> evaluate(nn::Module& model, const std::function
         Tensor logits = forward(data::images_tensor(set, idx, norm).to(dev));
         Tensor labels = data::labels_tensor(set, idx);
         loss_sum += cross_entropy(logits, labels.to(dev)).item() * (double)idx.size();
-        logits = logits.to(Device::CPU);  // the arg-max on the host
-        int64_t C = logits.size(1);
-        const float* p = logits.data_f32();
-        for (size_t b = 0; b < idx.size(); b++) {
-            int64_t best = std::max_element(p + b * C, p + (b + 1) * C) - (p + b * C);
-            correct += best == labels.data_i32()[b];
-        }
+        correct += apps::top1_matches(logits, labels);
     }
     model.train();
     return {(double)correct / (double)set.n, loss_sum / (double)set.n};
