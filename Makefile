@@ -140,6 +140,19 @@ ifneq ($(MISSING),)
   $(info ✗ missing Debian packages: $(MISSING) -> run: make deps)
 endif
 
+# The commit the binaries are built from, "+dirty" when the tree had uncommitted changes: run
+# configs record it (apps/common/run.cpp), wherever the binary is run from. The header is
+# rewritten only when that changes, so only run.o is recompiled, and only then.
+GIT_COMMIT := $(shell git rev-parse HEAD 2>/dev/null)
+ifneq ($(GIT_COMMIT),)
+  GIT_COMMIT := $(GIT_COMMIT)$(shell git diff --quiet HEAD 2>/dev/null || echo +dirty)
+else
+  GIT_COMMIT := unknown
+endif
+$(shell mkdir -p $(BUILD)/gen && echo '#define INITLAB_GIT_COMMIT "$(GIT_COMMIT)"' > $(BUILD)/gen/git_commit.h.new && \
+        (cmp -s $(BUILD)/gen/git_commit.h.new $(BUILD)/gen/git_commit.h || mv $(BUILD)/gen/git_commit.h.new $(BUILD)/gen/git_commit.h))
+$(BUILD)/apps/common/run.o: CXXFLAGS += -I$(BUILD)/gen
+
 LIB_OBJ   := $(LIB_SRC:%.cpp=$(BUILD)/%.o) $(CUDA_OBJ)
 LIB       := $(BUILD)/libengine.a
 # The [cuda] tests (tests/cuda/) are built into every CUDA build; the emulated build's test binary

@@ -290,6 +290,7 @@ static int run(Args& a, const apps::json& config, Device dev) {
 
     apps::RunDir out(a.out);
     out.write_json("config.json", config);
+    if (!a.resume) apps::save_init_weights(out, *lm.module, a.init);
     if (out.enabled()) corpus.vocab.save(out.path("vocab.txt"));
     int start_epoch = 0;
     int64_t skip_batches = 0, global_step = 0;
@@ -573,7 +574,8 @@ int main(int argc, char** argv) {
     apps::add_profile_flag(app, a.profile_steps);
     apps::add_cuda_graph_flag(app, a.cuda_graph);
     app.add_option("--seed", a.seed, "random seed")->capture_default_str();
-    app.add_option("--out", a.out, "run directory: config.json, metrics.jsonl, vocab.txt, checkpoints, result.json");
+    app.add_option("--out", a.out, "run directory: config.json, metrics.jsonl, vocab.txt, init.safetensors (the "
+                                   "weights it starts from), checkpoints, result.json");
     app.add_flag("--resume", a.resume, "continue the run in --out from its last checkpoint");
     app.add_option("--log-every", a.log_every, "write a metrics line every N steps")->capture_default_str()
         ->check(CLI::PositiveNumber);

@@ -275,6 +275,7 @@ static int run(const Args& a, const apps::json& config, Device dev) {
 
     apps::RunDir out(a.out);
     out.write_json("config.json", config);
+    if (!a.resume) apps::save_init_weights(out, *model, a.init);
     int start_epoch = 0;
     int64_t skip_batches = 0, global_step = 0;
     double best_acc = -1;
@@ -471,7 +472,8 @@ int main(int argc, char** argv) {
     app.add_option("--threads", a.threads, "CPU threads (0: all cores)")->capture_default_str();
     apps::add_profile_flag(app, a.profile_steps);
     app.add_option("--seed", a.seed, "random seed (init, data order, augmentation, dropout)")->capture_default_str();
-    app.add_option("--out", a.out, "run directory: config.json, metrics.jsonl, checkpoints, result.json");
+    app.add_option("--out", a.out, "run directory: config.json, metrics.jsonl, init.safetensors (the weights it "
+                                   "starts from), checkpoints, result.json");
     app.add_flag("--resume", a.resume, "continue the run in --out from its last checkpoint");
     app.add_option("--eval-every", a.eval_every, "evaluate every N epochs")->capture_default_str()
         ->check(CLI::PositiveNumber);

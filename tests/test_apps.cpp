@@ -15,6 +15,7 @@
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <thread>
 #include "engine/rng.h"
 #include "engine/safetensors.h"
@@ -119,12 +120,14 @@ TEST_CASE("train_vit: a short run learns and writes its outputs", "[apps]") {
     int rc = run_app("train_vit", args, tmp / "log");
     INFO(slurp(tmp / "log"));
     REQUIRE(rc == 0);
-    for (const char* f : {"config.json", "metrics.jsonl", "result.json", "last.safetensors", "best.safetensors",
-                          "last.optim.safetensors"})
+    for (const char* f : {"config.json", "metrics.jsonl", "result.json", "init.safetensors", "last.safetensors",
+                          "best.safetensors", "last.optim.safetensors"})
         CHECK(fs::exists(tmp / ("run/" + std::string(f))));
     auto config = nlohmann::json::parse(slurp(tmp / "run/config.json"));
     CHECK(config["--init"] == "timm");
-    CHECK(config.contains("git_commit"));
+    // The commit the binary was built from (not the working directory's): a hash, or "unknown" for
+    // a build outside a git checkout.
+    CHECK(std::regex_match(config["git_commit"].get<std::string>(), std::regex("[0-9a-f]{40}(\\+dirty)?|unknown")));
     std::vector<double> losses;
     std::ifstream m(tmp / "run/metrics.jsonl");
     for (std::string line; std::getline(m, line);) {
@@ -477,6 +480,52 @@ TEST_CASE("train_lm --init-from: a run starts from another run's weights", "[app
     CHECK(run_app("train_lm", tiny_lm_flags(tmp / "text", 32) + " --max-steps 3 --init-from " + (tmp / "first/last.safetensors"),
                   tmp / "log") != 0);
     CHECK(slurp(tmp / "log").find("--init-from " + (tmp / "first/last.safetensors")) != std::string::npos);
+}
+
+// RUN/init.safetensors holds the exact start: a run from it (--init-from, the same seed) repeats the
+// run bit for bit. tools/edit_checkpoint.py edits it into another start, here an untied head that
+// starts as a copy of the embedding, and names what it cannot do.
+TEST_CASE("train_lm writes init.safetensors; tools/edit_checkpoint.py edits a start for --init-from", "[apps]") {
+    test::TempDir tmp;
+    std::string base = tiny_lm_flags(tmp / "text") + " --max-steps 3";
+    REQUIRE(run_app("train_lm", base + " --out " + (tmp / "first"), tmp / "log") == 0);
+    std::map<std::string, std::string> meta;
+    auto init = engine::load_safetensors(tmp / "first/init.safetensors", &meta);
+    CHECK(meta.at("init") == "torch");
+    CHECK(!fs::exists(tmp / "first/init.optim.safetensors"));
+    REQUIRE(run_app("train_lm", base + " --init-from " + (tmp / "first/init.safetensors") + " --out " + (tmp / "again"),
+                    tmp / "log") == 0);
+    check_same_tensors(tmp / "first/init.safetensors", tmp / "again/init.safetensors");
+    check_same_tensors(tmp / "first/last.safetensors", tmp / "again/last.safetensors");
+    CHECK(!same(init.at("blocks.0.attn.q.weight"),
+                engine::load_safetensors(tmp / "first/last.safetensors").at("blocks.0.attn.q.weight")));
+
+    std::string edit = "python3 tools/edit_checkpoint.py " + (tmp / "first/init.safetensors") + " " +
+                       (tmp / "edited.safetensors");
+    REQUIRE(std::system((edit + " --copy head.weight=tok_emb.weight --scale 'blocks.*.attn.q.weight=0.5'"
+                                " --fill norm.weight=0 > " + (tmp / "log") + " 2>&1").c_str()) == 0);
+    auto edited = engine::load_safetensors(tmp / "edited.safetensors", &meta);
+    CHECK(meta.at("edits") == "--copy head.weight=tok_emb.weight; --scale blocks.*.attn.q.weight=0.5; --fill norm.weight=0");
+    CHECK(same(edited.at("head.weight"), init.at("tok_emb.weight")));
+    CHECK(!same(init.at("head.weight"), init.at("tok_emb.weight")));
+    for (const char* q : {"blocks.0.attn.q.weight", "blocks.1.attn.q.weight"})
+        for (int64_t i = 0; i < init.at(q).numel(); i++)
+            REQUIRE(edited.at(q).data_f32()[i] == 0.5f * init.at(q).data_f32()[i]);
+    const Tensor& gain = edited.at("norm.weight");
+    CHECK(std::all_of(gain.data_f32(), gain.data_f32() + gain.numel(), [](float g) { return g == 0; }));
+    CHECK(same(edited.at("blocks.0.attn.k.weight"), init.at("blocks.0.attn.k.weight")));
+    REQUIRE(run_app("train_lm", base + " --init-from " + (tmp / "edited.safetensors") + " --out " + (tmp / "from-edit"),
+                    tmp / "log") == 0);
+    check_same_tensors(tmp / "edited.safetensors", tmp / "from-edit/init.safetensors");
+    // Shapes that differ, a glob that matches nothing, a file that is not a checkpoint: refused, named.
+    CHECK(std::system((edit + " --copy head.weight=norm.weight > " + (tmp / "log") + " 2>&1").c_str()) != 0);
+    CHECK(slurp(tmp / "log").find("head.weight is F32 [") != std::string::npos);
+    CHECK(std::system((edit + " --scale 'blocks.*.atn.q.weight=2' > " + (tmp / "log") + " 2>&1").c_str()) != 0);
+    CHECK(slurp(tmp / "log").find("blocks.*.atn.q.weight: no tensor matches") != std::string::npos);
+    std::ofstream(tmp / "text.safetensors") << "not a checkpoint";
+    CHECK(std::system(("python3 tools/edit_checkpoint.py " + (tmp / "text.safetensors") + " --list > " + (tmp / "log") +
+                       " 2>&1").c_str()) != 0);
+    CHECK(slurp(tmp / "log").find("goes past the end of the file") != std::string::npos);
 }
 
 TEST_CASE("train_lm: --eval-every adds validation points inside an epoch without changing the training", "[apps]") {

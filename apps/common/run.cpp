@@ -22,8 +22,12 @@
 #include "nn/checkpoint.h"
 #include "nn/optim.h"
 #include "init/init.h"
-#ifdef ENGINE_CUDA
-#include "engine/cuda/runtime.h"
+// The commit this binary was built from: the Makefile writes it into build/<config>/gen/.
+#if __has_include("git_commit.h")
+#include "git_commit.h"
+#endif
+#ifndef INITLAB_GIT_COMMIT
+#define INITLAB_GIT_COMMIT "unknown"
 #endif
 
 namespace apps {
@@ -55,15 +59,7 @@ void RunDir::append_metrics(const json& j) const {
     f << j.dump() << "\n";
 }
 
-std::string git_commit() {
-    FILE* p = popen("git rev-parse HEAD 2>/dev/null", "r");
-    if (!p) return "unknown";
-    char buf[64] = {0};
-    std::string out = fgets(buf, sizeof buf, p) ? std::string(buf) : "";
-    pclose(p);
-    while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
-    return out.empty() ? "unknown" : out;
-}
+std::string git_commit() { return INITLAB_GIT_COMMIT; }
 
 std::string now_iso8601() {
     std::time_t t = std::time(nullptr);
@@ -201,6 +197,10 @@ void init_from_checkpoint(nn::Module& model, const std::string& path, init::Repo
         engine::fail("--init-from {}: {}", path, e.what());
     }
     report.say("weights replaced by the checkpoint " + path);
+}
+
+void save_init_weights(const RunDir& out, const nn::Module& model, const std::string& scheme) {
+    if (out.enabled()) nn::save_checkpoint(out.path("init"), model, nullptr, {{"init", scheme}, {"step", "0"}});
 }
 
 void add_init_flags(CLI::App& app, std::string& scheme, init::Options& o) {

@@ -38,7 +38,8 @@ private:
     std::string dir_;
 };
 
-// The repository's commit (from `git rev-parse HEAD` in the source tree), "unknown" outside one.
+// The commit the binary was built from (the Makefile's `git rev-parse HEAD`, "+dirty" when the tree
+// had uncommitted changes; "unknown" when built outside a git checkout).
 std::string git_commit();
 std::string now_iso8601();
 double peak_rss_mb();  // the process's peak resident memory
@@ -102,6 +103,10 @@ void add_init_flags(CLI::App& app, std::string& scheme, init::Options& opt);
 // schedule start fresh: a two-stage run, or a fine-tuning. Nothing happens for an empty path.
 void add_init_from_flag(CLI::App& app, std::string& path);
 void init_from_checkpoint(nn::Module& model, const std::string& path, init::Report& report);
+// RUN/init.safetensors: the weights a new run starts from (after --init and --init-from), with the
+// scheme in its metadata. To measure how far training moved each weight, or to edit the start
+// (tools/edit_checkpoint.py) and train from the result with --init-from. Nothing without --out.
+void save_init_weights(const RunDir& out, const nn::Module& model, const std::string& scheme);
 // The eager training step after the forward, as both trainers take it: the backward from `loss`,
 // the gradient norm, the optimizer's update. With clip > 0 the gradients are clipped to that norm;
 // otherwise the norm is measured only when `need_norm` (a logged step: it costs a pass over the
