@@ -484,8 +484,9 @@ TEST_CASE("train_lm --init-from: a run starts from another run's weights", "[app
 
 // RUN/init.safetensors holds the exact start: a run from it (--init-from, the same seed) repeats the
 // run bit for bit. tools/edit_checkpoint.py edits it into another start, here an untied head that
-// starts as a copy of the embedding, and names what it cannot do.
-TEST_CASE("train_lm writes init.safetensors; tools/edit_checkpoint.py edits a start for --init-from", "[apps]") {
+// starts as a copy of the embedding, and names what it cannot do; tools/weight_change.py measures
+// the distance between two checkpoints.
+TEST_CASE("train_lm writes init.safetensors; tools/edit_checkpoint.py and weight_change.py", "[apps]") {
     test::TempDir tmp;
     std::string base = tiny_lm_flags(tmp / "text") + " --max-steps 3";
     REQUIRE(run_app("train_lm", base + " --out " + (tmp / "first"), tmp / "log") == 0);
@@ -517,6 +518,18 @@ TEST_CASE("train_lm writes init.safetensors; tools/edit_checkpoint.py edits a st
     REQUIRE(run_app("train_lm", base + " --init-from " + (tmp / "edited.safetensors") + " --out " + (tmp / "from-edit"),
                     tmp / "log") == 0);
     check_same_tensors(tmp / "edited.safetensors", tmp / "from-edit/init.safetensors");
+    // tools/weight_change.py: the edit's relative changes, exactly (q halved 0.5, the gain zeroed 1),
+    // and a run's table, a row per tensor.
+    std::string change = "python3 tools/weight_change.py ";
+    REQUIRE(std::system((change + "--pair " + (tmp / "first/init.safetensors") + " " + (tmp / "edited.safetensors") +
+                         " > " + (tmp / "log") + " 2>&1").c_str()) == 0);
+    for (const char* row : {"| blocks.0.attn.q.weight | 0.500 |", "| norm.weight | 1.000 |",
+                            "| blocks.0.attn.k.weight | 0.000 |", "| norm.bias | 0.00e+00 (rms) |"})
+        CHECK(slurp(tmp / "log").find(row) != std::string::npos);
+    REQUIRE(std::system((change + (tmp / "first") + " > " + (tmp / "log") + " 2>&1").c_str()) == 0);
+    CHECK(slurp(tmp / "log").find("| blocks.1.mlp.fc2.weight | ") != std::string::npos);
+    CHECK(std::system((change + (tmp / "text") + " > " + (tmp / "log") + " 2>&1").c_str()) != 0);
+    CHECK(slurp(tmp / "log").find("no init.safetensors") != std::string::npos);
     // Shapes that differ, a glob that matches nothing, a file that is not a checkpoint: refused, named.
     CHECK(std::system((edit + " --copy head.weight=norm.weight > " + (tmp / "log") + " 2>&1").c_str()) != 0);
     CHECK(slurp(tmp / "log").find("head.weight is F32 [") != std::string::npos);

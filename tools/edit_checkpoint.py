@@ -17,53 +17,15 @@ shape that differs. --list prints the tensors. The edits are recorded in the fil
 needed.
 """
 import argparse
-import array
 import fnmatch
-import json
 import os
-import struct
 import sys
 
-METADATA = "__metadata__"
+import safetensors_file as st
 
 
 def fail(msg):
     sys.exit(f"edit_checkpoint.py: {msg}")
-
-
-def load(path):
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except OSError as e:
-        fail(f"{path}: {e.strerror}")
-    if len(raw) < 8:
-        fail(f"{path}: {len(raw)} bytes, shorter than the 8-byte header length")
-    (n,) = struct.unpack("<Q", raw[:8])
-    if n > len(raw) - 8:
-        fail(f"{path}: header length {n} goes past the end of the file ({len(raw)} bytes)")
-    try:
-        header = json.loads(raw[8 : 8 + n])
-    except ValueError as e:
-        fail(f"{path}: the header is not JSON ({e})")
-    meta = header.pop(METADATA, {})
-    data = bytearray(raw[8 + n :])
-    for name, info in header.items():
-        begin, end = info["data_offsets"]
-        if not 0 <= begin <= end <= len(data):
-            fail(f"{path}: {name}'s data [{begin}, {end}) lies outside the data section ({len(data)} bytes)")
-    return header, meta, data
-
-
-def save(path, header, meta, data):
-    out = dict(header)
-    out[METADATA] = meta
-    text = json.dumps(out, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)  # the data section starts 8-byte aligned, as our writer does
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text + data)
-    os.replace(tmp, path)
 
 
 def matching(header, pattern, what):
@@ -71,25 +33,6 @@ def matching(header, pattern, what):
     if not names:
         fail(f"{what} {pattern}: no tensor matches (--list prints the names)")
     return names
-
-
-def floats(header, data, name, what):
-    info = header[name]
-    if info["dtype"] != "F32":
-        fail(f"{what}: {name} is {info['dtype']}, not F32")
-    begin, end = info["data_offsets"]
-    values = array.array("f")
-    values.frombytes(bytes(data[begin:end]))
-    if sys.byteorder != "little":
-        values.byteswap()
-    return values
-
-
-def put_floats(header, data, name, values):
-    if sys.byteorder != "little":
-        values.byteswap()
-    begin, end = header[name]["data_offsets"]
-    data[begin:end] = values.tobytes()
 
 
 def split_arg(arg, what):
@@ -121,7 +64,10 @@ def main():
     p.add_argument("--list", action="store_true", help="print each tensor's name, dtype and shape")
     args = p.parse_args()
     ops = args.ops
-    header, meta, data = load(args.input)
+    try:
+        header, meta, data = st.load(args.input)
+    except ValueError as e:
+        fail(str(e))
     if args.list:
         for name, info in header.items():
             print(f"{name:40s} {info['dtype']} {info['shape']}")
@@ -147,18 +93,17 @@ def main():
         else:
             value = number(right, f"{op} {arg}")
             for name in matching(header, left, op):
-                values = floats(header, data, name, f"{op} {arg}")
-                if op == "--scale":
-                    values = array.array("f", (v * value for v in values))
-                else:
-                    values = array.array("f", [value]) * len(values)
-                put_floats(header, data, name, values)
+                try:
+                    values = st.floats(header, data, name)
+                except ValueError as e:
+                    fail(f"{op} {arg}: {e}")
+                st.put_floats(header, data, name, [v * value for v in values] if op == "--scale" else [value] * len(values))
         edits.append(f"{op} {arg}")
     meta = dict(meta)
     previous = meta.get("edits")
     meta["edits"] = "; ".join(([previous] if previous else []) + edits)
     meta["edited_from"] = os.path.abspath(args.input)
-    save(args.output, header, meta, data)
+    st.save(args.output, header, meta, data)
     print(f"{args.output}: {meta['edits']}")
 
 
