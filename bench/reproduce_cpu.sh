@@ -296,3 +296,34 @@ done
 # The figures at init and of the trained weights (docs/results/mimetic-pe/{init,trained}/), e.g.
 #   ./apps/inspect_init --model lm-small --dataset ptb-char --seq-len 128 --batch 32 --pos rope --init mimetic --json
 #   ./apps/inspect_init ... --checkpoint runs/mimetic-pe/char-mimetic-rope/last.safetensors
+
+# Added 2026-11-27 (session 24): RESULTS.md section 2, "The copy prior decides, and mimetic's Q/K identity
+# stays" (S's flags without --max-steps, --log-every and --threads, which some runs set otherwise), then
+# section 6's word runs (W as above, two at a time). The edited starts come from each run's
+# init.safetensors (a one-step run writes it) through tools/edit_checkpoint.py.
+T=(./apps/train_lm --dataset ptb-char --model transformer --dim 128 --depth 4 --heads 4 --seq-len 128 --batch-size 32 --epochs 1 --lr 2e-3 --warmup-steps 50)
+S=("${T[@]}" --max-steps 400 --log-every 25 --threads 2)
+mkdir -p runs/copy-prior/starts
+for s in 0 1 2; do
+  sfx=$([ $s = 0 ] || echo -s$s)
+  for i in torch mimetic; do
+    "${T[@]}" --max-steps 1 --seed $s --init $i --untied --out runs/copy-prior/starts/$i-untied$sfx
+    "${T[@]}" --max-steps 1 --seed $s --init $i --out runs/copy-prior/starts/$i-tied$sfx
+    tools/edit_checkpoint.py runs/copy-prior/starts/$i-untied$sfx/init.safetensors runs/copy-prior/starts/$i-headcopy$sfx.safetensors --copy head.weight=tok_emb.weight
+    tools/edit_checkpoint.py runs/copy-prior/starts/$i-tied$sfx/init.safetensors runs/copy-prior/starts/$i-gain0$sfx.safetensors --fill norm.weight=0
+    "${S[@]}" --seed $s --init $i --untied --init-from runs/copy-prior/starts/$i-headcopy$sfx.safetensors --out runs/copy-prior/char-$i-headcopy$sfx
+    "${S[@]}" --seed $s --init $i --init-from runs/copy-prior/starts/$i-gain0$sfx.safetensors --out runs/copy-prior/char-$i-gain0$sfx
+  done
+  "${S[@]}" --seed $s --pos rope --untied --init mimetic --no-mimetic-vo --out runs/copy-prior/char-mimetic-qk-rope-untied$sfx
+  "${S[@]}" --seed $s --pos rope --untied --init mimetic --no-mimetic-qk --out runs/copy-prior/char-mimetic-vo-rope-untied$sfx
+  "${S[@]}" --seed $s --pos rope --untied --init mimetic --mimetic-beta1 0 --out runs/copy-prior/char-mimetic-b0-rope-untied$sfx
+  "${S[@]}" --seed $s --pos rope --untied --init mimetic --mimetic-beta1 0.35 --out runs/copy-prior/char-mimetic-b035-rope-untied$sfx
+  "${S[@]}" --seed $s --init mimetic --mimetic-beta1 0 --out runs/copy-prior/char-mimetic-b0$sfx
+  "${S[@]}" --seed $s --init mimetic --mimetic-beta1 0 --pos rope --out runs/copy-prior/char-mimetic-b0-rope$sfx
+done
+# The probes: an evaluation every 10 steps, one thread (seed 0).
+P=("${T[@]}" --max-steps 400 --log-every 10 --threads 1 --eval-every 10 --eval-tokens 8192)
+"${P[@]}" --init torch --out runs/copy-prior/probe-torch
+"${P[@]}" --init torch --untied --out runs/copy-prior/probe-torch-untied
+"${P[@]}" --init torch --init-from runs/copy-prior/starts/torch-gain0.safetensors --out runs/copy-prior/probe-torch-gain0
+"${P[@]}" --init mimetic --out runs/copy-prior/probe-mimetic

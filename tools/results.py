@@ -144,7 +144,10 @@ def main():
             lines.append("| --- | --- | --- | --- | --- | --- | --- |" + (" --- |" if with_tok_cos else ""))
             header_done = True
         own = describe(configs[members[0][1]])
-        flags = flags_text({k: v for k, v in own.items() if k == "--init" or shared.get(k) != v})
+        differs = {k: v for k, v in own.items() if k == "--init" or shared.get(k) != v}
+        # A switch the shared flags turn on and this row leaves off has no spelling of its own.
+        off = [f"(no {k})" for k, v in differs.items() if v == "" and shared.get(k) in ("true", True)]
+        flags = " ".join([flags_text(differs)] + off).strip()
         per_seed = ", ".join(f"{v:.2f}" for v in finals) or "—"
         mean = f"{sum(finals) / len(finals):.2f}" if finals else "—"
         spread = f"{max(finals) - min(finals):.2f}" if len(finals) > 1 else "—"
