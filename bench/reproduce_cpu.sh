@@ -327,3 +327,16 @@ P=("${T[@]}" --max-steps 400 --log-every 10 --threads 1 --eval-every 10 --eval-t
 "${P[@]}" --init torch --untied --out runs/copy-prior/probe-torch-untied
 "${P[@]}" --init torch --init-from runs/copy-prior/starts/torch-gain0.safetensors --out runs/copy-prior/probe-torch-gain0
 "${P[@]}" --init mimetic --out runs/copy-prior/probe-mimetic
+# Section 6's word runs of session 24 (W as above; the one-step runs only write init.safetensors):
+U=(./apps/train_lm --dataset ptb --model transformer --dim 256 --depth 6 --heads 8 --protocol window --seq-len 80 --scored 40 --batch-size 32 --epochs 1 --lr 2e-3 --warmup-steps 40 --dropout 0.1 --word-dropout 0.1 --threads 1)
+"${U[@]}" --max-steps 1 --init torch --out runs/copy-prior/starts/word-torch-tied
+"${U[@]}" --max-steps 1 --init mimetic --out runs/copy-prior/starts/word-mimetic-tied
+"${U[@]}" --max-steps 1 --init torch --untied --out runs/copy-prior/starts/word-torch-untied
+for i in torch mimetic; do tools/edit_checkpoint.py runs/copy-prior/starts/word-$i-tied/init.safetensors runs/copy-prior/starts/word-$i-gain0.safetensors --fill norm.weight=0; done
+tools/edit_checkpoint.py runs/copy-prior/starts/word-torch-untied/init.safetensors runs/copy-prior/starts/word-torch-headcopy.safetensors --copy head.weight=tok_emb.weight
+"${W[@]}" --init torch --init-from runs/copy-prior/starts/word-torch-gain0.safetensors --out runs/word/word-torch-gain0
+"${W[@]}" --init mimetic --init-from runs/copy-prior/starts/word-mimetic-gain0.safetensors --out runs/word/word-mimetic-gain0
+"${W[@]}" --init torch --untied --init-from runs/copy-prior/starts/word-torch-headcopy.safetensors --out runs/word/word-torch-headcopy
+"${W[@]}" --init mimetic --pos rope --out runs/word/word-mimetic-rope
+"${W[@]}" --seed 1 --init torch --untied --out runs/word/word-torch-untied-s1
+"${W[@]}" --seed 1 --init mimetic --untied --out runs/word/word-mimetic-untied-s1
