@@ -340,3 +340,9 @@ tools/edit_checkpoint.py runs/copy-prior/starts/word-torch-untied/init.safetenso
 "${W[@]}" --init mimetic --pos rope --out runs/word/word-mimetic-rope
 "${W[@]}" --seed 1 --init torch --untied --out runs/word/word-torch-untied-s1
 "${W[@]}" --seed 1 --init mimetic --untied --out runs/word/word-mimetic-untied-s1
+"${U[@]}" --max-steps 1 --seed 1 --init torch --out runs/copy-prior/starts/word-torch-tied-s1
+"${U[@]}" --max-steps 1 --seed 1 --init torch --untied --out runs/copy-prior/starts/word-torch-untied-s1
+tools/edit_checkpoint.py runs/copy-prior/starts/word-torch-tied-s1/init.safetensors runs/copy-prior/starts/word-torch-gain0-s1.safetensors --fill norm.weight=0
+tools/edit_checkpoint.py runs/copy-prior/starts/word-torch-untied-s1/init.safetensors runs/copy-prior/starts/word-torch-headcopy-s1.safetensors --copy head.weight=tok_emb.weight
+"${W[@]}" --seed 1 --init torch --init-from runs/copy-prior/starts/word-torch-gain0-s1.safetensors --out runs/word/word-torch-gain0-s1
+"${W[@]}" --seed 1 --init torch --untied --init-from runs/copy-prior/starts/word-torch-headcopy-s1.safetensors --out runs/word/word-torch-headcopy-s1
