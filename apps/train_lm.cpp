@@ -290,7 +290,7 @@ static int run(Args& a, const apps::json& config, Device dev) {
 
     apps::RunDir out(a.out);
     out.write_json("config.json", config);
-    if (!a.resume) apps::save_init_weights(out, *lm.module, a.init);
+    if (!a.resume) apps::save_init_weights(out, *lm.module, a.init, a.init_from);
     if (out.enabled()) corpus.vocab.save(out.path("vocab.txt"));
     int start_epoch = 0;
     int64_t skip_batches = 0, global_step = 0;

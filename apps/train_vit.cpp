@@ -275,7 +275,7 @@ static int run(const Args& a, const apps::json& config, Device dev) {
 
     apps::RunDir out(a.out);
     out.write_json("config.json", config);
-    if (!a.resume) apps::save_init_weights(out, *model, a.init);
+    if (!a.resume) apps::save_init_weights(out, *model, a.init, a.init_from);
     int start_epoch = 0;
     int64_t skip_batches = 0, global_step = 0;
     double best_acc = -1;

@@ -493,10 +493,13 @@ TEST_CASE("train_lm writes init.safetensors; tools/edit_checkpoint.py and weight
     std::map<std::string, std::string> meta;
     auto init = engine::load_safetensors(tmp / "first/init.safetensors", &meta);
     CHECK(meta.at("init") == "torch");
+    CHECK(meta.count("init_from") == 0);
     CHECK(!fs::exists(tmp / "first/init.optim.safetensors"));
     REQUIRE(run_app("train_lm", base + " --init-from " + (tmp / "first/init.safetensors") + " --out " + (tmp / "again"),
                     tmp / "log") == 0);
     check_same_tensors(tmp / "first/init.safetensors", tmp / "again/init.safetensors");
+    engine::load_safetensors(tmp / "again/init.safetensors", &meta);
+    CHECK(meta.at("init_from") == tmp / "first/init.safetensors");  // where the start came from
     check_same_tensors(tmp / "first/last.safetensors", tmp / "again/last.safetensors");
     CHECK(!same(init.at("blocks.0.attn.q.weight"),
                 engine::load_safetensors(tmp / "first/last.safetensors").at("blocks.0.attn.q.weight")));

@@ -63,7 +63,6 @@ def main():
         p.add_argument(op, dest="ops", action=InOrder, default=[], metavar=metavar)
     p.add_argument("--list", action="store_true", help="print each tensor's name, dtype and shape")
     args = p.parse_args()
-    ops = args.ops
     try:
         header, meta, data = st.load(args.input)
     except ValueError as e:
@@ -71,14 +70,14 @@ def main():
     if args.list:
         for name, info in header.items():
             print(f"{name:40s} {info['dtype']} {info['shape']}")
-    if not ops:
+    if not args.ops:
         if not args.list:
             fail("nothing to do: give --copy, --scale or --fill (and an output file), or --list")
         return
     if not args.output:
         fail("the edits need an output file")
     edits = []
-    for op, arg in ops:
+    for op, arg in args.ops:
         left, right = split_arg(arg, op)
         if op == "--copy":
             if left not in header:

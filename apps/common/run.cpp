@@ -199,8 +199,12 @@ void init_from_checkpoint(nn::Module& model, const std::string& path, init::Repo
     report.say("weights replaced by the checkpoint " + path);
 }
 
-void save_init_weights(const RunDir& out, const nn::Module& model, const std::string& scheme) {
-    if (out.enabled()) nn::save_checkpoint(out.path("init"), model, nullptr, {{"init", scheme}, {"step", "0"}});
+void save_init_weights(const RunDir& out, const nn::Module& model, const std::string& scheme,
+                       const std::string& init_from) {
+    if (!out.enabled()) return;
+    nn::Metadata meta{{"init", scheme}, {"step", "0"}};
+    if (!init_from.empty()) meta["init_from"] = init_from;
+    nn::save_checkpoint(out.path("init"), model, nullptr, meta);
 }
 
 void add_init_flags(CLI::App& app, std::string& scheme, init::Options& o) {

@@ -104,9 +104,11 @@ void add_init_flags(CLI::App& app, std::string& scheme, init::Options& opt);
 void add_init_from_flag(CLI::App& app, std::string& path);
 void init_from_checkpoint(nn::Module& model, const std::string& path, init::Report& report);
 // RUN/init.safetensors: the weights a new run starts from (after --init and --init-from), with the
-// scheme in its metadata. To measure how far training moved each weight, or to edit the start
-// (tools/edit_checkpoint.py) and train from the result with --init-from. Nothing without --out.
-void save_init_weights(const RunDir& out, const nn::Module& model, const std::string& scheme);
+// scheme and the --init-from checkpoint (when there is one) in its metadata. To measure how far
+// training moved each weight, or to edit the start (tools/edit_checkpoint.py) and train from the
+// result with --init-from. Nothing without --out.
+void save_init_weights(const RunDir& out, const nn::Module& model, const std::string& scheme,
+                       const std::string& init_from);
 // The eager training step after the forward, as both trainers take it: the backward from `loss`,
 // the gradient norm, the optimizer's update. With clip > 0 the gradients are clipped to that norm;
 // otherwise the norm is measured only when `need_norm` (a logged step: it costs a pass over the
