@@ -173,6 +173,7 @@ static Subject build(const Args& a, const data::TextCorpus* text) {
         c.head_bias = a.head_bias;
         c.max_len = std::max(a.max_len, a.seq_len);  // as train_lm builds it, so its checkpoints load
         c.pos = a.pos.empty() ? "sinusoidal" : a.pos;
+        c.pe_scale = a.pe_scale;
         c.pre_norm = !a.post_ln;
         c.emb_norm = c.pre_norm && a.init.find("smallemb") != std::string::npos;
         c.layerscale = a.layerscale;
@@ -184,7 +185,9 @@ static Subject build(const Args& a, const data::TextCorpus* text) {
         s.layers = c.depth, s.vocab = c.vocab;
         s.description = fmt::format("{} (TransformerLM {}/{}/{}, vocab {}, {}{}, {} PE, {}, {} tokens)", a.model,
                                     c.dim, c.depth, c.heads, c.vocab, c.pre_norm ? "Pre-LN" : "Post-LN",
-                                    c.emb_norm ? " + emb_norm" : "", c.pos, c.tie_weights ? "tied" : "untied",
+                                    c.emb_norm ? " + emb_norm" : "",
+                                    c.pe_scale == 1.f ? c.pos : fmt::format("{} × {}", c.pos, c.pe_scale),
+                                    c.tie_weights ? "tied" : "untied",
                                     a.seq_len);
     }
     s.module->eval();
@@ -334,13 +337,7 @@ static std::vector<LayerStats> inspect(Subject& s, ModelStats& model) {
     } else if (s.gau) {
         x = s.gau->drop->forward(s.gau->tok_emb->forward(s.inputs));
     } else {
-        auto& lm = *s.lm;
-        int64_t T = s.inputs.size(1);
-        x = lm.tok_emb->forward(s.inputs);
-        if (lm.cfg.emb_scale != 1.f) x = mul(x, lm.cfg.emb_scale);
-        if (lm.pos_embed.defined()) x = add(x, lm.pos_embed.narrow(0, 0, T));
-        if (lm.emb_norm) x = lm.emb_norm->forward(x);
-        x = lm.drop->forward(x);
+        x = s.lm->embed(s.inputs);
     }
     // tok_cos needs tokens: the ViT's patches (and class token) are its tokens.
     apps::TokenPlaces places = s.vit ? apps::patch_places(s.vit->cfg.image_size / s.vit->cfg.patch,
@@ -654,7 +651,7 @@ int main(int argc, char** argv) {
         ->capture_default_str()->check(CLI::IsMember({"avg", "cls"}));
     app.add_option("--pos", a.pos, "position embedding (default: sincos2d for ViT, sinusoidal for LM): "
                                    "sincos1d | sincos2d | learned (ViT); sinusoidal | learned | rope | none (LM)");
-    app.add_option("--pe-scale", a.pe_scale, "ViT position-embedding multiplier")->capture_default_str();
+    app.add_option("--pe-scale", a.pe_scale, "multiplies the position embedding (ViT; LM sinusoidal or learned)")->capture_default_str();
     app.add_option("--dim", a.dim, "width (0: the preset's)")->capture_default_str()->check(CLI::NonNegativeNumber);
     app.add_option("--heads", a.heads, "attention heads (0: the preset's)")->capture_default_str()
         ->check(CLI::NonNegativeNumber);
@@ -718,9 +715,9 @@ int main(int argc, char** argv) {
         return refuse("--head-bias is for the transformer LMs with --untied");
     if (a.model == "gau") {
         if (a.post_ln) return refuse("--post-ln is for the transformer LMs: the GAU is Post-Norm unless --gau-pre-norm");
-        if (a.heads > 0 || a.layerscale != 0.f || !a.pos.empty() || !a.png_dir.empty())
-            return refuse("--heads, --layerscale, --pos and --png do not apply to the GAU (one head, rotary "
-                          "embeddings, no softmax map)");
+        if (a.heads > 0 || a.layerscale != 0.f || !a.pos.empty() || a.pe_scale != 1.f || !a.png_dir.empty())
+            return refuse("--heads, --layerscale, --pos, --pe-scale and --png do not apply to the GAU (one head, "
+                          "rotary embeddings, no softmax map)");
     } else if (a.gau_pre_norm) {
         return refuse("--gau-pre-norm is for --model gau");
     }
@@ -730,6 +727,8 @@ int main(int argc, char** argv) {
         if (std::find(ok.begin(), ok.end(), a.pos) == ok.end())
             return refuse(fmt::format("--pos {} does not apply to {}", a.pos, a.model));
     }
+    if (!vit && a.pe_scale != 1.f && (a.pos == "rope" || a.pos == "none"))
+        return refuse(fmt::format("--pe-scale needs a position embedding to scale (--pos is {})", a.pos));
     if (vit && 32 % a.patch != 0) return refuse(fmt::format("--patch {} does not divide 32", a.patch));
     apps::DeviceChoice dc = apps::resolve_device(a.device);
     if (!dc.error.empty()) return refuse(dc.error);

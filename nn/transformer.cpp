@@ -177,15 +177,22 @@ TransformerLM::TransformerLM(const LMConfig& c) : cfg(c) {
     if (!c.tie_weights) head = register_module("head", std::make_shared<Linear>(c.dim, c.vocab, c.head_bias));
 }
 
-Tensor TransformerLM::trunk(const Tensor& ids) const {
+Tensor TransformerLM::embed(const Tensor& ids) const {
     check(ids.ndim() == 2, "TransformerLM: ids {} are not [B, T]", ids.shape().str());
     int64_t T = ids.size(1);
     check(T <= cfg.max_len, "TransformerLM: sequence length {} exceeds max_len {}", T, cfg.max_len);
     Tensor x = tok_emb->forward(ids);
     if (cfg.emb_scale != 1.f) x = mul(x, cfg.emb_scale);
-    if (pos_embed.defined()) x = add(x, pos_embed.narrow(0, 0, T));
+    if (pos_embed.defined()) {
+        Tensor pe = pos_embed.narrow(0, 0, T);
+        x = add(x, cfg.pe_scale == 1.f ? pe : mul(pe, cfg.pe_scale));
+    }
     if (emb_norm) x = emb_norm->forward(x);
-    x = drop->forward(x);
+    return drop->forward(x);
+}
+
+Tensor TransformerLM::trunk(const Tensor& ids) const {
+    Tensor x = embed(ids);
     for (auto& b : *blocks) x = b->forward(x);
     return x;
 }

@@ -73,6 +73,7 @@ struct LMConfig {
     bool head_bias = false;          // an untied output layer with a bias (the unigram log-frequencies)
     bool emb_norm = false;           // a LayerNorm right after the embedding (SmallInitEmb)
     float emb_scale = 1.f;           // token embeddings are multiplied by this (Vaswani: √dim)
+    float pe_scale = 1.f;            // multiplies the sinusoidal or learned position embedding
     float dropout = 0.f, attn_dropout = 0.f, emb_dropout = 0.f, word_dropout = 0.f;
     float layerscale = 0.f;
     Activation act = Activation::GELU;
@@ -95,6 +96,9 @@ public:
     std::shared_ptr<ModuleList<TransformerBlock>> blocks;
     std::shared_ptr<LayerNorm> norm;       // final norm (Pre-LN only)
     std::shared_ptr<Linear> head;          // null when tied to tok_emb
+    // The tokens entering block 0, [B, T, dim]: embedding × emb_scale + position embedding ×
+    // pe_scale, then emb_norm and dropout.
+    Tensor embed(const Tensor& ids) const;
     // The last block's output [B, T, dim], before the final norm (train_lm's tok_cos reads it).
     Tensor trunk(const Tensor& ids) const;
 };

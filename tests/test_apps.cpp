@@ -223,6 +223,9 @@ TEST_CASE("train_vit and train_lm refuse bad flags with status 2", "[apps]") {
     CHECK(run_app("train_lm", "--head-bias", tmp / "log") == 2);  // a tied head has no bias of its own
     CHECK(slurp(tmp / "log").find("--untied") != std::string::npos);
     CHECK(run_app("train_lm", "--model gau --untied --head-bias", tmp / "log") == 2);
+    CHECK(run_app("train_lm", "--pos rope --pe-scale 2", tmp / "log") == 2);  // rotary PE has no vector to scale
+    CHECK(slurp(tmp / "log").find("--pe-scale applies to") != std::string::npos);
+    CHECK(run_app("train_lm", "--model lstm --pe-scale 2", tmp / "log") == 2);
 }
 
 
@@ -387,6 +390,22 @@ TEST_CASE("train_lm: --train-tokens trains on the first N tokens of the training
     auto all = nlohmann::json::parse(slurp(tmp / "all/result.json"));
     CHECK(all["train_tokens"].get<int64_t>() > 1000);
     CHECK(all["steps"].get<int64_t>() > 7);
+}
+
+// The sinusoidal PE is a buffer, so it draws nothing from the seed: at scale 0 the run is the run
+// without a position embedding, loss for loss; at scale 2 it is not.
+TEST_CASE("train_lm --pe-scale: 0 repeats --pos none, 2 changes the run", "[apps]") {
+    test::TempDir tmp;
+    std::string base = tiny_lm_flags(tmp / "text") + " --max-steps 5 --out ";
+    REQUIRE(run_app("train_lm", base + (tmp / "none") + " --pos none", tmp / "log") == 0);
+    REQUIRE(run_app("train_lm", base + (tmp / "zero") + " --pe-scale 0", tmp / "log") == 0);
+    REQUIRE(run_app("train_lm", base + (tmp / "two") + " --pe-scale 2", tmp / "log") == 0);
+    auto test_ppl = [&](const char* run) {
+        return nlohmann::json::parse(slurp(tmp / (std::string(run) + "/result.json")))["test_ppl"].get<double>();
+    };
+    CHECK(test_ppl("zero") == test_ppl("none"));
+    CHECK(test_ppl("two") != test_ppl("none"));
+    CHECK(nlohmann::json::parse(slurp(tmp / "two/config.json"))["--pe-scale"] == "2");
 }
 
 TEST_CASE("train_lm --head-bias: the output layer gets a bias, saved, and inspect_init loads it", "[apps]") {

@@ -138,6 +138,30 @@ TEST_CASE("TransformerLM: shapes, tying, causality", "[nn]") {
     CHECK_THROWS_WITH(lm.forward(Tensor::zeros({1, 17}, DType::I32)), Catch::Contains("exceeds max_len 16"));
 }
 
+TEST_CASE("TransformerLM: embed() adds the position embedding times pe_scale", "[nn]") {
+    Tensor ids = Tensor::from_vector(std::vector<int32_t>{4, 0, 9}, {1, 3});
+    for (std::string pos : {"sinusoidal", "learned"}) {
+        LMConfig c = tiny_lm();
+        c.pos = pos;
+        c.pe_scale = 3.f;
+        TransformerLM lm(c);
+        Tensor x = lm.embed(ids);
+        CHECK(x.shape() == Shape({1, 3, 16}));
+        float err = 0.f;
+        for (int t = 0; t < 3; t++)
+            for (int j = 0; j < 16; j++) {
+                float want = lm.tok_emb->weight.at({(int64_t)ids.at({0, t}), j}) + 3.f * lm.pos_embed.at({t, j});
+                err = test::max_err(err, std::fabs(x.at({0, t, j}) - want));
+            }
+        INFO(pos);
+        CHECK(err < 1e-6f);
+    }
+    LMConfig c = tiny_lm();
+    c.pos = "none";
+    TransformerLM bare(c);  // no position embedding: the tokens' embeddings alone
+    CHECK(bare.embed(ids).at({0, 2, 5}) == bare.tok_emb->weight.at({9, 5}));
+}
+
 TEST_CASE("TransformerLM: a tiny config memorizes a sequence", "[nn][overfit]") {
     manual_seed(4);
     for (bool pre_norm : {true, false}) {
