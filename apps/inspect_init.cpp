@@ -37,7 +37,7 @@
 // Before the rows come the init's own report (for impulse schemes the fit figures: MSE, hit rate,
 // seconds) and the whole model's figures: tok_cos of the embedding (the blocks' input), the
 // batch's cross-entropy at these weights, and for an LM `copy_top1`, the share of positions whose
-// top logit is the input token itself. A tied N(0, 1) embedding makes that share large at init
+// top logit is the input token itself (and no other token's: equal logits predict nothing). A tied N(0, 1) embedding makes that share large at init
 // (the head scores each token against its own embedding), a prior of "repeat the last token".
 // --png DIR writes, for a few layers, W_qW_kᵀ and W_vW_proj (diverging colormap, symmetric about 0,
 // clipped at the 99.5th percentile of |entries|) and the attention map averaged over the batch and
@@ -385,7 +385,7 @@ static std::vector<LayerStats> inspect(Subject& s, ModelStats& model) {
         if (s.lm->norm) x = s.lm->norm->forward(x);
         logits = s.lm->head ? s.lm->head->forward(x) : linear(x, s.lm->tok_emb->weight);
     }
-    if (!s.vit) model.copy_top1 = (double)apps::top1_matches(logits, s.inputs) / (double)s.inputs.numel();
+    if (!s.vit) model.copy_top1 = (double)apps::top1_matches(logits, s.inputs, apps::Ties::NoMatch) / (double)s.inputs.numel();
     Tensor loss = cross_entropy(logits, s.targets);
     model.loss = loss.item();
     loss.backward();
