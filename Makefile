@@ -140,9 +140,9 @@ ifneq ($(MISSING),)
   $(info ✗ missing Debian packages: $(MISSING) -> run: make deps)
 endif
 
-# The commit the binaries are built from, "+dirty" when the tree had uncommitted changes or untracked files: run
-# configs record it (apps/common/run.cpp), wherever the binary is run from. The header is
-# rewritten only when that changes, so only run.o is recompiled, and only then.
+# The commit the binaries are built from, "+dirty" when the tree had uncommitted changes or
+# untracked files: run configs record it (apps/common/run.cpp), wherever the binary is run from.
+# The header is rewritten only when that changes, so only run.o is recompiled, and only then.
 GIT_COMMIT := $(shell git rev-parse HEAD 2>/dev/null)
 ifneq ($(GIT_COMMIT),)
   GIT_COMMIT := $(GIT_COMMIT)$(shell test -z "$$(git status --porcelain 2>/dev/null)" || echo +dirty)
