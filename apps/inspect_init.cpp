@@ -21,6 +21,10 @@
 //   tok_cos                        mean cosine similarity between two different tokens of one input
 //                                  at the block's output (all pairs, averaged over the batch): 1 when
 //                                  every token carries the same vector ("rank collapse")
+//   pos_share                      the share of the block output's variance over the batch that is
+//                                  the position's (apps/common/token_similarity.h): how much of an
+//                                  absolute position embedding survives to this block; content
+//                                  alone leaves about 1/batch
 //   grad_cos                       the same figure for the loss gradient at the block's output:
 //                                  near 1 when the gradient asks every token to move the same way,
 //                                  so any update that follows it adds one shared vector to all of
@@ -32,13 +36,14 @@
 //                                  input component and a gradient component (the sum over tokens
 //                                  Σ δ_t x_tᵀ then has a term T·δ̄·x̄ᵀ). Adam's first step,
 //                                  lr·sign(gradient), keeps a rank-one gradient rank one.
-// For --model gau (train_lm's GAU LM) the rows have act_std, grad_std, tok_cos and grad_cos only:
-// a GAU has no W_q, W_k, W_v and no softmax map.
+// For --model gau (train_lm's GAU LM) the rows have act_std, grad_std, tok_cos, pos_share and
+// grad_cos only: a GAU has no W_q, W_k, W_v and no softmax map.
 // Before the rows come the init's own report (for impulse schemes the fit figures: MSE, hit rate,
-// seconds) and the whole model's figures: tok_cos of the embedding (the blocks' input), the
-// batch's cross-entropy at these weights, and for an LM `copy_top1`, the share of positions whose
-// top logit is the input token itself (and no other token's: equal logits predict nothing). A tied N(0, 1) embedding makes that share large at init
-// (the head scores each token against its own embedding), a prior of "repeat the last token".
+// seconds) and the whole model's figures: tok_cos and pos_share of the embedding (the blocks'
+// input), the batch's cross-entropy at these weights, and for an LM `copy_top1`, the share of
+// positions whose top logit is the input token itself (and no other token's: equal logits predict
+// nothing). A tied N(0, 1) embedding makes that share large at init (the head scores each token
+// against its own embedding), a prior of "repeat the last token".
 // --png DIR writes, for a few layers, W_qW_kᵀ and W_vW_proj (diverging colormap, symmetric about 0,
 // clipped at the 99.5th percentile of |entries|) and the attention map averaged over the batch and
 // the heads (sequential colormap, 0 to its maximum), as in Fig. 1–2 of the mimetic paper. The
@@ -270,7 +275,7 @@ static void make_inputs(const Args& a, const data::TextCorpus* text, Subject& s)
 
 struct LayerStats {
     double qk_diag = 0, qk_off = 0, vo_diag = 0, vo_off = 0, attn_self = 0, attn_dist = 0, attn_dist_off = 0,
-           act_std = 0, grad_std = 0, tok_cos = 0, grad_cos = 0;
+           act_std = 0, grad_std = 0, tok_cos = 0, pos_share = 0, grad_cos = 0;
     std::vector<std::pair<std::string, double>> grad_rank1;  // weight name -> σ₁² / Σσ² of its gradient
     Tensor qk, vo, attn;  // [d,d], [d,d], [T,T] (mean over batch and heads)
 };
@@ -312,6 +317,7 @@ static void matrix_stats(const Tensor& m, double& diag_mean, double& offdiag_rms
 
 struct ModelStats {
     double embed_tok_cos = 0;         // tok_cos of the blocks' input
+    double embed_pos_share = 0;       // pos_share of the blocks' input
     double loss = 0;                  // the batch's cross-entropy, nats
     double copy_top1 = std::nan("");  // LM: share of positions whose top logit is the input token
 };
@@ -344,6 +350,7 @@ static std::vector<LayerStats> inspect(Subject& s, ModelStats& model) {
                                                            s.vit->cls_token.defined())
                                      : apps::sequence_places(x.size(1));
     model.embed_tok_cos = apps::token_cosine(x.detach());
+    model.embed_pos_share = apps::position_share(x.detach());
     std::vector<Tensor> probes, acts;
     for (int64_t l = 0; l < s.layers; l++) {
         if (s.gau) {  // GAULM::trunk's step, without dropout (eval)
@@ -393,6 +400,7 @@ static std::vector<LayerStats> inspect(Subject& s, ModelStats& model) {
         Tensor act = acts[l].to(Device::CPU);
         out[l].act_std = std_of(act);
         out[l].tok_cos = apps::token_cosine(act);
+        out[l].pos_share = apps::position_share(act);
         Tensor g = probes[l].grad();
         if (!g.defined()) continue;  // no path to the loss (a zeroed head): both stay 0
         g = g.to(Device::CPU);
@@ -562,7 +570,7 @@ static int run(const Args& a) {
 
     ModelStats model;
     std::vector<LayerStats> stats = inspect(s, model);
-    std::fprintf(log, "embedding: tok_cos %.4f\n", model.embed_tok_cos);
+    std::fprintf(log, "embedding: tok_cos %.4f, pos_share %.4f\n", model.embed_tok_cos, model.embed_pos_share);
     std::fprintf(log, "output: loss %.4f nats (%.4f bits)", model.loss, model.loss / std::log(2.0));
     if (!std::isnan(model.copy_top1)) std::fprintf(log, ", copy_top1 %.4f", model.copy_top1);
     std::fprintf(log, "\n");
@@ -577,7 +585,7 @@ static int run(const Args& a) {
                           {"vo_offdiag_rms", st.vo_off}, {"attn_self", st.attn_self},
                           {"attn_dist", st.attn_dist}, {"attn_dist_off", st.attn_dist_off}});
             j.update({{"act_std", st.act_std}, {"grad_std", st.grad_std}, {"tok_cos", st.tok_cos},
-                      {"grad_cos", st.grad_cos}});
+                      {"pos_share", st.pos_share}, {"grad_cos", st.grad_cos}});
             if (!st.grad_rank1.empty()) {
                 json r;
                 for (auto& [name, share] : st.grad_rank1) r[name] = share;
@@ -586,9 +594,9 @@ static int run(const Args& a) {
             std::printf("%s\n", j.dump().c_str());
         }
     } else {
-        std::printf("\n%5s %13s %15s %13s %15s %10s %10s %14s %10s %11s %8s %8s\n", "layer", "qk_diag_mean",
+        std::printf("\n%5s %13s %15s %13s %15s %10s %10s %14s %10s %11s %8s %9s %8s\n", "layer", "qk_diag_mean",
                     "qk_offdiag_rms", "vo_diag_mean", "vo_offdiag_rms", "attn_self", "attn_dist", "attn_dist_off",
-                    "act_std", "grad_std", "tok_cos", "grad_cos");
+                    "act_std", "grad_std", "tok_cos", "pos_share", "grad_cos");
         for (size_t l = 0; l < stats.size(); l++) {
             auto& st = stats[l];
             if (attention)
@@ -596,7 +604,8 @@ static int run(const Args& a) {
                             st.vo_diag, st.vo_off, st.attn_self, st.attn_dist, st.attn_dist_off);
             else
                 std::printf("%5zu %13s %15s %13s %15s %10s %10s %14s", l, "-", "-", "-", "-", "-", "-", "-");
-            std::printf(" %10.4f %11.3e %8.4f %8.4f\n", st.act_std, st.grad_std, st.tok_cos, st.grad_cos);
+            std::printf(" %10.4f %11.3e %8.4f %9.4f %8.4f\n", st.act_std, st.grad_std, st.tok_cos, st.pos_share,
+                        st.grad_cos);
         }
     }
     std::fflush(stdout);

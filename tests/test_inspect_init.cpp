@@ -1,5 +1,6 @@
 // tests/test_inspect_init.cpp: apps/inspect_init end to end: the per-layer JSON report, the
-// --checkpoint path (figures of trained weights), tok_cos, the LM's text input, and the usage errors.
+// --checkpoint path (figures of trained weights), tok_cos, pos_share, the LM's text input, and the
+// usage errors.
 #include <catch2/catch.hpp>
 
 #include <sys/wait.h>
@@ -111,7 +112,8 @@ TEST_CASE("inspect_init tok_cos: 1 when every token is the same, below 1 for dif
     auto rows = json_lines(dir / "out");
     REQUIRE(rows.size() == 3);
     for (auto& r : rows) CHECK(r["tok_cos"].get<double>() == Approx(1.0).margin(1e-4));
-    CHECK(slurp_file(dir / "err").find("embedding: tok_cos 1.0000") != std::string::npos);
+    // Nothing differs between windows or positions: no variance, pos_share 0.
+    CHECK(slurp_file(dir / "err").find("embedding: tok_cos 1.0000, pos_share 0.0000") != std::string::npos);
     // Equal tokens give equal scores, so attention is uniform over the visible keys: mean distance
     // (T−1)/4 = 3.75 for T = 16, and mean over i ≥ 1 of (i+1)/2 = 4.5 without the own key.
     for (auto& r : rows) {
@@ -131,15 +133,46 @@ TEST_CASE("inspect_init tok_cos: 1 when every token is the same, below 1 for dif
         }
     }
 
-    // The sinusoidal PE tells the positions apart: no longer 1, and never below −1/(T−1).
+    // The sinusoidal PE tells the positions apart: no longer 1, and never below −1/(T−1). Every
+    // window is the same, so all of the variance left is the position's: pos_share 1.
     REQUIRE(inspect(lm + " --init torch", dir / "out", dir / "err") == 0);
     rows = json_lines(dir / "out");
     REQUIRE(rows.size() == 3);
+    CHECK(slurp_file(dir / "err").find("pos_share 1.0000") != std::string::npos);
     for (auto& r : rows) {
+        CHECK(r["pos_share"].get<double>() == Approx(1.0).margin(1e-6));
         CHECK(r["tok_cos"].get<double>() < 0.99);
         CHECK(r["tok_cos"].get<double>() >= -1.0 / 15 - 1e-6);
         CHECK(r["grad_cos"].get<double>() >= -1.0 / 15 - 1e-6);  // the next token is "the" everywhere: see below
     }
+}
+
+// The embedding's pos_share, from the report line "embedding: tok_cos X, pos_share Y".
+static double embedding_pos_share(const std::string& err) {
+    std::string text = slurp_file(err);
+    size_t at = text.find("pos_share ");
+    REQUIRE(at != std::string::npos);
+    return std::stod(text.substr(at + 10));
+}
+
+TEST_CASE("inspect_init pos_share: the LM's position embedding grows with --pe-scale", "[apps]") {
+    test::TempDir dir;
+    std::string lm = "--model lm-small --dim 32 --depth 2 --heads 2 --seq-len 16 --batch 8 --init torch --json";
+    REQUIRE(inspect(lm + " --pos none", dir / "out", dir / "none") == 0);
+    REQUIRE(inspect(lm, dir / "out", dir / "one") == 0);
+    REQUIRE(inspect(lm + " --pe-scale 3", dir / "out", dir / "three") == 0);
+    // N(0, 1) token embeddings (variance 1 per channel) against the sinusoid's: less than its 1/2
+    // per channel, since the low frequencies hardly change over 16 positions. Scale 3 multiplies
+    // that variance by 9. Without a PE only the batch's 1/8 or so is left (0.12, 0.20, 0.56).
+    double none = embedding_pos_share(dir / "none"), one = embedding_pos_share(dir / "one"),
+           three = embedding_pos_share(dir / "three");
+    INFO(none << " " << one << " " << three);
+    CHECK(none < 0.25);
+    CHECK(one > none);
+    CHECK(three > one + 0.2);
+    CHECK(slurp_file(dir / "three").find("sinusoidal × 3 PE") != std::string::npos);
+    CHECK(inspect(lm + " --pos rope --pe-scale 2", dir / "out", dir / "err") == 2);
+    CHECK(slurp_file(dir / "err").find("--pe-scale needs a position embedding") != std::string::npos);
 }
 
 TEST_CASE("inspect_init attn_dist: mimetic's queries look at themselves, timm's everywhere", "[apps]") {

@@ -1,5 +1,5 @@
 // tests/test_token_similarity.cpp: apps::token_cosine, the rank-collapse figure of inspect_init
-// and train_lm, on inputs whose answer is known.
+// and train_lm, and apps::position_share, on inputs whose answer is known.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -49,4 +49,26 @@ TEST_CASE("token_cosine: the pairwise mean, on random tokens", "[apps]") {
     CHECK(apps::token_cosine(x) == Approx(want / (3 * 20)).epsilon(1e-6));
     CHECK_THROWS_AS(apps::token_cosine(Tensor::normal({5, 4})), engine::Error);     // not [B, T, D]
     CHECK_THROWS_AS(apps::token_cosine(Tensor::normal({2, 1, 4})), engine::Error);  // one token: no pairs
+}
+
+TEST_CASE("position_share: 1 for the position's vector alone, 0 without it, the variance ratio between", "[apps]") {
+    // Two windows of three tokens in 2-d: channel 0 is the position's (a_t = -1, 0, 1: variance
+    // 2/3), channel 1 the window's (e_b = ±2: variance 4). The share is (2/3) / (2/3 + 4) = 1/7.
+    std::vector<float> v;
+    for (float e : {2.f, -2.f})
+        for (float a : {-1.f, 0.f, 1.f}) v.insert(v.end(), {a, e});
+    CHECK(apps::position_share(tokens(v, {2, 3, 2})) == Approx(1.0 / 7).epsilon(1e-12));
+    // The position's channel alone (the same in every window): 1; the window's alone: 0.
+    std::vector<float> pos, win;
+    for (size_t i = 0; i < v.size(); i += 2) pos.insert(pos.end(), {v[i], 0.f}), win.insert(win.end(), {0.f, v[i + 1]});
+    CHECK(apps::position_share(tokens(pos, {2, 3, 2})) == Approx(1.0).epsilon(1e-12));
+    CHECK(apps::position_share(tokens(win, {2, 3, 2})) == Approx(0.0).margin(1e-12));
+    // A shared offset changes nothing; a constant input has no variance to share: 0.
+    for (size_t i = 0; i < v.size(); i++) v[i] += 5.f;
+    CHECK(apps::position_share(tokens(v, {2, 3, 2})) == Approx(1.0 / 7).epsilon(1e-12));
+    CHECK(apps::position_share(Tensor::ones({2, 3, 2})) == 0.0);
+    // Noise with no position in it: the batch means keep about 1/B of it.
+    engine::manual_seed(3);
+    CHECK(apps::position_share(Tensor::normal({32, 64, 16})) == Approx(1.0 / 32).epsilon(0.1));
+    CHECK_THROWS_AS(apps::position_share(Tensor::normal({5, 4})), engine::Error);
 }

@@ -1,32 +1,31 @@
 #!/usr/bin/python3
-"""tools/read_checkpoint.py: open a checkpoint of ours in PyTorch, with nothing but json and torch.
+"""tools/read_checkpoint.py: open a checkpoint of ours in PyTorch, with nothing but torch.
 
 Our checkpoints are safetensors files (8-byte little-endian header length, JSON header, raw
 little-endian data). The `safetensors` package reads them directly (safetensors.torch.load_file);
-this script shows that plain PyTorch can too, and prints every tensor's name, shape and a summary.
+this script shows that plain PyTorch can too: tools/safetensors_file.py parses the file with the
+standard library, and torch.frombuffer views each tensor's bytes. It prints every tensor's name,
+shape and a summary.
 
     /usr/bin/python3 tools/read_checkpoint.py runs/vit/last.safetensors
 """
-import json
-import struct
+import os
 import sys
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import safetensors_file  # noqa: E402
 
 DTYPES = {"F32": torch.float32, "I32": torch.int32, "F64": torch.float64, "I64": torch.int64}
 
 
 def load(path):
-    with open(path, "rb") as f:
-        raw = f.read()
-    (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8 : 8 + n])
-    meta = header.pop("__metadata__", {})
-    data = raw[8 + n :]
+    header, meta, data = safetensors_file.load(path)
     tensors = {}
     for name, info in header.items():
         begin, end = info["data_offsets"]
-        t = torch.frombuffer(bytearray(data[begin:end]), dtype=DTYPES[info["dtype"]])
+        t = torch.frombuffer(data[begin:end], dtype=DTYPES[info["dtype"]]) if end > begin else torch.zeros(0)
         tensors[name] = t.reshape(info["shape"])
     return tensors, meta
 
@@ -34,7 +33,10 @@ def load(path):
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
-    tensors, meta = load(sys.argv[1])
+    try:
+        tensors, meta = load(sys.argv[1])
+    except ValueError as e:
+        sys.exit(f"read_checkpoint.py: {e}")
     print(f"{sys.argv[1]}: {len(tensors)} tensors, metadata {meta}")
     for name, t in tensors.items():
         f = t.float()

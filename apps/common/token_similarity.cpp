@@ -34,4 +34,20 @@ double token_cosine(const engine::Tensor& x) {
     return total / B;
 }
 
+double position_share(const engine::Tensor& x) {
+    engine::check(x.ndim() == 3 && x.size(0) >= 1 && x.size(1) >= 1, "position_share: {} is not [B, T, D]",
+                  x.shape().str());
+    engine::Tensor h = x.to(engine::Device::CPU);
+    int64_t B = h.size(0), T = h.size(1), D = h.size(2);
+    const float* p = h.data_f32();
+    std::vector<double> mean_t(T * D, 0.0), mean(D, 0.0);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t i = 0; i < T * D; i++) mean_t[i] += p[b * T * D + i] / (double)B;
+    for (int64_t i = 0; i < T * D; i++) mean[i % D] += mean_t[i] / (double)T;
+    double between = 0, total = 0;
+    for (int64_t i = 0; i < T * D; i++) between += (mean_t[i] - mean[i % D]) * (mean_t[i] - mean[i % D]) / T;
+    for (int64_t i = 0; i < B * T * D; i++) total += (p[i] - mean[i % D]) * (p[i] - mean[i % D]) / ((double)B * T);
+    return total > 0 ? between / total : 0.0;
+}
+
 }  // namespace apps
