@@ -537,6 +537,17 @@ TEST_CASE("train_lm writes init.safetensors; tools/edit_checkpoint.py and weight
     const Tensor& gain = edited.at("norm.weight");
     CHECK(std::all_of(gain.data_f32(), gain.data_f32() + gain.numel(), [](float g) { return g == 0; }));
     CHECK(same(edited.at("blocks.0.attn.k.weight"), init.at("blocks.0.attn.k.weight")));
+    // --copy DST=FILE:NAME takes a tensor of another checkpoint (here the edited one's halved q).
+    REQUIRE(std::system(("python3 tools/edit_checkpoint.py " + (tmp / "first/init.safetensors") + " " +
+                         (tmp / "other.safetensors") + " --copy blocks.1.attn.q.weight=" +
+                         (tmp / "edited.safetensors") + ":blocks.0.attn.q.weight > " + (tmp / "log") + " 2>&1")
+                            .c_str()) == 0);
+    auto other = engine::load_safetensors(tmp / "other.safetensors");
+    CHECK(same(other.at("blocks.1.attn.q.weight"), edited.at("blocks.0.attn.q.weight")));
+    CHECK(same(other.at("blocks.0.attn.q.weight"), init.at("blocks.0.attn.q.weight")));
+    CHECK(std::system((edit + " --copy head.weight=" + (tmp / "edited.safetensors") + ":nope > " + (tmp / "log") +
+                       " 2>&1").c_str()) != 0);
+    CHECK(slurp(tmp / "log").find("no tensor " + (tmp / "edited.safetensors") + ":nope") != std::string::npos);
     REQUIRE(run_app("train_lm", base + " --init-from " + (tmp / "edited.safetensors") + " --out " + (tmp / "from-edit"),
                     tmp / "log") == 0);
     check_same_tensors(tmp / "edited.safetensors", tmp / "from-edit/init.safetensors");

@@ -8,8 +8,11 @@ file to `--init-from` (a run of the same model flags) to test what one part of a
     tools/edit_checkpoint.py RUN/init.safetensors head_copy.safetensors --copy head.weight=tok_emb.weight
     # every block's query weights halved; the final LayerNorm's gain set to zero
     tools/edit_checkpoint.py IN OUT --scale 'blocks.*.attn.q.weight=0.5' --fill norm.weight=0
+    # a learned position embedding that starts as the sinusoidal one (another run's buffer)
+    tools/edit_checkpoint.py IN OUT --copy pos_embed=SINUSOIDAL_RUN/init.safetensors:pos_embed
 
-Operations run in the order given: --copy DST=SRC (SRC's values into DST, the same shape),
+Operations run in the order given: --copy DST=SRC (SRC's values into DST, the same shape; SRC
+may be FILE:NAME, a tensor of another checkpoint),
 --scale NAMES=FACTOR and --fill NAMES=VALUE (float32 tensors; NAMES is a glob: `*` matches any
 run of characters, dots included). A name or glob that matches nothing is an error, so is a
 shape that differs. --list prints the tensors. The edits are recorded in the file's metadata
@@ -80,15 +83,22 @@ def main():
     for op, arg in args.ops:
         left, right = split_arg(arg, op)
         if op == "--copy":
+            src_header, src_data, src_name = header, data, right
+            if ":" in right:  # FILE:NAME, from another checkpoint
+                path, src_name = right.rsplit(":", 1)
+                try:
+                    src_header, _, src_data = st.load(path)
+                except ValueError as e:
+                    fail(f"--copy {arg}: {e}")
             if left not in header:
                 fail(f"--copy {arg}: no tensor {left}")
-            if right not in header:
+            if src_name not in src_header:
                 fail(f"--copy {arg}: no tensor {right}")
-            dst, src = header[left], header[right]
+            dst, src = header[left], src_header[src_name]
             if dst["shape"] != src["shape"] or dst["dtype"] != src["dtype"]:
                 fail(f"--copy {arg}: {left} is {dst['dtype']} {dst['shape']}, {right} is {src['dtype']} {src['shape']}")
             (b0, e0), (b1, e1) = dst["data_offsets"], src["data_offsets"]
-            data[b0:e0] = data[b1:e1]
+            data[b0:e0] = src_data[b1:e1]
         else:
             value = number(right, f"{op} {arg}")
             for name in matching(header, left, op):
