@@ -92,7 +92,8 @@ struct Args {
     int64_t batch = 32, seq_len = 128, max_len = 512, gau_s = 128, patch = 4, depth = 0, dim = 0, heads = 0;
     std::string pool = "avg", pos = "", data_dir, png_dir, png_layers, checkpoint, dataset;
     float pe_scale = 1.f, layerscale = 0.f, perturb = 0.f;
-    bool post_ln = false, gau_pre_norm = false, untied = false, head_bias = false, json_out = false;
+    bool post_ln = false, gau_pre_norm = false, untied = false, head_bias = false, json_out = false,
+         pe_every_block = false;
     uint64_t seed = 0;
     std::string device = "cpu";
     Device dev = Device::CPU;  // resolved from --device
@@ -179,6 +180,7 @@ static Subject build(const Args& a, const data::TextCorpus* text) {
         c.max_len = std::max(a.max_len, a.seq_len);  // as train_lm builds it, so its checkpoints load
         c.pos = a.pos.empty() ? "sinusoidal" : a.pos;
         c.pe_scale = a.pe_scale;
+        c.pe_every_block = a.pe_every_block;
         c.pre_norm = !a.post_ln;
         c.emb_norm = c.pre_norm && a.init.find("smallemb") != std::string::npos;
         c.layerscale = a.layerscale;
@@ -188,11 +190,11 @@ static Subject build(const Args& a, const data::TextCorpus* text) {
         s.module = lm;
         for (auto& b : *lm->blocks) s.blocks.push_back(b.get());
         s.layers = c.depth, s.vocab = c.vocab;
-        s.description = fmt::format("{} (TransformerLM {}/{}/{}, vocab {}, {}{}, {} PE, {}, {} tokens)", a.model,
+        s.description = fmt::format("{} (TransformerLM {}/{}/{}, vocab {}, {}{}, {} PE{}, {}, {} tokens)", a.model,
                                     c.dim, c.depth, c.heads, c.vocab, c.pre_norm ? "Pre-LN" : "Post-LN",
                                     c.emb_norm ? " + emb_norm" : "",
                                     c.pe_scale == 1.f ? c.pos : fmt::format("{} × {}", c.pos, c.pe_scale),
-                                    c.tie_weights ? "tied" : "untied",
+                                    c.pe_every_block ? " before every block" : "", c.tie_weights ? "tied" : "untied",
                                     a.seq_len);
     }
     s.module->eval();
@@ -359,6 +361,7 @@ static std::vector<LayerStats> inspect(Subject& s, ModelStats& model) {
             x = s.gau->cfg.post_norm ? norm.forward_sum(x, layer.forward(x)) : layer.forward(norm.forward(x), x);
         } else {
             auto& b = *s.blocks[l];
+            x = s.lm ? s.lm->block_input(x, l) : x;
             {
                 NoGrad ng;
                 Tensor maps = b.attn->attention_map(b.pre_norm ? b.norm1->forward(x) : x);  // [B, H, T, T]
@@ -660,7 +663,9 @@ int main(int argc, char** argv) {
         ->capture_default_str()->check(CLI::IsMember({"avg", "cls"}));
     app.add_option("--pos", a.pos, "position embedding (default: sincos2d for ViT, sinusoidal for LM): "
                                    "sincos1d | sincos2d | learned (ViT); sinusoidal | learned | rope | none (LM)");
-    app.add_option("--pe-scale", a.pe_scale, "multiplies the position embedding (ViT; LM sinusoidal or learned)")->capture_default_str();
+    app.add_option("--pe-scale", a.pe_scale, "multiplies the position embedding (ViT; LM sinusoidal or learned)")
+        ->capture_default_str();
+    app.add_flag("--pe-every-block", a.pe_every_block, "LM: the position embedding is added before every block");
     app.add_option("--dim", a.dim, "width (0: the preset's)")->capture_default_str()->check(CLI::NonNegativeNumber);
     app.add_option("--heads", a.heads, "attention heads (0: the preset's)")->capture_default_str()
         ->check(CLI::NonNegativeNumber);
@@ -720,6 +725,7 @@ int main(int argc, char** argv) {
     if (!vit && !a.data_dir.empty() && a.dataset.empty())
         return refuse("--data-dir for an LM needs --dataset (which corpus the folder holds)");
     if (vit && a.untied) return refuse("--untied is for the LMs");
+    if ((vit || a.model == "gau") && a.pe_every_block) return refuse("--pe-every-block is for the transformer LMs");
     if (a.head_bias && (vit || a.model == "gau" || !a.untied))
         return refuse("--head-bias is for the transformer LMs with --untied");
     if (a.model == "gau") {
@@ -736,8 +742,8 @@ int main(int argc, char** argv) {
         if (std::find(ok.begin(), ok.end(), a.pos) == ok.end())
             return refuse(fmt::format("--pos {} does not apply to {}", a.pos, a.model));
     }
-    if (!vit && a.pe_scale != 1.f && (a.pos == "rope" || a.pos == "none"))
-        return refuse(fmt::format("--pe-scale needs a position embedding to scale (--pos is {})", a.pos));
+    if (!vit && (a.pe_scale != 1.f || a.pe_every_block) && (a.pos == "rope" || a.pos == "none"))
+        return refuse(fmt::format("--pe-scale and --pe-every-block need a position embedding (--pos is {})", a.pos));
     if (vit && 32 % a.patch != 0) return refuse(fmt::format("--patch {} does not divide 32", a.patch));
     apps::DeviceChoice dc = apps::resolve_device(a.device);
     if (!dc.error.empty()) return refuse(dc.error);

@@ -59,6 +59,7 @@ struct Args {
     int64_t dim = 256, depth = 4, heads = 4, s = 128, max_len = 512;
     std::string pos = "sinusoidal";
     float pe_scale = 1.f;
+    bool pe_every_block = false;
     bool post_norm = false, gau_pre_norm = false, untied = false, head_bias = false;
     float dropout = 0.1f, emb_dropout = 0.f, word_dropout = 0.f;
     std::string init = "torch";
@@ -171,6 +172,7 @@ static LM build_model(const Args& a, int64_t vocab, Device dev) {
         c.max_len = std::max(a.max_len, a.seq_len);
         c.pos = a.pos;
         c.pe_scale = a.pe_scale;
+        c.pe_every_block = a.pe_every_block;
         c.pre_norm = !a.post_norm;
         c.tie_weights = !a.untied;
         c.head_bias = a.head_bias;
@@ -523,6 +525,9 @@ int main(int argc, char** argv) {
     app.add_option("--pe-scale", a.pe_scale, "transformer: multiplies the sinusoidal or learned position embedding "
                                              "(the sinusoidal one has rms 0.71 at scale 1)")
         ->capture_default_str();
+    app.add_flag("--pe-every-block", a.pe_every_block,
+                 "transformer: add the sinusoidal or learned position embedding before every block, not only "
+                 "to the embedding");
     app.add_flag("--post-norm", a.post_norm, "transformer: Post-LN blocks (default Pre-LN)");
     app.add_flag("--gau-pre-norm", a.gau_pre_norm, "GAU: Pre-Norm blocks (default Post-Norm, as FLASH/GAU-α)");
     app.add_flag("--untied", a.untied, "do not tie the output layer to the embedding");
@@ -604,8 +609,8 @@ int main(int argc, char** argv) {
     if (!a.preset.empty() && a.model != "lstm") return refuse("--preset applies to --model lstm only");
     if (a.head_bias && (a.model != "transformer" || !a.untied))
         return refuse("--head-bias applies to --model transformer with --untied");
-    if (a.pe_scale != 1.f && (a.model != "transformer" || a.pos == "rope" || a.pos == "none"))
-        return refuse("--pe-scale applies to --model transformer with --pos sinusoidal or learned");
+    if ((a.pe_scale != 1.f || a.pe_every_block) && (a.model != "transformer" || a.pos == "rope" || a.pos == "none"))
+        return refuse("--pe-scale and --pe-every-block apply to --model transformer with --pos sinusoidal or learned");
     apps::DeviceChoice dc = apps::resolve_device(a.device, a.precision);
     if (!dc.error.empty()) return refuse(dc.error);
     if (!dc.note.empty()) std::printf("train_lm: %s\n", dc.note.c_str());

@@ -146,6 +146,8 @@ Tensor ViT::forward(const Tensor& images) const {
 TransformerLM::TransformerLM(const LMConfig& c) : cfg(c) {
     check(c.pos == "sinusoidal" || c.pos == "learned" || c.pos == "rope" || c.pos == "none",
           "TransformerLM: position embedding '{}' (choose sinusoidal, learned, rope or none)", c.pos);
+    check(!c.pe_every_block || c.pos == "sinusoidal" || c.pos == "learned",
+          "TransformerLM: pe_every_block needs a position embedding to add (pos is {})", c.pos);
     tok_emb = register_module("tok_emb", std::make_shared<Embedding>(c.vocab, c.dim, c.word_dropout));
     if (c.pos == "sinusoidal") {
         pos_embed = sincos_1d(c.max_len, c.dim);
@@ -177,23 +179,31 @@ TransformerLM::TransformerLM(const LMConfig& c) : cfg(c) {
     if (!c.tie_weights) head = register_module("head", std::make_shared<Linear>(c.dim, c.vocab, c.head_bias));
 }
 
+// The position embedding of the first T positions, × pe_scale.
+static Tensor scaled_positions(const Tensor& pos_embed, int64_t T, float scale) {
+    Tensor pe = pos_embed.narrow(0, 0, T);
+    return scale == 1.f ? pe : mul(pe, scale);
+}
+
 Tensor TransformerLM::embed(const Tensor& ids) const {
     check(ids.ndim() == 2, "TransformerLM: ids {} are not [B, T]", ids.shape().str());
     int64_t T = ids.size(1);
     check(T <= cfg.max_len, "TransformerLM: sequence length {} exceeds max_len {}", T, cfg.max_len);
     Tensor x = tok_emb->forward(ids);
     if (cfg.emb_scale != 1.f) x = mul(x, cfg.emb_scale);
-    if (pos_embed.defined()) {
-        Tensor pe = pos_embed.narrow(0, 0, T);
-        x = add(x, cfg.pe_scale == 1.f ? pe : mul(pe, cfg.pe_scale));
-    }
+    if (pos_embed.defined()) x = add(x, scaled_positions(pos_embed, T, cfg.pe_scale));
     if (emb_norm) x = emb_norm->forward(x);
     return drop->forward(x);
 }
 
+Tensor TransformerLM::block_input(const Tensor& x, int64_t i) const {
+    if (!cfg.pe_every_block || i == 0) return x;
+    return add(x, scaled_positions(pos_embed, x.size(1), cfg.pe_scale));
+}
+
 Tensor TransformerLM::trunk(const Tensor& ids) const {
     Tensor x = embed(ids);
-    for (auto& b : *blocks) x = b->forward(x);
+    for (int64_t i = 0; i < (int64_t)blocks->size(); i++) x = (*blocks)[i].forward(block_input(x, i));
     return x;
 }
 

@@ -74,6 +74,7 @@ struct LMConfig {
     bool emb_norm = false;           // a LayerNorm right after the embedding (SmallInitEmb)
     float emb_scale = 1.f;           // token embeddings are multiplied by this (Vaswani: √dim)
     float pe_scale = 1.f;            // multiplies the sinusoidal or learned position embedding
+    bool pe_every_block = false;     // add it again before every block, not only to the embedding
     float dropout = 0.f, attn_dropout = 0.f, emb_dropout = 0.f, word_dropout = 0.f;
     float layerscale = 0.f;
     Activation act = Activation::GELU;
@@ -99,6 +100,9 @@ public:
     // The tokens entering block 0, [B, T, dim]: embedding × emb_scale + position embedding ×
     // pe_scale, then emb_norm and dropout.
     Tensor embed(const Tensor& ids) const;
+    // What block i reads, given the previous block's output x: x itself, or x plus the position
+    // embedding again (× pe_scale) for i > 0 with cfg.pe_every_block.
+    Tensor block_input(const Tensor& x, int64_t i) const;
     // The last block's output [B, T, dim], before the final norm (train_lm's tok_cos reads it).
     Tensor trunk(const Tensor& ids) const;
 };

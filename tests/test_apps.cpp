@@ -224,8 +224,9 @@ TEST_CASE("train_vit and train_lm refuse bad flags with status 2", "[apps]") {
     CHECK(slurp(tmp / "log").find("--untied") != std::string::npos);
     CHECK(run_app("train_lm", "--model gau --untied --head-bias", tmp / "log") == 2);
     CHECK(run_app("train_lm", "--pos rope --pe-scale 2", tmp / "log") == 2);  // rotary PE has no vector to scale
-    CHECK(slurp(tmp / "log").find("--pe-scale applies to") != std::string::npos);
+    CHECK(slurp(tmp / "log").find("--pe-scale and --pe-every-block apply to") != std::string::npos);
     CHECK(run_app("train_lm", "--model lstm --pe-scale 2", tmp / "log") == 2);
+    CHECK(run_app("train_lm", "--pos none --pe-every-block", tmp / "log") == 2);
 }
 
 

@@ -171,8 +171,16 @@ TEST_CASE("inspect_init pos_share: the LM's position embedding grows with --pe-s
     CHECK(one > none);
     CHECK(three > one + 0.2);
     CHECK(slurp_file(dir / "three").find("sinusoidal × 3 PE") != std::string::npos);
+    // Added again before block 2, the PE is a larger share of that block's output than of block 1's.
+    auto once = json_lines(dir / "out");
+    REQUIRE(inspect(lm + " --pe-scale 3 --pe-every-block", dir / "out", dir / "every") == 0);
+    auto every = json_lines(dir / "out");
+    REQUIRE(every.size() == 2);
+    CHECK(every[0]["pos_share"] == once[0]["pos_share"]);
+    CHECK(every[1]["pos_share"].get<double>() > once[1]["pos_share"].get<double>() + 0.02);
+    CHECK(slurp_file(dir / "every").find("sinusoidal × 3 PE before every block") != std::string::npos);
     CHECK(inspect(lm + " --pos rope --pe-scale 2", dir / "out", dir / "err") == 2);
-    CHECK(slurp_file(dir / "err").find("--pe-scale needs a position embedding") != std::string::npos);
+    CHECK(slurp_file(dir / "err").find("need a position embedding (--pos is rope)") != std::string::npos);
 }
 
 TEST_CASE("inspect_init attn_dist: mimetic's queries look at themselves, timm's everywhere", "[apps]") {

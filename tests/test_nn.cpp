@@ -160,6 +160,28 @@ TEST_CASE("TransformerLM: embed() adds the position embedding times pe_scale", "
     c.pos = "none";
     TransformerLM bare(c);  // no position embedding: the tokens' embeddings alone
     CHECK(bare.embed(ids).at({0, 2, 5}) == bare.tok_emb->weight.at({9, 5}));
+    CHECK_THROWS_WITH([&] { c.pe_every_block = true; TransformerLM again(c); }(), Catch::Contains("pos is none"));
+}
+
+TEST_CASE("TransformerLM: pe_every_block adds the scaled position embedding before every block", "[nn]") {
+    LMConfig c = tiny_lm();
+    c.pe_scale = 2.f;
+    manual_seed(4);
+    TransformerLM plain(c);  // the same weights (the same seed), the PE added once
+    plain.eval();
+    c.pe_every_block = true;
+    manual_seed(4);
+    TransformerLM lm(c);
+    lm.eval();
+    Tensor ids = Tensor::randint({2, 5}, 0, 11);
+    Tensor pe = mul(lm.pos_embed.narrow(0, 0, 5), 2.f);
+    Tensor want = lm.embed(ids);  // the embedding already holds the PE once
+    want = (*lm.blocks)[0].forward(want);
+    want = (*lm.blocks)[1].forward(add(want, pe));
+    CHECK(test::max_abs_diff(lm.trunk(ids), want) == 0.f);
+    CHECK(test::max_abs_diff(lm.block_input(want, 0), want) == 0.f);  // block 0 reads the embedding as it is
+    CHECK(test::max_abs_diff(plain.embed(ids), lm.embed(ids)) == 0.f);
+    CHECK(test::max_abs_diff(plain.trunk(ids), lm.trunk(ids)) > 1e-3f);
 }
 
 TEST_CASE("TransformerLM: a tiny config memorizes a sequence", "[nn][overfit]") {
