@@ -346,3 +346,27 @@ tools/edit_checkpoint.py runs/copy-prior/starts/word-torch-tied-s1/init.safetens
 tools/edit_checkpoint.py runs/copy-prior/starts/word-torch-untied-s1/init.safetensors runs/copy-prior/starts/word-torch-headcopy-s1.safetensors --copy head.weight=tok_emb.weight
 "${W[@]}" --seed 1 --init torch --init-from runs/copy-prior/starts/word-torch-gain0-s1.safetensors --out runs/word/word-torch-gain0-s1
 "${W[@]}" --seed 1 --init torch --untied --init-from runs/copy-prior/starts/word-torch-headcopy-s1.safetensors --out runs/word/word-torch-headcopy-s1
+
+# Added 2026-11-27 (session 25): RESULTS.md section 2, "Why the rotary PE learns faster here than the
+# sinusoidal one" (T and S as in session 24's lines; untied head, torch init). The learned PE's edited
+# starts: its init scaled to the sinusoid's rms (×35), and the sinusoid itself, copied from a
+# sinusoidal run's init.safetensors (the PE is a buffer there).
+L=("${T[@]}" --max-steps 1200 --log-every 100 --threads 2)
+mkdir -p runs/pe/starts
+for s in 0 1 2; do
+  sfx=$([ $s = 0 ] || echo -s$s)
+  for p in none learned; do "${S[@]}" --seed $s --init torch --untied --pos $p --out runs/pe/char-torch-$p-untied$sfx; done
+  for k in 2 4; do "${S[@]}" --seed $s --init torch --untied --pe-scale $k --out runs/pe/char-torch-sin$k-untied$sfx; done
+  for k in 1 2; do "${S[@]}" --seed $s --init torch --untied --pe-scale $k --pe-every-block --out runs/pe/char-torch-sin$k-every-untied$sfx; done
+  "${T[@]}" --max-steps 1 --seed $s --init torch --untied --pos learned --out runs/pe/starts/learned$sfx
+  "${T[@]}" --max-steps 1 --seed $s --init torch --untied --pos sinusoidal --out runs/pe/starts/sinusoidal$sfx
+  tools/edit_checkpoint.py runs/pe/starts/learned$sfx/init.safetensors runs/pe/starts/learned-x35$sfx.safetensors --scale pos_embed=35
+  tools/edit_checkpoint.py runs/pe/starts/learned$sfx/init.safetensors runs/pe/starts/learned-sin$sfx.safetensors --copy pos_embed=runs/pe/starts/sinusoidal$sfx/init.safetensors:pos_embed
+  "${S[@]}" --seed $s --init torch --untied --pos learned --init-from runs/pe/starts/learned-x35$sfx.safetensors --out runs/pe/char-torch-learnedx35-untied$sfx
+  "${S[@]}" --seed $s --init torch --untied --pos learned --init-from runs/pe/starts/learned-sin$sfx.safetensors --out runs/pe/char-torch-learnedsin-untied$sfx
+done
+for k in 0.25 0.5; do "${S[@]}" --seed 0 --init torch --untied --pe-scale $k --out runs/pe/char-torch-sin$k-untied; done
+for p in sinusoidal rope; do "${L[@]}" --seed 0 --init torch --untied --pos $p --out runs/pe/char1200-torch-$p-untied; done
+# The figures (docs/results/pe/{init,trained}/), e.g.
+#   ./apps/inspect_init --model lm-small --dataset ptb-char --seq-len 128 --batch 32 --init torch --untied --pe-scale 2 --json
+#   ./apps/inspect_init ... --checkpoint runs/pe/char-torch-sin2-untied/last.safetensors
