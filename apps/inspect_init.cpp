@@ -395,7 +395,9 @@ static std::vector<LayerStats> inspect(Subject& s, ModelStats& model) {
         if (s.lm->norm) x = s.lm->norm->forward(x);
         logits = s.lm->head ? s.lm->head->forward(x) : linear(x, s.lm->tok_emb->weight);
     }
-    if (!s.vit) model.copy_top1 = (double)apps::top1_matches(logits, s.inputs, apps::Ties::NoMatch) / (double)s.inputs.numel();
+    if (!s.vit)
+        model.copy_top1 =
+            (double)apps::top1_matches(logits, s.inputs, apps::Ties::NoMatch) / (double)s.inputs.numel();
     Tensor loss = cross_entropy(logits, s.targets);
     model.loss = loss.item();
     loss.backward();
