@@ -367,6 +367,8 @@ for s in 0 1 2; do
 done
 for k in 0.25 0.5; do "${S[@]}" --seed 0 --init torch --untied --pe-scale $k --out runs/pe/char-torch-sin$k-untied; done
 for p in sinusoidal rope; do "${L[@]}" --seed 0 --init torch --untied --pos $p --out runs/pe/char1200-torch-$p-untied; done
+X=(./apps/train_lm --dataset ptb-char --model transformer --dim 256 --depth 4 --heads 4 --seq-len 128 --batch-size 32 --epochs 1 --lr 2e-3 --warmup-steps 50 --max-steps 400 --log-every 25 --threads 2)
+for p in sinusoidal rope; do "${X[@]}" --seed 0 --init torch --untied --pos $p --out runs/pe/char256w-torch-$p-untied; done
 # The figures (docs/results/pe/{init,trained}/), e.g.
 #   ./apps/inspect_init --model lm-small --dataset ptb-char --seq-len 128 --batch 32 --init torch --untied --pe-scale 2 --json
 #   ./apps/inspect_init ... --checkpoint runs/pe/char-torch-sin2-untied/last.safetensors
