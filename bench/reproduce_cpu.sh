@@ -367,6 +367,13 @@ for s in 0 1 2; do
 done
 for k in 0.25 0.5; do "${S[@]}" --seed 0 --init torch --untied --pe-scale $k --out runs/pe/char-torch-sin$k-untied; done
 for p in sinusoidal rope; do "${L[@]}" --seed 0 --init torch --untied --pos $p --out runs/pe/char1200-torch-$p-untied; done
+# Mimetic against torch at PE × 2 (the untied torch runs are those above).
+for s in 0 1 2; do
+  sfx=$([ $s = 0 ] || echo -s$s)
+  "${S[@]}" --seed $s --init torch --pe-scale 2 --out runs/pe2/char-torch-sin2$sfx
+  "${S[@]}" --seed $s --init mimetic --pe-scale 2 --out runs/pe2/char-mimetic-sin2$sfx
+  "${S[@]}" --seed $s --init mimetic --untied --pe-scale 2 --out runs/pe2/char-mimetic-sin2-untied$sfx
+done
 X=(./apps/train_lm --dataset ptb-char --model transformer --dim 256 --depth 4 --heads 4 --seq-len 128 --batch-size 32 --epochs 1 --lr 2e-3 --warmup-steps 50 --max-steps 400 --log-every 25 --threads 2)
 for p in sinusoidal rope; do "${X[@]}" --seed 0 --init torch --untied --pos $p --out runs/pe/char256w-torch-$p-untied; done
 # The figures (docs/results/pe/{init,trained}/), e.g.
