@@ -376,6 +376,11 @@ for s in 0 1 2; do
 done
 X=(./apps/train_lm --dataset ptb-char --model transformer --dim 256 --depth 4 --heads 4 --seq-len 128 --batch-size 32 --epochs 1 --lr 2e-3 --warmup-steps 50 --max-steps 400 --log-every 25 --threads 2)
 for p in sinusoidal rope; do "${X[@]}" --seed 0 --init torch --untied --pos $p --out runs/pe/char256w-torch-$p-untied; done
+# Section 6's word runs of session 25 (W as above, two at a time):
+"${W[@]}" --init torch --untied --pe-scale 2 --out runs/word/word-torch-untied-sin2
+"${W[@]}" --init torch --untied --pos rope --out runs/word/word-torch-untied-rope
+"${W[@]}" --init mimetic --untied --pe-scale 2 --out runs/word/word-mimetic-untied-sin2
+"${W[@]}" --seed 1 --init torch --untied --pe-scale 2 --out runs/word/word-torch-untied-sin2-s1
 # The figures (docs/results/pe/{init,trained}/), e.g.
 #   ./apps/inspect_init --model lm-small --dataset ptb-char --seq-len 128 --batch 32 --init torch --untied --pe-scale 2 --json
 #   ./apps/inspect_init ... --checkpoint runs/pe/char-torch-sin2-untied/last.safetensors
