@@ -381,6 +381,8 @@ for p in sinusoidal rope; do "${X[@]}" --seed 0 --init torch --untied --pos $p -
 "${W[@]}" --init torch --untied --pos rope --out runs/word/word-torch-untied-rope
 "${W[@]}" --init mimetic --untied --pe-scale 2 --out runs/word/word-mimetic-untied-sin2
 "${W[@]}" --seed 1 --init torch --untied --pe-scale 2 --out runs/word/word-torch-untied-sin2-s1
+"${W[@]}" --seed 1 --init mimetic --untied --pe-scale 2 --out runs/word/word-mimetic-untied-sin2-s1
+"${W[@]}" --seed 1 --init torch --untied --pos rope --out runs/word/word-torch-untied-rope-s1
 # The figures (docs/results/pe/{init,trained}/), e.g.
 #   ./apps/inspect_init --model lm-small --dataset ptb-char --seq-len 128 --batch 32 --init torch --untied --pe-scale 2 --json
 #   ./apps/inspect_init ... --checkpoint runs/pe/char-torch-sin2-untied/last.safetensors
