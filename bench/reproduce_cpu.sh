@@ -367,6 +367,7 @@ for s in 0 1 2; do
 done
 for k in 0.25 0.5; do "${S[@]}" --seed 0 --init torch --untied --pe-scale $k --out runs/pe/char-torch-sin$k-untied; done
 for p in sinusoidal rope; do "${L[@]}" --seed 0 --init torch --untied --pos $p --out runs/pe/char1200-torch-$p-untied; done
+for p in sinusoidal rope; do "${L[@]}" --seed 1 --init torch --untied --pos $p --out runs/pe/char1200-torch-$p-untied-s1; done
 # Mimetic against torch at PE × 2 (the untied torch runs are those above).
 for s in 0 1 2; do
   sfx=$([ $s = 0 ] || echo -s$s)
