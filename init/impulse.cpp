@@ -75,8 +75,7 @@ Tensor impulse_pseudo_input(const nn::Module& model, const char* scheme) {
     const nn::ViT& vit = require_avg_vit(model, scheme);
     engine::NoGrad ng;
     int64_t n = vit.grid() * vit.grid();
-    Tensor pe = vit.pos_embed.detach().reshape({n, vit.cfg.dim});
-    if (vit.cfg.pe_scale != 1.f) pe = engine::mul(pe, vit.cfg.pe_scale);
+    Tensor pe = vit.positions().detach().reshape({n, vit.cfg.dim});
     return engine::layer_norm(pe, Tensor(), Tensor());
 }
 

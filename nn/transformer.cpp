@@ -129,9 +129,13 @@ Tensor ViT::embed(const Tensor& images) const {
     Tensor x = patch_embed->forward(images);  // [B, d, g, g]
     x = transpose(x.flatten(2), 1, 2);                                       // [B, g·g, d]
     if (cls_token.defined()) x = concat({add(x.new_zeros({B, 1, cfg.dim}), cls_token), x}, 1);
-    Tensor pe = cfg.pe_scale == 1.f ? pos_embed : mul(pos_embed, cfg.pe_scale);
-    return add(x, pe);
+    return add(x, positions());
 }
+
+// A position embedding times its model's pe_scale (no op at 1).
+static Tensor times_scale(const Tensor& pe, float scale) { return scale == 1.f ? pe : mul(pe, scale); }
+
+Tensor ViT::positions() const { return times_scale(pos_embed, cfg.pe_scale); }
 
 Tensor ViT::forward(const Tensor& images) const {
     Tensor x = embed(images);
@@ -146,8 +150,8 @@ Tensor ViT::forward(const Tensor& images) const {
 TransformerLM::TransformerLM(const LMConfig& c) : cfg(c) {
     check(c.pos == "sinusoidal" || c.pos == "learned" || c.pos == "rope" || c.pos == "none",
           "TransformerLM: position embedding '{}' (choose sinusoidal, learned, rope or none)", c.pos);
-    check(!c.pe_every_block || c.pos == "sinusoidal" || c.pos == "learned",
-          "TransformerLM: pe_every_block needs a position embedding to add (pos is {})", c.pos);
+    check((!c.pe_every_block && c.pe_scale == 1.f) || c.pos == "sinusoidal" || c.pos == "learned",
+          "TransformerLM: pe_scale and pe_every_block need a position embedding (pos is {})", c.pos);
     tok_emb = register_module("tok_emb", std::make_shared<Embedding>(c.vocab, c.dim, c.word_dropout));
     if (c.pos == "sinusoidal") {
         pos_embed = sincos_1d(c.max_len, c.dim);
@@ -179,11 +183,7 @@ TransformerLM::TransformerLM(const LMConfig& c) : cfg(c) {
     if (!c.tie_weights) head = register_module("head", std::make_shared<Linear>(c.dim, c.vocab, c.head_bias));
 }
 
-// The position embedding of the first T positions, × pe_scale.
-static Tensor scaled_positions(const Tensor& pos_embed, int64_t T, float scale) {
-    Tensor pe = pos_embed.narrow(0, 0, T);
-    return scale == 1.f ? pe : mul(pe, scale);
-}
+Tensor TransformerLM::positions(int64_t T) const { return times_scale(pos_embed.narrow(0, 0, T), cfg.pe_scale); }
 
 Tensor TransformerLM::embed(const Tensor& ids) const {
     check(ids.ndim() == 2, "TransformerLM: ids {} are not [B, T]", ids.shape().str());
@@ -191,14 +191,14 @@ Tensor TransformerLM::embed(const Tensor& ids) const {
     check(T <= cfg.max_len, "TransformerLM: sequence length {} exceeds max_len {}", T, cfg.max_len);
     Tensor x = tok_emb->forward(ids);
     if (cfg.emb_scale != 1.f) x = mul(x, cfg.emb_scale);
-    if (pos_embed.defined()) x = add(x, scaled_positions(pos_embed, T, cfg.pe_scale));
+    if (pos_embed.defined()) x = add(x, positions(T));
     if (emb_norm) x = emb_norm->forward(x);
     return drop->forward(x);
 }
 
 Tensor TransformerLM::block_input(const Tensor& x, int64_t i) const {
     if (!cfg.pe_every_block || i == 0) return x;
-    return add(x, scaled_positions(pos_embed, x.size(1), cfg.pe_scale));
+    return add(x, positions(x.size(1)));
 }
 
 Tensor TransformerLM::trunk(const Tensor& ids) const {

@@ -55,6 +55,7 @@ public:
     std::string type_name() const override { return "ViT"; }
     Tensor forward(const Tensor& images) const;     // [B, C, H, W] -> logits [B, classes]
     Tensor embed(const Tensor& images) const;       // tokens entering block 0, [B, N(+1), dim]
+    Tensor positions() const;                       // pos_embed × pe_scale, [1, N(+1), dim]
     int64_t grid() const { return cfg.image_size / cfg.patch; }
     ViTConfig cfg;
     std::shared_ptr<Conv2d> patch_embed;  // kernel = stride = patch
@@ -100,6 +101,7 @@ public:
     // The tokens entering block 0, [B, T, dim]: embedding × emb_scale + position embedding ×
     // pe_scale, then emb_norm and dropout.
     Tensor embed(const Tensor& ids) const;
+    Tensor positions(int64_t T) const;  // the first T rows of pos_embed × pe_scale, [T, dim]
     // What block i reads, given the previous block's output x: x itself, or x plus the position
     // embedding again (× pe_scale) for i > 0 with cfg.pe_every_block.
     Tensor block_input(const Tensor& x, int64_t i) const;

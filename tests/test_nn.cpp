@@ -161,6 +161,10 @@ TEST_CASE("TransformerLM: embed() adds the position embedding times pe_scale", "
     TransformerLM bare(c);  // no position embedding: the tokens' embeddings alone
     CHECK(bare.embed(ids).at({0, 2, 5}) == bare.tok_emb->weight.at({9, 5}));
     CHECK_THROWS_WITH([&] { c.pe_every_block = true; TransformerLM again(c); }(), Catch::Contains("pos is none"));
+    c.pe_every_block = false;
+    c.pos = "rope";
+    c.pe_scale = 2.f;  // rotary PE has no vector to scale
+    CHECK_THROWS_WITH(TransformerLM(c), Catch::Contains("pos is rope"));
 }
 
 TEST_CASE("TransformerLM: pe_every_block adds the scaled position embedding before every block", "[nn]") {
