@@ -122,7 +122,8 @@ def main():
     lines = []
     for row, members in rows.items():
         finals, walls, bests, notes, coses = [], [], [], [], []
-        for seed, name in sorted(members, key=lambda x: (x[0] is None, x[0])):
+        # A name without "-sN" is seed 0 (the apps' default seed), so it comes first.
+        for seed, name in sorted(members, key=lambda x: x[0] or 0):
             path = os.path.join(args.folder, name)
             result = read_json(os.path.join(path, "result.json"))
             config = configs[name]
