@@ -91,7 +91,7 @@ struct Args {
     init::Options opt;
     int64_t batch = 32, seq_len = 128, max_len = 512, gau_s = 128, patch = 4, depth = 0, dim = 0, heads = 0;
     std::string pool = "avg", pos = "", data_dir, png_dir, png_layers, checkpoint, dataset;
-    float pe_scale = 1.f, layerscale = 0.f, perturb = 0.f;
+    float pe_scale = 1.f, emb_scale = 1.f, layerscale = 0.f, perturb = 0.f;
     bool post_ln = false, gau_pre_norm = false, untied = false, head_bias = false, json_out = false,
          pe_every_block = false;
     uint64_t seed = 0;
@@ -180,6 +180,7 @@ static Subject build(const Args& a, const data::TextCorpus* text) {
         c.max_len = std::max(a.max_len, a.seq_len);  // as train_lm builds it, so its checkpoints load
         c.pos = a.pos.empty() ? "sinusoidal" : a.pos;
         c.pe_scale = a.pe_scale;
+        c.emb_scale = a.emb_scale;
         c.pe_every_block = a.pe_every_block;
         c.pre_norm = !a.post_ln;
         c.emb_norm = c.pre_norm && a.init.find("smallemb") != std::string::npos;
@@ -190,9 +191,10 @@ static Subject build(const Args& a, const data::TextCorpus* text) {
         s.module = lm;
         for (auto& b : *lm->blocks) s.blocks.push_back(b.get());
         s.layers = c.depth, s.vocab = c.vocab;
-        s.description = fmt::format("{} (TransformerLM {}/{}/{}, vocab {}, {}{}, {} PE{}, {}, {} tokens)", a.model,
+        s.description = fmt::format("{} (TransformerLM {}/{}/{}, vocab {}, {}{}{}, {} PE{}, {}, {} tokens)", a.model,
                                     c.dim, c.depth, c.heads, c.vocab, c.pre_norm ? "Pre-LN" : "Post-LN",
                                     c.emb_norm ? " + emb_norm" : "",
+                                    c.emb_scale == 1.f ? "" : fmt::format(", token embedding × {}", c.emb_scale),
                                     c.pe_scale == 1.f ? c.pos : fmt::format("{} × {}", c.pos, c.pe_scale),
                                     c.pe_every_block ? " before every block" : "", c.tie_weights ? "tied" : "untied",
                                     a.seq_len);
@@ -668,6 +670,8 @@ int main(int argc, char** argv) {
     app.add_option("--pe-scale", a.pe_scale, "multiplies the position embedding (ViT; LM sinusoidal or learned)")
         ->capture_default_str();
     app.add_flag("--pe-every-block", a.pe_every_block, "LM: the position embedding is added before every block");
+    app.add_option("--emb-scale", a.emb_scale, "LM (transformer): multiplies the token embedding on the way in")
+        ->capture_default_str();
     app.add_option("--dim", a.dim, "width (0: the preset's)")->capture_default_str()->check(CLI::NonNegativeNumber);
     app.add_option("--heads", a.heads, "attention heads (0: the preset's)")->capture_default_str()
         ->check(CLI::NonNegativeNumber);
@@ -728,6 +732,7 @@ int main(int argc, char** argv) {
         return refuse("--data-dir for an LM needs --dataset (which corpus the folder holds)");
     if (vit && a.untied) return refuse("--untied is for the LMs");
     if ((vit || a.model == "gau") && a.pe_every_block) return refuse("--pe-every-block is for the transformer LMs");
+    if ((vit || a.model == "gau") && a.emb_scale != 1.f) return refuse("--emb-scale is for the transformer LMs");
     if (a.head_bias && (vit || a.model == "gau" || !a.untied))
         return refuse("--head-bias is for the transformer LMs with --untied");
     if (a.model == "gau") {

@@ -58,7 +58,7 @@ struct Args {
     std::string data_dir, dataset = "ptb-char", model = "transformer", level = "word", preset = "";
     int64_t dim = 256, depth = 4, heads = 4, s = 128, max_len = 512;
     std::string pos = "sinusoidal";
-    float pe_scale = 1.f;
+    float pe_scale = 1.f, emb_scale = 1.f;
     bool pe_every_block = false;
     bool post_norm = false, gau_pre_norm = false, untied = false, head_bias = false;
     float dropout = 0.1f, emb_dropout = 0.f, word_dropout = 0.f;
@@ -172,6 +172,7 @@ static LM build_model(const Args& a, int64_t vocab, Device dev) {
         c.max_len = std::max(a.max_len, a.seq_len);
         c.pos = a.pos;
         c.pe_scale = a.pe_scale;
+        c.emb_scale = a.emb_scale;
         c.pe_every_block = a.pe_every_block;
         c.pre_norm = !a.post_norm;
         c.tie_weights = !a.untied;
@@ -525,6 +526,9 @@ int main(int argc, char** argv) {
     app.add_option("--pe-scale", a.pe_scale, "transformer: multiplies the sinusoidal or learned position embedding "
                                              "(the sinusoidal one has rms 0.71 at scale 1)")
         ->capture_default_str();
+    app.add_option("--emb-scale", a.emb_scale, "transformer: multiplies the token embedding on the way in, not in the "
+                                               "tied output layer (Vaswani et al.: sqrt(dim))")
+        ->capture_default_str();
     app.add_flag("--pe-every-block", a.pe_every_block,
                  "transformer: add the sinusoidal or learned position embedding before every block, not only "
                  "to the embedding");
@@ -611,6 +615,7 @@ int main(int argc, char** argv) {
         return refuse("--head-bias applies to --model transformer with --untied");
     if ((a.pe_scale != 1.f || a.pe_every_block) && (a.model != "transformer" || a.pos == "rope" || a.pos == "none"))
         return refuse("--pe-scale and --pe-every-block apply to --model transformer with --pos sinusoidal or learned");
+    if (a.emb_scale != 1.f && a.model != "transformer") return refuse("--emb-scale applies to --model transformer");
     apps::DeviceChoice dc = apps::resolve_device(a.device, a.precision);
     if (!dc.error.empty()) return refuse(dc.error);
     if (!dc.note.empty()) std::printf("train_lm: %s\n", dc.note.c_str());

@@ -227,6 +227,8 @@ TEST_CASE("train_vit and train_lm refuse bad flags with status 2", "[apps]") {
     CHECK(slurp(tmp / "log").find("--pe-scale and --pe-every-block apply to") != std::string::npos);
     CHECK(run_app("train_lm", "--model lstm --pe-scale 2", tmp / "log") == 2);
     CHECK(run_app("train_lm", "--pos none --pe-every-block", tmp / "log") == 2);
+    CHECK(run_app("train_lm", "--model gau --emb-scale 2", tmp / "log") == 2);
+    CHECK(slurp(tmp / "log").find("--emb-scale applies to --model transformer") != std::string::npos);
 }
 
 
@@ -395,7 +397,7 @@ TEST_CASE("train_lm: --train-tokens trains on the first N tokens of the training
 
 // The sinusoidal PE is a buffer, so it draws nothing from the seed: at scale 0 the run is the run
 // without a position embedding, loss for loss; at scale 2 it is not.
-TEST_CASE("train_lm --pe-scale: 0 repeats --pos none, 2 changes the run", "[apps]") {
+TEST_CASE("train_lm --pe-scale: 0 repeats --pos none, 2 changes the run; so does --emb-scale 0.5", "[apps]") {
     test::TempDir tmp;
     std::string base = tiny_lm_flags(tmp / "text") + " --max-steps 5 --out ";
     REQUIRE(run_app("train_lm", base + (tmp / "none") + " --pos none", tmp / "log") == 0);
@@ -407,6 +409,11 @@ TEST_CASE("train_lm --pe-scale: 0 repeats --pos none, 2 changes the run", "[apps
     CHECK(test_ppl("zero") == test_ppl("none"));
     CHECK(test_ppl("two") != test_ppl("none"));
     CHECK(nlohmann::json::parse(slurp(tmp / "two/config.json"))["--pe-scale"] == "2");
+    // The token embedding's scale reaches the run too.
+    REQUIRE(run_app("train_lm", base + (tmp / "one"), tmp / "log") == 0);
+    REQUIRE(run_app("train_lm", base + (tmp / "half") + " --emb-scale 0.5", tmp / "log") == 0);
+    CHECK(test_ppl("half") != test_ppl("one"));
+    CHECK(nlohmann::json::parse(slurp(tmp / "half/config.json"))["--emb-scale"] == "0.5");
 }
 
 TEST_CASE("train_lm --head-bias: the output layer gets a bias, saved, and inspect_init loads it", "[apps]") {

@@ -183,6 +183,28 @@ TEST_CASE("inspect_init pos_share: the LM's position embedding grows with --pe-s
     CHECK(slurp_file(dir / "err").find("need a position embedding (--pos is rope)") != std::string::npos);
 }
 
+// A third of the token embedding is the PE times 3, divided by 3. The embedding's pos_share is a
+// ratio, and block 1 reads a LayerNorm of the sum, so both are the same; but block 1 writes the same
+// output onto a stream a third as large, so the stream is not a third of the other.
+TEST_CASE("inspect_init --emb-scale: a third of the tokens is the PE times 3 up to the first residual add", "[apps]") {
+    test::TempDir dir;
+    std::string lm = "--model lm-small --dim 32 --depth 2 --heads 2 --seq-len 16 --batch 8 --init torch --json";
+    REQUIRE(inspect(lm + " --pe-scale 3", dir / "pe", dir / "pe-err") == 0);
+    REQUIRE(inspect(lm + " --emb-scale 0.333333", dir / "emb", dir / "emb-err") == 0);
+    CHECK(embedding_pos_share(dir / "emb-err") == Approx(embedding_pos_share(dir / "pe-err")).margin(0.002));
+    auto pe = json_lines(dir / "pe"), emb = json_lines(dir / "emb");
+    REQUIRE(pe.size() == 2);
+    REQUIRE(emb.size() == 2);
+    CHECK(emb[0]["attn_dist"].get<double>() == Approx(pe[0]["attn_dist"].get<double>()).margin(1e-4));
+    double ratio = pe[0]["act_std"].get<double>() / emb[0]["act_std"].get<double>();
+    INFO("block 1 output std ratio " << ratio);
+    CHECK(ratio > 2.0);
+    CHECK(ratio < 2.95);
+    CHECK(slurp_file(dir / "emb-err").find("token embedding × 0.333333") != std::string::npos);
+    CHECK(inspect("--model vit-tiny --emb-scale 2", dir / "out", dir / "err") == 2);
+    CHECK(slurp_file(dir / "err").find("--emb-scale is for the transformer LMs") != std::string::npos);
+}
+
 TEST_CASE("inspect_init attn_dist: mimetic's queries look at themselves, timm's everywhere", "[apps]") {
     test::TempDir dir;
     std::string lm = "--model lm-small --dim 32 --depth 2 --heads 2 --seq-len 16 --batch 4 --json";

@@ -138,19 +138,20 @@ TEST_CASE("TransformerLM: shapes, tying, causality", "[nn]") {
     CHECK_THROWS_WITH(lm.forward(Tensor::zeros({1, 17}, DType::I32)), Catch::Contains("exceeds max_len 16"));
 }
 
-TEST_CASE("TransformerLM: embed() adds the position embedding times pe_scale", "[nn]") {
+TEST_CASE("TransformerLM: embed() is the token embedding times emb_scale plus the PE times pe_scale", "[nn]") {
     Tensor ids = Tensor::from_vector(std::vector<int32_t>{4, 0, 9}, {1, 3});
     for (std::string pos : {"sinusoidal", "learned"}) {
         LMConfig c = tiny_lm();
         c.pos = pos;
         c.pe_scale = 3.f;
+        c.emb_scale = 0.5f;
         TransformerLM lm(c);
         Tensor x = lm.embed(ids);
         CHECK(x.shape() == Shape({1, 3, 16}));
         float err = 0.f;
         for (int t = 0; t < 3; t++)
             for (int j = 0; j < 16; j++) {
-                float want = lm.tok_emb->weight.at({(int64_t)ids.at({0, t}), j}) + 3.f * lm.pos_embed.at({t, j});
+                float want = 0.5f * lm.tok_emb->weight.at({(int64_t)ids.at({0, t}), j}) + 3.f * lm.pos_embed.at({t, j});
                 err = test::max_err(err, std::fabs(x.at({0, t, j}) - want));
             }
         INFO(pos);
