@@ -130,6 +130,11 @@ static void override_sizes(const Args& a, Config& c) {
     if (a.heads > 0) c.heads = a.heads;
 }
 
+// "sincos2d", or "sincos2d × 18" where the position embedding is scaled.
+static std::string pe_name(const std::string& pos, float scale) {
+    return scale == 1.f ? pos : fmt::format("{} × {}", pos, scale);
+}
+
 static Subject build(const Args& a, const data::TextCorpus* text) {
     Subject s;
     if (a.model == "vit-tiny" || a.model == "vit-small") {
@@ -146,7 +151,7 @@ static Subject build(const Args& a, const data::TextCorpus* text) {
         for (auto& b : *vit->blocks) s.blocks.push_back(b.get());
         s.layers = c.depth;
         s.description = fmt::format("{} (ViT {}/{}/{}, patch {} on {}x{}, {} pooling, {} PE)", a.model, c.dim, c.depth,
-                                    c.heads, c.patch, c.image_size, c.image_size, c.pool, c.pos);
+                                    c.heads, c.patch, c.image_size, c.image_size, c.pool, pe_name(c.pos, c.pe_scale));
     } else if (a.model == "gau") {  // train_lm --model gau: e = 2d, rotary embeddings, one head
         nn::GAUConfig c;
         c.vocab = text ? (int64_t)text->vocab.size() : 50;
@@ -195,7 +200,7 @@ static Subject build(const Args& a, const data::TextCorpus* text) {
                                     c.dim, c.depth, c.heads, c.vocab, c.pre_norm ? "Pre-LN" : "Post-LN",
                                     c.emb_norm ? " + emb_norm" : "",
                                     c.emb_scale == 1.f ? "" : fmt::format(", token embedding × {}", c.emb_scale),
-                                    c.pe_scale == 1.f ? c.pos : fmt::format("{} × {}", c.pos, c.pe_scale),
+                                    pe_name(c.pos, c.pe_scale),
                                     c.pe_every_block ? " before every block" : "", c.tie_weights ? "tied" : "untied",
                                     a.seq_len);
     }

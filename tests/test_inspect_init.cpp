@@ -228,6 +228,26 @@ TEST_CASE("inspect_init attn_dist: mimetic's queries look at themselves, timm's 
     }
 }
 
+// The impulse fit sees LN(PE) alone; on images the patches blur its maps unless the PE dominates
+// the token (Zheng et al.'s code multiplies the PE by 18 for impulse). Both heads' filters are
+// within one patch here, so the maps at × 18 are local and at × 1 they are not.
+TEST_CASE("inspect_init: impulse3's maps follow the fitted filter when the PE is scaled up", "[apps]") {
+    test::TempDir dir;
+    std::string vit = std::string(kSmallVit) + " --init impulse3 --impulse-lr 1e-3 --impulse-iters 3000 --json";
+    REQUIRE(inspect(vit, dir / "one", dir / "err") == 0);
+    REQUIRE(inspect(vit + " --pe-scale 18", dir / "x18", dir / "err18") == 0);
+    auto one = json_lines(dir / "one"), x18 = json_lines(dir / "x18");
+    REQUIRE(one.size() == 2);
+    REQUIRE(x18.size() == 2);
+    for (size_t l = 0; l < 2; l++) {
+        INFO("block " << l + 1 << ": " << one[l]["attn_dist"] << " at × 1, " << x18[l]["attn_dist"] << " at × 18");
+        CHECK(x18[l]["attn_dist"].get<double>() < 2.0);
+        CHECK(x18[l]["attn_dist"].get<double>() < one[l]["attn_dist"].get<double>() - 0.7);
+    }
+    CHECK(slurp_file(dir / "err18").find("sincos2d × 18 PE") != std::string::npos);
+    CHECK(embedding_pos_share(dir / "err18") > 0.95);
+}
+
 TEST_CASE("inspect_init output: the batch's loss, and the tied N(0,1) embedding's copy prior", "[apps]") {
     test::TempDir dir;
     std::string lm = "--model lm-small --dim 32 --depth 2 --heads 2 --seq-len 16 --batch 4 --pos rope --json";
