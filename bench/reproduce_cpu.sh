@@ -387,3 +387,18 @@ for p in sinusoidal rope; do "${X[@]}" --seed 0 --init torch --untied --pos $p -
 # The figures (docs/results/pe/{init,trained}/), e.g.
 #   ./apps/inspect_init --model lm-small --dataset ptb-char --seq-len 128 --batch 32 --init torch --untied --pe-scale 2 --json
 #   ./apps/inspect_init ... --checkpoint runs/pe/char-torch-sin2-untied/last.safetensors
+
+# Added 2026-11-28 (session 26): RESULTS.md section 2 (more seeds of the PE scale sweep, × 3, the
+# token embedding's scale, mimetic at × 4, the 256-wide pair's second seed), S and X as above.
+for s in 1 2; do for k in 0.25 0.5; do "${S[@]}" --seed $s --init torch --untied --pe-scale $k --out runs/pe/char-torch-sin$k-untied-s$s; done; done
+for s in 0 1 2; do
+  sfx=$([ $s = 0 ] || echo -s$s)
+  "${S[@]}" --seed $s --init torch --untied --pe-scale 3 --out runs/pe/char-torch-sin3-untied$sfx
+  "${S[@]}" --seed $s --init mimetic --untied --pe-scale 4 --out runs/pe2/char-mimetic-sin4-untied$sfx
+done
+for p in sinusoidal rope; do "${X[@]}" --seed 1 --init torch --untied --pos $p --out runs/pe/char256w-torch-$p-untied-s1; done
+for s in 0 1 2; do
+  sfx=$([ $s = 0 ] || echo -s$s)
+  "${S[@]}" --seed $s --init torch --untied --emb-scale 0.5 --out runs/pe/char-torch-emb0.5-untied$sfx
+  "${S[@]}" --seed $s --init torch --untied --emb-scale 2 --pe-scale 4 --out runs/pe/char-torch-emb2-sin4-untied$sfx
+done
