@@ -494,11 +494,12 @@ void impulse_closed_init(nn::Module& model, const Options& opt, const InitData*,
     int64_t heads = layers[0]->heads, k = layers[0]->head_dim, grid = vit.grid(), N = grid * grid;
     const float norm_qk = 7.f;  // the authors' norm_q
     // Singular values of P̃ below closed_rcond·s_max are dropped too (besides the rank cap k).
-    // The default 1e-5 only drops what float32 logits cannot resolve; then, after the factors
-    // are normalised to norm 7, nearly all of W_qW_kᵀ lies along the weakest kept directions of
-    // P̃, which P̃ itself barely has, and the maps come out almost uniform (argmax right, margin
-    // tiny). A larger rcond (0.1) keeps only strong directions and gives sharp maps: see
-    // docs/RESULTS.md, section 1.
+    // The default 1e-5 only drops what float32 logits cannot resolve. On a sin-cos PE the factors,
+    // once normalised to norm 7, then lie mostly along the weakest kept directions of P̃, which P̃
+    // itself barely has, and the maps come out almost uniform (argmax right, margin tiny); a
+    // larger rcond (0.1) keeps only strong directions and gives sharp maps. The authors' code
+    // solves on a learned PE (a random draw, with a flat spectrum), where the default is sharp
+    // already. See docs/RESULTS.md, section 1.
     ClosedBasis basis = closed_form_basis(P, k, opt.closed_rcond);
     int64_t rank = basis.u.size(1);
 

@@ -330,6 +330,29 @@ TEST_CASE("impulse3-closed: a larger rcond keeps fewer, stronger directions of L
     CHECK(target[1] > 0.5);
 }
 
+// The authors' v3 code solves on LN of timm's learned PE, a random N(0, 0.02²) draw (× norm_p),
+// not on a sin-cos PE: its Gram matrix has no weak directions among the head_dim strongest kept,
+// and the default closed form gives sharp maps where the sin-cos one gives nearly uniform ones.
+TEST_CASE("impulse3-closed: on a learned (random) PE, the authors' pseudo input, the maps are sharp", "[init]") {
+    double target[2];
+    int i = 0;
+    for (std::string pos : {"learned", "sincos2d"}) {
+        manual_seed(2);
+        nn::ViTConfig c = small_vit();
+        c.patch = 4;  // 4×4 tokens: a random LN(PE) has rank 16, all of it kept (head_dim 16)
+        c.pos = pos;
+        nn::ViT vit(c);
+        init::Report report;
+        init::impulse_closed_init(vit, init::Options{}, nullptr, report);
+        CHECK(report.figures["impulse.hit_rate"] == 1.0);
+        CHECK(report.lines.back().find("LN(" + pos + " PE)") != std::string::npos);
+        target[i++] = report.figures["impulse.target_prob"];
+    }
+    const double uniform = 1.0 / 16;
+    CHECK(target[0] > 0.9);
+    CHECK(target[1] < 2 * uniform);
+}
+
 TEST_CASE("impulse schemes refuse models they cannot apply to", "[init]") {
     init::Report r;
     init::Options o = fast_fit();
