@@ -646,13 +646,11 @@ int main(int argc, char** argv) {
     CLI::App app{"Inspect an initialization scheme per layer before training: W_qW_kᵀ and W_vW_proj diagonals, "
                  "attention, activation and gradient scales (see the header of apps/inspect_init.cpp)."};
     Args a;
-    std::string init_help = "initialization scheme(s), '+' composes (LayerScale is a model option: --layerscale):";
-    for (auto& s : init::schemes()) init_help += "\n  " + s.name + ": " + s.summary;
     app.add_option("--model", a.model, "vit-tiny (192/12/3) | vit-small (384/12/6) on 32x32 | lm (TransformerLM "
                                        "384/12/8, vocab 50) | lm-small (128/4/4) | gau (train_lm's GAU LM, 128/4, "
                                        "Post-Norm)")
         ->capture_default_str()->check(CLI::IsMember({"vit-tiny", "vit-small", "lm", "lm-small", "gau"}));
-    app.add_option("--init", a.init, init_help)->capture_default_str();
+    apps::add_init_flags(app, a.init, a.opt, " (LayerScale is a model option: --layerscale)");
     app.add_flag("--json", a.json_out, "one JSON object per layer per line on stdout (the text report goes to stderr)");
     app.add_option("--png", a.png_dir, "write W_qW_kᵀ, W_vW_proj and attention-map PNGs of a few layers to this "
                                        "folder (default: none)");
@@ -700,27 +698,6 @@ int main(int argc, char** argv) {
         ->check(CLI::PositiveNumber);
     app.add_flag("--untied", a.untied, "LM: an output layer of its own (train_lm --untied), not the embedding's");
     app.add_flag("--head-bias", a.head_bias, "transformer LM, with --untied: an output bias (train_lm --head-bias)");
-    app.add_option("--gain", a.opt.gain, "xavier / kaiming / lecun / orthogonal gain")->capture_default_str();
-    app.add_option("--mimetic-alpha1", a.opt.mimetic_alpha1, "mimetic α₁ (Q/K noise)")->capture_default_str();
-    app.add_option("--mimetic-beta1", a.opt.mimetic_beta1, "mimetic β₁ (Q/K identity)")->capture_default_str();
-    app.add_option("--mimetic-alpha2", a.opt.mimetic_alpha2, "mimetic α₂ (V/proj noise)")->capture_default_str();
-    app.add_option("--mimetic-beta2", a.opt.mimetic_beta2, "mimetic β₂ (V/proj −identity)")->capture_default_str();
-    app.add_option("--mimetic-noise", a.opt.mimetic_noise, "mimetic Z: normal N(0,1/d) | uniform U(±√(3/d))")
-        ->capture_default_str()->check(CLI::IsMember({"normal", "uniform"}));
-    app.add_flag("!--no-mimetic-qk", a.opt.mimetic_qk, "mimetic ablation: leave Q/K alone");
-    app.add_flag("!--no-mimetic-vo", a.opt.mimetic_vo, "mimetic ablation: leave V/proj alone");
-    app.add_option("--impulse-iters", a.opt.impulse_iters, "impulse: Adam steps of the fit")->capture_default_str();
-    app.add_option("--impulse-lr", a.opt.impulse_lr, "impulse: Adam learning rate")->capture_default_str();
-    app.add_flag("--impulse-per-layer", a.opt.impulse_per_layer, "impulse: refit for every layer");
-    app.add_option("--closed-rcond", a.opt.closed_rcond,
-                   "impulse3-closed: drop singular values of LN(PE) below this × the largest")
-        ->capture_default_str()->check(CLI::Range(0.f, 1.f));
-    app.add_option("--lsuv-max-iters", a.opt.lsuv_max_iters, "lsuv: rounds per layer")->capture_default_str();
-    app.add_option("--lsuv-tol", a.opt.lsuv_tol, "lsuv: tolerance on |std − 1|")->capture_default_str();
-    app.add_option("--act-prob", a.opt.act_prob, "relu-quantile: fraction of active units")->capture_default_str();
-    app.add_option("--goal-std", a.opt.goal_std, "relu-quantile: post-activation std")->capture_default_str();
-    app.add_option("--tfixup-layers", a.opt.tfixup_layers, "t-fixup: N in 0.67·N^(-1/4) (0: the model's depth)")
-        ->capture_default_str();
     apps::add_device_flags(app, a.device, nullptr);
     try {
         app.parse(argc, argv);

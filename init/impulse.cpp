@@ -15,6 +15,7 @@
 #include "engine/linalg.h"
 #include "engine/ops.h"
 #include "engine/rng.h"
+#include "init/standard.h"
 #include "nn/optim.h"
 
 namespace init {
@@ -522,11 +523,17 @@ void impulse_closed_init(nn::Module& model, const Options& opt, const InitData*,
     }
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     double n = (double)layers.size();
+    std::string pe_note = "";
+    if (vit.cfg.pos == "learned" && opt.closed_pe_scale != 1.f) {
+        Tensor pe = vit.pos_embed;
+        scale_inplace(pe, opt.closed_pe_scale);
+        pe_note = fmt::format("; learned PE x{:g}", opt.closed_pe_scale);
+    }
     report.say(fmt::format("{}: {} layers, offsets {}, pseudo-inverse of LN({} PE) truncated to rank {} (head dim {}), "
                            "factors x{}: argmax hit rate {:.1f}%, mean target attention {:.4f}; v/proj mimetic "
-                           "alpha2={:g} beta2={:g}; {:.2f} s",
+                           "alpha2={:g} beta2={:g}{}; {:.2f} s",
                            name, layers.size(), describe(offsets), vit.cfg.pos, rank, k, norm_qk, 100 * hit / n,
-                           prob / n, opt.mimetic_alpha2, opt.mimetic_beta2, seconds));
+                           prob / n, opt.mimetic_alpha2, opt.mimetic_beta2, pe_note, seconds));
     report.figures["impulse.hit_rate"] = hit / n;
     report.figures["impulse.target_prob"] = prob / n;
     report.figures["impulse.mse"] = mse / n;

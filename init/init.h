@@ -39,6 +39,10 @@ struct Options {
     // impulse3-closed: singular values of LN(PE) below closed_rcond × the largest are dropped
     // from its pseudo-inverse (on top of the authors' rank cap, the head dim)
     float closed_rcond = 1e-5f;
+    // impulse3-closed: multiplies a learned position embedding after the solve (the authors'
+    // norm_p, which makes the tokens' PE part large against the patches'; LN(PE) does not see it).
+    // A fixed sin-cos PE is left alone: its scale is the model's --pe-scale.
+    float closed_pe_scale = 18.f;
     // data-dependent
     int lsuv_max_iters = 10;
     float lsuv_tol = 0.1f;

@@ -41,7 +41,8 @@ const std::vector<SchemeInfo>& schemes() {
         {"impulse5", "the same with offsets in a 5×5 window", false,
          [](nn::Module& m, const Options& o, const InitData* d, Report& r) { impulse_init(m, o, d, r, 5); }},
         {"impulse3-closed", "Zheng et al. (NeurIPS'25) closed form: truncated pseudo-inverse + rank-k SVD, factors "
-                            "×7; V/proj mimetic 0.4/0.4", false, impulse_closed_init},
+                            "×7; V/proj mimetic 0.4/0.4; a learned PE then ×18 (their code's PE is learned)",
+         false, impulse_closed_init},
         {"smallemb", "BlinkDL SmallInitEmb: token embedding U(±1e-4), learned PE 0; the model needs a LayerNorm "
                      "after the embedding", false, smallemb_init},
         {"lsuv", "Mishkin & Matas: orthonormal weights, then W ← W/std(output) layer by layer on the init batch "

@@ -330,10 +330,11 @@ TEST_CASE("impulse3-closed: a larger rcond keeps fewer, stronger directions of L
     CHECK(target[1] > 0.5);
 }
 
-// The authors' v3 code solves on LN of timm's learned PE, a random N(0, 0.02²) draw (× norm_p),
-// not on a sin-cos PE: its Gram matrix has no weak directions among the head_dim strongest kept,
-// and the default closed form gives sharp maps where the sin-cos one gives nearly uniform ones.
-TEST_CASE("impulse3-closed: on a learned (random) PE, the authors' pseudo input, the maps are sharp", "[init]") {
+// The authors' v3 code solves on LN of timm's learned PE, a random N(0, 0.02²) draw, not on a
+// sin-cos PE: its Gram matrix has no weak directions among the head_dim strongest kept, and the
+// default closed form gives sharp maps where the sin-cos one gives nearly uniform ones. Their code
+// then multiplies that PE by norm_p = 18 (Options::closed_pe_scale).
+TEST_CASE("impulse3-closed: on a learned (random) PE, the authors' pseudo input, the maps are sharp; then PE × 18", "[init]") {
     double target[2];
     int i = 0;
     for (std::string pos : {"learned", "sincos2d"}) {
@@ -342,15 +343,34 @@ TEST_CASE("impulse3-closed: on a learned (random) PE, the authors' pseudo input,
         c.patch = 4;  // 4×4 tokens: a random LN(PE) has rank 16, all of it kept (head_dim 16)
         c.pos = pos;
         nn::ViT vit(c);
+        std::vector<float> pe_before = values(vit.pos_embed);
         init::Report report;
         init::impulse_closed_init(vit, init::Options{}, nullptr, report);
         CHECK(report.figures["impulse.hit_rate"] == 1.0);
         CHECK(report.lines.back().find("LN(" + pos + " PE)") != std::string::npos);
         target[i++] = report.figures["impulse.target_prob"];
+        // Then the authors' norm_p: a learned PE × 18; a sin-cos buffer is the model's to scale.
+        float factor = pos == "learned" ? 18.f : 1.f;
+        std::vector<float> pe_after = values(vit.pos_embed);
+        float err = 0.f;
+        for (size_t j = 0; j < pe_after.size(); j++) err = std::max(err, std::fabs(pe_after[j] - factor * pe_before[j]));
+        INFO(pos);
+        CHECK(err < 1e-6f);
+        CHECK((report.lines.back().find("learned PE x18") != std::string::npos) == (pos == "learned"));
     }
     const double uniform = 1.0 / 16;
     CHECK(target[0] > 0.9);
     CHECK(target[1] < 2 * uniform);
+    init::Options keep;
+    keep.closed_pe_scale = 1.f;
+    manual_seed(2);
+    nn::ViTConfig c = small_vit();
+    c.pos = "learned";
+    nn::ViT vit(c);
+    std::vector<float> pe_before = values(vit.pos_embed);
+    init::Report report;
+    init::impulse_closed_init(vit, keep, nullptr, report);
+    CHECK(values(vit.pos_embed) == pe_before);
 }
 
 TEST_CASE("impulse schemes refuse models they cannot apply to", "[init]") {

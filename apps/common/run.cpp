@@ -207,11 +207,11 @@ void save_init_weights(const RunDir& out, const nn::Module& model, const std::st
     nn::save_checkpoint(out.path("init"), model, nullptr, meta);
 }
 
-void add_init_flags(CLI::App& app, std::string& scheme, init::Options& o) {
-    std::string help = "initialization scheme(s), '+' composes, applied left to right:";
+void add_init_flags(CLI::App& app, std::string& scheme, init::Options& o, const std::string& init_note) {
+    std::string help = "initialization scheme(s), '+' composes, applied left to right" + init_note + ":";
     for (auto& s : init::schemes()) help += "\n  " + s.name + ": " + s.summary;
     app.add_option("--init", scheme, help)->capture_default_str();
-    app.add_option("--gain", o.gain, "xavier / kaiming / orthogonal gain")->capture_default_str();
+    app.add_option("--gain", o.gain, "xavier / kaiming / lecun / orthogonal gain")->capture_default_str();
     app.add_option("--mimetic-alpha1", o.mimetic_alpha1, "mimetic α₁ (Q/K noise)")->capture_default_str();
     app.add_option("--mimetic-beta1", o.mimetic_beta1, "mimetic β₁ (Q/K identity)")->capture_default_str();
     app.add_option("--mimetic-alpha2", o.mimetic_alpha2, "mimetic α₂ (V/proj noise)")->capture_default_str();
@@ -228,6 +228,10 @@ void add_init_flags(CLI::App& app, std::string& scheme, init::Options& o) {
                    "impulse3-closed: drop singular values of LN(PE) below this × the largest (1e-5: only what "
                    "float32 cannot resolve; 0.1: sharp maps)")
         ->capture_default_str()->check(CLI::Range(0.f, 1.f));
+    app.add_option("--closed-pe-scale", o.closed_pe_scale,
+                   "impulse3-closed: multiply a learned position embedding by this after the solve (the "
+                   "authors' norm_p; a fixed sin-cos PE is scaled by --pe-scale instead)")
+        ->capture_default_str();
     app.add_option("--lsuv-tol", o.lsuv_tol, "lsuv: tolerance on |std − 1|")->capture_default_str();
     app.add_option("--lsuv-max-iters", o.lsuv_max_iters, "lsuv: rescaling rounds per layer")->capture_default_str();
     app.add_option("--act-prob", o.act_prob, "relu-quantile: fraction of units active on the init batch")

@@ -96,8 +96,9 @@ private:
     float last_ = 0.f;
 };
 // --init (its help lists every registered scheme) and every option of the schemes
-// (--mimetic-alpha1, --impulse-iters, --act-prob, ...), with the specs' defaults.
-void add_init_flags(CLI::App& app, std::string& scheme, init::Options& opt);
+// (--mimetic-alpha1, --impulse-iters, --act-prob, ...), with the specs' defaults. init_note joins
+// --init's help line (e.g. " (LayerScale is a model option: --layerscale)").
+void add_init_flags(CLI::App& app, std::string& scheme, init::Options& opt, const std::string& init_note = "");
 // --init-from CKPT: after --init, every weight is replaced by a checkpoint's (RUN/last.safetensors,
 // a model of the same flags; nn::load_weights), and the report says so. The optimizer and the
 // schedule start fresh: a two-stage run, or a fine-tuning. Nothing happens for an empty path.
