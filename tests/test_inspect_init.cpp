@@ -229,8 +229,8 @@ TEST_CASE("inspect_init attn_dist: mimetic's queries look at themselves, timm's 
 }
 
 // The impulse fit sees LN(PE) alone; on images the patches blur its maps unless the PE dominates
-// the token (Zheng et al.'s code multiplies the PE by 18 for impulse). Both heads' filters are
-// within one patch here, so the maps at × 18 are local and at × 1 they are not.
+// the token, as the sin-cos PE × 18 does (pos_share near 1). Both heads' filters are within one
+// patch here, so the maps at × 18 are local and at × 1 they are not.
 TEST_CASE("inspect_init: impulse3's maps follow the fitted filter when the PE is scaled up", "[apps]") {
     test::TempDir dir;
     std::string vit = std::string(kSmallVit) + " --init impulse3 --impulse-lr 1e-3 --impulse-iters 3000 --json";
