@@ -402,3 +402,16 @@ for s in 0 1 2; do
   "${S[@]}" --seed $s --init torch --untied --emb-scale 0.5 --out runs/pe/char-torch-emb0.5-untied$sfx
   "${S[@]}" --seed $s --init torch --untied --emb-scale 2 --pe-scale 4 --out runs/pe/char-torch-emb2-sin4-untied$sfx
 done
+# RESULTS.md section 1, "impulse3-closed with the authors' own pseudo input" (V as in section 1's
+# lines; the runs used edited starts, since --closed-pe-scale came after their binary: for
+# impulse3-closed the start below is what --init impulse3-closed --pos learned now writes itself).
+mkdir -p runs/vit-impulse-pe/starts
+for s in 0 1 2; do "${V[@]}" --seed $s --init impulse3-closed --pos learned --out runs/vit-impulse-pe/impulse3-closed-learned18-s$s; done
+for s in 0 1; do
+  "${V[@]}" --seed $s --init impulse3-closed --pos learned --closed-pe-scale 1 --out runs/vit-impulse-pe/impulse3-closed-learned-s$s
+  "${V[@]}" --seed $s --init impulse3 --pe-scale 18 --out runs/vit-impulse-pe/impulse3-pe18-s$s
+  # mimetic does not scale the PE: a start from a short run's init.safetensors, its PE × 18
+  ./apps/train_vit --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --dim 96 --depth 6 --heads 3 --patch 4 --pool avg --batch-size 128 --epochs 4 --warmup-epochs 1 --lr 1e-3 --weight-decay 0.05 --randaug 0 --train-subset 128 --seed $s --init mimetic --no-mimetic-qk --pos learned --out runs/vit-impulse-pe/starts/voonly-learned-s$s
+  tools/edit_checkpoint.py runs/vit-impulse-pe/starts/voonly-learned-s$s/init.safetensors runs/vit-impulse-pe/starts/voonly-learned-x18-s$s.safetensors --scale pos_embed=18
+  "${V[@]}" --seed $s --init mimetic --no-mimetic-qk --pos learned --init-from runs/vit-impulse-pe/starts/voonly-learned-x18-s$s.safetensors --out runs/vit-impulse-pe/mimetic-voonly-learned18-s$s
+done
