@@ -415,3 +415,15 @@ for s in 0 1; do
   tools/edit_checkpoint.py runs/vit-impulse-pe/starts/voonly-learned-s$s/init.safetensors runs/vit-impulse-pe/starts/voonly-learned-x18-s$s.safetensors --scale pos_embed=18
   "${V[@]}" --seed $s --init mimetic --no-mimetic-qk --pos learned --init-from runs/vit-impulse-pe/starts/voonly-learned-x18-s$s.safetensors --out runs/vit-impulse-pe/mimetic-voonly-learned18-s$s
 done
+# RESULTS.md section 1, "Mimetic and the PE scale on the ViT" (V as above):
+for s in 0 1; do
+  for k in 0.5 2 4; do "${V[@]}" --seed $s --init mimetic --pe-scale $k --out runs/vit-pe/mimetic-pe$k-s$s; done
+  "${V[@]}" --seed $s --init torch --pe-scale 2 --out runs/vit-pe/torch-pe2-s$s
+done
+# Section 6's word runs of session 26 (W as above, two at a time):
+for s in 0 1; do
+  sfx=$([ $s = 0 ] || echo -s$s)
+  for k in 0.5 0.25; do "${W[@]}" --seed $s --init torch --untied --pe-scale $k --out runs/word/word-torch-untied-sin$k$sfx; done
+  "${W[@]}" --seed $s --init mimetic --untied --pe-scale 0.5 --out runs/word/word-mimetic-untied-sin0.5$sfx
+  "${W[@]}" --seed $s --init torch --untied --pos none --out runs/word/word-torch-untied-none$sfx
+done
