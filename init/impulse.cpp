@@ -523,10 +523,10 @@ void impulse_closed_init(nn::Module& model, const Options& opt, const InitData*,
     }
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     double n = (double)layers.size();
-    std::string pe_note = "";
+    // The authors' norm_p, on the model's own (non-const) learned PE; LN(PE) above did not see it.
+    std::string pe_note;
     if (vit.cfg.pos == "learned" && opt.closed_pe_scale != 1.f) {
-        Tensor pe = vit.pos_embed;
-        scale_inplace(pe, opt.closed_pe_scale);
+        scale_inplace(static_cast<nn::ViT&>(model).pos_embed, opt.closed_pe_scale);
         pe_note = fmt::format("; learned PE x{:g}", opt.closed_pe_scale);
     }
     report.say(fmt::format("{}: {} layers, offsets {}, pseudo-inverse of LN({} PE) truncated to rank {} (head dim {}), "
