@@ -82,7 +82,7 @@ struct Args {
     std::string cuda_graph = "on";
     uint64_t seed = 0;
     std::string out, device = "auto", precision = "fp32";
-    bool resume = false, nan_check = true;
+    bool resume = false, nan_check = true, dry_run = false;
 };
 
 // One interface over the three model families: the mean cross-entropy of a batch's targets (the
@@ -190,6 +190,16 @@ static LM build_model(const Args& a, int64_t vocab, Device dev) {
         lm.module = m;
     }
     return lm;
+}
+
+// --dry-run builds the model without the data, with a stand-in vocabulary (the real one comes from
+// the training split), and checks the --freeze patterns against its parameters.
+static std::string dry_run_model(const Args& a) {
+    const int64_t vocab = 64;
+    LM lm = build_model(a, vocab, Device::CPU);
+    apps::apply_freeze_flags(*lm.module, a.freeze, "train_lm");
+    return fmt::format("{} builds ({} parameters with a stand-in vocabulary of {}: the real one comes from the data)",
+                       a.model, lm.module->num_parameters(), vocab);
 }
 
 // Targets with the unscored (context) positions set to cross_entropy's ignore_index.
@@ -591,6 +601,7 @@ int main(int argc, char** argv) {
     app.add_option("--out", a.out, "run directory: config.json, metrics.jsonl, vocab.txt, init.safetensors (the "
                                    "weights it starts from), checkpoints, result.json");
     app.add_flag("--resume", a.resume, "continue the run in --out from its last checkpoint");
+    apps::add_dry_run_flag(app, a.dry_run);
     app.add_option("--log-every", a.log_every, "write a metrics line every N steps")->capture_default_str()
         ->check(CLI::PositiveNumber);
     app.add_flag("!--no-nan-check", a.nan_check, "do not stop when the loss becomes NaN/inf");
@@ -617,10 +628,19 @@ int main(int argc, char** argv) {
         return refuse("--pe-scale and --pe-every-block apply to --model transformer with --pos sinusoidal or learned");
     if (a.emb_scale != 1.f && a.model != "transformer") return refuse("--emb-scale applies to --model transformer");
     apps::DeviceChoice dc = apps::resolve_device(a.device, a.precision);
-    if (!dc.error.empty()) return refuse(dc.error);
+    // A dry run checks the flags, not this machine: a device that is not here is only a note.
+    if (!dc.error.empty() && !a.dry_run) return refuse(dc.error);
+    if (!dc.error.empty()) std::printf("train_lm: --dry-run: %s (the run itself would stop here)\n", dc.error.c_str());
     if (!dc.note.empty()) std::printf("train_lm: %s\n", dc.note.c_str());
     apps::json config =
         apps::run_config(app, "train_lm", a.threads > 0 ? a.threads : omp_get_max_threads(), dc.description);
+    if (a.dry_run) {
+        try {
+            return apps::finish_dry_run("train_lm", config, dry_run_model(a));
+        } catch (const Error& e) {
+            return refuse(e.what());
+        }
+    }
     try {
         apps::apply_precision(dc, a.precision);
         return run(a, config, dc.device);

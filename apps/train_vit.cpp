@@ -75,7 +75,7 @@ struct Args {
     int profile_steps = 0;  // --profile N
     uint64_t seed = 0;
     std::string out;
-    bool resume = false, nan_check = true;
+    bool resume = false, nan_check = true, dry_run = false;
     int64_t fail_at_step = -1;  // testing: poison the loss at this step to exercise the NaN stop
 };
 
@@ -198,6 +198,20 @@ static std::shared_ptr<nn::Module> build_model(const Args& a, int64_t image_size
     auto net = std::make_shared<nn::ViT>(c);
     forward = [net](const Tensor& x) { return net->forward(x); };
     return net;
+}
+
+// --dry-run builds the model without the data: a CIFAR set's geometry is known (32×32, 10 or 100
+// classes); a folder's comes from its images, so there a stand-in (8×8 patches, 10 classes) checks
+// everything but the image size. --freeze patterns are checked against its parameters.
+static std::string dry_run_model(const Args& a) {
+    bool cifar = a.dataset != "folder";
+    int64_t image = cifar ? 32 : 8 * a.patch, classes = a.dataset == "cifar100" ? 100 : 10;
+    std::function<Tensor(const Tensor&)> forward;
+    auto model = build_model(a, image, classes, forward);
+    apps::apply_freeze_flags(*model, a.freeze, "train_vit");
+    if (cifar) return fmt::format("{}, {} parameters", a.model, model->num_parameters());
+    return fmt::format("{} builds ({} parameters with a stand-in {}x{} image: a folder's size comes from its images)",
+                       a.model, model->num_parameters(), image, image);
 }
 
 // Top-1 accuracy and mean loss on a whole split, in eval mode, without gradients.
@@ -475,6 +489,7 @@ int main(int argc, char** argv) {
     app.add_option("--out", a.out, "run directory: config.json, metrics.jsonl, init.safetensors (the weights it "
                                    "starts from), checkpoints, result.json");
     app.add_flag("--resume", a.resume, "continue the run in --out from its last checkpoint");
+    apps::add_dry_run_flag(app, a.dry_run);
     app.add_option("--eval-every", a.eval_every, "evaluate every N epochs")->capture_default_str()
         ->check(CLI::PositiveNumber);
     app.add_option("--log-every", a.log_every, "write a metrics line every N steps")->capture_default_str()
@@ -505,7 +520,9 @@ int main(int argc, char** argv) {
     }
     if (a.resume && a.out.empty()) return refuse("--resume needs --out (the run directory to continue)");
     apps::DeviceChoice dc = apps::resolve_device(a.device, a.precision);
-    if (!dc.error.empty()) return refuse(dc.error);
+    // A dry run checks the flags, not this machine: a device that is not here is only a note.
+    if (!dc.error.empty() && !a.dry_run) return refuse(dc.error);
+    if (!dc.error.empty()) std::printf("train_vit: --dry-run: %s (the run itself would stop here)\n", dc.error.c_str());
     if (!dc.note.empty()) std::printf("train_vit: %s\n", dc.note.c_str());
     if (a.warmup_epochs >= a.epochs && a.warmup_epochs > 0) {
         a.warmup_epochs = a.epochs / 10;
@@ -513,6 +530,13 @@ int main(int argc, char** argv) {
     }
     apps::json config =
         apps::run_config(app, "train_vit", a.threads > 0 ? a.threads : omp_get_max_threads(), dc.description);
+    if (a.dry_run) {
+        try {
+            return apps::finish_dry_run("train_vit", config, dry_run_model(a));
+        } catch (const Error& e) {
+            return refuse(e.what());
+        }
+    }
     try {
         apps::apply_precision(dc, a.precision);
         return run(a, config, dc.device);

@@ -87,11 +87,24 @@ json run_config(const CLI::App& app, const std::string& app_name, int threads, c
     json config = {{"app", app_name}, {"git_commit", git_commit()}, {"device", device}, {"threads", threads},
                    {"started", now_iso8601()}};
     for (const CLI::Option* o : app.get_options()) {
-        if (o->get_name() == "--help") continue;
+        if (o->get_name() == "--help" || o->get_name() == "--dry-run") continue;
         auto r = o->results();
         config[o->get_name()] = r.empty() ? o->get_default_str() : r.back();
     }
     return config;
+}
+
+void add_dry_run_flag(CLI::App& app, bool& dry_run) {
+    app.add_flag("--dry-run", dry_run,
+                 "check the flags and the model they build, print the resolved configuration, and exit "
+                 "without reading data or writing anything");
+}
+
+int finish_dry_run(const std::string& app_name, const json& config, const std::string& model_line) {
+    std::printf("%s\n", config.dump(2).c_str());
+    std::printf("%s: model: %s\n", app_name.c_str(), model_line.c_str());
+    std::printf("%s: --dry-run: the flags are valid; nothing was read or written\n", app_name.c_str());
+    return 0;
 }
 
 void add_device_flags(CLI::App& app, std::string& device, std::string* precision) {

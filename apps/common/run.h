@@ -51,6 +51,16 @@ void add_peak_device_mb(json& line, engine::Device dev);
 // "cuda: NVIDIA H100 ... (sm_90, 132 SMs)"), threads, start time, and every flag's value (given or default).
 json run_config(const CLI::App& app, const std::string& app_name, int threads, const std::string& device = "cpu");
 
+// --dry-run: check the flags (every conflict the app refuses, and the model they build) and print
+// the configuration the run would record in config.json, then exit 0 before anything is read or
+// written: no data, no --init-from or --resume checkpoint, no --out folder. run_config leaves the
+// flag itself out of config.json (it is not a property of the run). tools/check_doc_commands.sh
+// runs every command of docs/REPRODUCE.md and bench/reproduce_cpu.sh this way.
+void add_dry_run_flag(CLI::App& app, bool& dry_run);
+// What a dry run prints: `config` as config.json would hold it, then `model_line` (the model the
+// flags built, or what of it could not be known without the data). Returns the exit status, 0.
+int finish_dry_run(const std::string& app_name, const json& config, const std::string& model_line);
+
 // --device cpu|cuda|auto and (when `precision` is given) --precision fp32|tf32|bf16.
 void add_device_flags(CLI::App& app, std::string& device, std::string* precision);
 // The device the flags pick. "auto" is cuda when one is there (engine::cuda_device_count() > 0;
