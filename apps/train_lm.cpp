@@ -82,7 +82,7 @@ struct Args {
     std::string cuda_graph = "on";
     uint64_t seed = 0;
     std::string out, device = "auto", precision = "fp32";
-    bool resume = false, nan_check = true, dry_run = false;
+    bool resume = false, overwrite = false, nan_check = true, dry_run = false;
 };
 
 // One interface over the three model families: the mean cross-entropy of a batch's targets (the
@@ -303,6 +303,7 @@ static int run(Args& a, const apps::json& config, Device dev) {
     nn::StepDecay step_decay{a.lr, a.lr_decay, a.decay_start, 1};
     nn::ReduceOnPlateau plateau{a.lr, a.lr_decay, a.min_lr, 1e-4f, a.plateau_patience};
 
+    if (a.overwrite) apps::remove_run_files(a.out);
     apps::RunDir out(a.out);
     out.write_json("config.json", config);
     if (!a.resume) apps::save_init_weights(out, *lm.module, a.init, a.init_from);
@@ -601,6 +602,7 @@ int main(int argc, char** argv) {
     app.add_option("--out", a.out, "run directory: config.json, metrics.jsonl, vocab.txt, init.safetensors (the "
                                    "weights it starts from), checkpoints, result.json");
     app.add_flag("--resume", a.resume, "continue the run in --out from its last checkpoint");
+    apps::add_overwrite_flag(app, a.overwrite);
     apps::add_dry_run_flag(app, a.dry_run);
     app.add_option("--log-every", a.log_every, "write a metrics line every N steps")->capture_default_str()
         ->check(CLI::PositiveNumber);
@@ -620,6 +622,8 @@ int main(int argc, char** argv) {
         return refuse(std::string("--init: ") + e.what());
     }
     if (a.resume && a.out.empty()) return refuse("--resume needs --out (the run directory to continue)");
+    if (std::string conflict = apps::out_dir_conflict(a.out, a.resume, a.overwrite); !conflict.empty())
+        return refuse(conflict);
     if (a.protocol == "window" && a.scored > a.seq_len) return refuse("--scored must not exceed --seq-len");
     if (!a.preset.empty() && a.model != "lstm") return refuse("--preset applies to --model lstm only");
     if (a.head_bias && (a.model != "transformer" || !a.untied))

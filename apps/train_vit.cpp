@@ -75,7 +75,7 @@ struct Args {
     int profile_steps = 0;  // --profile N
     uint64_t seed = 0;
     std::string out;
-    bool resume = false, nan_check = true, dry_run = false;
+    bool resume = false, overwrite = false, nan_check = true, dry_run = false;
     int64_t fail_at_step = -1;  // testing: poison the loss at this step to exercise the NaN stop
 };
 
@@ -287,6 +287,7 @@ static int run(const Args& a, const apps::json& config, Device dev) {
     int64_t steps_per_epoch = loader.batches_per_epoch();
     nn::WarmupCosine sched{a.lr, a.min_lr, a.warmup_epochs * steps_per_epoch, a.epochs * steps_per_epoch};
 
+    if (a.overwrite) apps::remove_run_files(a.out);
     apps::RunDir out(a.out);
     out.write_json("config.json", config);
     if (!a.resume) apps::save_init_weights(out, *model, a.init, a.init_from);
@@ -489,6 +490,7 @@ int main(int argc, char** argv) {
     app.add_option("--out", a.out, "run directory: config.json, metrics.jsonl, init.safetensors (the weights it "
                                    "starts from), checkpoints, result.json");
     app.add_flag("--resume", a.resume, "continue the run in --out from its last checkpoint");
+    apps::add_overwrite_flag(app, a.overwrite);
     apps::add_dry_run_flag(app, a.dry_run);
     app.add_option("--eval-every", a.eval_every, "evaluate every N epochs")->capture_default_str()
         ->check(CLI::PositiveNumber);
@@ -519,6 +521,8 @@ int main(int argc, char** argv) {
         return refuse(std::string("--init: ") + e.what());
     }
     if (a.resume && a.out.empty()) return refuse("--resume needs --out (the run directory to continue)");
+    if (std::string conflict = apps::out_dir_conflict(a.out, a.resume, a.overwrite); !conflict.empty())
+        return refuse(conflict);
     apps::DeviceChoice dc = apps::resolve_device(a.device, a.precision);
     // A dry run checks the flags, not this machine: a device that is not here is only a note.
     if (!dc.error.empty() && !a.dry_run) return refuse(dc.error);

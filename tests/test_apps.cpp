@@ -395,6 +395,33 @@ TEST_CASE("train_lm: --train-tokens trains on the first N tokens of the training
     CHECK(all["steps"].get<int64_t>() > 7);
 }
 
+// Repeating a command must neither mix two runs in one folder nor replace a finished run by accident.
+TEST_CASE("a new run refuses an --out that holds a run; --overwrite replaces that run's files only", "[apps]") {
+    test::TempDir tmp;
+    std::string base = tiny_lm_flags(tmp / "text") + " --max-steps 3 --log-every 1 --out " + (tmp / "run");
+    REQUIRE(run_app("train_lm", base, tmp / "log") == 0);
+    const std::string metrics = slurp(tmp / "run/metrics.jsonl");
+    const size_t lines = metrics_lines(tmp / "run/metrics.jsonl").size();
+    test::write_file(tmp / "run/notes.txt", "mine");
+
+    CHECK(run_app("train_lm", base + " --seed 1", tmp / "log") == 2);
+    CHECK(slurp(tmp / "log").find("already holds a run (config.json): --resume continues it, --overwrite replaces it") !=
+          std::string::npos);
+    CHECK(slurp(tmp / "run/metrics.jsonl") == metrics);
+    CHECK(run_app("train_lm", base + " --seed 1 --dry-run", tmp / "log") == 2);  // a dry run says so too
+    CHECK(run_app("train_vit", "--out " + (tmp / "run") + " --dry-run", tmp / "log") == 2);
+    CHECK(run_app("train_lm", base + " --resume --overwrite", tmp / "log") == 2);
+    CHECK(slurp(tmp / "log").find("give one") != std::string::npos);
+
+    REQUIRE(run_app("train_lm", base + " --seed 1 --overwrite", tmp / "log") == 0);
+    CHECK(metrics_lines(tmp / "run/metrics.jsonl").size() == lines);  // the second run's lines only
+    CHECK(slurp(tmp / "run/metrics.jsonl") != metrics);
+    CHECK(nlohmann::json::parse(slurp(tmp / "run/config.json"))["--seed"] == "1");
+    CHECK(slurp(tmp / "run/notes.txt") == "mine");
+    // --resume of the replaced run goes on as before.
+    CHECK(run_app("train_lm", base + " --seed 1 --resume", tmp / "log") == 0);
+}
+
 // The sinusoidal PE is a buffer, so it draws nothing from the seed: at scale 0 the run is the run
 // without a position embedding, loss for loss; at scale 2 it is not.
 TEST_CASE("train_lm --pe-scale: 0 repeats --pos none, 2 changes the run; so does --emb-scale 0.5", "[apps]") {
@@ -647,23 +674,26 @@ TEST_CASE("train_lm: --loss-scale time-sum gives the gradient of the mean loss t
           "[apps]") {
     test::TempDir tmp;
     write_tiny_text(tmp / "text", 300);
-    // The first batch scores all 8 positions of each row: bptt scores every position, and the
-    // window protocol scores the whole first window of a row (it has no context before it; later
-    // windows score their last 3).
+    // The positions the first batch scores in each row: bptt all 8; the window protocol the last
+    // 3 of every window, the first one included (its first 5 tokens are context only, as in Bai et
+    // al.'s code; data/lm_batch.h).
     struct Case {
         std::string args;
         double per_row;
     };
     for (const Case& c : {Case{"--model lstm --protocol bptt --seq-len 8", 8.0},
-                          Case{"--model transformer --heads 2 --protocol window --seq-len 8 --scored 3", 8.0}}) {
+                          Case{"--model transformer --heads 2 --protocol window --seq-len 8 --scored 3", 3.0}}) {
         INFO(c.args);
         std::string base = "--dataset text --data-dir " + (tmp / "text") + " " + c.args +
                            " --dim 16 --depth 1 --batch-size 4 --epochs 1 --max-steps 1 --dropout 0 --opt sgd"
                            " --lr 1 --clip-grad 0 --threads 1 --log-every 1 --seed 5";
+        // Each case in folders of its own (with one pair of folders, the second case's metrics were
+        // appended to the first's, and its checks read the first case's lines).
+        std::string run = tmp / (c.args.substr(8, c.args.find(' ', 8) - 8) + "-");  // "lstm-", "transformer-"
         for (const char* scale : {"mean", "time-sum"})
-            REQUIRE(run_app("train_lm", base + " --loss-scale " + scale + " --out " + (tmp / scale), tmp / "log") == 0);
+            REQUIRE(run_app("train_lm", base + " --loss-scale " + scale + " --out " + run + scale, tmp / "log") == 0);
         auto first_step = [&](const char* scale) {
-            for (auto& j : metrics_lines(tmp / (std::string(scale) + "/metrics.jsonl")))
+            for (auto& j : metrics_lines(run + scale + "/metrics.jsonl"))
                 if (j["kind"] == "train") return j;
             FAIL("no train line in " << scale << "/metrics.jsonl");
             return nlohmann::json();

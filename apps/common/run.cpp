@@ -94,6 +94,32 @@ json run_config(const CLI::App& app, const std::string& app_name, int threads, c
     return config;
 }
 
+void add_overwrite_flag(CLI::App& app, bool& overwrite) {
+    app.add_flag("--overwrite", overwrite,
+                 "replace the run already in --out (without it a new run refuses a folder that holds one)");
+}
+
+std::string out_dir_conflict(const std::string& out, bool resume, bool overwrite) {
+    if (resume && overwrite) return "--resume continues the run in --out and --overwrite replaces it: give one";
+    if (out.empty() || resume || overwrite || !fs::exists(fs::path(out) / "config.json")) return "";
+    return "--out " + out + " already holds a run (config.json): --resume continues it, --overwrite replaces it, "
+           "or give another --out";
+}
+
+void remove_run_files(const std::string& out) {
+    std::vector<std::string> names = {"config.json", "metrics.jsonl", "result.json", "profile.json", "vocab.txt",
+                                      "init.safetensors"};
+    for (const char* checkpoint : {"last", "best"})
+        for (const char* part : {".safetensors", ".optim.safetensors", ".carry.safetensors"})
+            names.push_back(std::string(checkpoint) + part);
+    for (const std::string& name : names)
+        for (const std::string& file : {name, name + ".tmp"}) {
+            std::error_code ec;
+            fs::remove(fs::path(out) / file, ec);
+            engine::check(!ec, "--overwrite: cannot remove {} ({})", (fs::path(out) / file).string(), ec.message());
+        }
+}
+
 void add_dry_run_flag(CLI::App& app, bool& dry_run) {
     app.add_flag("--dry-run", dry_run,
                  "check the flags and the model they build, print the resolved configuration, and exit "

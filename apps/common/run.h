@@ -51,6 +51,18 @@ void add_peak_device_mb(json& line, engine::Device dev);
 // "cuda: NVIDIA H100 ... (sm_90, 132 SMs)"), threads, start time, and every flag's value (given or default).
 json run_config(const CLI::App& app, const std::string& app_name, int threads, const std::string& device = "cpu");
 
+// --overwrite: a new run may replace the run already in its --out folder. Without it a new run
+// (not --resume) refuses a folder that holds one (its config.json), so that repeating a command
+// never mixes two runs' metrics.jsonl or replaces a finished run's checkpoints.
+void add_overwrite_flag(CLI::App& app, bool& overwrite);
+// Why `out` cannot take this run ("" when it can): it holds a run, and neither --resume nor
+// --overwrite was given; or both were.
+std::string out_dir_conflict(const std::string& out, bool resume, bool overwrite);
+// --overwrite: removes the files a run writes (config.json, metrics.jsonl, result.json,
+// profile.json, vocab.txt, the init/last/best checkpoints and their temporary files) from `out`,
+// and nothing else in it.
+void remove_run_files(const std::string& out);
+
 // --dry-run: check the flags (every conflict the app refuses, and the model they build) and print
 // the configuration the run would record in config.json, then exit 0 before anything is read or
 // written: no data, no --init-from or --resume checkpoint, no --out folder. run_config leaves the
