@@ -427,3 +427,8 @@ for s in 0 1; do
   "${W[@]}" --seed $s --init mimetic --untied --pe-scale 0.5 --out runs/word/word-mimetic-untied-sin0.5$sfx
   "${W[@]}" --seed $s --init torch --untied --pos none --out runs/word/word-torch-untied-none$sfx
 done
+# Session 27 (2026-11-28): section 6's mimetic with no PE (W as above, two at a time).
+for s in 0 1; do
+  sfx=$([ $s = 0 ] || echo -s$s)
+  "${W[@]}" --seed $s --init mimetic --untied --pos none --out runs/word/word-mimetic-untied-none$sfx
+done
