@@ -82,7 +82,7 @@ struct Args {
     std::string cuda_graph = "on";
     uint64_t seed = 0;
     std::string out, device = "auto", precision = "fp32";
-    bool resume = false, overwrite = false, nan_check = true, dry_run = false;
+    bool resume = false, overwrite = false, auto_resume = false, nan_check = true, dry_run = false;
 };
 
 // One interface over the three model families: the mean cross-entropy of a batch's targets (the
@@ -603,6 +603,7 @@ int main(int argc, char** argv) {
                                    "weights it starts from), checkpoints, result.json");
     app.add_flag("--resume", a.resume, "continue the run in --out from its last checkpoint");
     apps::add_overwrite_flag(app, a.overwrite);
+    apps::add_auto_resume_flag(app, a.auto_resume);
     apps::add_dry_run_flag(app, a.dry_run);
     app.add_option("--log-every", a.log_every, "write a metrics line every N steps")->capture_default_str()
         ->check(CLI::PositiveNumber);
@@ -622,7 +623,7 @@ int main(int argc, char** argv) {
         return refuse(std::string("--init: ") + e.what());
     }
     if (a.resume && a.out.empty()) return refuse("--resume needs --out (the run directory to continue)");
-    if (std::string conflict = apps::out_dir_conflict(a.out, a.resume, a.overwrite); !conflict.empty())
+    if (std::string conflict = apps::out_dir_conflict(a.out, a.resume, a.overwrite, a.auto_resume); !conflict.empty())
         return refuse(conflict);
     if (a.protocol == "window" && a.scored > a.seq_len) return refuse("--scored must not exceed --seq-len");
     if (!a.preset.empty() && a.model != "lstm") return refuse("--preset applies to --model lstm only");
@@ -638,6 +639,10 @@ int main(int argc, char** argv) {
     if (!dc.note.empty()) std::printf("train_lm: %s\n", dc.note.c_str());
     apps::json config =
         apps::run_config(app, "train_lm", a.threads > 0 ? a.threads : omp_get_max_threads(), dc.description);
+    if (a.auto_resume) {
+        int status = apps::apply_auto_resume("train_lm", a.out, config, a.dry_run, a.resume, a.overwrite);
+        if (status >= 0) return status;
+    }
     if (a.dry_run) {
         try {
             return apps::finish_dry_run("train_lm", config, dry_run_model(a));

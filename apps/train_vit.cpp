@@ -75,7 +75,7 @@ struct Args {
     int profile_steps = 0;  // --profile N
     uint64_t seed = 0;
     std::string out;
-    bool resume = false, overwrite = false, nan_check = true, dry_run = false;
+    bool resume = false, overwrite = false, auto_resume = false, nan_check = true, dry_run = false;
     int64_t fail_at_step = -1;  // testing: poison the loss at this step to exercise the NaN stop
 };
 
@@ -491,6 +491,7 @@ int main(int argc, char** argv) {
                                    "starts from), checkpoints, result.json");
     app.add_flag("--resume", a.resume, "continue the run in --out from its last checkpoint");
     apps::add_overwrite_flag(app, a.overwrite);
+    apps::add_auto_resume_flag(app, a.auto_resume);
     apps::add_dry_run_flag(app, a.dry_run);
     app.add_option("--eval-every", a.eval_every, "evaluate every N epochs")->capture_default_str()
         ->check(CLI::PositiveNumber);
@@ -521,7 +522,7 @@ int main(int argc, char** argv) {
         return refuse(std::string("--init: ") + e.what());
     }
     if (a.resume && a.out.empty()) return refuse("--resume needs --out (the run directory to continue)");
-    if (std::string conflict = apps::out_dir_conflict(a.out, a.resume, a.overwrite); !conflict.empty())
+    if (std::string conflict = apps::out_dir_conflict(a.out, a.resume, a.overwrite, a.auto_resume); !conflict.empty())
         return refuse(conflict);
     apps::DeviceChoice dc = apps::resolve_device(a.device, a.precision);
     // A dry run checks the flags, not this machine: a device that is not here is only a note.
@@ -534,6 +535,10 @@ int main(int argc, char** argv) {
     }
     apps::json config =
         apps::run_config(app, "train_vit", a.threads > 0 ? a.threads : omp_get_max_threads(), dc.description);
+    if (a.auto_resume) {
+        int status = apps::apply_auto_resume("train_vit", a.out, config, a.dry_run, a.resume, a.overwrite);
+        if (status >= 0) return status;
+    }
     if (a.dry_run) {
         try {
             return apps::finish_dry_run("train_vit", config, dry_run_model(a));

@@ -306,8 +306,10 @@ std::vector<nlohmann::json> eval_lines(const std::string& metrics) {
 
 // Runs train_lm with `args` (3 epochs) twice: whole, and stopped by SIGTERM a few steps into
 // its second epoch, then resumed. The final parameters and optimizer state, every evaluation
-// (the interrupted epoch's train loss included) and the result must be identical.
-void check_lm_resume(const std::string& args, bool carries_state) {
+// (the interrupted epoch's train loss included) and the result must be identical. With
+// `auto_resume` the second run is started and resumed by the same command, --auto-resume, and a
+// third start of it finds the run finished.
+void check_lm_resume(const std::string& args, bool carries_state, bool auto_resume = false) {
     test::TempDir tmp;
     write_tiny_text(tmp / "text", 300);
     std::string base = "--dataset text --data-dir " + (tmp / "text") +
@@ -322,7 +324,8 @@ void check_lm_resume(const std::string& args, bool carries_state) {
         auto eval = std::find_if(lines.begin(), lines.end(), [](const nlohmann::json& j) { return j["kind"] == "eval"; });
         return eval != lines.end() && lines.end() - eval > 3;
     };
-    int status = run_app_until("train_lm", base + " --out " + (tmp / "parts"), tmp / "log2", in_second_epoch);
+    const std::string parts = base + " --out " + (tmp / "parts") + (auto_resume ? " --auto-resume" : "");
+    int status = run_app_until("train_lm", parts, tmp / "log2", in_second_epoch);
     INFO(slurp(tmp / "log2"));
     if (stopped_by_sigterm(status)) {
         std::map<std::string, std::string> meta;
@@ -334,8 +337,14 @@ void check_lm_resume(const std::string& args, bool carries_state) {
         CHECK(batch < steps_per_epoch);  // truly mid-epoch, not at its end
         CHECK(meta.at("carried_state") == (carries_state ? "1" : "0"));
         CHECK(fs::exists(tmp / "parts/last.carry.safetensors") == carries_state);
-        REQUIRE(run_app("train_lm", base + " --out " + (tmp / "parts") + " --resume", tmp / "log3") == 0);
+        REQUIRE(run_app("train_lm", auto_resume ? parts : parts + " --resume", tmp / "log3") == 0);
         CHECK(slurp(tmp / "log3").find("resumed from") != std::string::npos);
+    }
+    if (auto_resume) {
+        const std::string metrics = slurp(tmp / "parts/metrics.jsonl");
+        REQUIRE(run_app("train_lm", parts, tmp / "log4") == 0);
+        CHECK(slurp(tmp / "log4").find("has finished (result.json): nothing to do") != std::string::npos);
+        CHECK(slurp(tmp / "parts/metrics.jsonl") == metrics);
     }
     check_same_tensors(tmp / "whole/last.safetensors", tmp / "parts/last.safetensors");
     check_same_tensors(tmp / "whole/last.optim.safetensors", tmp / "parts/last.optim.safetensors");
@@ -357,7 +366,9 @@ TEST_CASE("train_lm: transformer interrupted mid-epoch and resumed equals uninte
 TEST_CASE("train_lm --freeze-until: interrupted after the unfreezing and resumed equals uninterrupted", "[apps]") {
     // The parameters that joined at step 3 have taken 3 fewer updates than the others: their own
     // counts (Adam's bias corrections) must come back from the checkpoint.
-    check_lm_resume("--model transformer --dim 32 --depth 2 --heads 2 --train-only 'blocks.1.*' --freeze-until 3", false);
+    // Started and resumed by one command, --auto-resume, as a script of runs started again would.
+    check_lm_resume("--model transformer --dim 32 --depth 2 --heads 2 --train-only 'blocks.1.*' --freeze-until 3", false,
+                    true);
 }
 
 TEST_CASE("train_lm: LSTM (bptt) interrupted mid-epoch and resumed equals uninterrupted bit for bit", "[apps]") {
@@ -410,6 +421,8 @@ TEST_CASE("a new run refuses an --out that holds a run; --overwrite replaces tha
     CHECK(slurp(tmp / "run/metrics.jsonl") == metrics);
     CHECK(run_app("train_lm", base + " --seed 1 --dry-run", tmp / "log") == 2);  // a dry run says so too
     CHECK(run_app("train_vit", "--out " + (tmp / "run") + " --dry-run", tmp / "log") == 2);
+    CHECK(run_app("train_vit", "--out " + (tmp / "run") + " --auto-resume --dry-run", tmp / "log") == 2);
+    CHECK(slurp(tmp / "log").find("holds a run with other flags") != std::string::npos);
     CHECK(run_app("train_lm", base + " --resume --overwrite", tmp / "log") == 2);
     CHECK(slurp(tmp / "log").find("give one") != std::string::npos);
 
@@ -420,6 +433,40 @@ TEST_CASE("a new run refuses an --out that holds a run; --overwrite replaces tha
     CHECK(slurp(tmp / "run/notes.txt") == "mine");
     // --resume of the replaced run goes on as before.
     CHECK(run_app("train_lm", base + " --seed 1 --resume", tmp / "log") == 0);
+}
+
+// --auto-resume's other cases (an interrupted run is check_lm_resume's): a finished run is left
+// alone, a run of other flags refused, a run that stopped before its first checkpoint started again.
+TEST_CASE("train_lm --auto-resume: starts, skips a finished run, refuses other flags, restarts a run without checkpoint",
+          "[apps]") {
+    test::TempDir tmp;
+    std::string base = tiny_lm_flags(tmp / "text") + " --max-steps 3 --log-every 1 --auto-resume --out ";
+    REQUIRE(run_app("train_lm", base + (tmp / "run"), tmp / "log") == 0);
+    CHECK(slurp(tmp / "log").find("no run in " + (tmp / "run") + " yet: starting it") != std::string::npos);
+    const std::string metrics = slurp(tmp / "run/metrics.jsonl");
+    const size_t lines = metrics_lines(tmp / "run/metrics.jsonl").size();
+    REQUIRE(lines > 0);
+
+    // Machine flags may differ; the result is what it was.
+    std::string other_machine = base;
+    other_machine.replace(other_machine.find("--threads 1"), 11, "--threads 2");
+    REQUIRE(run_app("train_lm", other_machine + (tmp / "run") + " --no-nan-check", tmp / "log") == 0);
+    CHECK(slurp(tmp / "log").find("has finished") != std::string::npos);
+    CHECK(slurp(tmp / "run/metrics.jsonl") == metrics);
+    // Anything else may not: the run would be skipped as done, or continued with new settings.
+    CHECK(run_app("train_lm", base + (tmp / "run") + " --lr 0.5", tmp / "log") == 2);
+    CHECK(slurp(tmp / "log").find("holds a run with other flags: --lr") != std::string::npos);
+    CHECK(run_app("train_lm", base + (tmp / "run") + " --resume", tmp / "log") == 2);  // one of the three
+    CHECK(run_app("train_lm", "--auto-resume", tmp / "log") == 2);                      // needs --out
+
+    // config.json but no checkpoint (stopped at once): a new run in its place, its own lines only.
+    fs::create_directories(tmp / "early");
+    fs::copy_file(tmp / "run/config.json", tmp / "early/config.json");
+    test::write_file(tmp / "early/metrics.jsonl", "{\"kind\":\"train\",\"step\":1}\n");
+    REQUIRE(run_app("train_lm", base + (tmp / "early"), tmp / "log") == 0);
+    CHECK(slurp(tmp / "log").find("stopped before its first checkpoint: starting it again") != std::string::npos);
+    CHECK(metrics_lines(tmp / "early/metrics.jsonl").size() == lines);
+    CHECK(fs::exists(tmp / "early/result.json"));
 }
 
 // The sinusoidal PE is a buffer, so it draws nothing from the seed: at scale 0 the run is the run

@@ -4,11 +4,13 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include "engine/device.h"
 #include "engine/autograd.h"
 #ifdef ENGINE_CUDA
@@ -99,9 +101,11 @@ void add_overwrite_flag(CLI::App& app, bool& overwrite) {
                  "replace the run already in --out (without it a new run refuses a folder that holds one)");
 }
 
-std::string out_dir_conflict(const std::string& out, bool resume, bool overwrite) {
-    if (resume && overwrite) return "--resume continues the run in --out and --overwrite replaces it: give one";
-    if (out.empty() || resume || overwrite || !fs::exists(fs::path(out) / "config.json")) return "";
+std::string out_dir_conflict(const std::string& out, bool resume, bool overwrite, bool auto_resume) {
+    if ((int)resume + (int)overwrite + (int)auto_resume > 1)
+        return "--resume continues the run in --out, --overwrite replaces it, --auto-resume picks one of them: give one";
+    if (auto_resume && out.empty()) return "--auto-resume needs --out (the run directory to start or continue)";
+    if (out.empty() || resume || overwrite || auto_resume || !fs::exists(fs::path(out) / "config.json")) return "";
     return "--out " + out + " already holds a run (config.json): --resume continues it, --overwrite replaces it, "
            "or give another --out";
 }
@@ -118,6 +122,76 @@ void remove_run_files(const std::string& out) {
             fs::remove(fs::path(out) / file, ec);
             engine::check(!ec, "--overwrite: cannot remove {} ({})", (fs::path(out) / file).string(), ec.message());
         }
+}
+
+void add_auto_resume_flag(CLI::App& app, bool& auto_resume) {
+    app.add_flag("--auto-resume", auto_resume,
+                 "start the run in --out, or continue it if it was interrupted, or do nothing if it finished "
+                 "(refused if it ran with other flags): a script of runs can be started again");
+}
+
+// The flags a run may change between its parts: where it runs and how fast, where its data and
+// folder are (paths differ between machines), what it logs, and how it was started. Every other
+// flag must be the run's own.
+static const char* const kMachineFlags[] = {"--threads",   "--workers",      "--device",   "--cuda-graph",
+                                            "--data-dir",  "--out",          "--profile",  "--log-every",
+                                            "--no-nan-check", "--resume",    "--overwrite", "--auto-resume"};
+
+namespace {
+struct AutoResume {
+    bool skip = false, resume = false, overwrite = false;
+    std::string error;  // the app refuses the command with it
+    std::string note;   // what --auto-resume chose, for the log
+};
+}  // namespace
+
+static AutoResume auto_resume(const std::string& out, const json& config) {
+    AutoResume r;
+    fs::path dir(out), stored_path = dir / "config.json";
+    if (!fs::exists(stored_path)) {
+        r.note = "--auto-resume: no run in " + out + " yet: starting it";
+        return r;
+    }
+    json stored;
+    try {
+        stored = json::parse(std::ifstream(stored_path));
+    } catch (const json::exception& e) {
+        r.error = "--auto-resume: " + stored_path.string() + " is not JSON (" + e.what() + "); --overwrite replaces the run";
+        return r;
+    }
+    for (const auto& [flag, value] : config.items()) {
+        if (flag.rfind("--", 0) != 0 || !stored.contains(flag)) continue;  // a flag newer than the run: not compared
+        if (std::find(std::begin(kMachineFlags), std::end(kMachineFlags), flag) != std::end(kMachineFlags)) continue;
+        if (stored[flag] != value) {
+            r.error = "--auto-resume: " + out + " holds a run with other flags: " + flag + " " + stored[flag].dump() +
+                      " there, " + value.dump() + " here (--overwrite replaces it, or give another --out)";
+            return r;
+        }
+    }
+    if (fs::exists(dir / "result.json")) {
+        r.skip = true;
+        r.note = "--auto-resume: the run in " + out + " has finished (result.json): nothing to do";
+    } else if (fs::exists(dir / "last.safetensors")) {
+        r.resume = true;
+        r.note = "--auto-resume: continuing the interrupted run in " + out;
+    } else {
+        r.overwrite = true;
+        r.note = "--auto-resume: the run in " + out + " stopped before its first checkpoint: starting it again";
+    }
+    return r;
+}
+
+int apply_auto_resume(const std::string& app_name, const std::string& out, const json& config, bool dry_run,
+                      bool& resume, bool& overwrite) {
+    AutoResume r = auto_resume(out, config);
+    if (!r.error.empty()) {
+        std::fprintf(stderr, "%s: %s\n", app_name.c_str(), r.error.c_str());
+        return 2;
+    }
+    std::printf("%s: %s\n", app_name.c_str(), r.note.c_str());
+    resume = r.resume;
+    overwrite = r.overwrite;
+    return r.skip && !dry_run ? 0 : -1;
 }
 
 void add_dry_run_flag(CLI::App& app, bool& dry_run) {

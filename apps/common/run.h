@@ -55,13 +55,31 @@ json run_config(const CLI::App& app, const std::string& app_name, int threads, c
 // (not --resume) refuses a folder that holds one (its config.json), so that repeating a command
 // never mixes two runs' metrics.jsonl or replaces a finished run's checkpoints.
 void add_overwrite_flag(CLI::App& app, bool& overwrite);
-// Why `out` cannot take this run ("" when it can): it holds a run, and neither --resume nor
-// --overwrite was given; or both were.
-std::string out_dir_conflict(const std::string& out, bool resume, bool overwrite);
+// Why `out` cannot take this run ("" when it can): it holds a run, and none of --resume,
+// --overwrite and --auto-resume was given; or more than one was; or --auto-resume has no --out.
+std::string out_dir_conflict(const std::string& out, bool resume, bool overwrite, bool auto_resume);
 // --overwrite: removes the files a run writes (config.json, metrics.jsonl, result.json,
 // profile.json, vocab.txt, the init/last/best checkpoints and their temporary files) from `out`,
 // and nothing else in it.
 void remove_run_files(const std::string& out);
+
+// --auto-resume: make a command safe to repeat, so that a script of runs can simply be started
+// again after an interruption. What it does depends on what --out holds:
+//   nothing (no config.json)             a new run;
+//   a finished run (result.json)         nothing: the app says so and exits 0;
+//   an interrupted run (last checkpoint) --resume;
+//   a run stopped before its first checkpoint: a new run in its place (--overwrite).
+// (A run stopped by a NaN loss has no result.json: it is continued from its last good checkpoint,
+// and being deterministic stops again where it did.)
+// A run whose flags differ from this command's (other than those of kMachineFlags: threads,
+// device, paths, logging) is refused, naming the first flag that differs: repeating a changed command
+// must not skip it as done, nor continue another run's optimizer state with new settings.
+void add_auto_resume_flag(CLI::App& app, bool& auto_resume);
+// Decides for --out and this run's `config`, prints the choice as `app_name`, and sets `resume` or
+// `overwrite` accordingly. Returns the app's exit status when it stops here (2: refused; 0: the
+// run has finished, unless `dry_run`), else -1.
+int apply_auto_resume(const std::string& app_name, const std::string& out, const json& config, bool dry_run,
+                      bool& resume, bool& overwrite);
 
 // --dry-run: check the flags (every conflict the app refuses, and the model they build) and print
 // the configuration the run would record in config.json, then exit 0 before anything is read or
