@@ -6,6 +6,10 @@
 #   INITLAB_DATA=../shared/data bash bench/reproduce_cpu.sh
 #   /usr/bin/python3 tools/results.py runs/vit          # then the tables (runs/lm, runs/gau, ...)
 #
+# Every training command has --auto-resume (added 2026-11-28; it does not change a run): when the
+# script stops (a reboot, Ctrl-C), start it again and it skips the finished runs, continues the
+# interrupted one and goes on.
+#
 # OMP_WAIT_POLICY=PASSIVE: OpenMP threads sleep at barriers instead of spinning, so a run does not
 # crawl when another process (a build, a test) takes one of the cores. The original runs also had
 # --threads 2 (this machine's cores); without it every core is used.
@@ -14,59 +18,59 @@ cd "$(dirname "$0")/.."
 : "${INITLAB_DATA:?set INITLAB_DATA to the folder that holds cifar10-jpeg, ptb and ptb-char}"
 export INITLAB_DATA OMP_WAIT_POLICY=PASSIVE
 make
-./apps/train_vit --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --dim 96 --depth 6 --heads 3 --patch 4 --pool avg --batch-size 128 --epochs 4 --warmup-epochs 1 --lr 1e-3 --weight-decay 0.05 --randaug 0 --train-subset 10000 --seed 0 --init mimetic --out runs/vit/mimetic-s0
-./apps/train_vit --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --dim 96 --depth 6 --heads 3 --patch 4 --pool avg --batch-size 128 --epochs 4 --warmup-epochs 1 --lr 1e-3 --weight-decay 0.05 --randaug 0 --train-subset 10000 --seed 0 --init timm --out runs/vit/timm-s0
-./apps/train_vit --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --dim 96 --depth 6 --heads 3 --patch 4 --pool avg --batch-size 128 --epochs 4 --warmup-epochs 1 --lr 1e-3 --weight-decay 0.05 --randaug 0 --train-subset 10000 --seed 0 --init impulse3 --out runs/vit/impulse3-s0
-./apps/train_vit --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --dim 96 --depth 6 --heads 3 --patch 4 --pool avg --batch-size 128 --epochs 4 --warmup-epochs 1 --lr 1e-3 --weight-decay 0.05 --randaug 0 --train-subset 10000 --seed 0 --init torch --out runs/vit/torch-s0
-./apps/train_vit --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --dim 96 --depth 6 --heads 3 --patch 4 --pool avg --batch-size 128 --epochs 4 --warmup-epochs 1 --lr 1e-3 --weight-decay 0.05 --randaug 0 --train-subset 10000 --seed 0 --init impulse5 --out runs/vit/impulse5-s0
-./apps/train_vit --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --dim 96 --depth 6 --heads 3 --patch 4 --pool avg --batch-size 128 --epochs 4 --warmup-epochs 1 --lr 1e-3 --weight-decay 0.05 --randaug 0 --train-subset 10000 --seed 0 --init impulse3-closed --out runs/vit/impulse3-closed-s0
-./apps/train_vit --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --dim 96 --depth 6 --heads 3 --patch 4 --pool avg --batch-size 128 --epochs 4 --warmup-epochs 1 --lr 1e-3 --weight-decay 0.05 --randaug 0 --train-subset 10000 --seed 0 --init mimetic --no-mimetic-vo --out runs/vit/mimetic-qkonly-s0
-./apps/train_vit --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --dim 96 --depth 6 --heads 3 --patch 4 --pool avg --batch-size 128 --epochs 4 --warmup-epochs 1 --lr 1e-3 --weight-decay 0.05 --randaug 0 --train-subset 10000 --seed 0 --init mimetic --no-mimetic-qk --out runs/vit/mimetic-voonly-s0
-./apps/train_lm --dataset ptb-char --model transformer --dim 128 --depth 4 --heads 4 --seq-len 128 --batch-size 32 --epochs 1 --max-steps 400 --lr 2e-3 --warmup-steps 50 --log-every 25 --init torch --out runs/lm/char-torch
-./apps/train_lm --dataset ptb-char --model transformer --dim 128 --depth 4 --heads 4 --seq-len 128 --batch-size 32 --epochs 1 --max-steps 400 --lr 2e-3 --warmup-steps 50 --log-every 25 --init mimetic --out runs/lm/char-mimetic
-./apps/train_lm --dataset ptb-char --model transformer --dim 128 --depth 4 --heads 4 --seq-len 128 --batch-size 32 --epochs 1 --max-steps 400 --lr 2e-3 --warmup-steps 50 --log-every 25 --init smallemb --out runs/lm/char-smallemb
-./apps/train_lm --dataset ptb-char --model transformer --dim 128 --depth 4 --heads 4 --seq-len 128 --batch-size 32 --epochs 1 --max-steps 400 --lr 2e-3 --warmup-steps 50 --log-every 25 --init mimetic+smallemb --out runs/lm/char-mimetic+smallemb
-./apps/train_lm --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --max-steps 300 --lr 1e-3 --log-every 25 --init torch --model gau --depth 24 --s 64 --out runs/gau/gau24-postnorm-nowarmup
-./apps/train_lm --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --max-steps 300 --lr 1e-3 --log-every 25 --init torch --untied --model gau --depth 24 --s 64 --out runs/gau/untied-gau24-postnorm-nowarmup
-./apps/train_lm --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --max-steps 300 --lr 1e-3 --log-every 25 --init torch --untied --model transformer --post-norm --depth 12 --heads 4 --out runs/gau/untied-postln12-nowarmup
-./apps/train_lm --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --max-steps 300 --lr 1e-3 --log-every 25 --init torch --untied --model transformer --post-norm --depth 12 --heads 4 --warmup-steps 100 --out runs/gau/untied-postln12-warmup100
-./apps/train_vit --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --dim 96 --depth 6 --heads 3 --patch 4 --pool avg --batch-size 128 --epochs 4 --warmup-epochs 1 --lr 1e-3 --weight-decay 0.05 --randaug 0 --train-subset 10000 --seed 1 --init mimetic --out runs/vit/mimetic-s1
-./apps/train_vit --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --dim 96 --depth 6 --heads 3 --patch 4 --pool avg --batch-size 128 --epochs 4 --warmup-epochs 1 --lr 1e-3 --weight-decay 0.05 --randaug 0 --train-subset 10000 --seed 1 --init timm --out runs/vit/timm-s1
-./apps/train_vit --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --dim 96 --depth 6 --heads 3 --patch 4 --pool avg --batch-size 128 --epochs 4 --warmup-epochs 1 --lr 1e-3 --weight-decay 0.05 --randaug 0 --train-subset 10000 --seed 0 --init lsuv --out runs/vit/lsuv-s0
-./apps/train_vit --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --dim 96 --depth 6 --heads 3 --patch 4 --pool avg --batch-size 128 --epochs 4 --warmup-epochs 1 --lr 1e-3 --weight-decay 0.05 --randaug 0 --train-subset 10000 --seed 0 --init relu-quantile --act-prob 0.5 --out runs/vit/rq0.5-s0
-./apps/train_vit --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --dim 96 --depth 6 --heads 3 --patch 4 --pool avg --batch-size 128 --epochs 4 --warmup-epochs 1 --lr 1e-3 --weight-decay 0.05 --randaug 0 --train-subset 10000 --seed 0 --init relu-quantile --act-prob 0.8 --out runs/vit/rq0.8-s0
-./apps/train_vit --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --dim 96 --depth 6 --heads 3 --patch 4 --pool avg --batch-size 128 --epochs 4 --warmup-epochs 1 --lr 1e-3 --weight-decay 0.05 --randaug 0 --train-subset 10000 --seed 1 --init impulse3 --out runs/vit/impulse3-s1
-./apps/train_vit --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --model convmixer-256-8 --dim 128 --depth 4 --kernel 3 --patch 2 --batch-size 128 --epochs 3 --warmup-epochs 1 --lr 5e-3 --weight-decay 0.05 --randaug 0 --train-subset 5000 --seed 0 --init torch --out runs/convmixer/trained
-./apps/train_vit --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --model convmixer-256-8 --dim 128 --depth 4 --kernel 3 --patch 2 --batch-size 128 --epochs 3 --warmup-epochs 1 --lr 5e-3 --weight-decay 0.05 --randaug 0 --train-subset 5000 --seed 0 --init torch --spatial impulse --freeze-spatial --out runs/convmixer/frozen-impulse
-./apps/train_vit --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --model convmixer-256-8 --dim 128 --depth 4 --kernel 3 --patch 2 --batch-size 128 --epochs 3 --warmup-epochs 1 --lr 5e-3 --weight-decay 0.05 --randaug 0 --train-subset 5000 --seed 0 --init torch --spatial box --freeze-spatial --out runs/convmixer/frozen-box
-./apps/train_vit --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --model convmixer-256-8 --dim 128 --depth 4 --kernel 3 --patch 2 --batch-size 128 --epochs 3 --warmup-epochs 1 --lr 5e-3 --weight-decay 0.05 --randaug 0 --train-subset 5000 --seed 0 --init torch --spatial random --freeze-spatial --out runs/convmixer/frozen-random
-./apps/train_lm --dataset ptb --log-every 50 --model transformer --dim 128 --depth 4 --heads 4 --seq-len 64 --batch-size 32 --epochs 1 --max-steps 400 --lr 2e-3 --warmup-steps 50 --init torch --out runs/word/transformer-torch
-./apps/train_lm --dataset ptb --log-every 50 --model lstm --preset small --seq-len 20 --batch-size 20 --opt sgd --lr 1 --schedule step --decay-start 1 --lr-decay 0.5 --clip-grad 5 --weight-decay 0 --epochs 1 --max-steps 1200 --init uniform:0.1 --out runs/word/lstm-small
-./apps/train_vit --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --dim 96 --depth 6 --heads 3 --patch 4 --pool avg --batch-size 128 --epochs 4 --warmup-epochs 1 --lr 1e-3 --weight-decay 0.05 --randaug 0 --train-subset 10000 --seed 0 --init mimetic --pos learned --out runs/vit/mimetic-learnedpe-s0
-./apps/train_vit --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --dim 96 --depth 6 --heads 3 --patch 4 --pool avg --batch-size 128 --epochs 4 --warmup-epochs 1 --lr 1e-3 --weight-decay 0.05 --randaug 0 --train-subset 10000 --seed 0 --init impulse3-closed --closed-rcond 0.1 --out runs/vit/impulse3-closed-rcond0.1-s0
-./apps/train_vit --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --model convmixer-256-8 --dim 128 --depth 4 --kernel 3 --patch 2 --batch-size 128 --epochs 3 --warmup-epochs 1 --lr 5e-3 --weight-decay 0.05 --randaug 0 --train-subset 5000 --seed 0 --init lsuv --out runs/convmixer/lsuv
-./apps/train_vit --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --model convmixer-256-8 --dim 128 --depth 4 --kernel 3 --patch 2 --batch-size 128 --epochs 3 --warmup-epochs 1 --lr 5e-3 --weight-decay 0.05 --randaug 0 --train-subset 5000 --seed 0 --init relu-quantile --act-prob 0.5 --out runs/convmixer/rq0.5
+./apps/train_vit --auto-resume --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --dim 96 --depth 6 --heads 3 --patch 4 --pool avg --batch-size 128 --epochs 4 --warmup-epochs 1 --lr 1e-3 --weight-decay 0.05 --randaug 0 --train-subset 10000 --seed 0 --init mimetic --out runs/vit/mimetic-s0
+./apps/train_vit --auto-resume --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --dim 96 --depth 6 --heads 3 --patch 4 --pool avg --batch-size 128 --epochs 4 --warmup-epochs 1 --lr 1e-3 --weight-decay 0.05 --randaug 0 --train-subset 10000 --seed 0 --init timm --out runs/vit/timm-s0
+./apps/train_vit --auto-resume --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --dim 96 --depth 6 --heads 3 --patch 4 --pool avg --batch-size 128 --epochs 4 --warmup-epochs 1 --lr 1e-3 --weight-decay 0.05 --randaug 0 --train-subset 10000 --seed 0 --init impulse3 --out runs/vit/impulse3-s0
+./apps/train_vit --auto-resume --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --dim 96 --depth 6 --heads 3 --patch 4 --pool avg --batch-size 128 --epochs 4 --warmup-epochs 1 --lr 1e-3 --weight-decay 0.05 --randaug 0 --train-subset 10000 --seed 0 --init torch --out runs/vit/torch-s0
+./apps/train_vit --auto-resume --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --dim 96 --depth 6 --heads 3 --patch 4 --pool avg --batch-size 128 --epochs 4 --warmup-epochs 1 --lr 1e-3 --weight-decay 0.05 --randaug 0 --train-subset 10000 --seed 0 --init impulse5 --out runs/vit/impulse5-s0
+./apps/train_vit --auto-resume --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --dim 96 --depth 6 --heads 3 --patch 4 --pool avg --batch-size 128 --epochs 4 --warmup-epochs 1 --lr 1e-3 --weight-decay 0.05 --randaug 0 --train-subset 10000 --seed 0 --init impulse3-closed --out runs/vit/impulse3-closed-s0
+./apps/train_vit --auto-resume --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --dim 96 --depth 6 --heads 3 --patch 4 --pool avg --batch-size 128 --epochs 4 --warmup-epochs 1 --lr 1e-3 --weight-decay 0.05 --randaug 0 --train-subset 10000 --seed 0 --init mimetic --no-mimetic-vo --out runs/vit/mimetic-qkonly-s0
+./apps/train_vit --auto-resume --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --dim 96 --depth 6 --heads 3 --patch 4 --pool avg --batch-size 128 --epochs 4 --warmup-epochs 1 --lr 1e-3 --weight-decay 0.05 --randaug 0 --train-subset 10000 --seed 0 --init mimetic --no-mimetic-qk --out runs/vit/mimetic-voonly-s0
+./apps/train_lm --auto-resume --dataset ptb-char --model transformer --dim 128 --depth 4 --heads 4 --seq-len 128 --batch-size 32 --epochs 1 --max-steps 400 --lr 2e-3 --warmup-steps 50 --log-every 25 --init torch --out runs/lm/char-torch
+./apps/train_lm --auto-resume --dataset ptb-char --model transformer --dim 128 --depth 4 --heads 4 --seq-len 128 --batch-size 32 --epochs 1 --max-steps 400 --lr 2e-3 --warmup-steps 50 --log-every 25 --init mimetic --out runs/lm/char-mimetic
+./apps/train_lm --auto-resume --dataset ptb-char --model transformer --dim 128 --depth 4 --heads 4 --seq-len 128 --batch-size 32 --epochs 1 --max-steps 400 --lr 2e-3 --warmup-steps 50 --log-every 25 --init smallemb --out runs/lm/char-smallemb
+./apps/train_lm --auto-resume --dataset ptb-char --model transformer --dim 128 --depth 4 --heads 4 --seq-len 128 --batch-size 32 --epochs 1 --max-steps 400 --lr 2e-3 --warmup-steps 50 --log-every 25 --init mimetic+smallemb --out runs/lm/char-mimetic+smallemb
+./apps/train_lm --auto-resume --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --max-steps 300 --lr 1e-3 --log-every 25 --init torch --model gau --depth 24 --s 64 --out runs/gau/gau24-postnorm-nowarmup
+./apps/train_lm --auto-resume --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --max-steps 300 --lr 1e-3 --log-every 25 --init torch --untied --model gau --depth 24 --s 64 --out runs/gau/untied-gau24-postnorm-nowarmup
+./apps/train_lm --auto-resume --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --max-steps 300 --lr 1e-3 --log-every 25 --init torch --untied --model transformer --post-norm --depth 12 --heads 4 --out runs/gau/untied-postln12-nowarmup
+./apps/train_lm --auto-resume --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --max-steps 300 --lr 1e-3 --log-every 25 --init torch --untied --model transformer --post-norm --depth 12 --heads 4 --warmup-steps 100 --out runs/gau/untied-postln12-warmup100
+./apps/train_vit --auto-resume --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --dim 96 --depth 6 --heads 3 --patch 4 --pool avg --batch-size 128 --epochs 4 --warmup-epochs 1 --lr 1e-3 --weight-decay 0.05 --randaug 0 --train-subset 10000 --seed 1 --init mimetic --out runs/vit/mimetic-s1
+./apps/train_vit --auto-resume --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --dim 96 --depth 6 --heads 3 --patch 4 --pool avg --batch-size 128 --epochs 4 --warmup-epochs 1 --lr 1e-3 --weight-decay 0.05 --randaug 0 --train-subset 10000 --seed 1 --init timm --out runs/vit/timm-s1
+./apps/train_vit --auto-resume --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --dim 96 --depth 6 --heads 3 --patch 4 --pool avg --batch-size 128 --epochs 4 --warmup-epochs 1 --lr 1e-3 --weight-decay 0.05 --randaug 0 --train-subset 10000 --seed 0 --init lsuv --out runs/vit/lsuv-s0
+./apps/train_vit --auto-resume --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --dim 96 --depth 6 --heads 3 --patch 4 --pool avg --batch-size 128 --epochs 4 --warmup-epochs 1 --lr 1e-3 --weight-decay 0.05 --randaug 0 --train-subset 10000 --seed 0 --init relu-quantile --act-prob 0.5 --out runs/vit/rq0.5-s0
+./apps/train_vit --auto-resume --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --dim 96 --depth 6 --heads 3 --patch 4 --pool avg --batch-size 128 --epochs 4 --warmup-epochs 1 --lr 1e-3 --weight-decay 0.05 --randaug 0 --train-subset 10000 --seed 0 --init relu-quantile --act-prob 0.8 --out runs/vit/rq0.8-s0
+./apps/train_vit --auto-resume --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --dim 96 --depth 6 --heads 3 --patch 4 --pool avg --batch-size 128 --epochs 4 --warmup-epochs 1 --lr 1e-3 --weight-decay 0.05 --randaug 0 --train-subset 10000 --seed 1 --init impulse3 --out runs/vit/impulse3-s1
+./apps/train_vit --auto-resume --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --model convmixer-256-8 --dim 128 --depth 4 --kernel 3 --patch 2 --batch-size 128 --epochs 3 --warmup-epochs 1 --lr 5e-3 --weight-decay 0.05 --randaug 0 --train-subset 5000 --seed 0 --init torch --out runs/convmixer/trained
+./apps/train_vit --auto-resume --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --model convmixer-256-8 --dim 128 --depth 4 --kernel 3 --patch 2 --batch-size 128 --epochs 3 --warmup-epochs 1 --lr 5e-3 --weight-decay 0.05 --randaug 0 --train-subset 5000 --seed 0 --init torch --spatial impulse --freeze-spatial --out runs/convmixer/frozen-impulse
+./apps/train_vit --auto-resume --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --model convmixer-256-8 --dim 128 --depth 4 --kernel 3 --patch 2 --batch-size 128 --epochs 3 --warmup-epochs 1 --lr 5e-3 --weight-decay 0.05 --randaug 0 --train-subset 5000 --seed 0 --init torch --spatial box --freeze-spatial --out runs/convmixer/frozen-box
+./apps/train_vit --auto-resume --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --model convmixer-256-8 --dim 128 --depth 4 --kernel 3 --patch 2 --batch-size 128 --epochs 3 --warmup-epochs 1 --lr 5e-3 --weight-decay 0.05 --randaug 0 --train-subset 5000 --seed 0 --init torch --spatial random --freeze-spatial --out runs/convmixer/frozen-random
+./apps/train_lm --auto-resume --dataset ptb --log-every 50 --model transformer --dim 128 --depth 4 --heads 4 --seq-len 64 --batch-size 32 --epochs 1 --max-steps 400 --lr 2e-3 --warmup-steps 50 --init torch --out runs/word/transformer-torch
+./apps/train_lm --auto-resume --dataset ptb --log-every 50 --model lstm --preset small --seq-len 20 --batch-size 20 --opt sgd --lr 1 --schedule step --decay-start 1 --lr-decay 0.5 --clip-grad 5 --weight-decay 0 --epochs 1 --max-steps 1200 --init uniform:0.1 --out runs/word/lstm-small
+./apps/train_vit --auto-resume --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --dim 96 --depth 6 --heads 3 --patch 4 --pool avg --batch-size 128 --epochs 4 --warmup-epochs 1 --lr 1e-3 --weight-decay 0.05 --randaug 0 --train-subset 10000 --seed 0 --init mimetic --pos learned --out runs/vit/mimetic-learnedpe-s0
+./apps/train_vit --auto-resume --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --dim 96 --depth 6 --heads 3 --patch 4 --pool avg --batch-size 128 --epochs 4 --warmup-epochs 1 --lr 1e-3 --weight-decay 0.05 --randaug 0 --train-subset 10000 --seed 0 --init impulse3-closed --closed-rcond 0.1 --out runs/vit/impulse3-closed-rcond0.1-s0
+./apps/train_vit --auto-resume --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --model convmixer-256-8 --dim 128 --depth 4 --kernel 3 --patch 2 --batch-size 128 --epochs 3 --warmup-epochs 1 --lr 5e-3 --weight-decay 0.05 --randaug 0 --train-subset 5000 --seed 0 --init lsuv --out runs/convmixer/lsuv
+./apps/train_vit --auto-resume --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --model convmixer-256-8 --dim 128 --depth 4 --kernel 3 --patch 2 --batch-size 128 --epochs 3 --warmup-epochs 1 --lr 5e-3 --weight-decay 0.05 --randaug 0 --train-subset 5000 --seed 0 --init relu-quantile --act-prob 0.5 --out runs/convmixer/rq0.5
 # Added 2026-11-24 (issue 14): Zaremba et al.'s small LSTM, the whole recipe (13 epochs, ~1.6 h on 2 cores).
-./apps/train_lm --dataset ptb --model lstm --preset small --protocol bptt --seq-len 20 --batch-size 20 --opt sgd --lr 1 --loss-scale time-sum --schedule step --decay-start 4 --lr-decay 0.5 --clip-grad 5 --weight-decay 0 --epochs 13 --init uniform:0.1 --threads 2 --log-every 100 --out runs/word/lstm-small-zaremba
+./apps/train_lm --auto-resume --dataset ptb --model lstm --preset small --protocol bptt --seq-len 20 --batch-size 20 --opt sgd --lr 1 --loss-scale time-sum --schedule step --decay-start 4 --lr-decay 0.5 --clip-grad 5 --weight-decay 0 --epochs 13 --init uniform:0.1 --threads 2 --log-every 100 --out runs/word/lstm-small-zaremba
 
 # Added 2026-11-25 (issue 14, part 2): transformer inits on PTB at a larger scale, and the GAU / Post-LN depth study.
 # They ran two at a time, one thread each (--threads 1), in this order; each writes validation points every
 # --eval-every steps on the first --eval-tokens of the valid split (tools/plot.py --eval-x step time draws them).
 # The Post-LN depth probe that found the stalling depth (24 blocks; 12 trains, see section 3 of RESULTS.md):
-./apps/train_lm --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --max-steps 150 --lr 1e-3 --log-every 25 --init torch --untied --model transformer --post-norm --heads 4 --threads 1 --depth 24 --out runs/depth/postln24-nowarmup
-./apps/train_lm --dataset ptb-char --model transformer --dim 256 --depth 6 --heads 8 --protocol window --seq-len 256 --scored 192 --batch-size 16 --epochs 1 --max-steps 600 --lr 2e-3 --warmup-steps 60 --dropout 0.1 --eval-every 100 --eval-tokens 50000 --log-every 25 --threads 1 --init torch --out runs/char256/char-torch
-./apps/train_lm --dataset ptb-char --model transformer --dim 256 --depth 6 --heads 8 --protocol window --seq-len 256 --scored 192 --batch-size 16 --epochs 1 --max-steps 600 --lr 2e-3 --warmup-steps 60 --dropout 0.1 --eval-every 100 --eval-tokens 50000 --log-every 25 --threads 1 --init mimetic --out runs/char256/char-mimetic
-./apps/train_lm --dataset ptb-char --model transformer --dim 256 --depth 6 --heads 8 --protocol window --seq-len 256 --scored 192 --batch-size 16 --epochs 1 --max-steps 600 --lr 2e-3 --warmup-steps 60 --dropout 0.1 --eval-every 100 --eval-tokens 50000 --log-every 25 --threads 1 --init mimetic+smallemb --out runs/char256/char-mimetic+smallemb
-./apps/train_lm --dataset ptb --model transformer --dim 256 --depth 6 --heads 8 --protocol window --seq-len 80 --scored 40 --batch-size 32 --epochs 1 --max-steps 400 --lr 2e-3 --warmup-steps 40 --dropout 0.1 --word-dropout 0.1 --eval-every 50 --eval-tokens 20000 --log-every 25 --threads 1 --init torch --out runs/word/word-torch
-./apps/train_lm --dataset ptb --model transformer --dim 256 --depth 6 --heads 8 --protocol window --seq-len 80 --scored 40 --batch-size 32 --epochs 1 --max-steps 400 --lr 2e-3 --warmup-steps 40 --dropout 0.1 --word-dropout 0.1 --eval-every 50 --eval-tokens 20000 --log-every 25 --threads 1 --init mimetic --out runs/word/word-mimetic
-./apps/train_lm --dataset ptb --model transformer --dim 256 --depth 6 --heads 8 --protocol window --seq-len 80 --scored 40 --batch-size 32 --epochs 1 --max-steps 400 --lr 2e-3 --warmup-steps 40 --dropout 0.1 --word-dropout 0.1 --eval-every 50 --eval-tokens 20000 --log-every 25 --threads 1 --init mimetic+smallemb --out runs/word/word-mimetic+smallemb
-./apps/train_lm --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --max-steps 400 --lr 1e-3 --log-every 25 --eval-every 50 --eval-tokens 50000 --init torch --untied --threads 1 --model gau --depth 48 --s 64 --out runs/gau2/gau48-postnorm-nowarmup
-./apps/train_lm --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --max-steps 750 --lr 1e-3 --log-every 25 --eval-every 50 --eval-tokens 50000 --init torch --untied --threads 1 --model transformer --post-norm --depth 24 --heads 4 --out runs/gau2/postln24-nowarmup
-./apps/train_lm --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --max-steps 150 --lr 1e-3 --log-every 25 --init torch --untied --model transformer --post-norm --heads 4 --threads 1 --depth 24 --warmup-steps 100 --out runs/depth/postln24-warmup100
+./apps/train_lm --auto-resume --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --max-steps 150 --lr 1e-3 --log-every 25 --init torch --untied --model transformer --post-norm --heads 4 --threads 1 --depth 24 --out runs/depth/postln24-nowarmup
+./apps/train_lm --auto-resume --dataset ptb-char --model transformer --dim 256 --depth 6 --heads 8 --protocol window --seq-len 256 --scored 192 --batch-size 16 --epochs 1 --max-steps 600 --lr 2e-3 --warmup-steps 60 --dropout 0.1 --eval-every 100 --eval-tokens 50000 --log-every 25 --threads 1 --init torch --out runs/char256/char-torch
+./apps/train_lm --auto-resume --dataset ptb-char --model transformer --dim 256 --depth 6 --heads 8 --protocol window --seq-len 256 --scored 192 --batch-size 16 --epochs 1 --max-steps 600 --lr 2e-3 --warmup-steps 60 --dropout 0.1 --eval-every 100 --eval-tokens 50000 --log-every 25 --threads 1 --init mimetic --out runs/char256/char-mimetic
+./apps/train_lm --auto-resume --dataset ptb-char --model transformer --dim 256 --depth 6 --heads 8 --protocol window --seq-len 256 --scored 192 --batch-size 16 --epochs 1 --max-steps 600 --lr 2e-3 --warmup-steps 60 --dropout 0.1 --eval-every 100 --eval-tokens 50000 --log-every 25 --threads 1 --init mimetic+smallemb --out runs/char256/char-mimetic+smallemb
+./apps/train_lm --auto-resume --dataset ptb --model transformer --dim 256 --depth 6 --heads 8 --protocol window --seq-len 80 --scored 40 --batch-size 32 --epochs 1 --max-steps 400 --lr 2e-3 --warmup-steps 40 --dropout 0.1 --word-dropout 0.1 --eval-every 50 --eval-tokens 20000 --log-every 25 --threads 1 --init torch --out runs/word/word-torch
+./apps/train_lm --auto-resume --dataset ptb --model transformer --dim 256 --depth 6 --heads 8 --protocol window --seq-len 80 --scored 40 --batch-size 32 --epochs 1 --max-steps 400 --lr 2e-3 --warmup-steps 40 --dropout 0.1 --word-dropout 0.1 --eval-every 50 --eval-tokens 20000 --log-every 25 --threads 1 --init mimetic --out runs/word/word-mimetic
+./apps/train_lm --auto-resume --dataset ptb --model transformer --dim 256 --depth 6 --heads 8 --protocol window --seq-len 80 --scored 40 --batch-size 32 --epochs 1 --max-steps 400 --lr 2e-3 --warmup-steps 40 --dropout 0.1 --word-dropout 0.1 --eval-every 50 --eval-tokens 20000 --log-every 25 --threads 1 --init mimetic+smallemb --out runs/word/word-mimetic+smallemb
+./apps/train_lm --auto-resume --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --max-steps 400 --lr 1e-3 --log-every 25 --eval-every 50 --eval-tokens 50000 --init torch --untied --threads 1 --model gau --depth 48 --s 64 --out runs/gau2/gau48-postnorm-nowarmup
+./apps/train_lm --auto-resume --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --max-steps 750 --lr 1e-3 --log-every 25 --eval-every 50 --eval-tokens 50000 --init torch --untied --threads 1 --model transformer --post-norm --depth 24 --heads 4 --out runs/gau2/postln24-nowarmup
+./apps/train_lm --auto-resume --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --max-steps 150 --lr 1e-3 --log-every 25 --init torch --untied --model transformer --post-norm --heads 4 --threads 1 --depth 24 --warmup-steps 100 --out runs/depth/postln24-warmup100
 
 # Added 2026-11-27 (session 18): the remaining ViT baselines, on section 1's protocol, seeds 0 and 1,
 # one at a time (RESULTS.md, "The other baselines"); and torch's second seed. About 40 minutes on 2 cores.
-V=(./apps/train_vit --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --dim 96 --depth 6 --heads 3 --patch 4 --pool avg --batch-size 128 --epochs 4 --warmup-epochs 1 --lr 1e-3 --weight-decay 0.05 --randaug 0 --train-subset 10000)
+V=(./apps/train_vit --auto-resume --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --dim 96 --depth 6 --heads 3 --patch 4 --pool avg --batch-size 128 --epochs 4 --warmup-epochs 1 --lr 1e-3 --weight-decay 0.05 --randaug 0 --train-subset 10000)
 for seed in 0 1; do
   "${V[@]}" --seed $seed --init xavier --out runs/vit/xavier-s$seed
   "${V[@]}" --seed $seed --init kaiming --out runs/vit/kaiming-s$seed
@@ -80,9 +84,9 @@ done
 # Added 2026-11-27 (session 18): section 2's char-PTB transformer with T-Fixup and Xavier (3 minutes together),
 # and the Post-LN-24 no-warmup probe of section 3 with other inits, rotary PE and seed 1 (150 steps each,
 # about 3 minutes each on 2 threads; RESULTS.md, "Which inits let it train without warmup").
-./apps/train_lm --dataset ptb-char --model transformer --dim 128 --depth 4 --heads 4 --seq-len 128 --batch-size 32 --epochs 1 --max-steps 400 --lr 2e-3 --warmup-steps 50 --log-every 25 --init t-fixup --out runs/lm/char-tfixup
-./apps/train_lm --dataset ptb-char --model transformer --dim 128 --depth 4 --heads 4 --seq-len 128 --batch-size 32 --epochs 1 --max-steps 400 --lr 2e-3 --warmup-steps 50 --log-every 25 --init xavier --out runs/lm/char-xavier
-P=(./apps/train_lm --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --max-steps 150 --lr 1e-3 --log-every 25 --untied --model transformer --post-norm --heads 4 --depth 24)
+./apps/train_lm --auto-resume --dataset ptb-char --model transformer --dim 128 --depth 4 --heads 4 --seq-len 128 --batch-size 32 --epochs 1 --max-steps 400 --lr 2e-3 --warmup-steps 50 --log-every 25 --init t-fixup --out runs/lm/char-tfixup
+./apps/train_lm --auto-resume --dataset ptb-char --model transformer --dim 128 --depth 4 --heads 4 --seq-len 128 --batch-size 32 --epochs 1 --max-steps 400 --lr 2e-3 --warmup-steps 50 --log-every 25 --init xavier --out runs/lm/char-xavier
+P=(./apps/train_lm --auto-resume --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --max-steps 150 --lr 1e-3 --log-every 25 --untied --model transformer --post-norm --heads 4 --depth 24)
 "${P[@]}" --init t-fixup --out runs/depth/postln24-nowarmup-tfixup
 "${P[@]}" --init torch+smallemb --out runs/depth/postln24-nowarmup-smallemb
 "${P[@]}" --init mimetic --out runs/depth/postln24-nowarmup-mimetic
@@ -93,7 +97,7 @@ P=(./apps/train_lm --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --
 "${P[@]}" --seed 1 --init torch --out runs/depth/postln24-nowarmup-s1
 "${P[@]}" --seed 1 --init mimetic --out runs/depth/postln24-nowarmup-mimetic-s1
 "${P[@]}" --seed 1 --init mimetic --no-mimetic-qk --out runs/depth/postln24-nowarmup-mimetic-voonly-s1
-./apps/train_lm --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --max-steps 400 --lr 1e-3 --log-every 25 --eval-every 50 --eval-tokens 50000 --untied --model transformer --post-norm --heads 4 --depth 24 --init mimetic --no-mimetic-qk --out runs/depth/postln24-nowarmup-mimetic-voonly-400
+./apps/train_lm --auto-resume --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --max-steps 400 --lr 1e-3 --log-every 25 --eval-every 50 --eval-tokens 50000 --untied --model transformer --post-norm --heads 4 --depth 24 --init mimetic --no-mimetic-qk --out runs/depth/postln24-nowarmup-mimetic-voonly-400
 "${P[@]}" --init mimetic --no-mimetic-qk --mimetic-beta2 0 --out runs/depth/postln24-nowarmup-vo-noiseonly
 "${P[@]}" --init mimetic --no-mimetic-qk --mimetic-beta2 -0.4 --out runs/depth/postln24-nowarmup-vo-plusI
 for beta in 0.1 0.2 0.8; do
@@ -110,9 +114,9 @@ C=(./apps/inspect_init --model lm-small --dataset ptb-char --post-ln --depth 24 
 "${C[@]}" --checkpoint runs/depth/postln24-nowarmup-s1/last.safetensors > torch-s1.jsonl  # each probe run (--pos rope for the rope runs)
 "${P[@]}" --warmup-steps 100 --init torch --out runs/collapse/torch-warmup100
 for lr in 3e-4 1e-4; do  # no warmup, a smaller peak learning rate (P without its --lr: flags may not repeat)
-  ./apps/train_lm --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --max-steps 150 --lr $lr --log-every 25 --untied --model transformer --post-norm --heads 4 --depth 24 --init torch --out runs/collapse/torch-lr$lr
+  ./apps/train_lm --auto-resume --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --max-steps 150 --lr $lr --log-every 25 --untied --model transformer --post-norm --heads 4 --depth 24 --init torch --out runs/collapse/torch-lr$lr
 done
-K=(./apps/train_lm --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --lr 1e-3 --min-lr 1e-3 --log-every 25 --untied --model transformer --post-norm --heads 4 --depth 24)
+K=(./apps/train_lm --auto-resume --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --lr 1e-3 --min-lr 1e-3 --log-every 25 --untied --model transformer --post-norm --heads 4 --depth 24)
 for k in 1 3 10 30; do
   "${K[@]}" --max-steps $k --init torch --out runs/collapse/torch-const-$k
   "${K[@]}" --max-steps $k --init mimetic --no-mimetic-qk --out runs/collapse/voonly-const-$k
@@ -120,15 +124,15 @@ for k in 1 3 10 30; do
   "${C[@]}" --checkpoint runs/collapse/voonly-const-$k/last.safetensors > voonly-const-$k.jsonl
 done
 # The Post-Norm GAU x48 of section 3 (the run above) over its first 1/3/10/30 steps, the same way:
-G=(./apps/train_lm --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --lr 1e-3 --min-lr 1e-3 --log-every 25 --untied --model gau --depth 48 --s 64 --init torch)
+G=(./apps/train_lm --auto-resume --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --lr 1e-3 --min-lr 1e-3 --log-every 25 --untied --model gau --depth 48 --s 64 --init torch)
 for k in 1 3 10 30; do
   "${G[@]}" --max-steps $k --out runs/collapse/gau48-const-$k
   ./apps/inspect_init --model gau --dataset ptb-char --depth 48 --s 64 --untied --batch 16 --seq-len 128 --json --checkpoint runs/collapse/gau48-const-$k/last.safetensors > gau48-const-$k.jsonl
 done
 ./apps/inspect_init --model gau --dataset ptb-char --depth 48 --s 64 --untied --batch 16 --seq-len 128 --json --init torch > gau48.jsonl
 # The Post-LN probe at 48 blocks (about 8 minutes each on 2 threads):
-./apps/train_lm --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --max-steps 150 --lr 1e-3 --log-every 25 --untied --model transformer --post-norm --heads 4 --depth 48 --init mimetic --no-mimetic-qk --out runs/collapse/postln48-voonly
-./apps/train_lm --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --max-steps 150 --lr 1e-3 --log-every 25 --untied --model transformer --post-norm --heads 4 --depth 48 --init torch --out runs/collapse/postln48-torch
+./apps/train_lm --auto-resume --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --max-steps 150 --lr 1e-3 --log-every 25 --untied --model transformer --post-norm --heads 4 --depth 48 --init mimetic --no-mimetic-qk --out runs/collapse/postln48-voonly
+./apps/train_lm --auto-resume --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --max-steps 150 --lr 1e-3 --log-every 25 --untied --model transformer --post-norm --heads 4 --depth 48 --init torch --out runs/collapse/postln48-torch
 # The first step's two tests: the same size in random directions, and an output bias.
 "${C[@]}" --init torch --perturb 1e-3 > torch-perturb1e-3.jsonl
 "${C[@]}" --init mimetic --no-mimetic-qk --perturb 1e-3 > mimetic-voonly-perturb1e-3.jsonl
@@ -136,13 +140,13 @@ done
 "${K[@]}" --max-steps 1 --init torch --head-bias --out runs/collapse/headbias-torch-const-1
 "${C[@]}" --head-bias --checkpoint runs/collapse/headbias-torch/last.safetensors > headbias-torch.jsonl
 # One SGD step whose update has the norm of Adam's first (the gradient's norm at init is 4.44):
-./apps/train_lm --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --max-steps 1 --min-lr 0 --log-every 1 --untied --model transformer --post-norm --heads 4 --depth 24 --init torch --opt sgd --clip-grad 0 --lr 0.49 --out runs/collapse/sgd-equalnorm-1
+./apps/train_lm --auto-resume --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --max-steps 1 --min-lr 0 --log-every 1 --untied --model transformer --post-norm --heads 4 --depth 24 --init torch --opt sgd --clip-grad 0 --lr 0.49 --out runs/collapse/sgd-equalnorm-1
 "${C[@]}" --checkpoint runs/collapse/sgd-equalnorm-1/last.safetensors > sgd-equalnorm-1.jsonl
 # Seed 1 of four of the rows above:
 "${P[@]}" --seed 1 --init torch --head-bias --out runs/collapse/headbias-torch-s1
-./apps/train_lm --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --max-steps 150 --lr 3e-4 --log-every 25 --untied --model transformer --post-norm --heads 4 --depth 24 --seed 1 --init torch --out runs/collapse/torch-lr3e-4-s1
-./apps/train_lm --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --max-steps 150 --lr 1e-3 --log-every 25 --untied --model transformer --post-norm --heads 4 --depth 48 --seed 1 --init mimetic --no-mimetic-qk --out runs/collapse/postln48-voonly-s1
-./apps/train_lm --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --max-steps 150 --lr 1e-3 --log-every 25 --untied --model transformer --post-norm --heads 4 --depth 48 --seed 1 --init torch --out runs/collapse/postln48-torch-s1
+./apps/train_lm --auto-resume --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --max-steps 150 --lr 3e-4 --log-every 25 --untied --model transformer --post-norm --heads 4 --depth 24 --seed 1 --init torch --out runs/collapse/torch-lr3e-4-s1
+./apps/train_lm --auto-resume --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --max-steps 150 --lr 1e-3 --log-every 25 --untied --model transformer --post-norm --heads 4 --depth 48 --seed 1 --init mimetic --no-mimetic-qk --out runs/collapse/postln48-voonly-s1
+./apps/train_lm --auto-resume --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --max-steps 150 --lr 1e-3 --log-every 25 --untied --model transformer --post-norm --heads 4 --depth 48 --seed 1 --init torch --out runs/collapse/postln48-torch-s1
 # The ViT of section 1 at init, for comparison (each of its --init flags):
 ./apps/inspect_init --dim 96 --depth 6 --heads 3 --patch 4 --batch 32 --data-dir ../shared/data/cifar10-jpeg --json --init mimetic > vit-mimetic.jsonl
 
@@ -178,7 +182,7 @@ K1s=("${K[@]}" --max-steps 1 --seed 1 --init torch)
 "${K1s[@]}" --train-only '*norm*' --out runs/collapse/groups/only-norm-s1
 "${K1s[@]}" --freeze 'blocks.*.attn.v.*,blocks.*.attn.proj.*,blocks.*.mlp.*' --out runs/collapse/groups/no-vprojmlp-s1
 # The first steps at the smaller constant rates (K without its --lr and --min-lr: flags may not repeat):
-L=(./apps/train_lm --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --log-every 25 --untied --model transformer --post-norm --heads 4 --depth 24 --init torch)
+L=(./apps/train_lm --auto-resume --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --log-every 25 --untied --model transformer --post-norm --heads 4 --depth 24 --init torch)
 for k in 1 3 5 7 10 30; do "${L[@]}" --lr 3e-4 --min-lr 3e-4 --max-steps $k --out runs/collapse/torch-lr3e-4-const-$k; done
 for k in 1 3 10; do "${L[@]}" --lr 1e-4 --min-lr 1e-4 --max-steps $k --out runs/collapse/torch-lr1e-4-const-$k; done
 for r in runs/collapse/torch-lr*-const-*/; do "${C[@]}" --checkpoint $r/last.safetensors > $(basename $r).jsonl; done
@@ -193,7 +197,7 @@ for r in runs/collapse/torch-lr*-const-*/; do "${C[@]}" --checkpoint $r/last.saf
 "${P[@]}" --seed 1 --init torch --freeze 'blocks.?.*,blocks.1[01].*' --out runs/collapse/groups/freeze-lower-150-s1
 "${P[@]}" --seed 1 --init torch --freeze 'blocks.[0-5].*' --out runs/collapse/groups/freeze-first6-150-s1
 # The two-stage run: blocks 13-24 for 50 steps, then all blocks from its checkpoint with a fresh optimizer (--init-from):
-S=(./apps/train_lm --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --log-every 25 --untied --model transformer --post-norm --heads 4 --depth 24 --init torch --lr 1e-3)
+S=(./apps/train_lm --auto-resume --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --log-every 25 --untied --model transformer --post-norm --heads 4 --depth 24 --init torch --lr 1e-3)
 "${S[@]}" --min-lr 1e-3 --max-steps 50 --freeze 'blocks.?.*,blocks.1[01].*' --out runs/collapse/groups/stage1-upper50
 "${S[@]}" --max-steps 100 --init-from runs/collapse/groups/stage1-upper50/last.safetensors --out runs/collapse/groups/stage2-all100
 "${S[@]}" --min-lr 1e-3 --max-steps 1 --init-from runs/collapse/groups/stage1-upper50/last.safetensors --out runs/collapse/groups/stage2-all1
@@ -218,7 +222,7 @@ for k in 3 4 5 10 50; do "${P[@]}" --seed 2 --init torch --freeze 'blocks.?.*,bl
 "${K[@]}" --init torch --max-steps 5 --freeze 'blocks.?.*,blocks.1[01].*' --out runs/staged/upper-const-5
 for k in 4 10; do "${K[@]}" --init torch --max-steps $k --freeze 'blocks.?.*,blocks.1[01].*' --freeze-until 3 --out runs/staged/u3-const-$k; done
 for k in 6 10; do "${K[@]}" --init torch --max-steps $k --freeze 'blocks.?.*,blocks.1[01].*' --freeze-until 5 --out runs/staged/u5-const-$k; done
-./apps/train_lm --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --lr 1e-3 --min-lr 1e-3 --log-every 1 --untied --model transformer --post-norm --heads 4 --depth 24 --init torch --max-steps 12 --freeze 'blocks.?.*,blocks.1[01].*' --eval-every 1 --eval-tokens 4096 --out runs/staged/upper-const-12-evals
+./apps/train_lm --auto-resume --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --lr 1e-3 --min-lr 1e-3 --log-every 1 --untied --model transformer --post-norm --heads 4 --depth 24 --init torch --max-steps 12 --freeze 'blocks.?.*,blocks.1[01].*' --eval-every 1 --eval-tokens 4096 --out runs/staged/upper-const-12-evals
 for r in runs/staged/*const-[0-9]*/ runs/staged/u50-150*/ runs/staged/u10-150/ runs/staged/u100-150/; do "${C[@]}" --checkpoint $r/last.safetensors > $(basename $r).jsonl; done
 # Section 3's vit-init/ files rewritten with this session's inspect_init (grad_cos, grad_rank1; the rest unchanged):
 for i in attn-logits kaiming mimetic t-fixup timm+zero-attn timm torch xavier; do ./apps/inspect_init --dim 96 --depth 6 --heads 3 --patch 4 --batch 32 --data-dir ../shared/data/cifar10-jpeg --json --init $i > $i.jsonl; done
@@ -238,7 +242,7 @@ for i in mimetic timm impulse3 torch; do "${V[@]}" --seed 2 --init $i --out runs
 # Added 2026-11-27 (session 22): RESULTS.md section 2, "SmallInitEmb needs its recipe's position embedding"
 # (S as section 2's first table, on 2 threads), section 6's word runs with rotary PE (W as section 6's runs), and
 # the 256/6/8 char model with rotary PE (C as that table's runs).
-S=(./apps/train_lm --dataset ptb-char --model transformer --dim 128 --depth 4 --heads 4 --seq-len 128 --batch-size 32 --epochs 1 --max-steps 400 --lr 2e-3 --warmup-steps 50 --log-every 25 --threads 2)
+S=(./apps/train_lm --auto-resume --dataset ptb-char --model transformer --dim 128 --depth 4 --heads 4 --seq-len 128 --batch-size 32 --epochs 1 --max-steps 400 --lr 2e-3 --warmup-steps 50 --log-every 25 --threads 2)
 for s in 0 1 2; do
   sfx=$([ $s = 0 ] || echo -s$s)
   for i in torch smallemb; do
@@ -255,14 +259,14 @@ for s in 0 1 2; do
   "${S[@]}" --seed $s --init mimetic --pos rope --out runs/smallemb-pe/char-mimetic-rope$sfx
 done
 "${S[@]}" --init mimetic+smallemb --pos rope --out runs/smallemb-pe/char-mimetic+smallemb-rope
-W=(./apps/train_lm --dataset ptb --model transformer --dim 256 --depth 6 --heads 8 --protocol window --seq-len 80 --scored 40 --batch-size 32 --epochs 1 --max-steps 400 --lr 2e-3 --warmup-steps 40 --dropout 0.1 --word-dropout 0.1 --eval-every 50 --eval-tokens 20000 --log-every 25 --threads 1)
+W=(./apps/train_lm --auto-resume --dataset ptb --model transformer --dim 256 --depth 6 --heads 8 --protocol window --seq-len 80 --scored 40 --batch-size 32 --epochs 1 --max-steps 400 --lr 2e-3 --warmup-steps 40 --dropout 0.1 --word-dropout 0.1 --eval-every 50 --eval-tokens 20000 --log-every 25 --threads 1)
 "${W[@]}" --init torch --pos rope --out runs/word/word-torch-rope
 "${W[@]}" --init smallemb --pos rope --out runs/word/word-smallemb-rope
 "${W[@]}" --seed 1 --init torch --pos rope --out runs/word/word-torch-rope-s1
 "${W[@]}" --seed 1 --init smallemb --pos rope --out runs/word/word-smallemb-rope-s1
 "${W[@]}" --init smallemb --out runs/word/word-smallemb
 "${W[@]}" --init mimetic+smallemb --pos rope --out runs/word/word-mimetic+smallemb-rope
-C=(./apps/train_lm --dataset ptb-char --model transformer --dim 256 --depth 6 --heads 8 --protocol window --seq-len 256 --scored 192 --batch-size 16 --epochs 1 --max-steps 600 --lr 2e-3 --warmup-steps 60 --dropout 0.1 --eval-every 100 --eval-tokens 50000 --log-every 25 --threads 1)
+C=(./apps/train_lm --auto-resume --dataset ptb-char --model transformer --dim 256 --depth 6 --heads 8 --protocol window --seq-len 256 --scored 192 --batch-size 16 --epochs 1 --max-steps 600 --lr 2e-3 --warmup-steps 60 --dropout 0.1 --eval-every 100 --eval-tokens 50000 --log-every 25 --threads 1)
 "${C[@]}" --init torch --pos rope --out runs/char256/char-torch-rope
 "${C[@]}" --init mimetic+smallemb --pos rope --out runs/char256/char-mimetic+smallemb-rope
 # Added 2026-11-27 (session 23): RESULTS.md section 2, "Mimetic's gain, the position embedding and the
@@ -289,7 +293,7 @@ for s in 0 1 2; do
   done
 done
 for i in torch mimetic; do
-  ./apps/train_lm --dataset ptb-char --model transformer --dim 128 --depth 4 --heads 4 --seq-len 128 --batch-size 32 --epochs 1 --max-steps 1200 --lr 2e-3 --warmup-steps 50 --log-every 100 --threads 2 --init $i --out runs/mimetic-pe/char1200-$i
+  ./apps/train_lm --auto-resume --dataset ptb-char --model transformer --dim 128 --depth 4 --heads 4 --seq-len 128 --batch-size 32 --epochs 1 --max-steps 1200 --lr 2e-3 --warmup-steps 50 --log-every 100 --threads 2 --init $i --out runs/mimetic-pe/char1200-$i
 done
 "${W[@]}" --init torch --untied --out runs/word/word-torch-untied
 "${W[@]}" --init mimetic --untied --out runs/word/word-mimetic-untied
@@ -301,7 +305,7 @@ done
 # stays" (S's flags without --max-steps, --log-every and --threads, which some runs set otherwise), then
 # section 6's word runs (W as above, two at a time). The edited starts come from each run's
 # init.safetensors (a one-step run writes it) through tools/edit_checkpoint.py.
-T=(./apps/train_lm --dataset ptb-char --model transformer --dim 128 --depth 4 --heads 4 --seq-len 128 --batch-size 32 --epochs 1 --lr 2e-3 --warmup-steps 50)
+T=(./apps/train_lm --auto-resume --dataset ptb-char --model transformer --dim 128 --depth 4 --heads 4 --seq-len 128 --batch-size 32 --epochs 1 --lr 2e-3 --warmup-steps 50)
 S=("${T[@]}" --max-steps 400 --log-every 25 --threads 2)
 mkdir -p runs/copy-prior/starts
 for s in 0 1 2; do
@@ -328,7 +332,7 @@ P=("${T[@]}" --max-steps 400 --log-every 10 --threads 1 --eval-every 10 --eval-t
 "${P[@]}" --init torch --init-from runs/copy-prior/starts/torch-gain0.safetensors --out runs/copy-prior/probe-torch-gain0
 "${P[@]}" --init mimetic --out runs/copy-prior/probe-mimetic
 # Section 6's word runs of session 24 (W as above; the one-step runs only write init.safetensors):
-U=(./apps/train_lm --dataset ptb --model transformer --dim 256 --depth 6 --heads 8 --protocol window --seq-len 80 --scored 40 --batch-size 32 --epochs 1 --lr 2e-3 --warmup-steps 40 --dropout 0.1 --word-dropout 0.1 --threads 1)
+U=(./apps/train_lm --auto-resume --dataset ptb --model transformer --dim 256 --depth 6 --heads 8 --protocol window --seq-len 80 --scored 40 --batch-size 32 --epochs 1 --lr 2e-3 --warmup-steps 40 --dropout 0.1 --word-dropout 0.1 --threads 1)
 "${U[@]}" --max-steps 1 --init torch --out runs/copy-prior/starts/word-torch-tied
 "${U[@]}" --max-steps 1 --init mimetic --out runs/copy-prior/starts/word-mimetic-tied
 "${U[@]}" --max-steps 1 --init torch --untied --out runs/copy-prior/starts/word-torch-untied
@@ -375,7 +379,7 @@ for s in 0 1 2; do
   "${S[@]}" --seed $s --init mimetic --pe-scale 2 --out runs/pe2/char-mimetic-sin2$sfx
   "${S[@]}" --seed $s --init mimetic --untied --pe-scale 2 --out runs/pe2/char-mimetic-sin2-untied$sfx
 done
-X=(./apps/train_lm --dataset ptb-char --model transformer --dim 256 --depth 4 --heads 4 --seq-len 128 --batch-size 32 --epochs 1 --lr 2e-3 --warmup-steps 50 --max-steps 400 --log-every 25 --threads 2)
+X=(./apps/train_lm --auto-resume --dataset ptb-char --model transformer --dim 256 --depth 4 --heads 4 --seq-len 128 --batch-size 32 --epochs 1 --lr 2e-3 --warmup-steps 50 --max-steps 400 --log-every 25 --threads 2)
 for p in sinusoidal rope; do "${X[@]}" --seed 0 --init torch --untied --pos $p --out runs/pe/char256w-torch-$p-untied; done
 # Section 6's word runs of session 25 (W as above, two at a time):
 "${W[@]}" --init torch --untied --pe-scale 2 --out runs/word/word-torch-untied-sin2
@@ -411,7 +415,7 @@ for s in 0 1; do
   "${V[@]}" --seed $s --init impulse3-closed --pos learned --closed-pe-scale 1 --out runs/vit-impulse-pe/impulse3-closed-learned-s$s
   "${V[@]}" --seed $s --init impulse3 --pe-scale 18 --out runs/vit-impulse-pe/impulse3-pe18-s$s
   # mimetic does not scale the PE: a start from a short run's init.safetensors, its PE × 18
-  ./apps/train_vit --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --dim 96 --depth 6 --heads 3 --patch 4 --pool avg --batch-size 128 --epochs 4 --warmup-epochs 1 --lr 1e-3 --weight-decay 0.05 --randaug 0 --train-subset 128 --seed $s --init mimetic --no-mimetic-qk --pos learned --out runs/vit-impulse-pe/starts/voonly-learned-s$s
+  ./apps/train_vit --auto-resume --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --dim 96 --depth 6 --heads 3 --patch 4 --pool avg --batch-size 128 --epochs 4 --warmup-epochs 1 --lr 1e-3 --weight-decay 0.05 --randaug 0 --train-subset 128 --seed $s --init mimetic --no-mimetic-qk --pos learned --out runs/vit-impulse-pe/starts/voonly-learned-s$s
   tools/edit_checkpoint.py runs/vit-impulse-pe/starts/voonly-learned-s$s/init.safetensors runs/vit-impulse-pe/starts/voonly-learned-x18-s$s.safetensors --scale pos_embed=18
   "${V[@]}" --seed $s --init mimetic --no-mimetic-qk --pos learned --init-from runs/vit-impulse-pe/starts/voonly-learned-x18-s$s.safetensors --out runs/vit-impulse-pe/mimetic-voonly-learned18-s$s
 done

@@ -85,7 +85,7 @@ int apply_auto_resume(const std::string& app_name, const std::string& out, const
 // the configuration the run would record in config.json, then exit 0 before anything is read or
 // written: no data, no --init-from or --resume checkpoint, no --out folder. run_config leaves the
 // flag itself out of config.json (it is not a property of the run). tools/check_doc_commands.sh
-// runs every command of docs/REPRODUCE.md and bench/reproduce_cpu.sh this way.
+// runs every training command of the docs and of bench/reproduce_cpu.sh this way.
 void add_dry_run_flag(CLI::App& app, bool& dry_run);
 // What a dry run prints: `config` as config.json would hold it, then `model_line` (the model the
 // flags built, or what of it could not be known without the data). Returns the exit status, 0.
