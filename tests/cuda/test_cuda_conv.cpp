@@ -111,9 +111,11 @@ TEST_CASE("cuda conv2d: images in several scratch chunks", "[cuda]") {
     // (5 images: chunks 2, 2, 1); the backward needs more per image, so its chunks are single images.
     ScratchLimit limit(1500);  // (the cuDNN pass of check_conv does not use the scratch)
     check_conv({"chunked k3 s1 p1, 3 -> 7", 5, 3, 5, 5, 7, 3, 3, 1, 1, true});
-    check_conv({"chunked 1x1, 7 -> 3", 5, 7, 4, 4, 3, 1, 1, 1, 0, true});
     ScratchLimit tiny(1);  // one image at a time, whatever the size
     check_conv({"one image per chunk, patch 2", 3, 3, 4, 4, 7, 2, 2, 2, 0, true});
+    // The 1x1 forward is one batched GEMM (no chunks); its backward (K·P + Cout·P = 160 floats an
+    // image) runs here one image per chunk: the pointwise branch with dW accumulated over chunks.
+    check_conv({"chunked 1x1, 7 -> 3", 5, 7, 4, 4, 3, 1, 1, 1, 0, true});
 }
 
 TEST_CASE("cuda depthwise_conv2d: k 1, 3, 5, 9 with and without bias", "[cuda]") {

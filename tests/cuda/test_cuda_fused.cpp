@@ -70,11 +70,12 @@ TEST_CASE("cuda bias_silu: n = 1, 37, 96, dbias over many rows", "[cuda]") {
     }
 }
 
-// masked_relu2 (GAU's scores): causal and not, T = S and T != S, and enough elements for the
-// grid-stride loop's second pass.
+// masked_relu2 (GAU's scores): causal and not, T = S and T != S, and a size over several blocks
+// that is not a multiple of the block (1,260 elements: 5 blocks of 256). The grid-stride loop's
+// second pass needs over 134M elements (blocks_for's cap), too many for the emulator.
 TEST_CASE("cuda masked_relu2: causal and not, square and not", "[cuda]") {
     for (bool causal : {true, false})
-        for (Shape s : {Shape{2, 9, 9}, Shape{3, 5, 9}, Shape{2, 9, 5}, Shape{40, 128, 128}}) {
+        for (Shape s : {Shape{2, 9, 9}, Shape{3, 5, 9}, Shape{2, 9, 5}, Shape{3, 20, 21}}) {
             INFO("causal " << causal << " shape " << s.str());
             check_parity("masked_relu2",
                          [causal](auto& in) { return engine::masked_relu2(in[0], 0.25f, causal); },
