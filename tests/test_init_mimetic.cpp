@@ -1,8 +1,9 @@
 // tests/test_init_mimetic.cpp: mimetic initialization's defining properties.
 //
 //   per head, W_q⁽ʰ⁾W_k⁽ʰ⁾ᵀ is the best rank-k approximation of A₁ = α₁Z + β₁I for the Z drawn
-//     (checked without trusting our SVD: its error ‖A₁ − P‖²_F must equal Σ_{j>k} σ_j², which by
-//     Eckart–Young only the truncation reaches, and rank P ≤ k by construction);
+//     (its error ‖A₁ − P‖²_F must equal Σ_{j>k} σ_j², which by Eckart–Young only the truncation
+//     reaches, and rank P ≤ k by construction; the σ_j come from the same engine::svd that
+//     mimetic uses, whose own correctness, sorted σ included, test_linalg.cpp checks);
 //   per layer, W_vW_proj = α₂Z − β₂I, and x·W_v·W_proj = x·A₂ through the model's v and proj layers;
 //   the statistics of the products match an independent PyTorch implementation
 //     (tools/mimetic_stats.py);

@@ -142,6 +142,7 @@ TEST_CASE("inspect_init tok_cos: 1 when every token is the same, below 1 for dif
     for (auto& r : rows) {
         CHECK(r["pos_share"].get<double>() == Approx(1.0).margin(1e-6));
         CHECK(r["tok_cos"].get<double>() < 0.99);
+        // −1/(T−1): bounds every mean of pairwise cosines meets (are the figures such means?).
         CHECK(r["tok_cos"].get<double>() >= -1.0 / 15 - 1e-6);
         CHECK(r["grad_cos"].get<double>() >= -1.0 / 15 - 1e-6);  // the next token is "the" everywhere: see below
     }

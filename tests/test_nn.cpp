@@ -205,16 +205,46 @@ TEST_CASE("TransformerLM: a tiny config memorizes a sequence", "[nn][overfit]") 
     }
 }
 
-TEST_CASE("param_groups: no decay on 1-d tensors and embeddings", "[nn][optim]") {
-    ViT vit(tiny_vit());
-    auto groups = param_groups(vit, 0.05f);
+// The group of each parameter by name ("decay" or "none"); every parameter in exactly one group.
+static std::map<std::string, std::string> group_of(const Module& model, bool no_decay_embeddings = true) {
+    auto groups = param_groups(model, 0.05f, no_decay_embeddings);
     REQUIRE(groups.size() == 2);
     CHECK(groups[0].weight_decay == 0.05f);
     CHECK(groups[1].weight_decay == 0.f);
-    for (auto& p : groups[0].params) CHECK(p.tensor->ndim() >= 2);
-    bool cls_in_no_decay = false;
-    for (auto& p : groups[1].params) cls_in_no_decay |= p.name == "cls_token";
-    CHECK(cls_in_no_decay);
+    std::map<std::string, std::string> out;
+    for (int g = 0; g < 2; g++)
+        for (auto& p : groups[g].params) {
+            INFO(p.name);
+            CHECK(out.count(p.name) == 0);
+            out[p.name] = g == 0 ? "decay" : "none";
+        }
+    CHECK(out.size() == model.named_parameters().size());
+    return out;
+}
+
+TEST_CASE("param_groups: no decay on 1-d tensors and embeddings", "[nn][optim]") {
+    ViTConfig c = tiny_vit();
+    c.pos = "learned";  // a pos_embed parameter
+    ViT vit(c);
+    auto vit_groups = group_of(vit);
+    for (auto& p : vit.named_parameters()) {
+        INFO(p.name);
+        bool embedding = p.name == "pos_embed" || p.name == "cls_token";
+        CHECK(vit_groups.at(p.name) == (p.tensor->ndim() >= 2 && !embedding ? "decay" : "none"));
+    }
+    CHECK(vit_groups.at("patch_embed.weight") == "decay");  // a conv kernel, not an embedding table
+    CHECK(vit_groups.at("blocks.0.attn.q.weight") == "decay");
+    CHECK(vit_groups.at("blocks.0.attn.q.bias") == "none");
+
+    // An nn::Embedding table is found by its module type; an untied head is a weight like any other.
+    LMConfig l = tiny_lm();
+    l.tie_weights = false;
+    TransformerLM lm(l);
+    auto lm_groups = group_of(lm);
+    CHECK(lm_groups.at("tok_emb.weight") == "none");
+    CHECK(lm_groups.at("head.weight") == "decay");
+    CHECK(lm_groups.at("blocks.0.mlp.fc1.weight") == "decay");
+    CHECK(group_of(lm, false).at("tok_emb.weight") == "decay");  // no_decay_embeddings off
 }
 
 // One parameter, known gradients: the optimizers' updates against torch.optim's formulas by hand.
