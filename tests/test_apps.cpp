@@ -685,16 +685,17 @@ TEST_CASE("train_lm writes init.safetensors; tools/edit_checkpoint.py and weight
 // shared flags turn on that one row leaves off, which has no spelling of its own.
 TEST_CASE("tools/results.py: one row per run name, seeds averaged, a left-off switch named", "[apps]") {
     test::TempDir tmp;
-    auto run = [&](const std::string& name, const std::string& untied, double bpc) {
+    auto run = [&](const std::string& name, const std::string& untied, double bpc, const std::string& started_by = "") {
         test::write_file(tmp / ("runs/" + name + "/config.json"),
                          "{\"--init\": \"torch\", \"--untied\": \"" + untied + "\", \"--dim\": \"128\", "
-                         "\"started\": \"2026-11-27T10:00:00Z\"}");
+                         "\"--auto-resume\": \"" + started_by + "\", \"started\": \"2026-11-27T10:00:00Z\"}");
         test::write_file(tmp / ("runs/" + name + "/result.json"),
                          "{\"test_bpc\": " + std::to_string(bpc) + ", \"finished\": \"2026-11-27T10:02:00Z\"}");
     };
-    run("a", "true", 2.5);
-    run("a-s1", "true", 2.7);
-    run("b", "true", 2.0);
+    // How a run was started does not set it apart: three runs with --auto-resume, one without.
+    run("a", "true", 2.5, "true");
+    run("a-s1", "true", 2.7, "true");
+    run("b", "true", 2.0, "true");
     run("tied", "", 3.0);
     REQUIRE(std::system(("python3 tools/results.py " + (tmp / "runs") + " > " + (tmp / "table") + " 2>&1").c_str()) == 0);
     std::string table = slurp(tmp / "table");
@@ -702,6 +703,7 @@ TEST_CASE("tools/results.py: one row per run name, seeds averaged, a left-off sw
     CHECK(table.find("| a | --init torch | 2.50, 2.70 | 2.60 | 0.20 |") != std::string::npos);
     CHECK(table.find("| tied | --init torch (no --untied) | 3.00 |") != std::string::npos);
     CHECK(table.find("Shared flags: `--untied --dim 128`") != std::string::npos);
+    CHECK(table.find("auto-resume") == std::string::npos);
 }
 
 TEST_CASE("train_lm: --eval-every adds validation points inside an epoch without changing the training", "[apps]") {

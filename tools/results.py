@@ -66,7 +66,10 @@ def best_eval(result):
 
 def describe(config):
     """The flags that set a run apart: --init and the scheme/model options away from defaults."""
-    skip = {"--out", "--seed", "--data-dir", "--threads", "started", "app", "git_commit", "device", "threads"}
+    # Where and how a run was started is not what sets it apart (--auto-resume continues a run as
+    # --resume does; a table of runs made with and without it is one table).
+    skip = {"--out", "--seed", "--data-dir", "--threads", "--resume", "--overwrite", "--auto-resume", "started", "app",
+            "git_commit", "device", "threads"}
     return {k: v for k, v in config.items() if k not in skip}
 
 
