@@ -164,9 +164,12 @@ void timm_init(nn::Module& model, const Options&, const InitData*, Report& repor
     auto layers = weight_layers(model);
     require_weights(layers, model, "timm");
     float std = 0.02f;
+    int linear = 0;
     for (auto& w : layers) {
+        if (w.kind != "Linear") continue;  // timm's init_weights_vit_timm visits nn.Linear only
         fill_trunc_normal(*w.weight, 0.f, std, -2.f, 2.f);
         if (has_bias(w)) fill_value(*w.bias, 0.f);
+        linear++;
     }
     int norms = reset_norms(model);
     int tokens = 0;
@@ -174,9 +177,10 @@ void timm_init(nn::Module& model, const Options&, const InitData*, Report& repor
         fill_trunc_normal(t, 0.f, std, -2.f, 2.f);
         tokens++;
     });
-    report.say(fmt::format("timm: {} weights trunc-normal(0, 0.02) on ±2, biases 0, {} norms 1/0, {} token/PE "
-                           "tensors trunc-normal(0, 0.02)",
-                           layers.size(), norms, tokens));
+    report.say(fmt::format("timm: {} Linear weights trunc-normal(0, 0.02) on ±2, biases 0, {} other weights as "
+                           "built (the patch conv: PyTorch's default), {} norms 1/0, {} token/PE tensors "
+                           "trunc-normal(0, 0.02)",
+                           linear, layers.size() - linear, norms, tokens));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -11,10 +11,13 @@
 //                  LSTM every tensor U(±1/√H); LayerNorm/BatchNorm 1/0; class token 0; learned
 //                  position embedding trunc-normal(0, 0.02) on ±2 (what the models construct).
 //   timm           trunc-normal(0, 0.02), truncated at ±2 absolute (timm's trunc_normal_), on
-//                  every Linear/Conv/Embedding/LSTM weight; biases 0; norms 1/0; class token and
-//                  learned position embedding trunc-normal(0, 0.02) (DeiT / timm ≤ 0.4; newer timm
-//                  draws the class token with std 1e-6). timm itself leaves the patch conv at
-//                  PyTorch's default; here every Conv gets the trunc-normal too.
+//                  every Linear weight, their biases 0; norms 1/0; class token and learned
+//                  position embedding trunc-normal(0, 0.02) (DeiT / timm ≤ 0.4; newer timm draws
+//                  the class token with std 1e-6). As timm's init_weights_vit_timm, it visits
+//                  Linear layers only: the ViT's patch conv (and any Conv, Embedding or LSTM)
+//                  keeps the values the model was built with, PyTorch's defaults. (Until
+//                  2026-11-28 the patch conv got the trunc-normal too: 4–8× weaker image
+//                  patches against the PE; docs/RESULTS.md section 1 says what it cost.)
 //   xavier         Glorot & Bengio 2010: U(±gain·√(6/(fan_in+fan_out))); xavier-normal:
 //                  N(0, gain²·2/(fan_in+fan_out)).
 //   kaiming        He et al. 2015, fan_in mode, ReLU gain √2: N(0, 2/fan_in); kaiming-uniform:

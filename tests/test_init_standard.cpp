@@ -130,16 +130,25 @@ TEST_CASE("init uniform:A: U(±A) on every weight and bias of an LSTM LM (Zaremb
     CHECK_THROWS_WITH(init::apply(lstm, "uniform:-1"), Catch::Contains("e.g. uniform:0.05"));
 }
 
-TEST_CASE("init timm: trunc-normal 0.02 weights, zero biases, norms 1/0, tokens 0.02", "[init]") {
+TEST_CASE("init timm: trunc-normal 0.02 Linear weights, zero biases, norms 1/0, tokens 0.02, patch conv as built",
+          "[init]") {
     manual_seed(2);
     nn::ViT vit(small_vit());
     poison(vit);
     init::apply(vit, "timm");
+    // As timm: the patch conv keeps what it held (as built: PyTorch's default), the Linear layers
+    // get 0.02.
+    check_constant(vit.parameter("patch_embed.weight"), 7.f, "patch conv weight");
+    check_constant(vit.parameter("patch_embed.bias"), 7.f, "patch conv bias");
+    int linear = 0;
     for (auto& w : init::weight_layers(vit)) {
+        if (w.kind != "Linear") continue;
+        linear++;
         check_moments(*w.weight, 0.02, w.name);
         CHECK(moments(*w.weight).max_abs <= 2.0);
         if (w.bias && w.bias->defined()) check_constant(*w.bias, 0.f, w.name + " bias");
     }
+    CHECK(linear == 6 * (int)vit.blocks->size() + 1);  // q k v proj fc1 fc2 per block, the head
     check_constant(vit.parameter("blocks.0.norm1.weight"), 1.f, "LayerNorm weight");
     check_constant(vit.parameter("blocks.0.norm1.bias"), 0.f, "LayerNorm bias");
     check_moments(vit.pos_embed, 0.02, "learned PE");
