@@ -14,6 +14,11 @@ float tfixup_scale(int64_t layers) {
     return 0.67f * std::pow((float)layers, -0.25f);
 }
 
+float tfixup_embedding_std(int64_t layers) {
+    engine::check(layers > 0, "init: t-fixup: the number of layers must be positive, got {}", layers);
+    return std::pow(9.f * (float)layers, -0.25f);
+}
+
 static std::vector<nn::TransformerBlock*> blocks_of(nn::Module& model, const char* scheme) {
     std::vector<nn::TransformerBlock*> blocks;
     model.visit([&](const std::string&, nn::Module& m) {
@@ -44,9 +49,10 @@ void tfixup_init(nn::Module& model, const Options& opt, const InitData*, Report&
     }
     std::string emb;
     if (auto* lm = dynamic_cast<nn::TransformerLM*>(&model)) {
-        float std = scale / std::sqrt((float)lm->cfg.dim);
+        float std = tfixup_embedding_std(n);
         fill_normal(lm->tok_emb->weight, 0.f, std);
-        emb = fmt::format("; token embedding N(0, d^-1/2) × {:.4f} (std {:.4g})", scale, std);
+        emb = fmt::format("; token embedding std (9N)^(-1/4) = {:.4f} (the authors' d^(-1/2) table × √d in the "
+                          "forward)", std);
     }
     report.say(fmt::format("t-fixup: {} blocks Xavier q/k, v/proj/fc1/fc2 × 0.67·N^(-1/4) = {:.4f} (N = {}){}; "
                            "LayerNorms kept",

@@ -6,9 +6,13 @@
 //   1. q, k, v, proj, fc1, fc2 weights Xavier-uniform U(±√(6/(fan_in+fan_out))), their biases 0;
 //   2. v, proj, fc1 and fc2 weights × 0.67·N^(−1/4), N = the number of blocks
 //      (Options::tfixup_layers overrides it);
-//   3. a token embedding (TransformerLM) N(0, d^(−1/2)) — std d^(−1/2), as the authors' code
-//      draws it — then × 0.67·N^(−1/4) too (the paper scales the input embeddings with the
-//      layers; its decoder factor (9N)^(−1/4) is for blocks with cross-attention, absent here).
+//   3. a token embedding (TransformerLM) with std (9N)^(−1/4). The paper draws the input
+//      embeddings N(0, d^(−1/2)) and scales the encoder's and the decoder's alike by (9N)^(−1/4)
+//      (the 0.67·N^(−1/4) is for the encoder blocks' weights only). Its code (fairseq,
+//      layer6ai-labs/T-Fixup) draws the table with std d^(−1/2) and multiplies it by √d in the
+//      forward, so the first block sees entries of std (9N)^(−1/4). This LM has no √d in its
+//      forward: the table is drawn at that std itself. (Until 2026-11-28 it was
+//      0.67·N^(−1/4)/√d, 14–16× smaller at d = 256: the input was nearly all position embedding.)
 // Variant notes: the paper also removes LayerNorm and warmup; here the model keeps its
 // LayerNorms (the mimetic paper's comparison changed only the init). A ViT's patch embedding,
 // class token, position embedding and head, and an LM's untied head, keep their values.
@@ -30,5 +34,7 @@ void zero_attn_init(nn::Module& model, const Options& opt, const InitData* data,
 
 // 0.67·N^(−1/4), the encoder scale of T-Fixup.
 float tfixup_scale(int64_t layers);
+// (9N)^(−1/4): the std of the token embedding's entries as the first block sees them.
+float tfixup_embedding_std(int64_t layers);
 
 }  // namespace init

@@ -1,6 +1,6 @@
 // tests/test_init_misc.cpp: smallemb (range, the LayerNorm after the embedding, PE at 0, what that LayerNorm
 // sees next to a fixed sinusoidal PE),
-// t-fixup (Xavier scaled by 0.67·N^(−1/4), embedding std), zero-attn (W_q = 0, W_k = I, uniform
+// t-fixup (Xavier scaled by 0.67·N^(−1/4), embedding std (9N)^(−1/4)), zero-attn (W_q = 0, W_k = I, uniform
 // attention), composition with mimetic, and their errors; and the GAU-at-init estimate of
 // apps/gau_scale.h against measurement.
 #include <catch2/catch.hpp>
@@ -147,7 +147,7 @@ TEST_CASE("mimetic+smallemb composes on a TransformerLM", "[init]") {
     CHECK(r.figures.at("mimetic.vo_diag_mean") == Approx(-0.4).margin(0.05));
 }
 
-TEST_CASE("t-fixup: Xavier attention/MLP, v/proj/MLP and embedding × 0.67·N^(−1/4)", "[init]") {
+TEST_CASE("t-fixup: Xavier attention/MLP, v/proj/MLP × 0.67·N^(−1/4), embedding std (9N)^(−1/4)", "[init]") {
     manual_seed(33);
     nn::TransformerLM lm(small_lm());  // 4 blocks, d = 64, MLP 256
     init::Report r = init::apply(lm, "t-fixup");
@@ -168,7 +168,9 @@ TEST_CASE("t-fixup: Xavier attention/MLP, v/proj/MLP and embedding × 0.67·N^(�
         CHECK(max_abs(lm.parameter(p + "attn.v.bias")) == 0.0);
         CHECK(max_abs(lm.parameter(p + "mlp.fc1.bias")) == 0.0);
     }
-    CHECK(std_of(lm.tok_emb->weight) == Approx(scale / std::sqrt(64.0)).epsilon(0.035));  // 19,200 draws
+    // The authors' effective input: a d^(−1/2) table × √d in fairseq's forward × (9N)^(−1/4).
+    CHECK(init::tfixup_embedding_std(4) == Approx(std::pow(36.0, -0.25)));
+    CHECK(std_of(lm.tok_emb->weight) == Approx(std::pow(36.0, -0.25)).epsilon(0.035));  // 19,200 draws
     // Options::tfixup_layers overrides the depth.
     init::Options opt;
     opt.tfixup_layers = 16;
