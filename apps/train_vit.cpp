@@ -53,6 +53,7 @@ struct Args {
     std::string data_dir, dataset = "cifar10", model = "vit-tiny";
     int64_t dim = 0, depth = 0, heads = 0, patch = 2;
     std::string pool = "avg", pos = "sincos2d";
+    bool fc_norm = false;
     float pe_scale = 1.f, layerscale = 0.f;
     int64_t kernel = 3;                // ConvMixer depthwise kernel
     std::string spatial = "train";     // ConvMixer spatial filters: train | random | impulse | box
@@ -192,6 +193,7 @@ static std::shared_ptr<nn::Module> build_model(const Args& a, int64_t image_size
     c.image_size = image_size;
     c.num_classes = classes;
     c.pool = a.pool;
+    c.fc_norm = a.fc_norm;
     c.pos = a.pos;
     c.pe_scale = a.pe_scale;
     c.layerscale = a.layerscale;
@@ -447,6 +449,9 @@ int main(int argc, char** argv) {
     app.add_option("--heads", a.heads, "attention heads (0: the model's preset)")->capture_default_str();
     app.add_option("--patch", a.patch, "patch size")->capture_default_str()->check(CLI::PositiveNumber);
     app.add_option("--pool", a.pool, "cls | avg")->capture_default_str()->check(CLI::IsMember({"cls", "avg"}));
+    app.add_flag("--fc-norm", a.fc_norm,
+                 "with --pool avg: the final LayerNorm on the pooled vector (timm's use_fc_norm, the structured-init "
+                 "papers' ViT) instead of on every token before the pooling");
     app.add_option("--pos", a.pos, "sincos1d | sincos2d | learned")->capture_default_str()
         ->check(CLI::IsMember({"sincos1d", "sincos2d", "learned"}));
     app.add_option("--pe-scale", a.pe_scale, "position embedding scale")->capture_default_str();
@@ -512,7 +517,9 @@ int main(int argc, char** argv) {
     };
     if (a.init.find("impulse") != std::string::npos && a.pool == "cls")
         return refuse("--init " + a.init + " needs global average pooling (--pool avg): the impulse maps have no class token");
+    if (a.fc_norm && a.pool != "avg") return refuse("--fc-norm is the LayerNorm after average pooling: it needs --pool avg");
     bool convmixer = a.model.rfind("convmixer", 0) == 0;
+    if (convmixer && a.fc_norm) return refuse("--fc-norm is a ViT option; --model is " + a.model);
     if (!convmixer && (a.spatial != "train" || a.freeze_spatial || a.kernel != 3))
         return refuse("--spatial, --freeze-spatial and --kernel are ConvMixer options; --model is " + a.model);
     if (a.kernel < 1 || a.kernel % 2 == 0) return refuse("--kernel " + std::to_string(a.kernel) + ": an odd size >= 1 needed");

@@ -88,6 +88,8 @@ ViT::ViT(const ViTConfig& c) : cfg(c) {
     check(c.patch > 0 && c.image_size % c.patch == 0, "ViT: image size {} is not a multiple of patch {}",
           c.image_size, c.patch);
     check(c.pool == "cls" || c.pool == "avg", "ViT: pool '{}' (choose cls or avg)", c.pool);
+    check(!c.fc_norm || c.pool == "avg", "ViT: fc_norm (the LayerNorm after the pooling) needs pool avg, not {}",
+          c.pool);
     check(c.pos == "sincos1d" || c.pos == "sincos2d" || c.pos == "learned",
           "ViT: position embedding '{}' (choose sincos1d, sincos2d or learned)", c.pos);
     int64_t g = grid(), n = g * g, d = c.dim;
@@ -142,6 +144,7 @@ Tensor ViT::forward(const Tensor& images) const {
     for (auto& b : *blocks) x = b->forward(x);
     // The norm is per token: with class-token pooling only that token is normalized.
     if (cls_token.defined()) return head->forward(norm->forward(x.narrow(1, 0, 1).reshape({x.size(0), cfg.dim})));
+    if (cfg.fc_norm) return head->forward(norm->forward(mean(x, {1})));
     return head->forward(mean(norm->forward(x), {1}));
 }
 

@@ -40,6 +40,7 @@ struct ViTConfig {
     int64_t dim = 192, depth = 12, heads = 3;
     float mlp_ratio = 4.f;
     std::string pool = "cls";      // cls | avg (global average pooling, no class token)
+    bool fc_norm = false;          // avg: the final LayerNorm after the pooling (timm's use_fc_norm), not per token
     std::string pos = "sincos2d";  // sincos1d | sincos2d | learned
     float pe_scale = 1.f;          // multiplies the position embedding (mimetic's scale factor)
     float dropout = 0.f, attn_dropout = 0.f, layerscale = 0.f;
@@ -48,7 +49,9 @@ struct ViTConfig {
 };
 
 // Patch embedding (a conv with kernel = stride = patch), class token or average pooling,
-// position embedding × pe_scale, Pre-LN blocks, final LayerNorm, linear head.
+// position embedding × pe_scale, Pre-LN blocks, final LayerNorm, linear head. With average
+// pooling the final LayerNorm is on every token before the mean, or with fc_norm on the mean (as
+// timm's VisionTransformer with global_pool "avg", the structured-init papers' ViT).
 class ViT : public Module {
 public:
     explicit ViT(const ViTConfig& c);

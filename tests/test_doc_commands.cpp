@@ -61,6 +61,11 @@ TEST_CASE("--dry-run checks the flags and the model, and reads and writes nothin
     CHECK(freeze.status == 2);
     CHECK(has(freeze, "'nothing.*' matches no parameter"));
     CHECK(shell(tmp, "apps/train_vit --init impulse3 --pool cls --dry-run").status == 2);
+    CHECK(shell(tmp, "apps/train_vit --fc-norm --pool cls --dry-run").status == 2);
+    CHECK(shell(tmp, "apps/train_vit --fc-norm --model convmixer-256-8 --dry-run").status == 2);
+    Result fc = shell(tmp, "apps/train_vit --fc-norm --dry-run");
+    CHECK(fc.status == 0);
+    CHECK(has(fc, "\"--fc-norm\": \"true\""));
     CHECK(shell(tmp, "apps/train_lm --model gau --emb-scale 2 --dry-run").status == 2);
 }
 

@@ -73,6 +73,40 @@ TEST_CASE("ViT forward: shapes, pooling, position embeddings", "[nn]") {
     CHECK_THROWS_WITH(vit.forward(Tensor::zeros({2, 3, 16, 16})), Catch::Contains("ViT: images [2,3,16,16]"));
 }
 
+// timm's order for global average pooling: the mean over the tokens, then the LayerNorm, then the
+// head; the default is a LayerNorm on every token before the mean.
+TEST_CASE("ViT fc_norm: with average pooling the final LayerNorm comes after the mean", "[nn]") {
+    manual_seed(4);
+    Tensor images = Tensor::normal({2, 3, 8, 8});
+    ViTConfig c = tiny_vit();
+    c.pool = "avg";
+    c.fc_norm = true;
+    ViT vit(c);
+    // A norm with its own scale and shift, so that its place shows in more than the scale.
+    Generator g(5);
+    g.normal(vit.norm->weight.data_f32(), vit.norm->weight.numel(), 1.f, 0.5f);
+    g.normal(vit.norm->bias.data_f32(), vit.norm->bias.numel(), 0.f, 0.5f);
+    Tensor x = vit.embed(images);
+    for (auto& b : *vit.blocks) x = b->forward(x);
+    Tensor want = vit.head->forward(vit.norm->forward(mean(x, {1})));
+    Tensor per_token = vit.head->forward(mean(vit.norm->forward(x), {1}));
+    Tensor got = vit.forward(images);
+    REQUIRE(got.shape() == Shape({2, 3}));
+    CHECK(got.to_vector() == want.to_vector());
+    CHECK(got.to_vector() != per_token.to_vector());
+    c.fc_norm = false;
+    ViT plain(c);
+    auto from = vit.named_parameters(), to = plain.named_parameters();  // the same weights, the default order
+    REQUIRE(from.size() == to.size());
+    for (size_t i = 0; i < from.size(); i++)
+        std::copy(from[i].tensor->data_f32(), from[i].tensor->data_f32() + from[i].tensor->numel(),
+                  to[i].tensor->data_f32());
+    CHECK(plain.forward(images).to_vector() == per_token.to_vector());
+    c.pool = "cls";
+    c.fc_norm = true;
+    CHECK_THROWS_WITH(ViT(c), Catch::Contains("fc_norm") && Catch::Contains("pool avg"));
+}
+
 TEST_CASE("sinusoidal position embeddings follow the formulas", "[nn]") {
     Tensor pe = sincos_1d(10, 8);
     CHECK(pe.at({3, 2}) == Approx(std::sin(3 / std::pow(10000.0, 2.0 / 8))));
