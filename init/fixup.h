@@ -12,7 +12,8 @@
 //      layer6ai-labs/T-Fixup) draws the table with std d^(−1/2) and multiplies it by √d in the
 //      forward, so the first block sees entries of std (9N)^(−1/4). This LM has no √d in its
 //      forward: the table is drawn at that std itself. (Until 2026-11-28 it was
-//      0.67·N^(−1/4)/√d, 14–16× smaller at d = 256: the input was nearly all position embedding.)
+//      0.67·N^(−1/4)/√d: 14× smaller at d = 256, 10× at d = 128; the input was nearly all
+//      position embedding.)
 // Variant notes: the paper also removes LayerNorm and warmup; here the model keeps its
 // LayerNorms (the mimetic paper's comparison changed only the init). A ViT's patch embedding,
 // class token, position embedding and head, and an LM's untied head, keep their values.
