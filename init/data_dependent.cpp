@@ -300,10 +300,11 @@ double solve_scale(const std::vector<float>& z, Act a, double goal) {
     return std::exp(lc);
 }
 
-// The output layer by least squares: W (and b, when the layer has one) minimizing
-// ||X·Wᵀ + b − T|| over the init batch, with T = +logit for each row's label and −logit for the
-// other classes (Aguirre & Fuentes' option: the classifier starts at the best linear read-out of
-// the features the hidden layers now make).
+// The output layer as Aguirre & Fuentes' Scheme 4: W = pinv(X)·T, the least-squares read-out of
+// the features alone, with T = +logit for each row's label and −logit for the other classes; then,
+// when the layer has a bias, b = mean(T) − mean(X·W) over the init batch (after W, not fitted
+// jointly with it: with features of non-zero mean the two differ). The classifier starts at the
+// best linear read-out of the features the hidden layers now make.
 void fit_output_layer(nn::Linear& head, const Tensor& input, const Tensor& labels, float logit, Report& report) {
     const char* name = "relu-quantile";
     const int64_t d = head.weight.size(1), classes = head.weight.size(0);
@@ -313,29 +314,29 @@ void fit_output_layer(nn::Linear& head, const Tensor& input, const Tensor& label
           "{}: {} labels ({}) for {} rows the output layer sees; one int32 label per row needed", name,
           labels.numel(), engine::dtype_name(labels.dtype()), rows);
     const bool bias = head.bias.defined();
-    const int64_t cols = d + (bias ? 1 : 0);  // the last column of ones solves for the bias
-    Tensor a = Tensor::empty({rows, cols}), t = Tensor::full({rows, classes}, -logit);
-    const float* x = input.data_f32();
+    Tensor a = input.reshape({rows, d}), t = Tensor::full({rows, classes}, -logit);
     const int32_t* y = labels.data_i32();
-    float* pa = a.data_f32();
     float* pt = t.data_f32();
     for (int64_t r = 0; r < rows; r++) {
         check(y[r] >= 0 && y[r] < classes, "{}: label {} of row {} is not a class of the {}-way output layer", name,
               y[r], r, classes);
-        std::copy(x + r * d, x + (r + 1) * d, pa + r * cols);
-        if (bias) pa[r * cols + d] = 1.f;
         pt[r * classes + y[r]] = logit;
     }
-    Tensor sol = engine::lstsq(a, t);  // [cols, classes]
+    Tensor sol = engine::lstsq(a, t);            // [d, classes]: pinv(X)·T
+    Tensor fitted = engine::matmul(a, sol);      // [rows, classes]: X·W
     const float* s = sol.data_f32();
     float* w = head.weight.data_f32();
+    float* z = fitted.data_f32();
     for (int64_t c = 0; c < classes; c++) {
         for (int64_t k = 0; k < d; k++) w[c * d + k] = s[k * classes + c];
-        if (bias) head.bias.data_f32()[c] = s[d * classes + c];
+        if (!bias) continue;
+        double gap = 0;  // mean(T) − mean(X·W) for this class
+        for (int64_t r = 0; r < rows; r++) gap += (double)pt[r * classes + c] - z[r * classes + c];
+        const float b = (float)(gap / (double)rows);
+        head.bias.data_f32()[c] = b;
+        for (int64_t r = 0; r < rows; r++) z[r * classes + c] += b;  // the read-out with its bias
     }
     // How well the fitted read-out does on the batch it was fitted to.
-    Tensor fitted = engine::matmul(a, sol);  // [rows, classes]
-    const float* z = fitted.data_f32();
     double sq = 0;
     int64_t hits = 0;
     for (int64_t r = 0; r < rows; r++) {

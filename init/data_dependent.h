@@ -22,9 +22,11 @@
 //   The layers it adapts, in this project's models: mlp.fc1 of every transformer block (GELU,
 //   ReLU, ReLU² or SiLU as the model's MLP uses), GAU's hidden projection (SiLU), and ConvMixer's
 //   stem, depthwise (spatial) and pointwise convs (GELU). The other Linear/Conv layers keep the
-//   orthonormal weights. The output layer ("head") is then fitted as the paper does: least squares
-//   to logits +opt.output_logit for each init sample's label and −opt.output_logit elsewhere
-//   (fit_output_layer; needs the init batch's labels, InitData::labels; --output-logit 0 skips it).
+//   orthonormal weights. The output layer ("head") is then fitted as the paper's code does
+//   (Scheme 4): W = pinv(X)·T, the least-squares read-out of the features X to logits
+//   +opt.output_logit for each init sample's label and −opt.output_logit elsewhere, then
+//   b = mean(T) − mean(X·W) (fit_output_layer; needs the init batch's labels, InitData::labels;
+//   --output-logit 0 skips it). Until 2026-11-28 W and b were one joint least-squares fit.
 //
 // attn-logits (Aguirre's proposal, seed 003): W_k orthonormal (the whole k.weight), q/k biases 0;
 //   per attention layer ℓ (of L) and head h, target logits L_ij ~ N(μ_ij, s²) over query i and key j
