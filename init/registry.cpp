@@ -22,13 +22,16 @@ const std::vector<SchemeInfo>& schemes() {
     static const std::vector<SchemeInfo> table = {
         {"torch", "PyTorch defaults: Linear/Conv U(±1/√fan_in) weight and bias, Embedding N(0,1), LSTM U(±1/√H), "
                   "norms 1/0", false, torch_init},
-        {"timm", "trunc-normal(0, 0.02) weights, zero biases, norms 1/0, class token and learned PE trunc-normal "
-                 "0.02 (the vision papers' baseline)", false, timm_init},
+        {"timm", "trunc-normal(0, 0.02) Linear weights, zero biases (the patch conv keeps PyTorch's default, as in "
+                 "timm), norms 1/0, class token and learned PE trunc-normal 0.02 (the vision papers' baseline)",
+         false, timm_init},
         {"xavier", "Glorot uniform U(±gain·√(6/(fan_in+fan_out))), zero biases", false, xavier_uniform_init},
         {"xavier-normal", "Glorot normal N(0, gain²·2/(fan_in+fan_out)), zero biases", false, xavier_normal_init},
         {"kaiming", "He normal, fan_in, ReLU gain: N(0, 2/fan_in), zero biases", false, kaiming_normal_init},
         {"kaiming-uniform", "He uniform, fan_in, ReLU gain: U(±√(6/fan_in)), zero biases", false,
          kaiming_uniform_init},
+        {"kaiming-fan-out", "He normal, fan_out mode, ReLU gain: N(0, 2/fan_out), zero biases", false,
+         kaiming_fan_out_init},
         {"lecun", "LeCun normal N(0, 1/fan_in), zero biases", false, lecun_normal_init},
         {"normal:STD", "N(0, STD²) weights (plain 'normal': 0.02), zero biases", false, normal_init},
         {"uniform:A", "U(±A) weights and biases (plain 'uniform': 0.1; Zaremba's LSTM init)", false, uniform_init},
@@ -51,8 +54,8 @@ const std::vector<SchemeInfo>& schemes() {
                           "pre-activations, then scaled to post-activation std goal_std", true, relu_quantile_init},
         {"attn-logits", "Aguirre: W_k orthonormal, W_q by least squares so the init batch's logits match a "
                         "local-to-global target per head and layer", true, attn_logits_init},
-        {"t-fixup", "Huang et al. 2020, encoder form: Xavier attention/MLP, then v/proj/MLP weights and a token "
-                    "embedding N(0, std d^-1/2) × 0.67·N^(-1/4)", false, tfixup_init},
+        {"t-fixup", "Huang et al. 2020, encoder form: Xavier attention/MLP, then v/proj/MLP weights × 0.67·N^(-1/4); "
+                    "a token embedding of std (9N)^(-1/4)", false, tfixup_init},
         {"zero-attn", "ZerO-style attention (Zhao et al.): W_q = 0, W_k = I per layer. LayerScale, the third "
                       "baseline, is a model option (--layerscale EPS), not a scheme", false, zero_attn_init},
     };

@@ -222,6 +222,13 @@ void kaiming_normal_init(nn::Module& model, const Options& opt, const InitData*,
     }, report);
 }
 
+void kaiming_fan_out_init(nn::Module& model, const Options& opt, const InitData*, Report& report) {
+    float g = opt.gain * std::sqrt(2.f);
+    classic(model, "kaiming-fan-out", fmt::format("N(0, ({:.4g}/√fan_out)²)", g), [g](Tensor& w, Fans f) {
+        fill_normal(w, 0.f, g / std::sqrt((float)f.out));
+    }, report);
+}
+
 void kaiming_uniform_init(nn::Module& model, const Options& opt, const InitData*, Report& report) {
     float g = opt.gain * std::sqrt(2.f);
     classic(model, "kaiming-uniform", fmt::format("U(±{:.4g}·√(3/fan_in))", g), [g](Tensor& w, Fans f) {

@@ -21,7 +21,8 @@
 //   xavier         Glorot & Bengio 2010: U(±gain·√(6/(fan_in+fan_out))); xavier-normal:
 //                  N(0, gain²·2/(fan_in+fan_out)).
 //   kaiming        He et al. 2015, fan_in mode, ReLU gain √2: N(0, 2/fan_in); kaiming-uniform:
-//                  U(±√(6/fan_in)). --gain multiplies the std on top of √2 (default 1).
+//                  U(±√(6/fan_in)); kaiming-fan-out: N(0, 2/fan_out) (the mode that keeps the
+//                  backward's variance). --gain multiplies the std on top of √2 (default 1).
 //   lecun          LeCun 1998: N(0, 1/fan_in) (× gain).
 //   normal:STD     N(0, STD²) (plain "normal": Options::normal_std, 0.02).
 //   uniform:A      U(±A) on every weight AND bias (Zaremba et al. 2014: Torch7's params:uniform(−A, A),
@@ -51,6 +52,7 @@ void xavier_uniform_init(nn::Module& model, const Options& opt, const InitData* 
 void xavier_normal_init(nn::Module& model, const Options& opt, const InitData* data, Report& report);
 void kaiming_normal_init(nn::Module& model, const Options& opt, const InitData* data, Report& report);
 void kaiming_uniform_init(nn::Module& model, const Options& opt, const InitData* data, Report& report);
+void kaiming_fan_out_init(nn::Module& model, const Options& opt, const InitData* data, Report& report);
 void lecun_normal_init(nn::Module& model, const Options& opt, const InitData* data, Report& report);
 void normal_init(nn::Module& model, const Options& opt, const InitData* data, Report& report);  // opt.normal_std
 void uniform_init(nn::Module& model, const Options& opt, const InitData* data, Report& report);  // opt.uniform_bound

@@ -169,6 +169,7 @@ TEST_CASE("init xavier, kaiming, lecun, normal:STD: std per tensor from its fans
         {"xavier-normal", false, [&](init::Fans f) { return gain * std::sqrt(2.0 / (f.in + f.out)); }},
         {"kaiming", false, [&](init::Fans f) { return gain * std::sqrt(2.0 / f.in); }},
         {"kaiming-uniform", true, [&](init::Fans f) { return gain * std::sqrt(2.0 / f.in); }},
+        {"kaiming-fan-out", false, [&](init::Fans f) { return gain * std::sqrt(2.0 / f.out); }},
         {"lecun", false, [&](init::Fans f) { return gain * std::sqrt(1.0 / f.in); }},
         {"normal:0.05", false, [](init::Fans) { return 0.05; }},
     };
@@ -267,8 +268,9 @@ TEST_CASE("init registry: names, normal:STD, composition left to right, errors",
         CHECK(s.fn);
         CHECK(names.insert(s.name).second);  // unique
     }
-    for (const char* n : {"torch", "timm", "xavier", "xavier-normal", "kaiming", "kaiming-uniform", "lecun",
-                          "normal:STD", "uniform:A", "orthogonal", "mimetic", "impulse3", "impulse5", "impulse3-closed", "smallemb",
+    for (const char* n : {"torch", "timm", "xavier", "xavier-normal", "kaiming", "kaiming-uniform", "kaiming-fan-out",
+                          "lecun", "normal:STD", "uniform:A", "orthogonal", "mimetic", "impulse3", "impulse5",
+                          "impulse3-closed", "smallemb",
                           "lsuv", "relu-quantile", "attn-logits", "t-fixup", "zero-attn"})
         CHECK(names.count(n) == 1);
     for (auto& s : init::schemes())
