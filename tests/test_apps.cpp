@@ -95,18 +95,11 @@ Stopped run_app_until(const std::string& name, const std::string& args, const st
         _exit(127);
     }
     Stopped s;
+    auto exited = [&] { return s.exited_first = s.exited_first || waitpid(pid, &s.status, WNOHANG) == pid; };
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (std::chrono::steady_clock::now() < deadline && !ready()) {
-        if (waitpid(pid, &s.status, WNOHANG) == pid) {
-            s.exited_first = true;
-            return s;
-        }
+    while (!exited() && std::chrono::steady_clock::now() < deadline && !ready())
         std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
-    if (waitpid(pid, &s.status, WNOHANG) == pid) {
-        s.exited_first = true;
-        return s;
-    }
+    if (exited()) return s;
     kill(pid, SIGTERM);
     waitpid(pid, &s.status, 0);
     return s;
