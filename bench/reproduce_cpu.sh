@@ -439,3 +439,7 @@ done
 # Session 27: section 1's third seed of the ViT PE × 2 pair (V as above, one at a time, --threads 2).
 "${V[@]}" --seed 2 --threads 2 --init mimetic --pe-scale 2 --out runs/vit-pe/mimetic-pe2-s2
 "${V[@]}" --seed 2 --threads 2 --init torch --pe-scale 2 --out runs/vit-pe/torch-pe2-s2
+for s in 0 1; do
+  sfx=$([ $s = 0 ] || echo -s$s)
+  "${W[@]}" --seed $s --init torch --untied --emb-scale 2 --out runs/word/word-torch-untied-emb2$sfx
+done
