@@ -443,3 +443,5 @@ for s in 0 1; do
   sfx=$([ $s = 0 ] || echo -s$s)
   "${W[@]}" --seed $s --init torch --untied --emb-scale 2 --out runs/word/word-torch-untied-emb2$sfx
 done
+# Session 27: section 1's `timm` again after its fix (98c6a67: the patch conv as built), V as above, --threads 2.
+for s in 0 1 2; do "${V[@]}" --seed $s --threads 2 --init timm --out runs/vit-timm-fix/timm-s$s; done
