@@ -445,3 +445,8 @@ for s in 0 1; do
 done
 # Session 27: section 1's `timm` again after its fix (98c6a67: the patch conv as built), V as above, --threads 2.
 for s in 0 1 2; do "${V[@]}" --seed $s --threads 2 --init timm --out runs/vit-timm-fix/timm-s$s; done
+# Session 27: section 1 "At ViT-Tiny's width and depth" (one at a time, --threads 2).
+T=(./apps/train_vit --auto-resume --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --dim 192 --depth 12 --heads 3 --patch 4 --pool avg --batch-size 128 --epochs 4 --warmup-epochs 1 --lr 1e-3 --weight-decay 0.05 --randaug 0 --train-subset 10000 --threads 2)
+"${T[@]}" --seed 0 --init mimetic --out runs/vit-tiny-size/mimetic-s0
+"${T[@]}" --seed 0 --init timm --out runs/vit-tiny-size/timm-s0
+"${T[@]}" --seed 0 --init impulse3-closed --pos learned --out runs/vit-tiny-size/impulse3-closed-learned18-s0
