@@ -450,3 +450,6 @@ T=(./apps/train_vit --auto-resume --dataset folder --data-dir "$INITLAB_DATA"/ci
 "${T[@]}" --seed 0 --init mimetic --out runs/vit-tiny-size/mimetic-s0
 "${T[@]}" --seed 0 --init timm --out runs/vit-tiny-size/timm-s0
 "${T[@]}" --seed 0 --init impulse3-closed --pos learned --out runs/vit-tiny-size/impulse3-closed-learned18-s0
+# Session 27: T-Fixup with its embedding fixed (1bd3fe6): section 2's char run and section 3's probe (--threads 2).
+./apps/train_lm --auto-resume --dataset ptb-char --model transformer --dim 128 --depth 4 --heads 4 --seq-len 128 --batch-size 32 --epochs 1 --max-steps 400 --lr 2e-3 --warmup-steps 50 --log-every 25 --threads 2 --init t-fixup --out runs/lm/char-tfixup-emb9n
+./apps/train_lm --auto-resume --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --max-steps 150 --lr 1e-3 --log-every 25 --untied --model transformer --post-norm --heads 4 --depth 24 --threads 2 --init t-fixup --out runs/depth/postln24-nowarmup-tfixup-emb9n
