@@ -453,3 +453,5 @@ T=(./apps/train_vit --auto-resume --dataset folder --data-dir "$INITLAB_DATA"/ci
 # Session 27: T-Fixup with its embedding fixed (1bd3fe6): section 2's char run and section 3's probe (--threads 2).
 ./apps/train_lm --auto-resume --dataset ptb-char --model transformer --dim 128 --depth 4 --heads 4 --seq-len 128 --batch-size 32 --epochs 1 --max-steps 400 --lr 2e-3 --warmup-steps 50 --log-every 25 --threads 2 --init t-fixup --out runs/lm/char-tfixup-emb9n
 ./apps/train_lm --auto-resume --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --max-steps 150 --lr 1e-3 --log-every 25 --untied --model transformer --post-norm --heads 4 --depth 24 --threads 2 --init t-fixup --out runs/depth/postln24-nowarmup-tfixup-emb9n
+# Session 27: section 5's relu-quantile ViT rows with Scheme 4's output layer (5620493), V as above, --threads 2.
+for p in 0.5 0.8; do "${V[@]}" --seed 0 --threads 2 --init relu-quantile --act-prob $p --out runs/vit-data-dependent/scheme4-rq$p-s0; done
