@@ -236,10 +236,16 @@ static double check_least_squares(const Tensor& features, const Tensor& logits, 
         }
         for (int64_t k = 0; k < d; k++) {
             double dot = 0, norm = 0;
-            for (int64_t i = 0; i < rows; i++) dot += x[i * d + k] * (r[i] - b), norm += (double)x[i * d + k] * x[i * d + k];
+            for (int64_t i = 0; i < rows; i++) {
+                const double v = x[i * d + k];
+                dot += v * (r[i] - b), norm += v * v;
+            }
             worst = test::max_err(worst, std::fabs(dot)), scale = std::max(scale, std::sqrt(norm));
         }
-        if (bias.defined()) worst = test::max_err(worst, std::fabs(sum)), scale = std::max(scale, std::sqrt((double)rows));
+        if (bias.defined()) {
+            worst = test::max_err(worst, std::fabs(sum));
+            scale = std::max(scale, std::sqrt((double)rows));
+        }
     }
     CHECK(worst < 1e-3 * scale);
     return std::sqrt(residual2 / (double)(rows * classes));
