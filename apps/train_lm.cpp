@@ -303,8 +303,7 @@ static int run(Args& a, const apps::json& config, Device dev) {
     nn::StepDecay step_decay{a.lr, a.lr_decay, a.decay_start, 1};
     nn::ReduceOnPlateau plateau{a.lr, a.lr_decay, a.min_lr, 1e-4f, a.plateau_patience};
 
-    if (a.overwrite) apps::remove_run_files(a.out);
-    apps::RunDir out(a.out);
+    apps::RunDir out(a.out, a.overwrite);
     out.write_json("config.json", config);
     if (!a.resume) apps::save_init_weights(out, *lm.module, a.init, a.init_from);
     if (out.enabled()) corpus.vocab.save(out.path("vocab.txt"));
@@ -622,7 +621,6 @@ int main(int argc, char** argv) {
     } catch (const Error& e) {
         return refuse(std::string("--init: ") + e.what());
     }
-    if (a.resume && a.out.empty()) return refuse("--resume needs --out (the run directory to continue)");
     if (std::string conflict = apps::out_dir_conflict(a.out, a.resume, a.overwrite, a.auto_resume); !conflict.empty())
         return refuse(conflict);
     if (a.protocol == "window" && a.scored > a.seq_len) return refuse("--scored must not exceed --seq-len");
@@ -639,17 +637,10 @@ int main(int argc, char** argv) {
     if (!dc.note.empty()) std::printf("train_lm: %s\n", dc.note.c_str());
     apps::json config =
         apps::run_config(app, "train_lm", a.threads > 0 ? a.threads : omp_get_max_threads(), dc.description);
-    if (a.auto_resume) {
-        int status = apps::apply_auto_resume("train_lm", a.out, config, a.dry_run, a.resume, a.overwrite);
-        if (status >= 0) return status;
-    }
-    if (a.dry_run) {
-        try {
-            return apps::finish_dry_run("train_lm", config, dry_run_model(a));
-        } catch (const Error& e) {
-            return refuse(e.what());
-        }
-    }
+    if (int stop = apps::settle_run_start("train_lm", a.out, config, a.auto_resume, a.dry_run, a.resume, a.overwrite,
+                                          [&] { return dry_run_model(a); });
+        stop >= 0)
+        return stop;
     try {
         apps::apply_precision(dc, a.precision);
         return run(a, config, dc.device);

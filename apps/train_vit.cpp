@@ -289,8 +289,7 @@ static int run(const Args& a, const apps::json& config, Device dev) {
     int64_t steps_per_epoch = loader.batches_per_epoch();
     nn::WarmupCosine sched{a.lr, a.min_lr, a.warmup_epochs * steps_per_epoch, a.epochs * steps_per_epoch};
 
-    if (a.overwrite) apps::remove_run_files(a.out);
-    apps::RunDir out(a.out);
+    apps::RunDir out(a.out, a.overwrite);
     out.write_json("config.json", config);
     if (!a.resume) apps::save_init_weights(out, *model, a.init, a.init_from);
     int start_epoch = 0;
@@ -528,7 +527,6 @@ int main(int argc, char** argv) {
     } catch (const Error& e) {
         return refuse(std::string("--init: ") + e.what());
     }
-    if (a.resume && a.out.empty()) return refuse("--resume needs --out (the run directory to continue)");
     if (std::string conflict = apps::out_dir_conflict(a.out, a.resume, a.overwrite, a.auto_resume); !conflict.empty())
         return refuse(conflict);
     apps::DeviceChoice dc = apps::resolve_device(a.device, a.precision);
@@ -542,17 +540,10 @@ int main(int argc, char** argv) {
     }
     apps::json config =
         apps::run_config(app, "train_vit", a.threads > 0 ? a.threads : omp_get_max_threads(), dc.description);
-    if (a.auto_resume) {
-        int status = apps::apply_auto_resume("train_vit", a.out, config, a.dry_run, a.resume, a.overwrite);
-        if (status >= 0) return status;
-    }
-    if (a.dry_run) {
-        try {
-            return apps::finish_dry_run("train_vit", config, dry_run_model(a));
-        } catch (const Error& e) {
-            return refuse(e.what());
-        }
-    }
+    if (int stop = apps::settle_run_start("train_vit", a.out, config, a.auto_resume, a.dry_run, a.resume, a.overwrite,
+                                          [&] { return dry_run_model(a); });
+        stop >= 0)
+        return stop;
     try {
         apps::apply_precision(dc, a.precision);
         return run(a, config, dc.device);

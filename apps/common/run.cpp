@@ -36,8 +36,24 @@ namespace apps {
 
 namespace fs = std::filesystem;
 
-RunDir::RunDir(const std::string& dir) : dir_(dir) {
+// --overwrite: the files a run writes, and their temporary files; nothing else in the folder.
+static void remove_run_files(const std::string& out) {
+    std::vector<std::string> names = {"config.json", "metrics.jsonl", "result.json", "profile.json", "vocab.txt",
+                                      "init.safetensors"};
+    for (const char* checkpoint : {"last", "best"})
+        for (const char* part : {".safetensors", ".optim.safetensors", ".carry.safetensors"})
+            names.push_back(std::string(checkpoint) + part);
+    for (const std::string& name : names)
+        for (const std::string& file : {name, name + ".tmp"}) {
+            std::error_code ec;
+            fs::remove(fs::path(out) / file, ec);
+            engine::check(!ec, "--overwrite: cannot remove {} ({})", (fs::path(out) / file).string(), ec.message());
+        }
+}
+
+RunDir::RunDir(const std::string& dir, bool replace_run) : dir_(dir) {
     if (dir_.empty()) return;
+    if (replace_run) remove_run_files(dir_);
     std::error_code ec;
     fs::create_directories(dir_, ec);
     engine::check(!ec && fs::is_directory(dir_), "--out {}: cannot create the directory ({})", dir_, ec.message());
@@ -104,25 +120,13 @@ void add_overwrite_flag(CLI::App& app, bool& overwrite) {
 std::string out_dir_conflict(const std::string& out, bool resume, bool overwrite, bool auto_resume) {
     if ((int)resume + (int)overwrite + (int)auto_resume > 1)
         return "--resume continues the run in --out, --overwrite replaces it, --auto-resume picks one of them: give one";
+    if (resume && out.empty()) return "--resume needs --out (the run directory to continue)";
     if (auto_resume && out.empty()) return "--auto-resume needs --out (the run directory to start or continue)";
     if (out.empty() || resume || overwrite || auto_resume || !fs::exists(fs::path(out) / "config.json")) return "";
     return "--out " + out + " already holds a run (config.json): --resume continues it, --overwrite replaces it, "
            "or give another --out";
 }
 
-void remove_run_files(const std::string& out) {
-    std::vector<std::string> names = {"config.json", "metrics.jsonl", "result.json", "profile.json", "vocab.txt",
-                                      "init.safetensors"};
-    for (const char* checkpoint : {"last", "best"})
-        for (const char* part : {".safetensors", ".optim.safetensors", ".carry.safetensors"})
-            names.push_back(std::string(checkpoint) + part);
-    for (const std::string& name : names)
-        for (const std::string& file : {name, name + ".tmp"}) {
-            std::error_code ec;
-            fs::remove(fs::path(out) / file, ec);
-            engine::check(!ec, "--overwrite: cannot remove {} ({})", (fs::path(out) / file).string(), ec.message());
-        }
-}
 
 void add_auto_resume_flag(CLI::App& app, bool& auto_resume) {
     app.add_flag("--auto-resume", auto_resume,
@@ -145,7 +149,7 @@ struct AutoResume {
 };
 }  // namespace
 
-static AutoResume auto_resume(const std::string& out, const json& config) {
+static AutoResume choose_auto_resume(const std::string& out, const json& config) {
     AutoResume r;
     fs::path dir(out), stored_path = dir / "config.json";
     if (!fs::exists(stored_path)) {
@@ -181,18 +185,6 @@ static AutoResume auto_resume(const std::string& out, const json& config) {
     return r;
 }
 
-int apply_auto_resume(const std::string& app_name, const std::string& out, const json& config, bool dry_run,
-                      bool& resume, bool& overwrite) {
-    AutoResume r = auto_resume(out, config);
-    if (!r.error.empty()) {
-        std::fprintf(stderr, "%s: %s\n", app_name.c_str(), r.error.c_str());
-        return 2;
-    }
-    std::printf("%s: %s\n", app_name.c_str(), r.note.c_str());
-    resume = r.resume;
-    overwrite = r.overwrite;
-    return r.skip && !dry_run ? 0 : -1;
-}
 
 void add_dry_run_flag(CLI::App& app, bool& dry_run) {
     app.add_flag("--dry-run", dry_run,
@@ -200,7 +192,27 @@ void add_dry_run_flag(CLI::App& app, bool& dry_run) {
                  "without reading data or writing anything");
 }
 
-int finish_dry_run(const std::string& app_name, const json& config, const std::string& model_line) {
+int settle_run_start(const std::string& app_name, const std::string& out, const json& config, bool auto_resume,
+                     bool dry_run, bool& resume, bool& overwrite, const std::function<std::string()>& dry_run_model) {
+    auto refuse = [&](const std::string& why) {
+        std::fprintf(stderr, "%s: %s\n", app_name.c_str(), why.c_str());
+        return 2;
+    };
+    if (auto_resume) {
+        AutoResume r = choose_auto_resume(out, config);
+        if (!r.error.empty()) return refuse(r.error);
+        std::printf("%s: %s\n", app_name.c_str(), r.note.c_str());
+        resume = r.resume;
+        overwrite = r.overwrite;
+        if (r.skip && !dry_run) return 0;
+    }
+    if (!dry_run) return -1;
+    std::string model_line;
+    try {
+        model_line = dry_run_model();
+    } catch (const engine::Error& e) {
+        return refuse(e.what());
+    }
     std::printf("%s\n", config.dump(2).c_str());
     std::printf("%s: model: %s\n", app_name.c_str(), model_line.c_str());
     std::printf("%s: --dry-run: the flags are valid; nothing was read or written\n", app_name.c_str());

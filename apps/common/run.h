@@ -9,6 +9,7 @@
 #pragma once
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <string>
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -27,7 +28,10 @@ class StepFlops;  // apps/common/mfu.h
 class RunDir {
 public:
     RunDir() = default;
-    explicit RunDir(const std::string& dir);  // creates it; "" means no output at all
+    // Creates it; "" means no output at all. With `replace_run` (--overwrite) the files a run
+    // writes there (config.json, metrics.jsonl, result.json, profile.json, vocab.txt, the
+    // init/last/best checkpoints and their temporary files) are removed first, and nothing else.
+    explicit RunDir(const std::string& dir, bool replace_run = false);
     bool enabled() const { return !dir_.empty(); }
     const std::string& dir() const { return dir_; }
     std::string path(const std::string& name) const { return dir_ + "/" + name; }
@@ -56,12 +60,9 @@ json run_config(const CLI::App& app, const std::string& app_name, int threads, c
 // never mixes two runs' metrics.jsonl or replaces a finished run's checkpoints.
 void add_overwrite_flag(CLI::App& app, bool& overwrite);
 // Why `out` cannot take this run ("" when it can): it holds a run, and none of --resume,
-// --overwrite and --auto-resume was given; or more than one was; or --auto-resume has no --out.
+// --overwrite and --auto-resume was given; or more than one was; or --resume or --auto-resume
+// has no --out.
 std::string out_dir_conflict(const std::string& out, bool resume, bool overwrite, bool auto_resume);
-// --overwrite: removes the files a run writes (config.json, metrics.jsonl, result.json,
-// profile.json, vocab.txt, the init/last/best checkpoints and their temporary files) from `out`,
-// and nothing else in it.
-void remove_run_files(const std::string& out);
 
 // --auto-resume: make a command safe to repeat, so that a script of runs can simply be started
 // again after an interruption. What it does depends on what --out holds:
@@ -75,11 +76,6 @@ void remove_run_files(const std::string& out);
 // device, paths, logging) is refused, naming the first flag that differs: repeating a changed command
 // must not skip it as done, nor continue another run's optimizer state with new settings.
 void add_auto_resume_flag(CLI::App& app, bool& auto_resume);
-// Decides for --out and this run's `config`, prints the choice as `app_name`, and sets `resume` or
-// `overwrite` accordingly. Returns the app's exit status when it stops here (2: refused; 0: the
-// run has finished, unless `dry_run`), else -1.
-int apply_auto_resume(const std::string& app_name, const std::string& out, const json& config, bool dry_run,
-                      bool& resume, bool& overwrite);
 
 // --dry-run: check the flags (every conflict the app refuses, and the model they build) and print
 // the configuration the run would record in config.json, then exit 0 before anything is read or
@@ -87,9 +83,14 @@ int apply_auto_resume(const std::string& app_name, const std::string& out, const
 // flag itself out of config.json (it is not a property of the run). tools/check_doc_commands.sh
 // runs every training command of the docs and of bench/reproduce_cpu.sh this way.
 void add_dry_run_flag(CLI::App& app, bool& dry_run);
-// What a dry run prints: `config` as config.json would hold it, then `model_line` (the model the
-// flags built, or what of it could not be known without the data). Returns the exit status, 0.
-int finish_dry_run(const std::string& app_name, const json& config, const std::string& model_line);
+
+// Between the resolved config and the run, as both trainers do it: --auto-resume's choice (printed
+// as `app_name`; it sets `resume` or `overwrite`), then --dry-run's report (`config`, then
+// `dry_run_model()`: the model the flags build, or what of it is a stand-in). Returns the app's exit
+// status when it stops here (0 for a dry run or a finished run, 2 for a refusal or a model that
+// does not build), else -1: go on and run.
+int settle_run_start(const std::string& app_name, const std::string& out, const json& config, bool auto_resume,
+                     bool dry_run, bool& resume, bool& overwrite, const std::function<std::string()>& dry_run_model);
 
 // --device cpu|cuda|auto and (when `precision` is given) --precision fp32|tf32|bf16.
 void add_device_flags(CLI::App& app, std::string& device, std::string* precision);
