@@ -64,6 +64,7 @@ struct Args {
     float dropout = 0.1f, emb_dropout = 0.f, word_dropout = 0.f;
     std::string init = "torch";
     init::Options init_opt;
+    int64_t init_samples = 0;  // rows data-dependent inits see; 0: the first training batch
     std::string protocol = "bptt";
     int64_t batch_size = 32, seq_len = 128, scored = 64;
     int epochs = 10;
@@ -258,6 +259,25 @@ static double last_block_tok_cos(LM& lm, const Args& a, const std::vector<int32_
     return c;
 }
 
+// What data-dependent inits see: the first training batch, or --init-samples rows cut the way a
+// batch of that many rows is (the first window of each of N equal slices of the split). Their
+// forward pass makes the logits of every token (and relu-quantile's output-layer fit as many
+// targets), so an init set whose logits would not fit in memory is refused, not swapped to death.
+static data::TokenBatch init_set(const Args& a, const std::vector<int32_t>& train_stream, const Batches& train,
+                                 int64_t vocab) {
+    if (a.init_samples == 0) return train.get(0);
+    const double cells = (double)a.init_samples * (double)a.seq_len * (double)vocab, max_cells = 1 << 28;
+    if (cells > max_cells)
+        fail("--init-samples {}: rows of {} tokens with a vocabulary of {} make {:.1f} GB of logits (at most {:.1f}); "
+             "use fewer rows",
+             a.init_samples, a.seq_len, vocab, 4e-9 * cells, 4e-9 * max_cells);
+    try {
+        return make_batches(a, train_stream, a.init_samples).get(0);
+    } catch (const Error& e) {
+        fail("--init-samples {}: {}", a.init_samples, e.what());
+    }
+}
+
 static int run(Args& a, const apps::json& config, Device dev) {
     if (a.threads > 0) omp_set_num_threads(a.threads);
     manual_seed(a.seed);
@@ -283,9 +303,10 @@ static int run(Args& a, const apps::json& config, Device dev) {
                 corpus.train.size() < all_train ? fmt::format(" (the first of {} training tokens)", all_train).c_str() : "");
 
     Batches train = make_batches(a, corpus.train, a.batch_size);
-    data::TokenBatch first = train.get(0);
+    data::TokenBatch init_rows = init_set(a, corpus.train, train, corpus.vocab.size());
     // The next tokens are the labels of relu-quantile's output-layer fit (untied models).
-    init::InitData init_data{[&] { NoGrad ng; lm.forward(first.inputs); }, first.inputs.size(0), first.targets};
+    init::InitData init_data{[&] { NoGrad ng; lm.forward(init_rows.inputs); }, init_rows.inputs.size(0),
+                             init_rows.targets};
     init::Report report = init::apply(*lm.module, a.init, a.init_opt, &init_data);
     apps::init_from_checkpoint(*lm.module, a.init_from, report);
     for (auto& line : report.lines) std::printf("init: %s\n", line.c_str());
@@ -551,6 +572,10 @@ int main(int argc, char** argv) {
     app.add_option("--emb-dropout", a.emb_dropout, "dropout on the embedding output")->capture_default_str();
     app.add_option("--word-dropout", a.word_dropout, "drop whole words from the embedding table")->capture_default_str();
     apps::add_init_flags(app, a.init, a.init_opt);
+    app.add_option("--init-samples", a.init_samples,
+                   "rows of --seq-len tokens data-dependent inits (lsuv, relu-quantile, attn-logits) see, cut as a "
+                   "batch of that many rows is (Aguirre & Fuentes use 2048 samples); 0: the first training batch")
+        ->capture_default_str()->check(CLI::NonNegativeNumber);
     apps::add_init_from_flag(app, a.init_from);
     app.add_option("--protocol", a.protocol, "bptt | window")->capture_default_str()
         ->check(CLI::IsMember({"bptt", "window"}));

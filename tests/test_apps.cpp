@@ -424,6 +424,29 @@ TEST_CASE("train_lm: --train-tokens trains on the first N tokens of the training
     CHECK(all["steps"].get<int64_t>() > 7);
 }
 
+TEST_CASE("train_lm --init-samples: data-dependent inits see N rows cut over the split, not the first batch",
+          "[apps]") {
+    test::TempDir tmp;
+    write_tiny_text(tmp / "text", 300);
+    std::string base = "--dataset text --data-dir " + (tmp / "text") +
+                       " --dim 16 --depth 1 --heads 2 --seq-len 8 --batch-size 4 --epochs 1 --max-steps 1 --threads 1 "
+                       "--init lsuv";
+    REQUIRE(run_app("train_lm", base + " --out " + (tmp / "batch"), tmp / "log") == 0);
+    CHECK(slurp(tmp / "log").find("on 4 samples") != std::string::npos);
+    REQUIRE(run_app("train_lm", base + " --init-samples 16 --out " + (tmp / "rows16"), tmp / "log") == 0);
+    std::string log = slurp(tmp / "log");
+    INFO(log);
+    CHECK(log.find("on 16 samples") != std::string::npos);
+    // The same orthonormal draws (same seed), scaled on other rows: the init differs.
+    CHECK(slurp(tmp / "batch/init.safetensors") != slurp(tmp / "rows16/init.safetensors"));
+    // More rows than the split has tokens: refused, naming the flag.
+    REQUIRE(run_app("train_lm", base + " --init-samples 100000 --out " + (tmp / "too-many"), tmp / "log") == 1);
+    CHECK(slurp(tmp / "log").find("--init-samples 100000") != std::string::npos);
+    // Rows whose logits would take gigabytes: refused before any is cut.
+    REQUIRE(run_app("train_lm", base + " --init-samples 10000000 --out " + (tmp / "huge"), tmp / "log") == 1);
+    CHECK(slurp(tmp / "log").find("GB of logits") != std::string::npos);
+}
+
 // Repeating a command must neither mix two runs in one folder nor replace a finished run by accident.
 TEST_CASE("a new run refuses an --out that holds a run; --overwrite replaces that run's files only", "[apps]") {
     test::TempDir tmp;
