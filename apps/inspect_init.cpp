@@ -93,7 +93,7 @@ struct Args {
     std::string pool = "avg", pos = "", data_dir, png_dir, png_layers, checkpoint, dataset;
     float pe_scale = 1.f, emb_scale = 1.f, layerscale = 0.f, perturb = 0.f;
     bool post_ln = false, gau_pre_norm = false, untied = false, head_bias = false, json_out = false,
-         pe_every_block = false;
+         pe_every_block = false, fc_norm = false;
     uint64_t seed = 0;
     std::string device = "cpu";
     Device dev = Device::CPU;  // resolved from --device
@@ -141,6 +141,7 @@ static Subject build(const Args& a, const data::TextCorpus* text) {
         nn::ViTConfig c = a.model == "vit-tiny" ? nn::ViTConfig::tiny() : nn::ViTConfig::small();
         c.patch = a.patch;
         c.pool = a.pool;
+        c.fc_norm = a.fc_norm;
         c.pos = a.pos.empty() ? "sincos2d" : a.pos;
         c.pe_scale = a.pe_scale;
         c.layerscale = a.layerscale;
@@ -151,7 +152,8 @@ static Subject build(const Args& a, const data::TextCorpus* text) {
         for (auto& b : *vit->blocks) s.blocks.push_back(b.get());
         s.layers = c.depth;
         s.description = fmt::format("{} (ViT {}/{}/{}, patch {} on {}x{}, {} pooling, {} PE)", a.model, c.dim, c.depth,
-                                    c.heads, c.patch, c.image_size, c.image_size, c.pool, pe_name(c.pos, c.pe_scale));
+                                    c.heads, c.patch, c.image_size, c.image_size, c.fc_norm ? "avg + fc-norm" : c.pool,
+                                    pe_name(c.pos, c.pe_scale));
     } else if (a.model == "gau") {  // train_lm --model gau: e = 2d, rotary embeddings, one head
         nn::GAUConfig c;
         c.vocab = text ? (int64_t)text->vocab.size() : 50;
@@ -391,10 +393,7 @@ static std::vector<LayerStats> inspect(Subject& s, ModelStats& model) {
     }
     Tensor logits;
     if (s.vit) {
-        x = s.vit->norm->forward(x);
-        Tensor pooled = s.vit->cls_token.defined() ? x.narrow(1, 0, 1).reshape({x.size(0), s.vit->cfg.dim})
-                                                   : mean(x, {1});
-        logits = s.vit->head->forward(pooled);
+        logits = s.vit->classify(x);
     } else if (s.gau) {
         if (s.gau->final_norm) x = s.gau->final_norm->forward(x);
         logits = s.gau->head ? s.gau->head->forward(x) : linear(x, s.gau->tok_emb->weight);
@@ -668,6 +667,8 @@ int main(int argc, char** argv) {
     app.add_option("--patch", a.patch, "ViT patch size")->capture_default_str()->check(CLI::PositiveNumber);
     app.add_option("--pool", a.pool, "ViT pooling: avg (global average, what impulse needs) | cls")
         ->capture_default_str()->check(CLI::IsMember({"avg", "cls"}));
+    app.add_flag("--fc-norm", a.fc_norm, "ViT with --pool avg: the final LayerNorm on the pooled vector (train_vit "
+                                         "--fc-norm), not on each token");
     app.add_option("--pos", a.pos, "position embedding (default: sincos2d for ViT, sinusoidal for LM): "
                                    "sincos1d | sincos2d | learned (ViT); sinusoidal | learned | rope | none (LM)");
     app.add_option("--pe-scale", a.pe_scale, "multiplies the position embedding (ViT; LM sinusoidal or learned)")
@@ -713,6 +714,7 @@ int main(int argc, char** argv) {
     if (!vit && !a.data_dir.empty() && a.dataset.empty())
         return refuse("--data-dir for an LM needs --dataset (which corpus the folder holds)");
     if (vit && a.untied) return refuse("--untied is for the LMs");
+    if (a.fc_norm && (!vit || a.pool != "avg")) return refuse("--fc-norm is for a ViT with --pool avg");
     if ((vit || a.model == "gau") && a.pe_every_block) return refuse("--pe-every-block is for the transformer LMs");
     if ((vit || a.model == "gau") && a.emb_scale != 1.f) return refuse("--emb-scale is for the transformer LMs");
     if (a.head_bias && (vit || a.model == "gau" || !a.untied))

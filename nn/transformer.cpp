@@ -142,6 +142,10 @@ Tensor ViT::positions() const { return times_scale(pos_embed, cfg.pe_scale); }
 Tensor ViT::forward(const Tensor& images) const {
     Tensor x = embed(images);
     for (auto& b : *blocks) x = b->forward(x);
+    return classify(x);
+}
+
+Tensor ViT::classify(const Tensor& x) const {
     // The norm is per token: with class-token pooling only that token is normalized.
     if (cls_token.defined()) return head->forward(norm->forward(x.narrow(1, 0, 1).reshape({x.size(0), cfg.dim})));
     if (cfg.fc_norm) return head->forward(norm->forward(mean(x, {1})));

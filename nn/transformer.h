@@ -58,6 +58,7 @@ public:
     std::string type_name() const override { return "ViT"; }
     Tensor forward(const Tensor& images) const;     // [B, C, H, W] -> logits [B, classes]
     Tensor embed(const Tensor& images) const;       // tokens entering block 0, [B, N(+1), dim]
+    Tensor classify(const Tensor& x) const;         // the last block's output -> logits: norm, pool, head
     Tensor positions() const;                       // pos_embed × pe_scale, [1, N(+1), dim]
     int64_t grid() const { return cfg.image_size / cfg.patch; }
     ViTConfig cfg;

@@ -381,6 +381,26 @@ TEST_CASE("inspect_init --perturb: ±EPS on every parameter changes the figures;
     CHECK(inspect(args + " --perturb -1", dir / "out", dir / "err") == 2);
 }
 
+TEST_CASE("inspect_init --fc-norm: the ViT's norm after the mean, as train_vit --fc-norm builds it", "[apps]") {
+    test::TempDir dir;
+    // Reads the loss from "output: loss L nats" and checks the model line names the pooling.
+    auto loss = [&](const std::string& flags, const char* pooling) {
+        REQUIRE(inspect(std::string(kSmallVit) + " --init timm --json " + flags, dir / "out", dir / "err") == 0);
+        std::string err = slurp_file(dir / "err");
+        INFO(err);
+        CHECK(err.find(pooling) != std::string::npos);
+        size_t at = err.find("output: loss ");
+        REQUIRE(at != std::string::npos);
+        return std::stod(err.substr(at + 13));
+    };
+    // Same weights and images; a LayerNorm of the mean is not the mean of per-token LayerNorms.
+    double per_token = loss("", "avg pooling"), fc_norm = loss("--fc-norm", "avg + fc-norm pooling");
+    CHECK(std::fabs(per_token - fc_norm) > 1e-4);
+    CHECK(inspect(std::string(kSmallVit) + " --pool cls --fc-norm", dir / "out", dir / "err") == 2);
+    CHECK(slurp_file(dir / "err").find("--fc-norm") != std::string::npos);
+    CHECK(inspect("--model lm-small --dim 32 --depth 2 --heads 2 --fc-norm", dir / "out", dir / "err") == 2);
+}
+
 TEST_CASE("inspect_init: unknown schemes and bad flags are usage errors", "[apps]") {
     test::TempDir dir;
     CHECK(inspect(std::string(kSmallVit) + " --init nonsense", dir / "out", dir / "err") == 2);
