@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <omp.h>
+#include <set>
 #include "apps/common/freeze.h"
 #include "apps/common/mfu.h"
 #include "apps/common/profile_report.h"
@@ -140,6 +141,24 @@ static Data load_data(const Args& a) {
 
 // A seeded random subset of n training images that keeps every class (n/classes per class,
 // the remainder spread over the first classes).
+// The init set of data-dependent schemes: --init-samples training images drawn at random, the
+// random training subset of Aguirre & Fuentes. Not the first N: an image folder lists its images
+// class by class, so those would be two or three of CIFAR-10's classes (as they were until
+// 2026-11-28). A generator of its own, so the model's draws do not depend on it.
+static std::vector<int64_t> init_set(const data::ImageSet& train, int64_t count, uint64_t seed) {
+    Generator g(seed ^ 0x1417da7aull);
+    std::vector<int32_t> perm = g.permutation((int32_t)train.n);
+    std::vector<int64_t> idx(perm.begin(), perm.begin() + std::min<int64_t>(count, train.n));
+    std::sort(idx.begin(), idx.end());
+    return idx;
+}
+
+static int classes_in(const data::ImageSet& set, const std::vector<int64_t>& idx) {
+    std::set<int32_t> seen;
+    for (int64_t i : idx) seen.insert(set.labels[i]);
+    return (int)seen.size();
+}
+
 static void take_subset(data::ImageSet& set, int64_t n, uint64_t seed) {
     if (n <= 0 || n >= set.n) return;
     int k = set.num_classes();
@@ -250,9 +269,10 @@ static int run(const Args& a, const apps::json& config, Device dev) {
                 a.model.c_str(), (long long)model->num_parameters(), a.dataset.c_str(), (long long)d.train.n,
                 (long long)d.test.n, d.train.num_classes());
 
-    // Initialization (data-dependent schemes see the first init_samples training images).
-    std::vector<int64_t> init_idx;
-    for (int64_t i = 0; i < std::min<int64_t>(a.init_samples, d.train.n); i++) init_idx.push_back(i);
+    std::vector<int64_t> init_idx = init_set(d.train, a.init_samples, a.seed);
+    if (init::needs_data(a.init))
+        std::printf("init set: %zu of %lld training images at random, %d of %d classes\n", init_idx.size(),
+                    (long long)d.train.n, classes_in(d.train, init_idx), d.train.num_classes());
     Tensor init_batch = data::images_tensor(d.train, init_idx, d.norm);
     init::InitData init_data{[&] { NoGrad ng; forward(init_batch); }, (int64_t)init_idx.size()};
     init_data.labels = data::labels_tensor(d.train, init_idx);  // relu-quantile's output-layer fit
@@ -464,7 +484,8 @@ int main(int argc, char** argv) {
     app.add_flag("--freeze-spatial", a.freeze_spatial, "ConvMixer: do not train the spatial filters");
     apps::add_init_flags(app, a.init, a.init_opt);
     apps::add_init_from_flag(app, a.init_from);
-    app.add_option("--init-samples", a.init_samples, "training images data-dependent inits see")->capture_default_str();
+    app.add_option("--init-samples", a.init_samples, "training images data-dependent inits see, drawn at random")
+        ->capture_default_str()->check(CLI::PositiveNumber);
     app.add_option("--epochs", a.epochs, "epochs")->capture_default_str()->check(CLI::PositiveNumber);
     app.add_option("--batch-size", a.batch_size, "batch size")->capture_default_str()->check(CLI::PositiveNumber);
     app.add_option("--lr", a.lr, "peak learning rate")->capture_default_str()->check(CLI::PositiveNumber);

@@ -91,6 +91,8 @@ const std::vector<SchemeInfo>& schemes();
 // Checks every name of "a+b+c" (and the parameters of forms like normal:STD) without touching a
 // model; throws the same errors apply() would. For apps, to refuse bad flags before any work.
 void validate(const std::string& spec);
+// Whether any part of "a+b+c" is data-dependent (needs an InitData). Throws as validate() does.
+bool needs_data(const std::string& spec);
 // Applies "a+b+c" left to right. Unknown names list the valid ones; data-dependent schemes
 // without `data` are an error naming the scheme.
 Report apply(nn::Module& model, const std::string& spec, const Options& opt = {}, const InitData* data = nullptr);

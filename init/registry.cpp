@@ -121,6 +121,14 @@ void validate(const std::string& spec) {
     }
 }
 
+bool needs_data(const std::string& spec) {
+    for (const std::string& part : parts_of(spec)) {
+        Options opt;
+        if (lookup(part, opt).needs_data) return true;
+    }
+    return false;
+}
+
 Report apply(nn::Module& model, const std::string& spec, const Options& options, const InitData* data) {
     // Resolve every name first, so a typo in the last part fails before anything is written.
     std::vector<std::pair<const SchemeInfo*, Options>> steps;

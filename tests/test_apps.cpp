@@ -18,6 +18,7 @@
 #include <regex>
 #include <thread>
 #include "engine/rng.h"
+#include "data/image_codec.h"
 #include "engine/safetensors.h"
 #include "tests/test_data_helpers.h"
 
@@ -221,6 +222,32 @@ TEST_CASE("train_vit: a NaN loss stops the run cleanly", "[apps]") {
     CHECK(meta.at("batch_in_epoch") == "0");
     CHECK(std::stoll(meta.at("step")) < 20);
     CHECK_FALSE(fs::exists(tmp / "run/result.json"));
+}
+
+// An image folder lists its images class by class: the first N would be the first classes only.
+TEST_CASE("train_vit --init-samples: data-dependent inits see images drawn at random over the classes", "[apps]") {
+    test::TempDir tmp;
+    engine::Generator g(7);
+    for (const char* split : {"train", "test"})
+        for (const char* cls : {"a", "b", "c", "d"})
+            for (int k = 0; k < 6; k++) {
+                std::vector<float> noise(32 * 32 * 3);
+                g.uniform(noise.data(), (int64_t)noise.size(), 0.f, 255.f);
+                std::vector<uint8_t> img(noise.begin(), noise.end());
+                std::string file = fmt::format("folder/{}/{}/{}.png", split, cls, k);
+                data::write_png(test::made_parent(tmp / file), img.data(), 32, 32);
+            }
+    std::string base = "--dataset folder --data-dir " + (tmp / "folder") +
+                       " --dim 16 --depth 1 --heads 2 --patch 8 --batch-size 8 --epochs 1 --randaug 0 --threads 1";
+    REQUIRE(run_app("train_vit", base + " --init lsuv --init-samples 12 --out " + (tmp / "lsuv"), tmp / "log") == 0);
+    std::string log = slurp(tmp / "log");
+    INFO(log);
+    CHECK(log.find("init set: 12 of 24 training images at random, 4 of 4 classes") != std::string::npos);
+    CHECK(log.find("on 12 samples") != std::string::npos);
+    // A scheme that needs no data says nothing of an init set.
+    REQUIRE(run_app("train_vit", base + " --init timm --out " + (tmp / "timm"), tmp / "log") == 0);
+    CHECK(slurp(tmp / "log").find("init set:") == std::string::npos);
+    CHECK(run_app("train_vit", base + " --init lsuv --init-samples 0", tmp / "log") == 2);
 }
 
 TEST_CASE("train_vit and train_lm refuse bad flags with status 2", "[apps]") {
