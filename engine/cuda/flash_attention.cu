@@ -877,9 +877,18 @@ __device__ __forceinline__ void forward_step(const typename Tl::T* q_w, const ty
 // kFwdC: keys a step (TcTiles); 32 at D = 64 is the narrow forward (flash_narrow_forward_enabled).
 // (The launch bounds: the double-buffered kernel fits two blocks an SM in shared memory, so ptxas
 // may take up to 255 registers a thread, which it needs at D = 64: without the hint it stopped at
-// 128 and spilled. The synchronous one is sized for three, the narrow one for four.)
+// 128 and spilled. The synchronous one is sized for three, the narrow one for four, but never for
+// more than fit in an SM's shared memory: TF32 at D = 128 takes 76 KB a block, so two; asking for
+// three would only cap its registers at 170 for an occupancy it cannot have.)
+template <int D, typename P, bool kAsync, int kFwdC>
+constexpr int forward_blocks_per_sm() {
+    constexpr int wanted = kAsync ? 2 : (kFwdC < kDefaultFwdCols<D> ? 4 : 3);
+    // 228 KB of shared memory an SM (H100), 1 KB of it reserved for each block.
+    constexpr int fit = 228 * 1024 / (TcTiles<D, P, kAsync ? 2 : 1, kFwdC>::kFwdBytes + 1024);
+    return wanted < fit ? wanted : (fit > 0 ? fit : 1);
+}
 template <int D, typename P, bool kAsync, int kFwdC = kDefaultFwdCols<D>>
-__global__ void __launch_bounds__(kThreads, kAsync ? 2 : (kFwdC < kDefaultFwdCols<D> ? 4 : 3))
+__global__ void __launch_bounds__(kThreads, (forward_blocks_per_sm<D, P, kAsync, kFwdC>()))
     flash_tc_forward_kernel(const float* q, const float* k, const float* v, float* out, float* lse, int64_t T,
                             int64_t S, bool causal, float scale, int64_t q_tiles, AttentionHeads in,
                             AttentionHeads ol) {
@@ -1157,9 +1166,10 @@ __global__ void __launch_bounds__(kThreads)
     for (int f = 0; f < D / 16; f++)
         UNROLL
         for (int e = 0; e < acc[f].num_elements; e++) acc[f].x[e] *= scale;
-    // The staging tile: under TF32 the warp's own rows of q; under bf16 it spans other warps' tiles.
-    if (!Tl::kInPlace) __syncthreads();
-    __syncwarp();
+    // The staging tile: under TF32 the warp's own rows of q, under bf16 it spans other warps' tiles.
+    // A barrier either way: q's rows were loaded by every thread, and when no key is seen (causal,
+    // T - S >= 64) the key loop, whose barriers would have ordered those loads, never ran.
+    __syncthreads();
     tc_write_output<P, D>(acc, nullptr, nullptr, tc_array<float>(0) + 16 * warp * Tl::kOutLd, dq + in.offset(bh, T),
                           in.ld, i0, T);
 }

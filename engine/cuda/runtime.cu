@@ -46,7 +46,9 @@ static const bool g_sync_each_launch = [] {
 
 void check_launch(const char* name, dim3 grid, dim3 block, size_t smem) {
     cudaError_t e = cudaGetLastError();
-    if (e == cudaSuccess && g_sync_each_launch) e = cudaStreamSynchronize(stream());
+    // A capture records launches and runs none, and waiting on a capturing stream invalidates it:
+    // INITLAB_CUDA_SYNC checks the replay's kernels when they run, not while they are recorded.
+    if (e == cudaSuccess && g_sync_each_launch && !capturing()) e = cudaStreamSynchronize(stream());
     if (e != cudaSuccess) fail_cuda(std::string("kernel ") + name + " " + launch_config(grid, block, smem), e);
 }
 

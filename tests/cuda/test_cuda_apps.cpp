@@ -349,6 +349,11 @@ TEST_CASE("cuda apps: bench times the step with and without a CUDA graph", "[cud
     json out = bench_json(slurp(tmp / "log"));
     CHECK_FALSE(out.contains("cuda_graph"));
     CHECK_FALSE(out.contains("ms_per_step_graph"));
+    // INITLAB_CUDA_SYNC=1 (wait after every launch, to find a failing kernel) leaves captures alone.
+    rc = run("INITLAB_CUDA_SYNC=1 " + device_app("bench") + lm, tmp / "log");
+    INFO(slurp(tmp / "log"));
+    REQUIRE(rc == 0);
+    CHECK(bench_json(slurp(tmp / "log"))["ms_per_step_graph"].get<double>() > 0);
 }
 
 // apps/bench's attention_kernels names the unfused path's variants: edge keys at 257 tokens (head

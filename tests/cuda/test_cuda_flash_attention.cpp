@@ -355,10 +355,11 @@ TEST_CASE("cuda flash attention, tensor cores: against unfused fp32, D 32, 64, 1
           "[cuda][flash]") {
     struct Case { int64_t B, H, T, S; };
     // 257: ViT-Tiny's length (not a multiple of any tile); 37/45 and 45/37; 5/9 and 9/5 (T = 9,
-    // S = 5 causal: queries 0-3 see no key); 1/1: a single key; 70/41: several tiles, T > S.
+    // S = 5 causal: queries 0-3 see no key); 1/1: a single key; 70/41: several tiles, T > S;
+    // 130/41 causal: the first tile of 64 queries sees no key at all (its key loop never runs).
     for (int64_t D : {32, 64, 128})
         for (Case c : {Case{1, 1, 257, 257}, Case{2, 1, 37, 45}, Case{1, 2, 45, 37}, Case{1, 2, 5, 9}, Case{2, 1, 9, 5},
-                       Case{1, 1, 1, 1}, Case{1, 1, 70, 41}})
+                       Case{1, 1, 1, 1}, Case{1, 1, 70, 41}, Case{1, 1, 130, 41}})
             for (bool causal : {false, true}) compare_tc(c.B, c.H, c.T, c.S, D, causal);
 }
 
@@ -367,7 +368,8 @@ TEST_CASE("cuda flash attention, tensor cores, bf16 inputs: against unfused fp32
     using engine::cuda::GemmPrecision;
     struct Case { int64_t B, H, T, S; };
     for (int64_t D : {32, 64, 128})
-        for (Case c : {Case{1, 1, 257, 257}, Case{1, 2, 45, 37}, Case{2, 1, 9, 5}, Case{1, 1, 70, 41}})
+        for (Case c : {Case{1, 1, 257, 257}, Case{1, 2, 45, 37}, Case{2, 1, 9, 5}, Case{1, 1, 70, 41},
+                       Case{1, 1, 130, 41}})
             for (bool causal : {false, true}) compare_tc(c.B, c.H, c.T, c.S, D, causal, GemmPrecision::bf16);
 }
 

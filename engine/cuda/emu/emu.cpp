@@ -13,6 +13,10 @@
 //     count as there, as on a GPU), all at the same __syncthreads() (two different ones are an
 //     error: a barrier in a branch only some threads take);
 //   - anything else is a deadlock (a barrier some threads never reach) and an error.
+// What this order cannot show: a warp cannot get past a warp op while a thread of another warp has
+// yet to reach its first wait, so a warp that writes shared memory, waits only at warp ops and
+// reads it back is never overwritten by a slower warp's earlier store (flash_tc_dq_kernel's
+// staging tile, fixed 2026-11-28, raced like that: found by reading, not by a test).
 // Asynchronous global-to-shared copies (cp.async) are kept per thread, and each lands at its issue
 // or at the wait that covers it, at random (include/cuda_pipeline_primitives.h says what that
 // catches).
