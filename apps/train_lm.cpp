@@ -337,22 +337,21 @@ static int run(Args& a, const apps::json& config, Device dev) {
         check(out.enabled() && fs::exists(out.path("last.safetensors")), "--resume: no checkpoint {}",
               out.path("last.safetensors"));
         auto meta = nn::load_checkpoint(out.path("last"), *lm.module, opt.get());
+        const std::string file = out.path("last.safetensors");
         // Checkpoints of older versions lack the mid-epoch keys: they restart their epoch.
-        auto meta_or = [&](const char* key, const char* fallback) {
-            return meta.count(key) ? meta.at(key) : std::string(fallback);
-        };
-        start_epoch = std::stoi(meta.at("epoch"));
-        skip_batches = std::stoll(meta_or("batch_in_epoch", "0"));
-        global_step = std::stoll(meta.at("step"));
-        best_valid = std::stod(meta.at("best_valid"));
-        resumed_nll_sum = std::stod(meta_or("epoch_nll_sum", "0"));
-        resumed_tokens = std::stod(meta_or("epoch_tokens", "0"));
+        start_epoch = (int)nn::meta_int(meta, "epoch", file);
+        skip_batches = nn::meta_int(meta, "batch_in_epoch", file, 0);
+        global_step = nn::meta_int(meta, "step", file);
+        best_valid = nn::meta_number(meta, "best_valid", file);
+        resumed_nll_sum = nn::meta_number(meta, "epoch_nll_sum", file, 0);
+        resumed_tokens = nn::meta_number(meta, "epoch_tokens", file, 0);
         plateau.lr = opt->lr;
-        plateau.best = std::stof(meta_or("plateau_best", "inf"));
-        plateau.bad = std::stoi(meta_or("plateau_bad", "0"));
+        plateau.best = (float)nn::meta_number(meta, "plateau_best", file, INFINITY);
+        plateau.bad = (int)nn::meta_int(meta, "plateau_bad", file, 0);
         global_generator().manual_seed(a.seed);
-        global_generator().advance(std::stoull(meta.at("rng_offset")));
-        if (meta_or("carried_state", "0") == "1") {
+        global_generator().advance((uint64_t)nn::meta_int(meta, "rng_offset", file));
+        out.trim_metrics(global_step);
+        if (meta.count("carried_state") && meta.at("carried_state") == "1") {
             std::map<std::string, std::string> carry_meta;
             auto state = engine::load_safetensors(out.path("last.carry.safetensors"), &carry_meta);
             // Written just before last.safetensors: a crash between the two leaves another step's state.

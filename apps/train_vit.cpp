@@ -319,12 +319,14 @@ static int run(const Args& a, const apps::json& config, Device dev) {
         check(out.enabled() && fs::exists(out.path("last.safetensors")),
               "--resume: no checkpoint {} (give the --out of the run to continue)", out.path("last.safetensors"));
         auto meta = nn::load_checkpoint(out.path("last"), *model, opt.get());
-        start_epoch = std::stoi(meta.at("epoch"));
-        skip_batches = std::stoll(meta.at("batch_in_epoch"));
-        global_step = std::stoll(meta.at("step"));
-        best_acc = std::stod(meta.at("best_acc"));
+        const std::string file = out.path("last.safetensors");
+        start_epoch = (int)nn::meta_int(meta, "epoch", file);
+        skip_batches = nn::meta_int(meta, "batch_in_epoch", file, 0);
+        global_step = nn::meta_int(meta, "step", file);
+        best_acc = nn::meta_number(meta, "best_acc", file);
         global_generator().manual_seed(a.seed);
-        global_generator().advance(std::stoull(meta.at("rng_offset")));
+        global_generator().advance((uint64_t)nn::meta_int(meta, "rng_offset", file));
+        out.trim_metrics(global_step);
         std::printf("resumed from %s: epoch %d, batch %lld\n", out.path("last").c_str(), start_epoch,
                     (long long)skip_batches);
     }

@@ -455,3 +455,31 @@ T=(./apps/train_vit --auto-resume --dataset folder --data-dir "$INITLAB_DATA"/ci
 ./apps/train_lm --auto-resume --dataset ptb-char --dim 128 --seq-len 128 --batch-size 16 --epochs 1 --max-steps 150 --lr 1e-3 --log-every 25 --untied --model transformer --post-norm --heads 4 --depth 24 --threads 2 --init t-fixup --out runs/depth/postln24-nowarmup-tfixup-emb9n
 # Session 27: section 5's relu-quantile ViT rows with Scheme 4's output layer (5620493), V as above, --threads 2.
 for p in 0.5 0.8; do "${V[@]}" --seed 0 --threads 2 --init relu-quantile --act-prob $p --out runs/vit-data-dependent/scheme4-rq$p-s0; done
+# Session 28 (2026-11-28): the data-dependent folder runs again after the init-set fix (cccd392: the init
+# set is --init-samples images drawn at random, not the folder's first, which were two or three classes).
+# Section 5 and section 1's attn-logits (V as above, --threads 2, one at a time).
+for s in 0 1; do
+  "${V[@]}" --seed $s --threads 2 --init lsuv --out runs/vit-init-set/lsuv-s$s
+  "${V[@]}" --seed $s --threads 2 --init relu-quantile --act-prob 0.5 --out runs/vit-init-set/rq0.5-s$s
+  "${V[@]}" --seed $s --threads 2 --init attn-logits --out runs/vit-init-set/attn-logits-s$s
+done
+"${V[@]}" --seed 0 --threads 2 --init relu-quantile --act-prob 0.8 --out runs/vit-init-set/rq0.8-s0
+M=(./apps/train_vit --auto-resume --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --model convmixer-256-8 --dim 128 --depth 4 --kernel 3 --patch 2 --batch-size 128 --epochs 3 --warmup-epochs 1 --lr 5e-3 --weight-decay 0.05 --randaug 0 --train-subset 5000 --threads 2 --seed 0)
+"${M[@]}" --init lsuv --out runs/convmixer-init-set/lsuv
+"${M[@]}" --init relu-quantile --act-prob 0.5 --out runs/convmixer-init-set/rq0.5
+# Session 28: section 1 "At ViT-Tiny's width and depth": the closed form on sin-cos, its Q/K control (mimetic's
+# V/proj, default Q/K, learned PE × 18 from an edited start, as section 1's 96-wide control), second seeds.
+"${T[@]}" --seed 0 --init impulse3-closed --out runs/vit-tiny-size/impulse3-closed-sincos-s0
+mkdir -p runs/vit-tiny-size/starts
+./apps/train_vit --auto-resume --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --dim 192 --depth 12 --heads 3 --patch 4 --pool avg --batch-size 128 --epochs 4 --warmup-epochs 1 --lr 1e-3 --weight-decay 0.05 --randaug 0 --train-subset 128 --threads 2 --seed 0 --init mimetic --no-mimetic-qk --pos learned --out runs/vit-tiny-size/starts/voonly-learned-s0
+tools/edit_checkpoint.py runs/vit-tiny-size/starts/voonly-learned-s0/init.safetensors runs/vit-tiny-size/starts/voonly-learned-x18-s0.safetensors --scale pos_embed=18
+"${T[@]}" --seed 0 --init mimetic --no-mimetic-qk --pos learned --init-from runs/vit-tiny-size/starts/voonly-learned-x18-s0.safetensors --out runs/vit-tiny-size/mimetic-voonly-learned18-s0
+"${T[@]}" --seed 1 --init mimetic --out runs/vit-tiny-size/mimetic-s1
+"${T[@]}" --seed 1 --init impulse3-closed --pos learned --out runs/vit-tiny-size/impulse3-closed-learned18-s1
+# Session 28: section 2's T-Fixup char row, seeds 1 and 2 (--threads 2).
+for s in 1 2; do ./apps/train_lm --auto-resume --dataset ptb-char --model transformer --dim 128 --depth 4 --heads 4 --seq-len 128 --batch-size 32 --epochs 1 --max-steps 400 --lr 2e-3 --warmup-steps 50 --log-every 25 --threads 2 --seed $s --init t-fixup --out runs/lm/char-tfixup-emb9n-s$s; done
+# Session 28: section 1's timm+zero-attn and LayerScale rows on the fixed timm (V as above, --threads 2).
+for s in 0 1; do
+  "${V[@]}" --seed $s --threads 2 --init timm+zero-attn --out runs/vit-timm-fix/zero-attn-s$s
+  "${V[@]}" --seed $s --threads 2 --init timm --layerscale 0.1 --out runs/vit-timm-fix/layerscale0.1-s$s
+done

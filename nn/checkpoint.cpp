@@ -1,6 +1,7 @@
 // nn/checkpoint.cpp: checkpoints on top of engine/safetensors.
 #include "nn/checkpoint.h"
 
+#include <charconv>
 #include <cstring>
 #include "engine/error.h"
 #include "engine/safetensors.h"
@@ -86,14 +87,40 @@ Metadata load_checkpoint(const std::string& prefix, Module& model, Optimizer* op
     if (opt) {
         Metadata om;
         load_named(prefix + ".optim.safetensors", opt->state(), &om);
-        opt->steps = om.count("steps") ? std::stoll(om["steps"]) : 0;
+        const std::string file = prefix + ".optim.safetensors";
+        opt->steps = meta_int(om, "steps", file, 0);
         std::map<std::string, int64_t> counts;  // (a file from before per-parameter counts has none)
         for (auto& [key, value] : om)
-            if (key.rfind(kParamStepsKey, 0) == 0) counts[key.substr(kParamStepsKey.size())] = std::stoll(value);
+            if (key.rfind(kParamStepsKey, 0) == 0) counts[key.substr(kParamStepsKey.size())] = meta_int(om, key, file);
         opt->restore_param_steps(counts);
-        if (om.count("lr")) opt->lr = std::stof(om["lr"]);
+        opt->lr = (float)meta_number(om, "lr", file, opt->lr);
     }
     return meta;
+}
+
+// The whole value must be the number: "12abc" is as wrong as "abc".
+template <typename T>
+static T parse_meta(const Metadata& meta, const std::string& key, const std::string& file, std::optional<T> fallback,
+                    const char* what) {
+    auto it = meta.find(key);
+    if (it == meta.end()) {
+        if (fallback) return *fallback;
+        fail("{}: the metadata has no '{}' (a checkpoint of another version?)", file, key);
+    }
+    const std::string& text = it->second;
+    T value{};
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (ec != std::errc() || end != text.data() + text.size() || text.empty())
+        fail("{}: metadata '{}' is '{}', not {}", file, key, text, what);
+    return value;
+}
+
+int64_t meta_int(const Metadata& meta, const std::string& key, const std::string& file, std::optional<int64_t> fallback) {
+    return parse_meta<int64_t>(meta, key, file, fallback, "an integer");
+}
+
+double meta_number(const Metadata& meta, const std::string& key, const std::string& file, std::optional<double> fallback) {
+    return parse_meta<double>(meta, key, file, fallback, "a number");
 }
 
 Metadata load_weights(const std::string& path, Module& model) {

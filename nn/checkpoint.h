@@ -7,7 +7,9 @@
 //                             differs ("param_steps.<param>") in the metadata
 // Loading checks names, shapes and dtypes against the model and lists every difference.
 #pragma once
+#include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include "nn/module.h"
 #include "nn/optim.h"
@@ -23,5 +25,13 @@ Metadata load_checkpoint(const std::string& prefix, Module& model, Optimizer* op
 // The model's tensors only, from `path`: a checkpoint's prefix or its .safetensors file
 // (RUN/best.safetensors). For weights that start a new run (--init-from) or are inspected.
 Metadata load_weights(const std::string& path, Module& model);
+
+// A metadata value as a number. Missing, or not a number (a checkpoint of another version, or one
+// edited by hand): `fallback` when one is given for a missing key, else an error naming `file`
+// and `key`.
+int64_t meta_int(const Metadata& meta, const std::string& key, const std::string& file,
+                 std::optional<int64_t> fallback = std::nullopt);
+double meta_number(const Metadata& meta, const std::string& key, const std::string& file,
+                   std::optional<double> fallback = std::nullopt);
 
 }  // namespace nn

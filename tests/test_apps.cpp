@@ -382,8 +382,17 @@ void check_lm_resume(const std::string& args, bool carries_state, bool auto_resu
         CHECK(batch < steps_per_epoch);  // truly mid-epoch, not at its end
         CHECK(meta.at("carried_state") == (carries_state ? "1" : "0"));
         CHECK(fs::exists(tmp / "parts/last.carry.safetensors") == carries_state);
+        // As if killed some steps after that checkpoint: a line the resumed run writes again, and
+        // half of the next one.
+        {
+            std::ofstream m(tmp / "parts/metrics.jsonl", std::ios::app);
+            m << nlohmann::json{{"kind", "train"}, {"step", std::stoll(meta.at("step")) + 1}, {"loss", 0.5}}.dump()
+              << "\n{\"kind\": \"tra";
+        }
         REQUIRE(run_app("train_lm", auto_resume ? parts : parts + " --resume", tmp / "log3") == 0);
         CHECK(slurp(tmp / "log3").find("resumed from") != std::string::npos);
+        CHECK(slurp(tmp / "log3").find("removed 1 line(s)") != std::string::npos);
+        CHECK(slurp(tmp / "log3").find("and 1 unreadable") != std::string::npos);
     }
     if (auto_resume) {
         const std::string metrics = slurp(tmp / "parts/metrics.jsonl");
@@ -394,6 +403,17 @@ void check_lm_resume(const std::string& args, bool carries_state, bool auto_resu
     check_same_tensors(tmp / "whole/last.safetensors", tmp / "parts/last.safetensors");
     check_same_tensors(tmp / "whole/last.optim.safetensors", tmp / "parts/last.optim.safetensors");
     CHECK(eval_lines(tmp / "parts/metrics.jsonl") == whole_evals);
+    // Every training line once, as the uninterrupted run wrote it (the clock's fields aside).
+    auto steps_and_losses = [](const std::string& path) {
+        std::vector<std::pair<int64_t, double>> out;
+        std::ifstream m(path);
+        for (std::string l; std::getline(m, l);) {
+            auto j = nlohmann::json::parse(l);  // every line must parse
+            if (j["kind"] == "train") out.push_back({j["step"], j["loss"]});
+        }
+        return out;
+    };
+    CHECK(steps_and_losses(tmp / "parts/metrics.jsonl") == steps_and_losses(tmp / "whole/metrics.jsonl"));
     auto result_a = nlohmann::json::parse(slurp(tmp / "whole/result.json"));
     auto result_b = nlohmann::json::parse(slurp(tmp / "parts/result.json"));
     CHECK(result_a["test_ppl"] == result_b["test_ppl"]);
@@ -449,6 +469,40 @@ TEST_CASE("train_lm: --train-tokens trains on the first N tokens of the training
     auto all = nlohmann::json::parse(slurp(tmp / "all/result.json"));
     CHECK(all["train_tokens"].get<int64_t>() > 1000);
     CHECK(all["steps"].get<int64_t>() > 7);
+}
+
+// A checkpoint of another version, or edited by hand: --resume names the file and the key.
+TEST_CASE("train_lm --resume: a checkpoint's missing or malformed metadata is an error naming file and key",
+          "[apps]") {
+    test::TempDir tmp;
+    std::string args = tiny_lm_flags(tmp / "text") + " --out " + (tmp / "run");
+    REQUIRE(run_app("train_lm", args, tmp / "log") == 0);
+    // Rewrites `file` of the run with its metadata changed by `edit`.
+    auto edit_meta = [&](const std::string& file, const std::function<void(std::map<std::string, std::string>&)>& edit) {
+        std::map<std::string, std::string> meta;
+        auto tensors = engine::load_safetensors(tmp / ("run/" + file), &meta);
+        edit(meta);
+        engine::save_safetensors(tmp / ("run/" + file), {tensors.begin(), tensors.end()}, meta);
+    };
+    struct Case { std::string file, key, value, says; };
+    for (const Case& c : {Case{"last.safetensors", "rng_offset", "", "has no 'rng_offset'"},
+                          Case{"last.safetensors", "step", "12x", "metadata 'step' is '12x', not an integer"},
+                          Case{"last.optim.safetensors", "lr", "fast", "metadata 'lr' is 'fast', not a number"}}) {
+        INFO(c.file << " " << c.key);
+        std::map<std::string, std::string> saved;
+        engine::load_safetensors(tmp / ("run/" + c.file), &saved);
+        edit_meta(c.file, [&](auto& meta) {
+            if (c.value.empty()) meta.erase(c.key);
+            else meta[c.key] = c.value;
+        });
+        REQUIRE(run_app("train_lm", args + " --resume", tmp / "log") == 1);
+        std::string log = slurp(tmp / "log");
+        INFO(log);
+        CHECK(log.find(c.file) != std::string::npos);
+        CHECK(log.find(c.says) != std::string::npos);
+        edit_meta(c.file, [&](auto& meta) { meta = saved; });
+    }
+    REQUIRE(run_app("train_lm", args + " --resume", tmp / "log") == 0);  // as saved: it resumes
 }
 
 TEST_CASE("train_lm --init-samples: data-dependent inits see N rows cut over the split, not the first batch",

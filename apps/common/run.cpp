@@ -77,6 +77,36 @@ void RunDir::append_metrics(const json& j) const {
     f << j.dump() << "\n";
 }
 
+void RunDir::trim_metrics(int64_t step) const {
+    if (!enabled() || !fs::exists(path("metrics.jsonl"))) return;
+    std::string kept, line;
+    int64_t later = 0, unreadable = 0;
+    {
+        std::ifstream in(path("metrics.jsonl"));
+        while (std::getline(in, line)) {
+            json j = json::parse(line, nullptr, false);
+            if (j.is_discarded() || !j.is_object()) {
+                unreadable++;
+            } else if (j.contains("step") && j["step"].is_number_integer() && j["step"].get<int64_t>() > step) {
+                later++;
+            } else {
+                kept += line + "\n";
+            }
+        }
+    }
+    if (later + unreadable == 0) return;
+    std::string tmp = path("metrics.jsonl.tmp");
+    {
+        std::ofstream f(tmp);
+        f << kept;
+        engine::check(f.good(), "cannot write {} (disk full?)", tmp);
+    }
+    fs::rename(tmp, path("metrics.jsonl"));
+    std::printf("resume: removed %lld line(s) of %s written after the checkpoint (step %lld)%s\n", (long long)later,
+                path("metrics.jsonl").c_str(), (long long)step,
+                unreadable ? fmt::format(" and {} unreadable (cut short)", unreadable).c_str() : "");
+}
+
 std::string git_commit() { return INITLAB_GIT_COMMIT; }
 
 std::string now_iso8601() {

@@ -37,6 +37,10 @@ public:
     std::string path(const std::string& name) const { return dir_ + "/" + name; }
     void write_json(const std::string& name, const json& j) const;  // atomically (temp + rename)
     void append_metrics(const json& j) const;                        // one line of metrics.jsonl
+    // On --resume from the checkpoint of `step`: metrics.jsonl keeps its lines up to that step. A
+    // run killed after its last checkpoint (SIGKILL, a crash) wrote lines the resumed run writes
+    // again, and perhaps half a line at the end; those go (atomically), and a line says how many.
+    void trim_metrics(int64_t step) const;
 
 private:
     std::string dir_;
