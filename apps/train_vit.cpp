@@ -99,6 +99,25 @@ static bool has_cifar_bin(const std::string& dir, data::CifarKind kind) {
     }
 }
 
+// An image folder's evaluation split: test/ when it has train/'s classes, else val/. Tiny-ImageNet
+// has both, and its test/ is unlabelled (one folder of images, which reads as one class). A split
+// with other classes would shift every label after the first difference: an error naming both.
+static std::string evaluation_split(const std::string& dir, const std::vector<std::string>& train_classes) {
+    std::string why;
+    for (const char* split : {"test", "val"}) {
+        std::string path = dir + "/" + split;
+        if (!fs::is_directory(path)) continue;
+        std::vector<std::string> classes = data::index_image_folder(path).classes;
+        if (classes == train_classes) return path;
+        size_t i = 0;
+        while (i < classes.size() && i < train_classes.size() && classes[i] == train_classes[i]) i++;
+        why += fmt::format("; {} has {} classes, class {} is '{}' where train/ has '{}'", path, classes.size(), i,
+                           i < classes.size() ? classes[i] : "(none)",
+                           i < train_classes.size() ? train_classes[i] : "(none)");
+    }
+    fail("image folder {}: no test/ or val/ split with train/'s {} classes{}", dir, train_classes.size(), why);
+}
+
 // Finds the data, in this order: --data-dir; $INITLAB_DATA or data_local/ with the binary
 // release; the same with the cifar10-jpeg folders. Exits 2 with the places it looked.
 static Data load_data(const Args& a) {
@@ -115,12 +134,11 @@ static Data load_data(const Args& a) {
         if (a.dataset != "folder" && has_cifar_bin(dir, kind)) {
             d.train = data::load_cifar(kind, dir, "train");
             d.test = data::load_cifar(kind, dir, "test");
-        } else if (fs::is_directory(dir + "/train") && fs::is_directory(dir + "/test")) {
+        } else if (fs::is_directory(dir + "/train") && (fs::is_directory(dir + "/test") || fs::is_directory(dir + "/val"))) {
             d.train = data::load_image_folder(dir + "/train");
-            d.test = data::load_image_folder(dir + "/test");
-        } else if (fs::is_directory(dir + "/train") && fs::is_directory(dir + "/val")) {
-            d.train = data::load_image_folder(dir + "/train");
-            d.test = data::load_image_folder(dir + "/val");
+            d.test = data::load_image_folder(evaluation_split(dir, d.train.classes));
+            check(d.test.h == d.train.h && d.test.w == d.train.w, "image folder {}: its images are {}x{}, {}'s {}x{}",
+                  d.test.source, d.test.h, d.test.w, d.train.source, d.train.h, d.train.w);
         } else {
             continue;
         }

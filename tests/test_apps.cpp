@@ -224,19 +224,25 @@ TEST_CASE("train_vit: a NaN loss stops the run cleanly", "[apps]") {
     CHECK_FALSE(fs::exists(tmp / "run/result.json"));
 }
 
+// `count` noise PNGs of size x size in each of `classes` under dir/ (a split's class folders, or,
+// with `flat`, directly in dir as Tiny-ImageNet's val/images and test/images).
+void write_png_images(const std::string& dir, const std::vector<std::string>& classes, int count, int size = 32,
+                      bool flat = false) {
+    engine::Generator g(7);
+    for (const std::string& cls : classes)
+        for (int k = 0; k < count; k++) {
+            std::vector<float> noise(size * size * 3);
+            g.uniform(noise.data(), (int64_t)noise.size(), 0.f, 255.f);
+            std::vector<uint8_t> img(noise.begin(), noise.end());
+            std::string file = flat ? fmt::format("{}/{}{}.png", dir, cls, k) : fmt::format("{}/{}/{}.png", dir, cls, k);
+            data::write_png(test::made_parent(file), img.data(), size, size);
+        }
+}
+
 // An image folder lists its images class by class: the first N would be the first classes only.
 TEST_CASE("train_vit --init-samples: data-dependent inits see images drawn at random over the classes", "[apps]") {
     test::TempDir tmp;
-    engine::Generator g(7);
-    for (const char* split : {"train", "test"})
-        for (const char* cls : {"a", "b", "c", "d"})
-            for (int k = 0; k < 6; k++) {
-                std::vector<float> noise(32 * 32 * 3);
-                g.uniform(noise.data(), (int64_t)noise.size(), 0.f, 255.f);
-                std::vector<uint8_t> img(noise.begin(), noise.end());
-                std::string file = fmt::format("folder/{}/{}/{}.png", split, cls, k);
-                data::write_png(test::made_parent(tmp / file), img.data(), 32, 32);
-            }
+    for (const char* split : {"train", "test"}) write_png_images(tmp / "folder" + "/" + split, {"a", "b", "c", "d"}, 6);
     std::string base = "--dataset folder --data-dir " + (tmp / "folder") +
                        " --dim 16 --depth 1 --heads 2 --patch 8 --batch-size 8 --epochs 1 --randaug 0 --threads 1";
     REQUIRE(run_app("train_vit", base + " --init lsuv --init-samples 12 --out " + (tmp / "lsuv"), tmp / "log") == 0);
@@ -248,6 +254,41 @@ TEST_CASE("train_vit --init-samples: data-dependent inits see images drawn at ra
     REQUIRE(run_app("train_vit", base + " --init timm --out " + (tmp / "timm"), tmp / "log") == 0);
     CHECK(slurp(tmp / "log").find("init set:") == std::string::npos);
     CHECK(run_app("train_vit", base + " --init lsuv --init-samples 0", tmp / "log") == 2);
+}
+
+// An evaluation split whose classes are not train/'s would shift every label after the difference.
+TEST_CASE("train_vit --dataset folder: the test/ or val/ split with train/'s classes and image size, else an error",
+          "[apps]") {
+    test::TempDir tmp;
+    const std::string flags = " --dim 16 --depth 1 --heads 2 --patch 8 --batch-size 8 --epochs 1 --randaug 0 "
+                              "--threads 1 --init timm";
+    auto result_of = [&](const std::string& dir) {
+        int rc = run_app("train_vit", "--dataset folder --data-dir " + dir + flags + " --out " + dir + "-run", tmp / "log");
+        INFO(slurp(tmp / "log"));
+        return rc;
+    };
+    // Tiny-ImageNet's layout: val/ labelled by val_annotations.txt, test/ one unlabelled folder.
+    std::string tiny = tmp / "tiny";
+    write_png_images(tiny + "/train/n01/images", {"x"}, 4, 32, true);
+    write_png_images(tiny + "/train/n02/images", {"y"}, 4, 32, true);
+    write_png_images(tiny + "/val/images", {"v"}, 3, 32, true);
+    test::write_file(tiny + "/val/val_annotations.txt", "v0.png\tn01\t0\t0\t1\t1\nv1.png\tn02\t0\t0\t1\t1\n"
+                                                        "v2.png\tn01\t0\t0\t1\t1\n");
+    write_png_images(tiny + "/test/images", {"t"}, 5, 32, true);
+    REQUIRE(result_of(tiny) == 0);
+    CHECK(slurp(tmp / "log").find("8 train / 3 test images, 2 classes") != std::string::npos);
+    // A test/ without one of train/'s classes.
+    std::string missing = tmp / "missing";
+    write_png_images(missing + "/train", {"a", "b", "c"}, 2);
+    write_png_images(missing + "/test", {"a", "c"}, 2);
+    REQUIRE(result_of(missing) == 1);
+    CHECK(slurp(tmp / "log").find("class 1 is 'c' where train/ has 'b'") != std::string::npos);
+    // Test images of another size.
+    std::string sizes = tmp / "sizes";
+    write_png_images(sizes + "/train", {"a", "b"}, 2);
+    write_png_images(sizes + "/test", {"a", "b"}, 2, 16);
+    REQUIRE(result_of(sizes) == 1);
+    CHECK(slurp(tmp / "log").find("its images are 16x16") != std::string::npos);
 }
 
 TEST_CASE("train_vit and train_lm refuse bad flags with status 2", "[apps]") {
