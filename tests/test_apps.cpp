@@ -621,6 +621,14 @@ TEST_CASE("train_lm --auto-resume: starts, skips a finished run, refuses other f
     CHECK(slurp(tmp / "log").find("holds a run with other flags: --lr") != std::string::npos);
     CHECK(run_app("train_lm", base + (tmp / "run") + " --resume", tmp / "log") == 2);  // one of the three
     CHECK(run_app("train_lm", "--auto-resume", tmp / "log") == 2);                      // needs --out
+    // A config.json that is not this app's run: not JSON, JSON but not a config, another app's.
+    fs::create_directories(tmp / "odd");
+    for (const char* text : {"{not json", "{}", "[]", "{\"app\": \"train_vit\"}"}) {
+        INFO(text);
+        test::write_file(tmp / "odd/config.json", text);
+        CHECK(run_app("train_lm", base + (tmp / "odd"), tmp / "log") == 2);
+        CHECK(slurp(tmp / "log").find(tmp / "odd/config.json") != std::string::npos);
+    }
 
     // config.json but no checkpoint (stopped at once): a new run in its place, its own lines only.
     fs::create_directories(tmp / "early");

@@ -193,6 +193,13 @@ static AutoResume choose_auto_resume(const std::string& out, const json& config)
         r.error = "--auto-resume: " + stored_path.string() + " is not JSON (" + e.what() + "); --overwrite replaces the run";
         return r;
     }
+    // Valid JSON that is not this app's config (edited, or another app's run) would compare no flag.
+    if (!stored.is_object() || !stored.contains("app") || stored["app"] != config["app"]) {
+        r.error = "--auto-resume: " + stored_path.string() + " is not a " + config["app"].get<std::string>() +
+                  " run's config (its \"app\" is " + (stored.is_object() && stored.contains("app") ? stored["app"].dump() : "missing") +
+                  "); --overwrite replaces it, or give another --out";
+        return r;
+    }
     for (const auto& [flag, value] : config.items()) {
         if (flag.rfind("--", 0) != 0 || !stored.contains(flag)) continue;  // a flag newer than the run: not compared
         if (std::find(std::begin(kMachineFlags), std::end(kMachineFlags), flag) != std::end(kMachineFlags)) continue;
