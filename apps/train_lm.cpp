@@ -259,6 +259,17 @@ static double last_block_tok_cos(LM& lm, const Args& a, const std::vector<int32_
     return c;
 }
 
+static void check_same_vocab(const data::Vocab& saved, const data::Vocab& now, const std::string& saved_path,
+                             const std::string& data_dir) {
+    if (saved == now) return;
+    int32_t i = 0;
+    while (i < saved.size() && i < now.size() && saved.token(i) == now.token(i)) i++;
+    auto at = [i](const data::Vocab& v) { return i < v.size() ? "'" + v.token(i) + "'" : std::string("none"); };
+    fail("--resume: the training split in {} gives another vocabulary than the run's {} ({} tokens here, {} there; "
+         "id {} is {} there, {} here): the checkpoint's ids are that file's",
+         data_dir, saved_path, now.size(), saved.size(), i, at(saved), at(now));
+}
+
 // What data-dependent inits see: the first training batch, or --init-samples rows cut the way a
 // batch of that many rows is (the first window of each of N equal slices of the split). Their
 // forward pass makes the logits of every token (and relu-quantile's output-layer fit as many
@@ -327,6 +338,10 @@ static int run(Args& a, const apps::json& config, Device dev) {
     apps::RunDir out(a.out, a.overwrite);
     out.write_json("config.json", config);
     if (!a.resume) apps::save_init_weights(out, *lm.module, a.init, a.init_from);
+    // The checkpoint's token ids are the saved vocabulary's: the data a run continues on (--data-dir
+    // may change between its parts) must give the same one, or every id would mean another token.
+    if (a.resume && out.enabled() && fs::exists(out.path("vocab.txt")))
+        check_same_vocab(data::Vocab::load(out.path("vocab.txt")), corpus.vocab, out.path("vocab.txt"), dir);
     if (out.enabled()) corpus.vocab.save(out.path("vocab.txt"));
     int start_epoch = 0;
     int64_t skip_batches = 0, global_step = 0;

@@ -544,6 +544,14 @@ TEST_CASE("train_lm --resume: a checkpoint's missing or malformed metadata is an
         edit_meta(c.file, [&](auto& meta) { meta = saved; });
     }
     REQUIRE(run_app("train_lm", args + " --resume", tmp / "log") == 0);  // as saved: it resumes
+    // Another training file with the same words in another order: the same size of vocabulary,
+    // other ids. The checkpoint's embedding rows would silently mean other words.
+    std::string train = slurp(tmp / "text/train.txt"), vocab = slurp(tmp / "run/vocab.txt");
+    test::write_file(tmp / "text/train.txt", "the old man looked at a tree\n" + train);
+    REQUIRE(run_app("train_lm", args + " --resume", tmp / "log") == 1);
+    CHECK(slurp(tmp / "log").find("gives another vocabulary than the run's " + (tmp / "run/vocab.txt")) !=
+          std::string::npos);
+    CHECK(slurp(tmp / "run/vocab.txt") == vocab);  // the refusal replaced nothing
 }
 
 TEST_CASE("train_lm --init-samples: data-dependent inits see N rows cut over the split, not the first batch",
