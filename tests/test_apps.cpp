@@ -132,6 +132,9 @@ TEST_CASE("train_vit: a short run learns and writes its outputs", "[apps]") {
     int rc = run_app("train_vit", args, tmp / "log");
     INFO(slurp(tmp / "log"));
     REQUIRE(rc == 0);
+    // The tiny files are partial copies of the release, and the log says so, file by file.
+    CHECK(slurp(tmp / "log").find("data_batch_3.bin holds 100 images, the release's 10000") != std::string::npos);
+    CHECK(slurp(tmp / "log").find("test_batch.bin holds 50 images") != std::string::npos);
     for (const char* f : {"config.json", "metrics.jsonl", "result.json", "init.safetensors", "last.safetensors",
                           "best.safetensors", "last.optim.safetensors"})
         CHECK(fs::exists(tmp / ("run/" + std::string(f))));
