@@ -557,6 +557,20 @@ TEST_CASE("train_lm --resume: a checkpoint's missing or malformed metadata is an
     CHECK(slurp(tmp / "run/vocab.txt") == vocab);  // the refusal replaced nothing
 }
 
+TEST_CASE("train_lm --dataset ptb: files of another size than the published ones get a note", "[apps]") {
+    test::TempDir tmp;
+    write_tiny_text(tmp / "text", 100);
+    for (const char* split : {"train", "valid", "test"})
+        test::write_file(tmp / fmt::format("ptb/ptb.{}.txt", split), slurp(tmp / fmt::format("text/{}.txt", split)));
+    REQUIRE(run_app("train_lm", "--dataset ptb --data-dir " + (tmp / "ptb") +
+                                    " --dim 16 --depth 1 --heads 2 --seq-len 8 --batch-size 4 --epochs 1 --max-steps 1 "
+                                    "--threads 1", tmp / "log") == 0);
+    std::string log = slurp(tmp / "log");
+    INFO(log);
+    CHECK(log.find("ptb: note: " + (tmp / "ptb/ptb.train.txt")) != std::string::npos);
+    CHECK(log.find("the published ones 929589 / 73760 / 82430") != std::string::npos);
+}
+
 TEST_CASE("train_lm --init-samples: data-dependent inits see N rows cut over the split, not the first batch",
           "[apps]") {
     test::TempDir tmp;
