@@ -120,6 +120,9 @@ Vocab Vocab::parse(std::string_view text, const std::string& path) {
         std::string line(text.substr(start, end - start));
         start = end + 1;
         check(!line.empty(), "vocab: {}: line {} is empty", path, lineno);
+        // save() writes a carriage return as \r: a raw one comes from a conversion of the file.
+        check(line.find('\r') == std::string::npos, "vocab: {}: line {} holds a raw carriage return (CRLF line "
+              "endings? save() writes it escaped)", path, lineno);
         std::string tok = unescape_token(line, path, lineno);
         check(v.find(tok) < 0, "vocab: {}: line {}: token '{}' appears twice", path, lineno, line);
         v.add(tok);

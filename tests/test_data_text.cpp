@@ -55,6 +55,9 @@ TEST_CASE("vocab: bad files name the file and the problem", "[data]") {
     CHECK_THAT(error_of([&] { Vocab::load(dir / "hex.txt"); }), Contains("bad escape"));
     write_file(dir / "trunc.txt", "a\nb");
     CHECK_THAT(error_of([&] { Vocab::load(dir / "trunc.txt"); }), Contains("truncated"));
+    write_file(dir / "crlf.txt", "<eos>\r\n<unk>\r\n");
+    CHECK_THAT(error_of([&] { Vocab::load(dir / "crlf.txt"); }),
+               Contains("crlf.txt") && Contains("line 1") && Contains("carriage return"));
 }
 
 TEST_CASE("tokenize: word level adds <eos> at every line end, empty lines included", "[data]") {
