@@ -48,11 +48,14 @@ struct Entry {
 };
 }  // namespace
 
-// Image files directly in `dir`, sorted; empty when there are none.
+// Image files directly in `dir`, sorted; empty when there are none. Hidden files are skipped, as
+// hidden class folders are: macOS leaves "._name.jpg" metadata beside every file it copies.
 static std::vector<std::string> image_files(const fs::path& dir) {
     std::vector<std::string> files;
-    for (const auto& e : fs::directory_iterator(dir))
-        if (e.is_regular_file() && is_image_file(e.path().filename().string())) files.push_back(e.path().string());
+    for (const auto& e : fs::directory_iterator(dir)) {
+        const std::string name = e.path().filename().string();
+        if (e.is_regular_file() && name[0] != '.' && is_image_file(name)) files.push_back(e.path().string());
+    }
     std::sort(files.begin(), files.end());
     return files;
 }

@@ -141,6 +141,7 @@ TEST_CASE("image folder: PNG exact, JPEG close, sorted classes and files", "[dat
             data::write_png(test::made_parent(split + "/" + cls + "/" + std::to_string(k) + ".png"), img.data(), 8, 6);
         }
     write_file(split + "/ant/notes.txt", "not an image, ignored");
+    write_file(split + "/ant/._0.png", "macOS metadata beside a copied file, not a PNG: skipped");
     auto set = data::load_image_folder(split);
     REQUIRE(set.n == 6);
     CHECK(set.classes == std::vector<std::string>{"ant", "zebra"});
