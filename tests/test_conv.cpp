@@ -380,6 +380,38 @@ TEST_CASE("batch_norm", "[conv][gradcheck]") {
         gradcheck("batch_norm eval", [&](auto& in) { return batch_norm(in[0], in[1], in[2], rm, rv, false); },
                   {param({2, 3, 2, 2}, 96), param({3}, 97), param({3}, 98)});
     }
+    SECTION("training, [N, C, L]") {
+        Tensor rm = Tensor::zeros({3}), rv = Tensor::ones({3});
+        gradcheck("batch_norm train [N,C,L]", [&](auto& in) { return batch_norm(in[0], in[1], in[2], rm, rv, true); },
+                  {param({3, 3, 4}, 99), param({3}, 100, 0.5f, 1.5f), param({3}, 101)});
+    }
+    SECTION("training without running statistics") {
+        Tensor none_m, none_v;
+        gradcheck("batch_norm train, untracked",
+                  [&](auto& in) { return batch_norm(in[0], in[1], in[2], none_m, none_v, true); },
+                  {param({4, 2, 3}, 102), param({2}, 103, 0.5f, 1.5f), param({2}, 104)});
+    }
+    SECTION("training, weight only and bias only") {
+        Tensor rm = Tensor::zeros({3}), rv = Tensor::ones({3});
+        gradcheck("batch_norm train, weight only",
+                  [&](auto& in) { return batch_norm(in[0], in[1], Tensor(), rm, rv, true); },
+                  {param({3, 3, 2, 2}, 105), param({3}, 106, 0.5f, 1.5f)});
+        gradcheck("batch_norm train, bias only",
+                  [&](auto& in) { return batch_norm(in[0], Tensor(), in[1], rm, rv, true); },
+                  {param({3, 3, 2, 2}, 107), param({3}, 108)});
+    }
+    SECTION("eval, no affine, weight only, bias only") {
+        Tensor rm = constant({3}, 109), rv = constant({3}, 110, 0.5f, 2.f);
+        gradcheck("batch_norm eval, no affine",
+                  [&](auto& in) { return batch_norm(in[0], Tensor(), Tensor(), rm, rv, false); },
+                  {param({2, 3, 4}, 111)});
+        gradcheck("batch_norm eval, weight only",
+                  [&](auto& in) { return batch_norm(in[0], in[1], Tensor(), rm, rv, false); },
+                  {param({2, 3, 4}, 112), param({3}, 113)});
+        gradcheck("batch_norm eval, bias only",
+                  [&](auto& in) { return batch_norm(in[0], Tensor(), in[1], rm, rv, false); },
+                  {param({2, 3, 4}, 114), param({3}, 115)});
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -265,6 +265,8 @@ TEST_CASE("add_layer_norm", "[nnops][gradcheck]") {
                param({5}, 33)});
     gradcheck("add_layer_norm_norm_only", [](auto& in) { return add_layer_norm(in[0], in[1], Tensor(), Tensor()).norm; },
               {param({2, 3, 4}, 34, -2.f, 2.f), param({2, 3, 4}, 35, -2.f, 2.f)});
+    gradcheck("add_layer_norm_bias_only", both,
+              {param({3, 5}, 36, -2.f, 2.f), param({3, 5}, 37, -2.f, 2.f), Tensor(), param({5}, 38)});
 }
 
 TEST_CASE("add_layer_norm: argument errors", "[nnops][fused]") {
@@ -290,30 +292,33 @@ Tensor unfused_scale_shift_rope(const Tensor& x, const Tensor& gamma, const Tens
 
 // The values and gradients of mul, add and rope within roundings (one fma for x·gamma + beta, the
 // parameters' sums in another order); with Q and K both from x (GAU's z), the second adds its
-// share into x's gradient.
+// share into x's gradient. [3, 40, 8] is 120 rows, more than the 64 chunks the CPU sums dgamma and
+// dbeta over (so a chunk holds two rows, some two rows of different sequences: rope's position is
+// r % T) and than the 64 rows of a CUDA chunk.
 TEST_CASE("scale_shift_rope: mul, add and rope in one op, values and gradients", "[nnops][fused]") {
-    for (float base : {10000.f, 0.f})
-        for (bool qk : {false, true}) {
-            INFO("base " << base << " q·kᵀ from one x " << qk);
-            std::vector<Tensor> leaves{param({2, 5, 8}, 90, -2.f, 2.f), param({8}, 91, 0.5f, 1.5f), param({8}, 92)};
-            if (qk) leaves.insert(leaves.end(), {param({8}, 93, 0.5f, 1.5f), param({8}, 94)});
-            auto model = [&](bool fused) {
-                return [fused, qk, base](const std::vector<Tensor>& in) {
-                    auto f = fused ? scale_shift_rope : unfused_scale_shift_rope;
-                    Tensor q = f(in[0], in[1], in[2], base);
-                    return qk ? matmul(q, f(in[0], in[3], in[4], base), false, true) : q;
+    for (const Shape& shape : {Shape{2, 5, 8}, Shape{3, 40, 8}})
+        for (float base : {10000.f, 0.f})
+            for (bool qk : {false, true}) {
+                INFO("x " << shape.str() << " base " << base << " q·kᵀ from one x " << qk);
+                std::vector<Tensor> leaves{param(shape, 90, -2.f, 2.f), param({8}, 91, 0.5f, 1.5f), param({8}, 92)};
+                if (qk) leaves.insert(leaves.end(), {param({8}, 93, 0.5f, 1.5f), param({8}, 94)});
+                auto model = [&](bool fused) {
+                    return [fused, qk, base](const std::vector<Tensor>& in) {
+                        auto f = fused ? scale_shift_rope : unfused_scale_shift_rope;
+                        Tensor q = f(in[0], in[1], in[2], base);
+                        return qk ? matmul(q, f(in[0], in[3], in[4], base), false, true) : q;
+                    };
                 };
-            };
-            std::vector<uint32_t> fused_bits, plain_bits;
-            Grads fused = grads_of(leaves, model(true), &fused_bits);
-            Grads plain = grads_of(leaves, model(false), &plain_bits);
-            CHECK(bits_close(fused_bits, plain_bits));
-            for (size_t i = 0; i < leaves.size(); i++) {
-                INFO("leaf " << i);
-                CHECK(fused[i].size() == plain[i].size());
-                CHECK(bits_close(fused[i], plain[i]));
+                std::vector<uint32_t> fused_bits, plain_bits;
+                Grads fused = grads_of(leaves, model(true), &fused_bits);
+                Grads plain = grads_of(leaves, model(false), &plain_bits);
+                CHECK(bits_close(fused_bits, plain_bits));
+                for (size_t i = 0; i < leaves.size(); i++) {
+                    INFO("leaf " << i);
+                    CHECK(fused[i].size() == plain[i].size());
+                    CHECK(bits_close(fused[i], plain[i]));
+                }
             }
-        }
 }
 
 TEST_CASE("scale_shift_rope", "[nnops][gradcheck]") {
@@ -624,6 +629,9 @@ TEST_CASE("layer_norm_linear", "[matmul][gradcheck]") {
     gradcheck("layer_norm_linear, no norm parameters, no bias",
               [](auto& in) { return layer_norm_linear(in[0], Tensor(), Tensor(), 1e-5f, in[1]); },
               {param({5, 7}, 96, -3.f, 3.f), param({3, 7}, 97)});
+    gradcheck("layer_norm_linear, norm bias without norm weight",
+              [](auto& in) { return layer_norm_linear(in[0], Tensor(), in[1], 1e-5f, in[2], in[3]); },
+              {param({5, 7}, 103, -3.f, 3.f), param({7}, 104), param({3, 7}, 105), param({3}, 106)});
 }
 
 // What the op is for: from the forward to the backward it keeps x, its row statistics and the
@@ -964,11 +972,12 @@ Tensor lce_targets(Shape s, int32_t V, int ignored, uint64_t seed) {
 }
 
 // The loss and the gradients of x, w and b (b may be undefined), from the fused op or from
-// cross_entropy(linear(...)), with the loss scaled by `g` before the backward.
+// cross_entropy(linear(...)), with the loss scaled by `g` before the backward. Only the inputs
+// `wanted` (x, w, b) require a gradient; the others come back undefined.
 std::vector<Tensor> lce_run(bool fused, const Tensor& x0, const Tensor& w0, const Tensor& b0, const Tensor& t,
-                            float smoothing, float g) {
-    Tensor x = x0.detach().requires_grad_(true), w = w0.detach().requires_grad_(true);
-    Tensor b = b0.defined() ? b0.detach().requires_grad_(true) : Tensor();
+                            float smoothing, float g, std::array<bool, 3> wanted = {true, true, true}) {
+    Tensor x = x0.detach().requires_grad_(wanted[0]), w = w0.detach().requires_grad_(wanted[1]);
+    Tensor b = b0.defined() ? b0.detach().requires_grad_(wanted[2]) : Tensor();
     Tensor xi = mul(x, 1.f);  // an activation, as a model's features are
     Tensor loss = fused ? linear_cross_entropy(xi, w, b, t, -100, smoothing)
                         : cross_entropy(linear(xi, w, b), t, -100, smoothing);
@@ -1007,10 +1016,49 @@ TEST_CASE("linear_cross_entropy: cross_entropy of linear, values and gradients, 
     }
 }
 
+// Each subset of the gradients against cross_entropy(linear(...)) with all three: the fused op
+// picks its GEMMs by what is wanted (db alone is a column sum of dlogits, not gemm_dbias's), and
+// each chunk after the first adds into dw and db.
+TEST_CASE("linear_cross_entropy: a subset of the gradients, over several chunks", "[nnops][fused]") {
+    const int64_t B = 2, T = 60, D = 6, V = 40000;  // chunks of 104 rows, as above: 104 and 16
+    Tensor x = param({B, T, D}, 145, -1.f, 1.f), w = param({V, D}, 146, -0.5f, 0.5f), b = param({V}, 147, -0.5f, 0.5f);
+    Tensor t = lce_targets({B, T}, (int32_t)V, 5, 148);
+    std::vector<Tensor> plain = lce_run(false, x, w, b, t, 0.1f, 1.5f);
+    for (std::array<bool, 3> wanted : std::vector<std::array<bool, 3>>{{true, false, false},
+                                                                      {false, true, true},
+                                                                      {false, false, true},
+                                                                      {true, false, true},
+                                                                      {false, true, false}}) {
+        INFO("x " << wanted[0] << " w " << wanted[1] << " b " << wanted[2]);
+        std::vector<Tensor> fused = lce_run(true, x, w, b, t, 0.1f, 1.5f, wanted);
+        CHECK(fused[0].item() == Approx(plain[0].item()).epsilon(1e-5));
+        for (int i = 1; i < 4; i++) {
+            INFO("gradient " << i << " (x, w, b)");
+            REQUIRE(fused[i].defined() == wanted[i - 1]);
+            if (!wanted[i - 1]) continue;
+            const float scale = std::max(1e-6f, test::max_abs_diff(plain[i], Tensor::zeros(plain[i].shape())));
+            CHECK(test::max_abs_diff(fused[i], plain[i]) <= 1e-4f * scale);
+        }
+    }
+}
+
+// The loss times 100, as cross_entropy's gradcheck (tests/test_nn_ops.cpp): a mean over the four
+// rows not ignored gives w gradients from 4e-3 to 0.2, the smallest below the gradcheck's atol of
+// 5e-3, where a zero gradient would pass.
 TEST_CASE("linear_cross_entropy", "[nnops][gradcheck]") {
     Tensor t = lce_targets({2, 3}, 5, 4, 124);
-    gradcheck("linear_cross_entropy", [t](auto& in) { return linear_cross_entropy(in[0], in[1], in[2], t, -100, 0.1f); },
-              {param({2, 3, 4}, 125), param({5, 4}, 126), param({5}, 127)});
+    auto f = [t](auto& in) { return mul(linear_cross_entropy(in[0], in[1], in[2], t, -100, 0.1f), 100.f); };
+    auto inputs = [](std::array<bool, 3> wanted) {
+        return std::vector<Tensor>{param({2, 3, 4}, 125).requires_grad_(wanted[0]),
+                                   param({5, 4}, 126).requires_grad_(wanted[1]),
+                                   param({5}, 127).requires_grad_(wanted[2])};
+    };
+    gradcheck("linear_cross_entropy", f, inputs({true, true, true}));
+    // The branches of a frozen input: x alone (a frozen output layer), w and b alone, b without w.
+    gradcheck("linear_cross_entropy x only", f, inputs({true, false, false}));
+    gradcheck("linear_cross_entropy w and b only", f, inputs({false, true, true}));
+    gradcheck("linear_cross_entropy b only", f, inputs({false, false, true}));
+    gradcheck("linear_cross_entropy x and b", f, inputs({true, false, true}));
 }
 
 TEST_CASE("linear_cross_entropy: only the gradients wanted, none under NoGrad", "[nnops][fused]") {

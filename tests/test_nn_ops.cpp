@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <omp.h>
+#include <array>
 #include <cmath>
 #include <vector>
 #include "engine/error.h"
@@ -116,6 +117,8 @@ TEST_CASE("layer_norm", "[nnops][gradcheck]") {
               {param({2, 3, 4}, 11, -2.f, 2.f)});
     gradcheck("layer_norm_weight_only", [](auto& in) { return layer_norm(in[0], in[1], Tensor(), 1e-3f); },
               {param({4, 6}, 12, -2.f, 2.f), param({6}, 13, 0.5f, 1.5f)});
+    gradcheck("layer_norm_bias_only", [](auto& in) { return layer_norm(in[0], Tensor(), in[1]); },
+              {param({4, 6}, 17, -2.f, 2.f), param({6}, 18)});
 }
 
 TEST_CASE("layer_norm: dx added into the gradient a residual gave its input, as adding afterwards", "[nnops]") {
@@ -266,9 +269,13 @@ TEST_CASE("cross_entropy argument errors", "[nnops]") {
                       Catch::Contains("label_smoothing must be in [0, 1]"));
 }
 
+// The first loss times 100: its mean over four rows gives gradients from 3e-3 to 0.2, the smallest
+// below the gradcheck's atol of 5e-3, where a zero gradient would pass. Scaled, the finite
+// differences' noise (~3e-3) stays under the tolerance and every element counts.
 TEST_CASE("cross_entropy", "[nnops][gradcheck]") {
     Tensor t = Tensor::from_vector(std::vector<int32_t>{0, 4, 2, 1}, {4});
-    gradcheck("cross_entropy", [t](auto& in) { return cross_entropy(in[0], t); }, {param({4, 5}, 32, -2.f, 2.f)});
+    gradcheck("cross_entropy", [t](auto& in) { return mul(cross_entropy(in[0], t), 100.f); },
+              {param({4, 5}, 32, -2.f, 2.f)});
     Tensor ti = Tensor::from_vector(std::vector<int32_t>{0, -1, 2, -1, 3, 1}, {2, 3});
     gradcheck("cross_entropy_ignore_smoothing", [ti](auto& in) { return cross_entropy(in[0], ti, -1, 0.2f); },
               {param({2, 3, 4}, 33, -2.f, 2.f)});
@@ -516,12 +523,28 @@ TEST_CASE("attention", "[nnops][gradcheck]") {
         manual_seed(3);
         return attention(in[0], in[1], in[2], true, 0.3f, true);
     }, inputs());
+    gradcheck("attention_dropout_full", [](auto& in) {
+        manual_seed(4);
+        return attention(in[0], in[1], in[2], false, 0.3f, true);
+    }, inputs());
     // Only v requiring grad: the kernel skips dS.
     Tensor q = param({1, 1, 3, 4}, 70), k = param({1, 1, 3, 4}, 71);
     q.requires_grad_(false);
     k.requires_grad_(false);
     gradcheck("attention_v_only", [](auto& in) { return attention(in[0], in[1], in[2], true); },
               {q, k, param({1, 1, 3, 4}, 72)});
+    // v frozen: dS is still needed, dv is not; each of q and k alone, then both.
+    auto frozen = [](std::array<bool, 3> wanted) {
+        return std::vector<Tensor>{param({2, 1, 3, 4}, 73).requires_grad_(wanted[0]),
+                                   param({2, 1, 5, 4}, 74).requires_grad_(wanted[1]),
+                                   param({2, 1, 5, 4}, 75).requires_grad_(wanted[2])};
+    };
+    for (bool causal : {false, true}) {
+        auto f = [causal](auto& in) { return attention(in[0], in[1], in[2], causal); };
+        gradcheck(causal ? "attention_q_only causal" : "attention_q_only", f, frozen({true, false, false}));
+        gradcheck(causal ? "attention_k_only causal" : "attention_k_only", f, frozen({false, true, false}));
+        gradcheck(causal ? "attention_qk causal" : "attention_qk", f, frozen({true, true, false}));
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -32,6 +32,8 @@ TEST_CASE("lstm_cell", "[rnn][gradcheck]") {
     // Through h alone and through c alone (the two halves get different upstream gradients).
     test::gradcheck("lstm_cell_h", [](auto& in) { return lstm_cell(in[0], in[1]).narrow(0, 0, 1); },
                     {test::param({2, 12}, 6, -2.f, 2.f), test::param({2, 3}, 7)});
+    test::gradcheck("lstm_cell_c", [](auto& in) { return lstm_cell(in[0], in[1]).narrow(0, 1, 1); },
+                    {test::param({2, 12}, 8, -2.f, 2.f), test::param({2, 3}, 9)});
 }
 
 namespace {
