@@ -245,6 +245,9 @@ static void tokenize_chars(std::string_view text, const std::string& file, Vocab
 std::vector<int32_t> tokenize(std::string_view text, const std::string& file, TextLevel level, Vocab& vocab,
                               Unknown unknown) {
     check(!text.empty(), "{}: file is empty", file);
+    // A UTF-8 byte-order mark (Windows editors write one) is not text: it would join the first word.
+    // Byte level keeps every byte as it is.
+    if (level != TextLevel::Byte && text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);
     std::vector<int32_t> out;
     switch (level) {
         case TextLevel::Word: tokenize_words(text, file, true, vocab, unknown, out); break;

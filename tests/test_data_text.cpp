@@ -70,6 +70,10 @@ TEST_CASE("tokenize: word level adds <eos> at every line end, empty lines includ
     // A trailing newline ends the last line; it does not open an empty one.
     Vocab w;
     CHECK(data::tokenize("x y\n", "f.txt", TextLevel::Word, w, Unknown::Grow).size() == 3);
+    // A UTF-8 byte-order mark is dropped, not glued to the first word.
+    Vocab bom;
+    data::tokenize("\xEF\xBB\xBFx y\n", "f.txt", TextLevel::Word, bom, Unknown::Grow);
+    CHECK(bom.tokens() == std::vector<std::string>{"x", "y", "<eos>"});
 
     // Symbols: whitespace separated, no <eos>.
     Vocab s;
