@@ -157,8 +157,6 @@ static Data load_data(const Args& a) {
     std::exit(2);
 }
 
-// A seeded random subset of n training images that keeps every class (n/classes per class,
-// the remainder spread over the first classes).
 // The init set of data-dependent schemes: --init-samples training images drawn at random, the
 // random training subset of Aguirre & Fuentes. Not the first N: an image folder lists its images
 // class by class, so those would be two or three of CIFAR-10's classes (as they were until
@@ -177,6 +175,8 @@ static int classes_in(const data::ImageSet& set, const std::vector<int64_t>& idx
     return (int)seen.size();
 }
 
+// A seeded random subset of n training images that keeps every class (n/classes per class,
+// the remainder spread over the first classes).
 static void take_subset(data::ImageSet& set, int64_t n, uint64_t seed) {
     if (n <= 0 || n >= set.n) return;
     int k = set.num_classes();
