@@ -91,7 +91,12 @@ TEST_CASE("exp", "[gradcheck]") { gradcheck("exp", [](auto& in) { return exp(in[
 TEST_CASE("log", "[gradcheck]") { gradcheck("log", [](auto& in) { return log(in[0]); }, {param({3, 4}, 3, 0.5f, 2.f)}); }
 TEST_CASE("sqrt", "[gradcheck]") { gradcheck("sqrt", [](auto& in) { return sqrt(in[0]); }, {param({3, 4}, 4, 0.5f, 2.f)}); }
 TEST_CASE("rsqrt", "[gradcheck]") { gradcheck("rsqrt", [](auto& in) { return rsqrt(in[0]); }, {param({3, 4}, 5, 0.5f, 2.f)}); }
-TEST_CASE("pow", "[gradcheck]") { gradcheck("pow", [](auto& in) { return pow(in[0], 2.5f); }, {param({3, 4}, 6, 0.5f, 2.f)}); }
+TEST_CASE("pow", "[gradcheck]") {
+    gradcheck("pow", [](auto& in) { return pow(in[0], 2.5f); }, {param({3, 4}, 6, 0.5f, 2.f)});
+    // A negative and a fractional exponent below 1: p·x^(p−1) grows as x shrinks.
+    gradcheck("pow_neg", [](auto& in) { return pow(in[0], -1.5f); }, {param({3, 4}, 7, 0.5f, 2.f)});
+    gradcheck("pow_root", [](auto& in) { return pow(in[0], 0.5f); }, {param({3, 4}, 8, 0.5f, 2.f)});
+}
 TEST_CASE("abs", "[gradcheck]") { gradcheck("abs", [](auto& in) { return abs(in[0]); }, {away_from_zero({3, 4}, 7)}); }
 TEST_CASE("tanh", "[gradcheck]") { gradcheck("tanh", [](auto& in) { return tanh(in[0]); }, {param({3, 4}, 8, -2.f, 2.f)}); }
 TEST_CASE("sigmoid", "[gradcheck]") { gradcheck("sigmoid", [](auto& in) { return sigmoid(in[0]); }, {param({3, 4}, 9, -3.f, 3.f)}); }

@@ -46,6 +46,7 @@ TEST_CASE("max", "[gradcheck]") {
     Tensor x = Tensor::from_vector(v, {2, 3, 4}).requires_grad_();
     gradcheck("max", [](auto& in) { return max(in[0], {1}); }, {x});
     gradcheck("max_two_dims", [](auto& in) { return max(in[0], {0, 2}, true); }, {x});
+    gradcheck("max_all", [](auto& in) { return max(in[0]); }, {x});
 }
 
 TEST_CASE("sum_to", "[gradcheck]") {

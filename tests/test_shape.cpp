@@ -78,9 +78,14 @@ TEST_CASE("transpose", "[gradcheck]") {
 }
 TEST_CASE("concat", "[gradcheck]") {
     gradcheck("concat", [](auto& in) { return concat({in[0], in[1]}, 1); }, {param({2, 3, 2}, 3), param({2, 1, 2}, 4)});
+    // The first and the last dim: other strides between the pieces.
+    gradcheck("concat_dim0", [](auto& in) { return concat({in[0], in[1]}, 0); }, {param({1, 3}, 11), param({2, 3}, 12)});
+    gradcheck("concat_last", [](auto& in) { return concat({in[0], in[1]}, -1); }, {param({2, 2}, 13), param({2, 3}, 14)});
 }
 TEST_CASE("slice", "[gradcheck]") {
     gradcheck("slice", [](auto& in) { return slice(in[0], 1, 1, 3); }, {param({2, 4, 3}, 5)});
+    gradcheck("slice_dim0", [](auto& in) { return slice(in[0], 0, 1, 3); }, {param({4, 3}, 15)});
+    gradcheck("slice_last", [](auto& in) { return slice(in[0], 2, 0, 2); }, {param({2, 2, 3}, 16)});
 }
 TEST_CASE("split", "[gradcheck]") {
     gradcheck("split", [](auto& in) { auto p = split(in[0], {1, 3}, 1); return mul(p[0], sum(p[1], {1}, true)); },
@@ -89,10 +94,14 @@ TEST_CASE("split", "[gradcheck]") {
 TEST_CASE("index_select", "[gradcheck]") {
     Tensor idx = Tensor::from_vector(std::vector<int32_t>{2, 0, 2, 1}, {4});
     gradcheck("index_select", [idx](auto& in) { return index_select(in[0], 1, idx); }, {param({2, 3, 2}, 7)});
+    // Rows (dim 0), with a repeated index: its gradient is the sum of both uses.
+    gradcheck("index_select_dim0", [idx](auto& in) { return index_select(in[0], 0, idx); }, {param({3, 2}, 17)});
 }
 TEST_CASE("gather", "[gradcheck]") {
     Tensor idx = Tensor::from_vector(std::vector<int32_t>{0, 2, 2, 1, 1, 1}, {3, 2});
     gradcheck("gather", [idx](auto& in) { return gather(in[0], 1, idx); }, {param({3, 4}, 8)});
+    Tensor rows = Tensor::from_vector(std::vector<int32_t>{2, 0, 2, 1, 1, 0}, {2, 3});
+    gradcheck("gather_dim0", [rows](auto& in) { return gather(in[0], 0, rows); }, {param({3, 3}, 18)});
 }
 TEST_CASE("embedding", "[gradcheck]") {
     Tensor ids = Tensor::from_vector(std::vector<int32_t>{1, 1, 0, 4, 4, 4}, {2, 3});
