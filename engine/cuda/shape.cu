@@ -246,10 +246,11 @@ __global__ void index_select_kernel(const float* x, int64_t n, int64_t inner, co
 // at 0). With atomics the order was the order threads arrived: two runs of an LM step differed in
 // the last bits on an H200. A lane keeps kIndexAddPerLane columns in registers, so a pass over the
 // positions covers 256 columns; wider rows take several passes. The work: every warp first
-// tests the positions before its own (m²/64 index reads in all), then O(m / 32) ballots per
-// distinct index and pass. The H200 measured 0.93 ms for an
-// LM's 8192 tokens with a loop that tested one position at a time; this ballot form (32 at a
-// time) has run only in the emulator.
+// tests the positions before its own, 32 at a time, until one holds its index (at most m²/64
+// index reads in all, when every index is distinct), then O(m / 32) ballots per distinct index
+// and pass. The H200 measured 0.93 ms for an LM's 8192 tokens with a loop that tested one position
+// at a time and every earlier one; this ballot form with the early stop has run only in the
+// emulator.
 constexpr int kIndexAddPerLane = 8;
 
 __global__ void index_add_kernel(const float* g, int64_t n, int64_t inner, const int32_t* index, int64_t m, float* dx,
@@ -260,9 +261,12 @@ __global__ void index_add_kernel(const float* g, int64_t n, int64_t inner, const
     for (int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / kWarp; w < outer * m; w += warps) {
         const int64_t o = w / m, i0 = w % m;
         const int32_t v = index[i0];
+        // Not the first position of v: the warp stops at the first 32 positions that hold v (a
+        // frequent token's repeats stop within its first use, not after i0 reads).
         bool earlier = false;
-        for (int64_t i = lane; i < i0; i += kWarp) earlier |= index[i] == v;
-        if (__any_sync(kFullMask, earlier)) continue;  // not the first position of v
+        for (int64_t base = 0; base < i0 && !earlier; base += kWarp)
+            earlier = __any_sync(kFullMask, base + lane < i0 && index[base + lane] == v);
+        if (earlier) continue;
         float* dr = dx + (o * n + v) * inner;
         for (int64_t j0 = 0; j0 < inner; j0 += kWarp * kIndexAddPerLane) {
             float acc[kIndexAddPerLane] = {};
