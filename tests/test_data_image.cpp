@@ -62,6 +62,12 @@ TEST_CASE("cifar10: binary batches, planar to HWC, labels and class names", "[da
     CHECK(test.n == 2);
     CHECK(test.classes[3] == "d");
     check_pattern(test, 1, 101);
+    // CRLF line endings are names without the \r; a list of nine is an error naming the file.
+    write_file(bin + "/batches.meta.txt", "a\r\nb\r\nc\r\nd\r\ne\r\nf\r\ng\r\nh\r\ni\r\nj\r\n");
+    CHECK(data::load_cifar(CifarKind::Cifar10, dir.path(), "test").classes[9] == "j");
+    write_file(bin + "/batches.meta.txt", "a\nb\nc\nd\ne\nf\ng\nh\ni\n");
+    CHECK_THAT(error_of([&] { data::load_cifar(CifarKind::Cifar10, dir.path(), "test"); }),
+               Contains("batches.meta.txt") && Contains("9 class names, expected 10"));
 }
 
 TEST_CASE("cifar100: coarse and fine labels", "[data]") {
