@@ -315,6 +315,10 @@ static int run(Args& a, const apps::json& config, Device dev) {
 
     Batches train = make_batches(a, corpus.train, a.batch_size);
     data::TokenBatch init_rows = init_set(a, corpus.train, train, corpus.vocab.size());
+    if (init::needs_data(a.init))
+        std::printf("init set: %lld rows of %lld tokens (%s)\n", (long long)init_rows.inputs.size(0),
+                    (long long)init_rows.inputs.size(1),
+                    a.init_samples > 0 ? "--init-samples, spread over the training split" : "the first training batch");
     // The next tokens are the labels of relu-quantile's output-layer fit (untied models).
     init::InitData init_data{[&] { NoGrad ng; lm.forward(init_rows.inputs); }, init_rows.inputs.size(0),
                              init_rows.targets};

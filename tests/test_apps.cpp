@@ -580,6 +580,7 @@ TEST_CASE("train_lm --init-samples: data-dependent inits see N rows cut over the
                        "--init lsuv";
     REQUIRE(run_app("train_lm", base + " --out " + (tmp / "batch"), tmp / "log") == 0);
     CHECK(slurp(tmp / "log").find("on 4 samples") != std::string::npos);
+    CHECK(slurp(tmp / "log").find("init set: 4 rows of 8 tokens (the first training batch)") != std::string::npos);
     REQUIRE(run_app("train_lm", base + " --init-samples 16 --out " + (tmp / "rows16"), tmp / "log") == 0);
     std::string log = slurp(tmp / "log");
     INFO(log);
