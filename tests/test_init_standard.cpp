@@ -305,4 +305,10 @@ TEST_CASE("init registry: names, normal:STD, composition left to right, errors",
     std::vector<float> before = fc1.to_vector();
     CHECK_THROWS(init::apply(vit, "xavier+nope"));
     CHECK(fc1.to_vector() == before);
+    // Which chains need an init batch: any data-dependent part makes the whole chain need one.
+    CHECK_FALSE(init::needs_data("timm"));
+    CHECK_FALSE(init::needs_data("mimetic+smallemb"));
+    CHECK(init::needs_data("mimetic+lsuv"));
+    CHECK(init::needs_data("attn-logits"));
+    CHECK_THROWS_WITH(init::needs_data("timm+bogus"), Catch::Contains("unknown scheme 'bogus'"));
 }
