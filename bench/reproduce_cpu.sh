@@ -471,15 +471,13 @@ M=(./apps/train_vit --auto-resume --dataset folder --data-dir "$INITLAB_DATA"/ci
 # V/proj, default Q/K, learned PE × 18 from an edited start, as section 1's 96-wide control), second seeds.
 "${T[@]}" --seed 0 --init impulse3-closed --out runs/vit-tiny-size/impulse3-closed-sincos-s0
 mkdir -p runs/vit-tiny-size/starts
-./apps/train_vit --auto-resume --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --dim 192 --depth 12 --heads 3 --patch 4 --pool avg --batch-size 128 --epochs 4 --warmup-epochs 1 --lr 1e-3 --weight-decay 0.05 --randaug 0 --train-subset 128 --threads 2 --seed 0 --init mimetic --no-mimetic-qk --pos learned --out runs/vit-tiny-size/starts/voonly-learned-s0
-tools/edit_checkpoint.py runs/vit-tiny-size/starts/voonly-learned-s0/init.safetensors runs/vit-tiny-size/starts/voonly-learned-x18-s0.safetensors --scale pos_embed=18
+for s in 0 1; do
+  ./apps/train_vit --auto-resume --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --dim 192 --depth 12 --heads 3 --patch 4 --pool avg --batch-size 128 --epochs 4 --warmup-epochs 1 --lr 1e-3 --weight-decay 0.05 --randaug 0 --train-subset 128 --threads 2 --seed $s --init mimetic --no-mimetic-qk --pos learned --out runs/vit-tiny-size/starts/voonly-learned-s$s
+  tools/edit_checkpoint.py runs/vit-tiny-size/starts/voonly-learned-s$s/init.safetensors runs/vit-tiny-size/starts/voonly-learned-x18-s$s.safetensors --scale pos_embed=18
+done
 "${T[@]}" --seed 0 --init mimetic --no-mimetic-qk --pos learned --init-from runs/vit-tiny-size/starts/voonly-learned-x18-s0.safetensors --out runs/vit-tiny-size/mimetic-voonly-learned18-s0
 "${T[@]}" --seed 1 --init mimetic --out runs/vit-tiny-size/mimetic-s1
-"${T[@]}" --seed 1 --init impulse3-closed --pos learned --out runs/vit-tiny-size/impulse3-closed-learned18-s1
 # Session 28: section 2's T-Fixup char row, seeds 1 and 2 (--threads 2).
 for s in 1 2; do ./apps/train_lm --auto-resume --dataset ptb-char --model transformer --dim 128 --depth 4 --heads 4 --seq-len 128 --batch-size 32 --epochs 1 --max-steps 400 --lr 2e-3 --warmup-steps 50 --log-every 25 --threads 2 --seed $s --init t-fixup --out runs/lm/char-tfixup-emb9n-s$s; done
-# Session 28: section 1's timm+zero-attn and LayerScale rows on the fixed timm (V as above, --threads 2).
-for s in 0 1; do
-  "${V[@]}" --seed $s --threads 2 --init timm+zero-attn --out runs/vit-timm-fix/zero-attn-s$s
-  "${V[@]}" --seed $s --threads 2 --init timm --layerscale 0.1 --out runs/vit-timm-fix/layerscale0.1-s$s
-done
+"${T[@]}" --seed 1 --init impulse3-closed --pos learned --out runs/vit-tiny-size/impulse3-closed-learned18-s1
+"${T[@]}" --seed 1 --init mimetic --no-mimetic-qk --pos learned --init-from runs/vit-tiny-size/starts/voonly-learned-x18-s1.safetensors --out runs/vit-tiny-size/mimetic-voonly-learned18-s1
