@@ -236,6 +236,12 @@ static void tokenize_chars(std::string_view text, const std::string& file, Vocab
         size_t len = utf8_length(text, i);
         check(len > 0, "{}: line {}, byte offset {}: not valid UTF-8 (byte 0x{:02x}); use the byte level for "
               "arbitrary bytes", file, lineno, i, (unsigned char)text[i]);
+        // A CRLF line end is one character, the newline, as at the word level (where CR is space):
+        // the same text saved on Windows gives the same tokens. The byte level keeps the CR.
+        if (text[i] == '\r' && i + 1 < text.size() && text[i + 1] == '\n') {
+            i++;
+            continue;
+        }
         out.push_back(token_id(text.substr(i, len), vocab, unknown, unk, file, lineno));
         if (text[i] == '\n') lineno++;
         i += len;

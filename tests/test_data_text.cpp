@@ -104,6 +104,10 @@ TEST_CASE("tokenize: char level is UTF-8 code points, byte level is bytes", "[da
     CHECK(ids == std::vector<int32_t>{0, 1, 0, 2, 3});
     CHECK(v.token(1) == "\xc3\xa9");
     CHECK(v.token(3) == "\xe2\x82\xac");
+    // A CRLF line end is the newline alone; a CR elsewhere stays a character.
+    Vocab crlf;
+    CHECK(data::tokenize("h\xc3\xa9h\r\n\xe2\x82\xac", "w.txt", TextLevel::Char, crlf, Unknown::Grow) == ids);
+    CHECK(data::tokenize("a\rb", "r.txt", TextLevel::Char, crlf, Unknown::Grow).size() == 3);
     for (std::string bad : {std::string("ab\xc3"), std::string("a\x80"), std::string("\xc0\xaf"),
                             std::string("\xf5\x80\x80\x80")}) {
         Vocab w;
