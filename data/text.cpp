@@ -1,6 +1,7 @@
 // data/text.cpp: vocabularies, tokenizers and corpus readers (see text.h).
 #include "data/text.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -313,16 +314,20 @@ static std::string download_hint(const std::string& name) {
     return "put train.txt, valid.txt and test.txt in that directory";
 }
 
+// One naming scheme for the three splits: the first whose training file (else any file) is in
+// `dir`. Per split, wiki.train.tokens could have been paired with an unrelated valid.txt.
 std::vector<std::string> corpus_files(const std::string& name, const std::string& dir) {
+    const auto per_split = candidates(name);
+    const size_t schemes = per_split[0].size();
+    auto exists = [&](size_t split, size_t k) { return fs::exists(fs::path(dir) / per_split[split][k]); };
+    size_t pick = schemes;
+    for (size_t k = 0; k < schemes && pick == schemes; k++)
+        if (exists(0, k)) pick = k;
+    for (size_t k = 0; k < schemes && pick == schemes; k++)
+        if (exists(1, k) || exists(2, k)) pick = k;
+    if (pick == schemes) pick = 0;
     std::vector<std::string> files;
-    for (const auto& names : candidates(name)) {
-        std::string pick = (fs::path(dir) / names[0]).string();
-        for (const std::string& n : names) {
-            std::string p = (fs::path(dir) / n).string();
-            if (fs::exists(p)) { pick = p; break; }
-        }
-        files.push_back(pick);
-    }
+    for (const auto& names : per_split) files.push_back((fs::path(dir) / names[pick]).string());
     return files;
 }
 
@@ -331,10 +336,15 @@ static void require_files(const std::string& name, const std::string& dir, const
     std::error_code ec;
     check(fs::is_directory(dir, ec), "{}: data directory {} does not exist; {}", name, dir, download_hint(name));
     auto names = candidates(name);
+    const bool none = std::none_of(files.begin(), files.end(), [](const std::string& f) { return fs::exists(f); });
     for (size_t s = need_train ? 0 : 1; s < 3; s++) {
         if (fs::exists(files[s])) continue;
-        std::string looked;
-        for (const std::string& n : names[s]) looked += (looked.empty() ? "" : ", ") + (fs::path(dir) / n).string();
+        // No file at all: every name it knows; else the split missing from the names in use.
+        std::string looked = files[s];
+        if (none) {
+            looked.clear();
+            for (const std::string& n : names[s]) looked += (looked.empty() ? "" : ", ") + (fs::path(dir) / n).string();
+        }
         fail("{}: missing file (looked for {}); {}", name, looked, download_hint(name));
     }
 }

@@ -204,6 +204,16 @@ TEST_CASE("corpus: missing directory or file says where it looked and how to get
                Contains(dir / "ptb.test.txt") && Contains("missing"));
     CHECK_THAT(error_of([&] { data::load_corpus("wikitext103", dir.path()); }),
                Contains("wiki.train.tokens") && Contains("train.txt"));
+    // One naming scheme for the three splits: WikiText's train file beside a stray valid.txt is
+    // read with wiki.valid.tokens, or refused without it, never with the stray file.
+    TempDir mixed;
+    write_file(mixed / "wiki.train.tokens", "a b\n");
+    write_file(mixed / "valid.txt", "a b\n");
+    write_file(mixed / "wiki.test.tokens", "a b\n");
+    CHECK_THAT(error_of([&] { data::load_corpus("wikitext2", mixed.path()); }),
+               Contains(mixed / "wiki.valid.tokens") && Contains("missing") && !Contains("valid.txt"));
+    write_file(mixed / "wiki.valid.tokens", "b a\n");
+    CHECK(data::load_corpus("wikitext2", mixed.path()).valid_file == mixed / "wiki.valid.tokens");
     write_file(dir / "ptb.test.txt", "");
     CHECK_THAT(error_of([&] { data::load_corpus("ptb", dir.path()); }), Contains("ptb.test.txt") && Contains("empty"));
     CHECK_THROWS_AS(data::load_corpus("imagenet", dir.path()), engine::Error);
