@@ -481,3 +481,8 @@ done
 for s in 1 2; do ./apps/train_lm --auto-resume --dataset ptb-char --model transformer --dim 128 --depth 4 --heads 4 --seq-len 128 --batch-size 32 --epochs 1 --max-steps 400 --lr 2e-3 --warmup-steps 50 --log-every 25 --threads 2 --seed $s --init t-fixup --out runs/lm/char-tfixup-emb9n-s$s; done
 "${T[@]}" --seed 1 --init impulse3-closed --pos learned --out runs/vit-tiny-size/impulse3-closed-learned18-s1
 "${T[@]}" --seed 1 --init mimetic --no-mimetic-qk --pos learned --init-from runs/vit-tiny-size/starts/voonly-learned-x18-s1.safetensors --out runs/vit-tiny-size/mimetic-voonly-learned18-s1
+# Session 28: section 1's timm+zero-attn and LayerScale rows on the fixed timm (V as above, --threads 2).
+for s in 0 1; do
+  "${V[@]}" --seed $s --threads 2 --init timm+zero-attn --out runs/vit-timm-fix/zero-attn-s$s
+  "${V[@]}" --seed $s --threads 2 --init timm --layerscale 0.1 --out runs/vit-timm-fix/layerscale0.1-s$s
+done
