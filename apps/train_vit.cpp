@@ -287,13 +287,16 @@ static int run(const Args& a, const apps::json& config, Device dev) {
                 a.model.c_str(), (long long)model->num_parameters(), a.dataset.c_str(), (long long)d.train.n,
                 (long long)d.test.n, d.train.num_classes());
 
-    std::vector<int64_t> init_idx = init_set(d.train, a.init_samples, a.seed);
-    if (init::needs_data(a.init))
-        std::printf("init set: %zu of %lld training images at random, %d of %d classes\n", init_idx.size(),
-                    (long long)d.train.n, classes_in(d.train, init_idx), d.train.num_classes());
-    Tensor init_batch = data::images_tensor(d.train, init_idx, d.norm);
-    init::InitData init_data{[&] { NoGrad ng; forward(init_batch); }, (int64_t)init_idx.size()};
-    init_data.labels = data::labels_tensor(d.train, init_idx);  // relu-quantile's output-layer fit
+    // The init set exists only for data-dependent schemes (the others never call its forward).
+    init::InitData init_data;
+    if (init::needs_data(a.init)) {
+        std::vector<int64_t> idx = init_set(d.train, a.init_samples, a.seed);
+        std::printf("init set: %zu of %lld training images at random, %d of %d classes\n", idx.size(),
+                    (long long)d.train.n, classes_in(d.train, idx), d.train.num_classes());
+        Tensor batch = data::images_tensor(d.train, idx, d.norm);
+        init_data = init::InitData{[batch, &forward] { NoGrad ng; forward(batch); }, (int64_t)idx.size(),
+                                   data::labels_tensor(d.train, idx)};  // labels: relu-quantile's head fit
+    }
     init::Report report = init::apply(*model, a.init, a.init_opt, &init_data);
     // The structured-init paper's fixed spatial filters replace what the scheme put there (a
     // data-dependent scheme measured its layers with its own filters: say so when combining them).

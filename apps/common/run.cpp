@@ -157,7 +157,6 @@ std::string out_dir_conflict(const std::string& out, bool resume, bool overwrite
            "or give another --out";
 }
 
-
 void add_auto_resume_flag(CLI::App& app, bool& auto_resume) {
     app.add_flag("--auto-resume", auto_resume,
                  "start the run in --out, or continue it if it was interrupted, or do nothing if it finished "
@@ -221,7 +220,6 @@ static AutoResume choose_auto_resume(const std::string& out, const json& config)
     }
     return r;
 }
-
 
 void add_dry_run_flag(CLI::App& app, bool& dry_run) {
     app.add_flag("--dry-run", dry_run,
