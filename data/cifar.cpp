@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <vector>
 #include "data/text.h"
 #include "engine/error.h"
 
@@ -29,6 +30,14 @@ void parse_cifar(const uint8_t* bytes, size_t nbytes, CifarKind kind, const std:
     const int64_t count = (int64_t)nbytes / rec;
     const int num_fine = kind == CifarKind::Cifar10 ? 10 : 100;
     const int label_at = kind == CifarKind::Cifar10 ? 0 : 1;
+    // Each CIFAR-100 fine class lies in one coarse class (100 into 20, five each): a record that
+    // pairs a fine label with another coarse label than the set so far did is corrupt or shifted.
+    // -1: not seen yet; the set's earlier records first, then this file's.
+    std::vector<int> coarse_of(100, -1);
+    std::vector<int64_t> first_in_file(100, -1);
+    if (out.coarse_labels.size() == out.labels.size())
+        for (size_t i = 0; i < out.labels.size(); i++)
+            if (out.labels[i] >= 0 && out.labels[i] < 100) coarse_of[out.labels[i]] = out.coarse_labels[i];
     // Check every record before touching `out`, so a bad file leaves it as it was.
     for (int64_t r = 0; r < count; r++) {
         const uint8_t* p = bytes + r * rec;
@@ -36,6 +45,15 @@ void parse_cifar(const uint8_t* bytes, size_t nbytes, CifarKind kind, const std:
             check(p[0] < 20, "{}: record {} (byte offset {}): coarse label {} outside [0, 20)", file, r, r * rec, p[0]);
         check(p[label_at] < num_fine, "{}: record {} (byte offset {}): label {} outside [0, {})", file, r, r * rec,
               p[label_at], num_fine);
+        if (kind != CifarKind::Cifar100) continue;
+        const int fine = p[1], coarse = p[0];
+        if (coarse_of[fine] < 0) coarse_of[fine] = coarse, first_in_file[fine] = r;
+        check(coarse_of[fine] == coarse,
+              "{}: record {} (byte offset {}): fine label {} with coarse label {}, where {} has it in coarse class {} "
+              "(a fine class lies in one coarse class: a corrupt file?)",
+              file, r, r * rec, fine, coarse,
+              first_in_file[fine] >= 0 ? fmt::format("record {}", first_in_file[fine]) : std::string("the files before"),
+              coarse_of[fine]);
     }
     out.pixels.resize((out.n + count) * kCifarPixels);
     for (int64_t r = 0; r < count; r++) {

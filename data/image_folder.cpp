@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cstring>
 #include <filesystem>
+#include <tuple>
 #include "data/image_codec.h"
 #include "data/text.h"
 #include "engine/error.h"
@@ -66,7 +67,8 @@ static std::vector<Entry> list_annotated(const std::string& dir, const FolderOpt
                                          std::vector<std::string>& classes) {
     std::string ann = (fs::path(dir) / "val_annotations.txt").string();
     std::string text = read_file(ann);
-    std::vector<std::pair<std::string, std::string>> rows;  // file, class
+    struct Row { std::string file, cls; int64_t line; };
+    std::vector<Row> rows;
     size_t start = 0;
     int64_t lineno = 0;
     while (start < text.size()) {
@@ -79,16 +81,20 @@ static std::vector<Entry> list_annotated(const std::string& dir, const FolderOpt
         size_t t1 = line.find('\t'), t2 = t1 == std::string::npos ? t1 : line.find('\t', t1 + 1);
         check(t1 != std::string::npos && t1 > 0 && t2 != t1 + 1, "{}: line {}: expected 'file<TAB>class...'", ann,
               lineno);
-        rows.emplace_back(line.substr(0, t1), line.substr(t1 + 1, t2 == std::string::npos ? t2 : t2 - t1 - 1));
+        rows.push_back({line.substr(0, t1), line.substr(t1 + 1, t2 == std::string::npos ? t2 : t2 - t1 - 1), lineno});
     }
     check(!rows.empty(), "{}: no annotations", ann);
-    for (const auto& r : rows) classes.push_back(r.second);
+    for (const auto& r : rows) classes.push_back(r.cls);
     std::sort(classes.begin(), classes.end());
     classes.erase(std::unique(classes.begin(), classes.end()), classes.end());
-    std::sort(rows.begin(), rows.end());
+    std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return std::tie(a.file, a.line) < std::tie(b.file, b.line); });
+    // A file listed twice would be trained or scored twice, perhaps under two labels.
+    for (size_t i = 1; i < rows.size(); i++)
+        check(rows[i].file != rows[i - 1].file, "{}: {} is listed twice (lines {} and {}, classes {} and {})", ann,
+              rows[i].file, rows[i - 1].line, rows[i].line, rows[i - 1].cls, rows[i].cls);
     std::vector<Entry> entries;
     std::vector<int64_t> taken(classes.size(), 0);
-    for (const auto& [file, cls] : rows) {
+    for (const auto& [file, cls, line] : rows) {
         int32_t label = (int32_t)(std::lower_bound(classes.begin(), classes.end(), cls) - classes.begin());
         if (opt.max_per_class > 0 && taken[label] >= opt.max_per_class) continue;
         taken[label]++;

@@ -314,6 +314,17 @@ static std::string download_hint(const std::string& name) {
     return "put train.txt, valid.txt and test.txt in that directory";
 }
 
+// WikiText's raw variant (wikitext-*-raw-v1: wiki.*.raw) is the untokenized text, with no <unk>:
+// at word level its test words unseen in train have no id. The papers' runs use the tokenized
+// variant; the raw one is for char- or byte-level runs.
+static std::string raw_variant_hint(const std::string& name, const std::string& dir) {
+    if ((name != "wikitext2" && name != "wikitext103") || !fs::exists(fs::path(dir) / "wiki.train.raw")) return "";
+    return fmt::format(" ({} holds wiki.train.raw, the raw variant: {} reads the tokenized wiki.*.tokens; for a "
+                       "char- or byte-level run on the raw text, name its files train.txt, valid.txt and test.txt and "
+                       "pass --dataset text --level char)",
+                       dir, name);
+}
+
 // One naming scheme for the three splits: the first whose training file (else any file) is in
 // `dir`. Per split, wiki.train.tokens could have been paired with an unrelated valid.txt.
 std::vector<std::string> corpus_files(const std::string& name, const std::string& dir) {
@@ -345,7 +356,8 @@ static void require_files(const std::string& name, const std::string& dir, const
             looked.clear();
             for (const std::string& n : names[s]) looked += (looked.empty() ? "" : ", ") + (fs::path(dir) / n).string();
         }
-        fail("{}: missing file (looked for {}); {}", name, looked, download_hint(name));
+        fail("{}: missing file (looked for {}){}; {}", name, looked, none ? raw_variant_hint(name, dir) : "",
+             download_hint(name));
     }
 }
 

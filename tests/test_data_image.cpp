@@ -124,6 +124,24 @@ TEST_CASE("cifar: bad files fail naming the file and the problem", "[data]") {
     c100[1] = 100;
     CHECK_THAT(error_of([&] { data::parse_cifar(c100.data(), c100.size(), CifarKind::Cifar100, "x.bin", set); }),
                Contains("label 100 outside [0, 100)"));
+
+    // A fine class in two coarse classes: in one file (naming both records), or against a file
+    // read before into the same set; consistent files append.
+    auto split = cifar_records(CifarKind::Cifar100, 0, {5, 7, 5}, {0, 1, 3});
+    CHECK_THAT(error_of([&] { data::parse_cifar(split.data(), split.size(), CifarKind::Cifar100, "x.bin", set); }),
+               Contains("x.bin") && Contains("record 2") && Contains("fine label 5 with coarse label 3") &&
+                   Contains("record 0 has it in coarse class 0"));
+    CHECK(set.n == 0);
+    auto first = cifar_records(CifarKind::Cifar100, 0, {5, 7}, {0, 1});
+    auto second = cifar_records(CifarKind::Cifar100, 0, {7, 5}, {1, 0});
+    data::parse_cifar(first.data(), first.size(), CifarKind::Cifar100, "a.bin", set);
+    data::parse_cifar(second.data(), second.size(), CifarKind::Cifar100, "b.bin", set);
+    CHECK(set.n == 4);
+    auto clash = cifar_records(CifarKind::Cifar100, 0, {7}, {4});
+    CHECK_THAT(error_of([&] { data::parse_cifar(clash.data(), clash.size(), CifarKind::Cifar100, "c.bin", set); }),
+               Contains("c.bin") && Contains("fine label 7 with coarse label 4") &&
+                   Contains("the files before has it in coarse class 1"));
+    CHECK(set.n == 4);
 }
 
 // A w x h image whose pixels depend on (seed, y, x, c).
@@ -326,4 +344,9 @@ TEST_CASE("image folder: the Tiny-ImageNet layout (class/images/, val_annotation
                Contains("val_annotations.txt") && Contains("line 1"));
     write_file(dir / "val/val_annotations.txt", "val_9.JPEG\tn01\t0\n");
     CHECK_THAT(error_of([&] { data::load_image_folder(dir / "val"); }), Contains("val_9.JPEG") && Contains("no such"));
+    // A file listed twice is refused, naming both lines and labels (it would count twice).
+    write_file(dir / "val/val_annotations.txt", "val_1.JPEG\tn01\t0\nval_0.JPEG\tn02\t0\nval_1.JPEG\tn02\t0\n");
+    CHECK_THAT(error_of([&] { data::load_image_folder(dir / "val"); }),
+               Contains("val_annotations.txt") && Contains("val_1.JPEG is listed twice") &&
+                   Contains("lines 1 and 3") && Contains("classes n01 and n02"));
 }

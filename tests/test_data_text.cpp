@@ -214,6 +214,12 @@ TEST_CASE("corpus: missing directory or file says where it looked and how to get
                Contains(mixed / "wiki.valid.tokens") && Contains("missing") && !Contains("valid.txt"));
     write_file(mixed / "wiki.valid.tokens", "b a\n");
     CHECK(data::load_corpus("wikitext2", mixed.path()).valid_file == mixed / "wiki.valid.tokens");
+    // The raw variant's files alone: the error says what they are and how to read them.
+    TempDir raw;
+    for (const char* s : {"train", "valid", "test"}) write_file(raw / fmt::format("wiki.{}.raw", s), " = A = \n");
+    CHECK_THAT(error_of([&] { data::load_corpus("wikitext103", raw.path()); }),
+               Contains("wiki.train.tokens") && Contains("raw variant") && Contains("--dataset text --level char"));
+    CHECK_THAT(error_of([&] { data::load_corpus("wikitext2", dir.path()); }), !Contains("raw variant"));
     write_file(dir / "ptb.test.txt", "");
     CHECK_THAT(error_of([&] { data::load_corpus("ptb", dir.path()); }), Contains("ptb.test.txt") && Contains("empty"));
     CHECK_THROWS_AS(data::load_corpus("imagenet", dir.path()), engine::Error);
