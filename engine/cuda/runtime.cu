@@ -1,6 +1,8 @@
 // engine/cuda/runtime.cu: the backend's stream, device memory, copies, fills, error reporting and
 // device description (the interface is engine/cuda/runtime.h).
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <unordered_map>
 #include <unordered_set>
@@ -336,12 +338,70 @@ bool tf32() { return g_gemm_precision == GemmPrecision::tf32; }
 // ---------------------------------------------------------------------------------------------
 // Copies and fills
 
+// Host-to-device copies go through pinned staging buffers: the source is copied into one on the
+// host, the device copies from there while the host goes on, and the caller may free or reuse
+// its source at once. Waiting for each copy instead (as a copy from pageable memory must, since
+// the caller may free it) stalled every training step twice, its inputs and its scalars, until the
+// device had finished the step before: the device idled while the host copied and launched.
+// kStagingSlots buffers in turn, each with an event recorded after its copy: a buffer is written
+// again only after that event, so the host runs at most kStagingSlots copies ahead. A step has
+// three copies (images, labels, the optimizer's scalars), so the host may run two steps ahead.
+// Copies above kMaxStagedBytes (checkpoints) go directly from the caller's memory and are waited
+// for: pinning that much is not worth it for a copy made once.
+namespace {
+constexpr int kStagingSlots = 8;
+constexpr size_t kMaxStagedBytes = size_t(32) << 20;
+
+struct StagingSlot {
+    void* host = nullptr;  // pinned (cudaHostAlloc)
+    size_t capacity = 0;
+    cudaEvent_t copied = nullptr;
+    bool pending = false;  // a copy from it was issued; `copied` is recorded after it
+};
+
+struct Staging {
+    StagingSlot slots[kStagingSlots];
+    int next = 0;
+    std::mutex mu;  // copies may come from loader threads
+};
+
+Staging& staging() {
+    static Staging* s = new Staging;  // never destroyed: pinned memory outlives static destructors' order
+    return *s;
+}
+}  // namespace
+
 void copy_to_device(void* dst, const void* src, size_t bytes) {
     if (!bytes) return;
-    check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream()),
-               ("copy to device (" + std::to_string(bytes) + " bytes)").c_str());
-    // The source is pageable host memory that the caller may free at once: wait for the copy.
-    check_cuda(cudaStreamSynchronize(stream()), "copy to device: synchronize");
+    const std::string what = "copy to device (" + std::to_string(bytes) + " bytes)";
+    if (capturing())
+        fail(what + " during CUDA graph capture: the graph would read the host buffer again at each replay "
+                    "(copy the inputs before the capture or replay, as nn::GraphStep does)");
+    if (bytes > kMaxStagedBytes) {
+        check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream()), what.c_str());
+        check_cuda(cudaStreamSynchronize(stream()), "copy to device: synchronize");
+        return;
+    }
+    Staging& st = staging();
+    std::lock_guard<std::mutex> lock(st.mu);
+    StagingSlot& slot = st.slots[st.next];
+    st.next = (st.next + 1) % kStagingSlots;
+    if (!slot.copied) check_cuda(cudaEventCreate(&slot.copied), "copy to device: cudaEventCreate");
+    if (slot.pending) check_cuda(cudaEventSynchronize(slot.copied), "copy to device: wait for the staging buffer");
+    slot.pending = false;
+    if (slot.capacity < bytes) {
+        if (slot.host) check_cuda(cudaFreeHost(slot.host), "copy to device: cudaFreeHost");
+        slot.host = nullptr;
+        slot.capacity = 0;
+        size_t want = std::max<size_t>(bytes, 4096);
+        check_cuda(cudaHostAlloc(&slot.host, want, cudaHostAllocDefault),
+                   ("copy to device: cudaHostAlloc of " + std::to_string(want) + " bytes").c_str());
+        slot.capacity = want;
+    }
+    std::memcpy(slot.host, src, bytes);
+    check_cuda(cudaMemcpyAsync(dst, slot.host, bytes, cudaMemcpyHostToDevice, stream()), what.c_str());
+    check_cuda(cudaEventRecord(slot.copied, stream()), "copy to device: cudaEventRecord");
+    slot.pending = true;
 }
 
 void copy_to_host(void* dst, const void* src, size_t bytes) {

@@ -430,6 +430,49 @@ TEST_CASE("emulator: cudaMemcpy in the wrong direction is an error", "[cuda][emu
     REQUIRE(host_b == host_a);
 }
 
+TEST_CASE("emulator: the host writing pinned memory before a wait covers the copy from it is an error",
+          "[cuda][emulator]") {
+    DeviceBuffer<float> dev(16);
+    const size_t bytes = 16 * sizeof(float);
+    float* pinned = nullptr;
+    REQUIRE(cudaHostAlloc((void**)&pinned, bytes, cudaHostAllocDefault) == cudaSuccess);
+    for (int i = 0; i < 16; i++) pinned[i] = (float)i;
+    cudaEvent_t before = nullptr, after = nullptr;
+    REQUIRE(cudaEventCreate(&before) == cudaSuccess);
+    REQUIRE(cudaEventCreate(&after) == cudaSuccess);
+    auto copy = [&] { REQUIRE(cudaMemcpyAsync(dev.p, pinned, bytes, cudaMemcpyHostToDevice, nullptr) == cudaSuccess); };
+
+    // Written before the stream is waited for: the GPU may have copied the new bytes.
+    copy();
+    pinned[3] = -1.f;
+    REQUIRE_THROWS_WITH(cudaStreamSynchronize(nullptr),
+                        Contains("pinned host memory") && Contains("64 bytes") && Contains("cudaStreamSynchronize"));
+    // An event recorded before the copy does not cover it; one recorded after it does.
+    REQUIRE(cudaEventRecord(before, nullptr) == cudaSuccess);
+    copy();
+    REQUIRE(cudaEventRecord(after, nullptr) == cudaSuccess);
+    REQUIRE(cudaEventSynchronize(before) == cudaSuccess);
+    pinned[4] = -1.f;
+    REQUIRE_THROWS_WITH(cudaEventSynchronize(after), Contains("pinned host memory") && Contains("cudaEventSynchronize"));
+    copy();
+    REQUIRE(cudaEventRecord(after, nullptr) == cudaSuccess);
+    REQUIRE(cudaEventSynchronize(after) == cudaSuccess);
+    pinned[5] = -1.f;  // the copy is known done: the buffer is the host's again
+    REQUIRE(cudaStreamSynchronize(nullptr) == cudaSuccess);
+    // cudaFreeHost waits for the copies, and reports the same mistake.
+    copy();
+    pinned[6] = -1.f;
+    REQUIRE_THROWS_WITH(cudaFreeHost(pinned), Contains("pinned host memory") && Contains("cudaFreeHost"));
+    // A pageable source is staged by the driver before the call returns: never checked.
+    std::vector<float> pageable(16, 2.f);
+    REQUIRE(cudaMemcpyAsync(dev.p, pageable.data(), bytes, cudaMemcpyHostToDevice, nullptr) == cudaSuccess);
+    pageable[0] = 3.f;
+    REQUIRE(cudaStreamSynchronize(nullptr) == cudaSuccess);
+    REQUIRE_THROWS_WITH(cudaFreeHost(pageable.data()), Contains("not the start of live pinned host memory"));
+    cudaEventDestroy(before);
+    cudaEventDestroy(after);
+}
+
 TEST_CASE("emulator: cublasSgemm checks its leading dimensions", "[cuda][emulator]") {
     cublasHandle_t h = nullptr;
     REQUIRE(cublasCreate(&h) == CUBLAS_STATUS_SUCCESS);

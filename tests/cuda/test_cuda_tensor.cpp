@@ -2,7 +2,9 @@
 // guard that keeps host code out of device memory, and the memory statistics.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdio>
+#include <memory>
 #include "engine/cuda/runtime.h"
 #include "tests/cuda/parity.h"
 
@@ -29,6 +31,42 @@ TEST_CASE("cuda: to() copies both ways, float and int", "[cuda]") {
     Tensor di = ids.to(Device::CUDA);
     REQUIRE(di.dtype() == DType::I32);
     REQUIRE(di.to(Device::CPU).to_vector() == ids.to_vector());
+}
+
+// copy_to_device stages its source in pinned buffers and does not wait (engine/cuda/runtime.cu):
+// each copy lands, in order, though its source is gone when the call returns and the host has gone
+// round the staging buffers several times (at growing sizes); a copy too large to stage is waited
+// for. In the emulated build a buffer written again before its copy was known done is an error.
+TEST_CASE("cuda: copies to the device may free their source at once", "[cuda]") {
+    std::vector<Tensor> dst;
+    std::vector<std::vector<float>> want;
+    for (int i = 0; i < 40; i++) {
+        int64_t n = 1 + (i * 7919) % 3001 + (i == 17 ? 200000 : 0);
+        auto host = std::make_unique<std::vector<float>>(n);
+        for (int64_t k = 0; k < n; k++) (*host)[k] = (float)(i * 100000 + k);
+        dst.push_back(Tensor::empty({n}, DType::F32, Device::CUDA));
+        engine::cuda::copy_to_device(dst.back().raw_f32(), host->data(), n * sizeof(float));
+        want.push_back(*host);
+        std::fill(host->begin(), host->end(), -1.f);  // the caller may reuse its memory...
+        host.reset();                                  // ...or free it
+    }
+    // The same destination written three times: the last copy wins.
+    Tensor same = Tensor::empty({4}, DType::F32, Device::CUDA);
+    for (float v : {1.f, 2.f, 3.f}) {
+        std::vector<float> h(4, v);
+        engine::cuda::copy_to_device(same.raw_f32(), h.data(), h.size() * sizeof(float));
+    }
+    // Above the staging size (32 MB): copied straight from the caller's memory, and waited for.
+    const int64_t big = (int64_t(33) << 20) / 4;
+    std::vector<float> host_big(big, 0.5f);
+    host_big[big - 1] = 7.f;
+    Tensor dbig = Tensor::empty({big}, DType::F32, Device::CUDA);
+    engine::cuda::copy_to_device(dbig.raw_f32(), host_big.data(), big * sizeof(float));
+    for (size_t i = 0; i < dst.size(); i++) REQUIRE(dst[i].to_vector() == want[i]);
+    REQUIRE(same.to_vector() == std::vector<float>(4, 3.f));
+    std::vector<float> back = dbig.to_vector();
+    REQUIRE(back[0] == 0.5f);
+    REQUIRE(back[big - 1] == 7.f);
 }
 
 TEST_CASE("cuda: factories on the device", "[cuda]") {

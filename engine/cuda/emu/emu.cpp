@@ -1005,7 +1005,11 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
     return cudaSuccess;
 }
 
-cudaError_t cudaDeviceSynchronize() { return emu::refuse_during_capture("cudaDeviceSynchronize", nullptr); }
+cudaError_t cudaDeviceSynchronize() {
+    if (cudaError_t e = emu::refuse_during_capture("cudaDeviceSynchronize", nullptr)) return e;
+    emu::settle_copies(UINT64_MAX, "cudaDeviceSynchronize");
+    return cudaSuccess;
+}
 
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
     *total_bytes = size_t(16) << 30;
@@ -1094,7 +1098,10 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
         if (bytes) std::memmove(dst, src, bytes);
     };
     switch (emu::capture_on(s)) {
-        case emu::Capture::none: copy(); return cudaSuccess;
+        case emu::Capture::none:
+            copy();
+            if (kind == cudaMemcpyHostToDevice) emu::note_copy_from_host(src, bytes);
+            return cudaSuccess;
         case emu::Capture::invalidated: return emu::set_error(cudaErrorStreamCaptureInvalidated);
         case emu::Capture::recording: emu::record("cudaMemcpyAsync of " + std::to_string(bytes) + " bytes", copy); return cudaSuccess;
     }
@@ -1125,14 +1132,98 @@ cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t s) {
     return cudaSuccess;
 }
 
-// Streams and events: everything runs synchronously, so a stream is a name and an event a time.
+// Pinned host memory (cudaHostAlloc). A GPU copies from it by DMA after cudaMemcpyAsync has
+// returned, so the host may write it again only once it knows the copy done: after
+// cudaStreamSynchronize, cudaDeviceSynchronize, cudaFreeHost (which waits) or cudaEventSynchronize
+// on an event recorded after the copy. The emulator copies at once and keeps what it sent; at each
+// of those waits it checks that the buffer still holds it, else the host wrote it while a GPU may
+// still have been reading it: an error naming the buffer. (A pageable source needs none of this:
+// the driver has staged it before cudaMemcpyAsync returns.)
+namespace emu {
+namespace {
+struct SentCopy {
+    const uint8_t* src;
+    std::vector<uint8_t> sent;
+    uint64_t order;  // in stream order, with the events' records
+};
+std::mutex g_pinned_mu;
+std::map<uintptr_t, size_t> g_pinned;  // start -> bytes
+std::deque<SentCopy> g_unsettled;      // copies from pinned memory not yet known done
+uint64_t g_stream_order = 0;
+
+bool inside_pinned(const void* p, size_t bytes) {
+    uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    auto it = g_pinned.upper_bound(a);
+    if (it == g_pinned.begin()) return false;
+    --it;
+    return a >= it->first && a + bytes <= it->first + it->second;
+}
+
+}  // namespace
+
+// The copies issued before stream position `until` are done: check them, forget them.
+void settle_copies(uint64_t until, const char* wait) {
+    std::lock_guard<std::mutex> lock(g_pinned_mu);
+    while (!g_unsettled.empty() && g_unsettled.front().order < until) {
+        SentCopy c = std::move(g_unsettled.front());
+        g_unsettled.pop_front();
+        if (std::memcmp(c.src, c.sent.data(), c.sent.size()) != 0)
+            fail("pinned host memory " + hex(c.src) + " (" + std::to_string(c.sent.size()) +
+                 " bytes, the source of a cudaMemcpyAsync) was written before " + wait +
+                 " said the copy was done: a GPU may have copied the new bytes (wait for an event recorded after "
+                 "the copy before reusing the buffer)");
+    }
+}
+
+void note_copy_from_host(const void* src, size_t bytes) {
+    std::lock_guard<std::mutex> lock(g_pinned_mu);
+    if (!bytes || !inside_pinned(src, bytes)) return;
+    const uint8_t* p = static_cast<const uint8_t*>(src);
+    g_unsettled.push_back({p, std::vector<uint8_t>(p, p + bytes), g_stream_order++});
+}
+uint64_t stream_position() {
+    std::lock_guard<std::mutex> lock(g_pinned_mu);
+    return g_stream_order++;
+}
+}  // namespace emu
+
+cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned) {
+    *p = nullptr;
+    if (cudaError_t e = emu::refuse_during_capture("cudaHostAlloc", nullptr)) return e;
+    if (bytes == 0) return cudaSuccess;
+    if (posix_memalign(p, 4096, bytes) != 0) { *p = nullptr; return emu::set_error(cudaErrorMemoryAllocation); }
+    emu::fill_poison(*p, bytes);
+    std::lock_guard<std::mutex> lock(emu::g_pinned_mu);
+    emu::g_pinned[reinterpret_cast<uintptr_t>(*p)] = bytes;
+    return cudaSuccess;
+}
+cudaError_t cudaMallocHost(void** p, size_t bytes) { return cudaHostAlloc(p, bytes, cudaHostAllocDefault); }
+cudaError_t cudaFreeHost(void* p) {
+    if (cudaError_t e = emu::refuse_during_capture("cudaFreeHost", nullptr)) return e;
+    if (!p) return cudaSuccess;
+    emu::settle_copies(UINT64_MAX, "cudaFreeHost");
+    {
+        std::lock_guard<std::mutex> lock(emu::g_pinned_mu);
+        if (emu::g_pinned.erase(reinterpret_cast<uintptr_t>(p)) == 0)
+            emu::fail("cudaFreeHost(" + emu::hex(p) + "): not the start of live pinned host memory");
+    }
+    std::free(p);
+    return cudaSuccess;
+}
+
+// Streams and events: everything runs synchronously, so a stream is a name and an event a time
+// (and a position in the stream, for the pinned copies above).
 struct CUstream_st { int unused; };
-struct CUevent_st { std::chrono::steady_clock::time_point t; bool recorded = false; };
+struct CUevent_st { std::chrono::steady_clock::time_point t; bool recorded = false; uint64_t position = 0; };
 
 cudaError_t cudaStreamCreate(cudaStream_t* s) { *s = new CUstream_st{0}; return cudaSuccess; }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) { return cudaStreamCreate(s); }
 cudaError_t cudaStreamDestroy(cudaStream_t s) { delete s; return cudaSuccess; }
-cudaError_t cudaStreamSynchronize(cudaStream_t s) { return emu::refuse_during_capture("cudaStreamSynchronize", s); }
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    if (cudaError_t e = emu::refuse_during_capture("cudaStreamSynchronize", s)) return e;
+    emu::settle_copies(UINT64_MAX, "cudaStreamSynchronize");
+    return cudaSuccess;
+}
 
 cudaError_t cudaEventCreate(cudaEvent_t* e) { *e = new CUevent_st; return cudaSuccess; }
 cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
@@ -1140,6 +1231,7 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     auto stamp = [e] {
         e->t = std::chrono::steady_clock::now();
         e->recorded = true;
+        e->position = emu::stream_position();
     };
     switch (emu::capture_on(s)) {
         case emu::Capture::none: stamp(); return cudaSuccess;
@@ -1149,7 +1241,11 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     return cudaSuccess;
 }
 // (Any event: the emulator does not track which stream recorded it.)
-cudaError_t cudaEventSynchronize(cudaEvent_t) { return emu::refuse_during_capture("cudaEventSynchronize", nullptr); }
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    if (cudaError_t err = emu::refuse_during_capture("cudaEventSynchronize", nullptr)) return err;
+    if (e->recorded) emu::settle_copies(e->position, "cudaEventSynchronize");
+    return cudaSuccess;
+}
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
     if (!a->recorded || !b->recorded) return emu::g_last_error = cudaErrorInvalidValue;
     *ms = std::chrono::duration<float, std::milli>(b->t - a->t).count();

@@ -21,6 +21,13 @@ bool remove_allocation(void* p);  // false: p is not the start of a live allocat
 bool is_live_allocation(const void* p);
 void check_copy(const char* call, void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
 
+// Copies from pinned host memory (emu.cpp, "Pinned host memory"): a host-to-device copy is noted
+// with what it sent (nothing for a pageable source); an event's record takes the next position in
+// the stream; a wait settles the copies before a position, failing if the host wrote one's source.
+void note_copy_from_host(const void* src, size_t bytes);
+uint64_t stream_position();
+void settle_copies(uint64_t until, const char* wait);
+
 // Stream capture (graph.cpp).
 enum class Capture { none, recording, invalidated };
 // The state of a capture on `s` (any thread may add work to a captured stream).

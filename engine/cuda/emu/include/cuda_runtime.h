@@ -290,6 +290,13 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
 cudaError_t cudaMemset(void* p, int value, size_t bytes);
 cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t s = nullptr);
 
+// Pinned host memory. An asynchronous copy from it is checked: the host may not write the
+// buffer before a wait says the copy is done (emu.cpp, "Pinned host memory").
+constexpr unsigned cudaHostAllocDefault = 0;
+cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned flags);
+cudaError_t cudaMallocHost(void** p, size_t bytes);
+cudaError_t cudaFreeHost(void* p);
+
 cudaError_t cudaStreamCreate(cudaStream_t* s);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags);
 cudaError_t cudaStreamDestroy(cudaStream_t s);
