@@ -347,8 +347,10 @@ bool tf32() { return g_gemm_precision == GemmPrecision::tf32; }
 // again only after that event, so the host runs at most kStagingSlots copies ahead. A step has
 // three copies (images, labels, the optimizer's scalars), so the host may run two steps ahead.
 // Copies above kMaxStagedBytes (checkpoints) go directly from the caller's memory and are waited
-// for: pinning that much is not worth it for a copy made once.
+// for: pinning that much is not worth it for a copy made once. INITLAB_STAGED_COPY=0 waits for
+// every copy, as before (to time the difference on a GPU).
 namespace {
+std::atomic<int> g_staged_copy{-1};
 constexpr int kStagingSlots = 8;
 constexpr size_t kMaxStagedBytes = size_t(32) << 20;
 
@@ -377,7 +379,7 @@ void copy_to_device(void* dst, const void* src, size_t bytes) {
     if (capturing())
         fail(what + " during CUDA graph capture: the graph would read the host buffer again at each replay "
                     "(copy the inputs before the capture or replay, as nn::GraphStep does)");
-    if (bytes > kMaxStagedBytes) {
+    if (bytes > kMaxStagedBytes || !env_switch(g_staged_copy, "INITLAB_STAGED_COPY", true)) {
         check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream()), what.c_str());
         check_cuda(cudaStreamSynchronize(stream()), "copy to device: synchronize");
         return;
