@@ -352,7 +352,7 @@ bool tf32() { return g_gemm_precision == GemmPrecision::tf32; }
 namespace {
 std::atomic<int> g_staged_copy{-1};
 constexpr int kStagingSlots = 8;
-constexpr size_t kMaxStagedBytes = size_t(32) << 20;
+constexpr size_t kMaxStagedBytes = size_t(16) << 20;  // eight of them: at most 128 MB pinned
 
 struct StagingSlot {
     void* host = nullptr;  // pinned (cudaHostAlloc)

@@ -56,8 +56,8 @@ TEST_CASE("cuda: copies to the device may free their source at once", "[cuda]") 
         std::vector<float> h(4, v);
         engine::cuda::copy_to_device(same.raw_f32(), h.data(), h.size() * sizeof(float));
     }
-    // Above the staging size (32 MB): copied straight from the caller's memory, and waited for.
-    const int64_t big = (int64_t(33) << 20) / 4;
+    // Above the staging size (16 MB): copied straight from the caller's memory, and waited for.
+    const int64_t big = (int64_t(17) << 20) / 4;
     std::vector<float> host_big(big, 0.5f);
     host_big[big - 1] = 7.f;
     Tensor dbig = Tensor::empty({big}, DType::F32, Device::CUDA);
