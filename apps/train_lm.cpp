@@ -454,10 +454,11 @@ static int run(Args& a, const apps::json& config, Device dev) {
             frozen.unfreeze_when_due(global_step, "train_lm");
             prof.begin();
             data::TokenBatch b = train.get(i);
+            bool log_now = (global_step + 1) % a.log_every == 0;
+            if (log_now) apps::wait_for_device(dev);  // the logged time is this step's alone
             auto t0 = std::chrono::steady_clock::now();
             step_flops.begin();
             if (a.schedule == "cosine") opt->lr = cosine.lr(global_step);
-            bool log_now = (global_step + 1) % a.log_every == 0;
             bool graph = use_graph && (!x_in.defined() || b.inputs.shape() == x_in.shape());
             Tensor loss;
             float gnorm = 0.f;

@@ -393,10 +393,11 @@ static int run(const Args& a, const apps::json& config, Device dev) {
                 x = batch.images.to(dev), y = batch.labels.to(dev);
             }
             profile::boundary("batch to device", profile::Phase::Outside);
+            bool log_now = (global_step + 1) % a.log_every == 0;
+            if (log_now) apps::wait_for_device(dev);  // the logged time is this step's alone
             auto t0 = std::chrono::steady_clock::now();
             step_flops.begin();
             opt->lr = sched.lr(global_step);
-            bool log_now = (global_step + 1) % a.log_every == 0;
             Tensor loss;
             float gnorm = 0.f;
             if (graph) {

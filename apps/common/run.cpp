@@ -122,6 +122,14 @@ double peak_rss_mb() {
     return u.ru_maxrss / 1024.0;  // KiB on Linux
 }
 
+void wait_for_device(engine::Device dev) {
+#ifdef ENGINE_CUDA
+    if (dev == engine::Device::CUDA) engine::cuda::synchronize();
+#else
+    (void)dev;
+#endif
+}
+
 void add_peak_device_mb(json& line, engine::Device dev) {
 #ifdef ENGINE_CUDA
     if (dev == engine::Device::CUDA) line["peak_device_mb"] = (double)engine::cuda::peak_memory() / (1 << 20);

@@ -54,6 +54,11 @@ double peak_rss_mb();  // the process's peak resident memory
 // The peak of device memory in use (engine::cuda::peak_memory) when `dev` is CUDA, else nothing:
 // `line` gets "peak_device_mb" only for a run on the device.
 void add_peak_device_mb(json& line, engine::Device dev);
+// Returns when the device has done the work queued so far (nothing to wait for on the CPU). The
+// trainers call it before a logged step's clock starts: nothing in a CUDA step waits for the device
+// (copies to it are staged, engine/cuda/runtime.cu), so the host runs steps ahead, and the logged
+// step's read-back would wait for those too: its ms_per_step would hold several steps.
+void wait_for_device(engine::Device dev);
 
 // config.json's contents: the app, git commit, device (its description: "cpu", or
 // "cuda: NVIDIA H100 ... (sm_90, 132 SMs)"), threads, start time, and every flag's value (given or default).

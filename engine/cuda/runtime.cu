@@ -339,37 +339,61 @@ bool tf32() { return g_gemm_precision == GemmPrecision::tf32; }
 // Copies and fills
 
 // Host-to-device copies go through pinned staging buffers: the source is copied into one on the
-// host, the device copies from there while the host goes on, and the caller may free or reuse
-// its source at once. Waiting for each copy instead (as a copy from pageable memory must, since
-// the caller may free it) stalled every training step twice, its inputs and its scalars, until the
-// device had finished the step before: the device idled while the host copied and launched.
+// host, the device copies from there in stream order while the host goes on, and the caller may
+// free or reuse its source at once. A copy straight from the caller's pageable memory had to be
+// waited for (the caller may free it), and a training step's first copy then waited for the device
+// to finish the step before: the device idled while the host copied and launched the next.
 // kStagingSlots buffers in turn, each with an event recorded after its copy: a buffer is written
-// again only after that event, so the host runs at most kStagingSlots copies ahead. A step has
-// three copies (images, labels, the optimizer's scalars), so the host may run two steps ahead.
-// Copies above kMaxStagedBytes (checkpoints) go directly from the caller's memory and are waited
-// for: pinning that much is not worth it for a copy made once. INITLAB_STAGED_COPY=0 waits for
-// every copy, as before (to time the difference on a GPU).
+// again only after that event, so the host runs at most kStagingSlots copies ahead (a train_vit
+// step makes three: images, labels, the optimizer's scalars). A copy larger than kChunkBytes goes
+// in chunks, one a buffer, so no buffer grows past it: at most 128 MB pinned in all.
+// INITLAB_STAGED_COPY=0 waits for every copy, as before (to time the difference on a GPU).
+// Callers: the thread that runs the steps (a capture, refused below, happens on it too).
 namespace {
 std::atomic<int> g_staged_copy{-1};
 constexpr int kStagingSlots = 8;
-constexpr size_t kMaxStagedBytes = size_t(16) << 20;  // eight of them: at most 128 MB pinned
+constexpr size_t kChunkBytes = size_t(16) << 20;
 
 struct StagingSlot {
     void* host = nullptr;  // pinned (cudaHostAlloc)
     size_t capacity = 0;
     cudaEvent_t copied = nullptr;
-    bool pending = false;  // a copy from it was issued; `copied` is recorded after it
+    bool pending = false;  // a copy from it was issued and `copied` recorded after it
 };
 
 struct Staging {
     StagingSlot slots[kStagingSlots];
     int next = 0;
-    std::mutex mu;  // copies may come from loader threads
+    std::mutex mu;
 };
 
 Staging& staging() {
-    static Staging* s = new Staging;  // never destroyed: pinned memory outlives static destructors' order
+    static Staging* s = new Staging;  // never destroyed: the driver reclaims pinned memory at exit
     return *s;
+}
+
+// The next slot, free for the host to write and at least `bytes` large. Capacities grow in powers
+// of two (from 4 KB, at most kChunkBytes): pinning is slow, and a checkpoint's tensors come in
+// mixed sizes.
+StagingSlot& free_slot(Staging& st, size_t bytes) {
+    StagingSlot& slot = st.slots[st.next];
+    st.next = (st.next + 1) % kStagingSlots;
+    if (!slot.copied) check_cuda(cudaEventCreate(&slot.copied), "copy to device: cudaEventCreate");
+    if (slot.pending) check_cuda(cudaEventSynchronize(slot.copied), "copy to device: wait for the staging buffer");
+    slot.pending = false;
+    if (slot.capacity < bytes) {
+        void* old = slot.host;
+        slot.host = nullptr;
+        slot.capacity = 0;
+        if (old) check_cuda(cudaFreeHost(old), "copy to device: cudaFreeHost");
+        size_t want = 4096;
+        while (want < bytes) want *= 2;
+        want = std::min(want, kChunkBytes);
+        check_cuda(cudaHostAlloc(&slot.host, want, cudaHostAllocDefault),
+                   ("copy to device: cudaHostAlloc of " + std::to_string(want) + " bytes").c_str());
+        slot.capacity = want;
+    }
+    return slot;
 }
 }  // namespace
 
@@ -379,31 +403,28 @@ void copy_to_device(void* dst, const void* src, size_t bytes) {
     if (capturing())
         fail(what + " during CUDA graph capture: the graph would read the host buffer again at each replay "
                     "(copy the inputs before the capture or replay, as nn::GraphStep does)");
-    if (bytes > kMaxStagedBytes || !env_switch(g_staged_copy, "INITLAB_STAGED_COPY", true)) {
+    if (!env_switch(g_staged_copy, "INITLAB_STAGED_COPY", true)) {
         check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream()), what.c_str());
         check_cuda(cudaStreamSynchronize(stream()), "copy to device: synchronize");
         return;
     }
     Staging& st = staging();
     std::lock_guard<std::mutex> lock(st.mu);
-    StagingSlot& slot = st.slots[st.next];
-    st.next = (st.next + 1) % kStagingSlots;
-    if (!slot.copied) check_cuda(cudaEventCreate(&slot.copied), "copy to device: cudaEventCreate");
-    if (slot.pending) check_cuda(cudaEventSynchronize(slot.copied), "copy to device: wait for the staging buffer");
-    slot.pending = false;
-    if (slot.capacity < bytes) {
-        if (slot.host) check_cuda(cudaFreeHost(slot.host), "copy to device: cudaFreeHost");
-        slot.host = nullptr;
-        slot.capacity = 0;
-        size_t want = std::max<size_t>(bytes, 4096);
-        check_cuda(cudaHostAlloc(&slot.host, want, cudaHostAllocDefault),
-                   ("copy to device: cudaHostAlloc of " + std::to_string(want) + " bytes").c_str());
-        slot.capacity = want;
+    for (size_t done = 0; done < bytes;) {
+        const size_t n = std::min(kChunkBytes, bytes - done);
+        StagingSlot& slot = free_slot(st, n);
+        std::memcpy(slot.host, static_cast<const char*>(src) + done, n);
+        check_cuda(cudaMemcpyAsync(static_cast<char*>(dst) + done, slot.host, n, cudaMemcpyHostToDevice, stream()),
+                   what.c_str());
+        if (cudaError_t e = cudaEventRecord(slot.copied, stream()); e != cudaSuccess) {
+            // The copy may still read the buffer and no event says when: retire it (leaked).
+            slot.host = nullptr;
+            slot.capacity = 0;
+            fail_cuda("copy to device: cudaEventRecord", e);
+        }
+        slot.pending = true;
+        done += n;
     }
-    std::memcpy(slot.host, src, bytes);
-    check_cuda(cudaMemcpyAsync(dst, slot.host, bytes, cudaMemcpyHostToDevice, stream()), what.c_str());
-    check_cuda(cudaEventRecord(slot.copied, stream()), "copy to device: cudaEventRecord");
-    slot.pending = true;
 }
 
 void copy_to_host(void* dst, const void* src, size_t bytes) {

@@ -31,8 +31,9 @@ std::string device_description();  // "cuda: NVIDIA H100 80GB HBM3 (sm_90, 132 S
 void* alloc(size_t bytes);
 void free(void* p);
 
-// host -> device, in stream order: returns before the device has the data (the source is staged
-// in pinned memory first, so the caller may free or change it at once; runtime.cu says why)
+// host -> device, in stream order: the source is staged in pinned memory first, so the caller may
+// free or change it at once, and the call does not wait for the device (runtime.cu says why;
+// INITLAB_STAGED_COPY=0 makes it wait)
 void copy_to_device(void* dst, const void* src, size_t bytes);
 void copy_to_host(void* dst, const void* src, size_t bytes);    // device -> host; waits for it
 void copy_on_device(void* dst, const void* src, size_t bytes);  // device -> device

@@ -1137,8 +1137,8 @@ cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t s) {
 // cudaStreamSynchronize, cudaDeviceSynchronize, cudaFreeHost (which waits) or cudaEventSynchronize
 // on an event recorded after the copy. The emulator copies at once and keeps what it sent; at each
 // of those waits it checks that the buffer still holds it, else the host wrote it while a GPU may
-// still have been reading it: an error naming the buffer. (A pageable source needs none of this:
-// the driver has staged it before cudaMemcpyAsync returns.)
+// still have been reading it: an error naming the buffer. (A pageable source is not checked: the
+// engine waits for such copies, engine/cuda/runtime.cu.)
 namespace emu {
 namespace {
 struct SentCopy {
@@ -1243,6 +1243,7 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
 // (Any event: the emulator does not track which stream recorded it.)
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
     if (cudaError_t err = emu::refuse_during_capture("cudaEventSynchronize", nullptr)) return err;
+    if (!e) return emu::set_error(cudaErrorInvalidValue);
     if (e->recorded) emu::settle_copies(e->position, "cudaEventSynchronize");
     return cudaSuccess;
 }
