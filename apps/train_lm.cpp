@@ -328,7 +328,7 @@ static int run(Args& a, const apps::json& config, Device dev) {
     apps::FrozenByFlags frozen = apps::apply_freeze_flags(*lm.module, a.freeze, "train_lm");
     // The initializers ran on the CPU; the model moves now, before the optimizer makes its state.
     lm.module->to(dev);
-    std::printf("device: %s\n", config.value("device", "cpu").c_str());
+    std::printf("device: %s\n", apps::part_device(config).c_str());
 
     auto groups = nn::param_groups(*lm.module, a.weight_decay);
     std::unique_ptr<nn::Optimizer> opt;

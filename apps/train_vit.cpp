@@ -306,7 +306,7 @@ static int run(const Args& a, const apps::json& config, Device dev) {
     apps::FrozenByFlags frozen = apps::apply_freeze_flags(*model, a.freeze, "train_vit");
     // The initializers ran on the CPU; the model moves now, before the optimizer makes its state.
     model->to(dev);
-    std::printf("device: %s\n", config.value("device", "cpu").c_str());
+    std::printf("device: %s\n", apps::part_device(config).c_str());
 
     auto groups = nn::param_groups(*model, a.weight_decay);
     std::unique_ptr<nn::Optimizer> opt;
@@ -336,6 +336,7 @@ static int run(const Args& a, const apps::json& config, Device dev) {
     int start_epoch = 0;
     int64_t skip_batches = 0, global_step = 0;
     double best_acc = -1;
+    double resumed_loss_sum = 0, resumed_seen = 0;  // the interrupted epoch's running train loss
     if (a.resume) {
         check(out.enabled() && fs::exists(out.path("last.safetensors")),
               "--resume: no checkpoint {} (give the --out of the run to continue)", out.path("last.safetensors"));
@@ -345,17 +346,23 @@ static int run(const Args& a, const apps::json& config, Device dev) {
         skip_batches = nn::meta_int(meta, "batch_in_epoch", file, 0);
         global_step = nn::meta_int(meta, "step", file);
         best_acc = nn::meta_number(meta, "best_acc", file);
+        resumed_loss_sum = nn::meta_number(meta, "epoch_loss_sum", file, 0);
+        resumed_seen = nn::meta_number(meta, "epoch_images", file, 0);
         global_generator().manual_seed(a.seed);
         global_generator().advance((uint64_t)nn::meta_int(meta, "rng_offset", file));
         out.trim_metrics(global_step);
         std::printf("resumed from %s: epoch %d, batch %lld\n", out.path("last").c_str(), start_epoch,
                     (long long)skip_batches);
     }
-    auto checkpoint = [&](const std::string& name, int epoch, int64_t batch_in_epoch) {
+    // Mid-epoch (a stop), the epoch's running train loss goes with it, so the resumed epoch logs
+    // the loss of all its batches.
+    auto checkpoint = [&](const std::string& name, int epoch, int64_t batch_in_epoch, double loss_sum = 0,
+                          double images = 0) {
         if (!out.enabled()) return;
         nn::save_checkpoint(out.path(name), *model, opt.get(),
                             {{"epoch", std::to_string(epoch)}, {"batch_in_epoch", std::to_string(batch_in_epoch)},
                              {"step", std::to_string(global_step)}, {"best_acc", fmt::format("{}", best_acc)},
+                             {"epoch_loss_sum", fmt::format("{}", loss_sum)}, {"epoch_images", fmt::format("{}", images)},
                              {"rng_offset", std::to_string(global_generator().offset())}, {"init", a.init}});
     };
 
@@ -375,8 +382,8 @@ static int run(const Args& a, const apps::json& config, Device dev) {
     for (int epoch = start_epoch; epoch < a.epochs; epoch++) {
         loader.start_epoch(epoch);
         apps::Progress bar(fmt::format("epoch {}/{}", epoch + 1, a.epochs), steps_per_epoch, "img");
-        apps::LossMeter meter(dev == Device::CUDA);
-        int64_t seen = 0;
+        apps::LossMeter meter(dev == Device::CUDA, resumed_loss_sum, resumed_seen);
+        int64_t seen = 0;  // images this process trained on this epoch (the progress bar's rate)
         auto t_epoch = std::chrono::steady_clock::now();
         data::ImageBatch batch;
         for (int64_t b = 0; loader.next(batch); b++) {
@@ -441,7 +448,8 @@ static int run(const Args& a, const apps::json& config, Device dev) {
             if (const profile::Report* r = prof.finished()) apps::report_profile(*r, "train_vit --profile", out);
             if (apps::stop_requested()) {
                 bar.finish();
-                checkpoint("last", epoch, b + 1);
+                meter.read();
+                checkpoint("last", epoch, b + 1, meter.sum(), meter.weight());
                 std::fprintf(stderr, "train_vit: stopped at epoch %d, batch %lld; checkpoint %s (continue with --resume)\n",
                              epoch + 1, (long long)(b + 1), out.enabled() ? out.path("last").c_str() : "(none: no --out)");
                 return apps::stop_exit_code();
@@ -455,6 +463,7 @@ static int run(const Args& a, const apps::json& config, Device dev) {
         }
         double loss_sum = meter.sum();
         skip_batches = 0;
+        resumed_loss_sum = resumed_seen = 0;
         double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_epoch).count();
         bool last_epoch = epoch + 1 == a.epochs;
         if ((epoch + 1) % a.eval_every == 0 || last_epoch) {
@@ -462,9 +471,9 @@ static int run(const Args& a, const apps::json& config, Device dev) {
             final_acc = acc;
             final_loss = test_loss;
             std::printf("epoch %d: train loss %.4f, test loss %.4f, test acc %.2f%% (%.1f s)\n", epoch + 1,
-                        seen ? loss_sum / seen : 0.0, test_loss, 100 * acc, secs);
+                        meter.weight() > 0 ? loss_sum / meter.weight() : 0.0, test_loss, 100 * acc, secs);
             out.append_metrics({{"kind", "eval"}, {"step", global_step}, {"epoch", epoch + 1},
-                                {"train_loss", seen ? loss_sum / seen : 0.0}, {"test_loss", test_loss},
+                                {"train_loss", meter.weight() > 0 ? loss_sum / meter.weight() : 0.0}, {"test_loss", test_loss},
                                 {"test_acc", acc}, {"epoch_seconds", secs}});
             if (acc > best_acc) {
                 best_acc = acc;
@@ -472,6 +481,12 @@ static int run(const Args& a, const apps::json& config, Device dev) {
             }
         }
         checkpoint("last", epoch + 1, 0);
+    }
+    if (start_epoch >= a.epochs) {  // resumed after its last epoch: the result is the model's as it is
+        auto [acc, test_loss] = evaluate(*model, forward, d.test, d.norm, 500, dev);
+        final_acc = acc;
+        final_loss = test_loss;
+        std::printf("test loss %.4f, test acc %.2f%% (every epoch was done)\n", test_loss, 100 * acc);
     }
     out.write_json("result.json", {{"test_acc", final_acc}, {"test_loss", final_loss}, {"best_test_acc", best_acc},
                                    {"epochs", a.epochs}, {"steps", global_step}, {"init", a.init},

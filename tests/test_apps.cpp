@@ -204,6 +204,21 @@ TEST_CASE("train_vit: interrupted and resumed equals uninterrupted, bit for bit"
         REQUIRE(run_app("train_vit", base + " --out " + (tmp / "parts") + " --resume", tmp / "log3") == 0);
     }
     check_same_tensors(tmp / "whole/last.safetensors", tmp / "parts/last.safetensors");
+    // Every epoch's logged train loss too (the interrupted epoch's running sum went with the
+    // checkpoint), and the result.
+    auto evals = [&](const std::string& run) {
+        std::vector<nlohmann::json> out;
+        for (auto& j : metrics_lines(tmp / (run + "/metrics.jsonl")))
+            if (j["kind"] == "eval") out.push_back({j["train_loss"], j["test_loss"], j["test_acc"]});
+        return out;
+    };
+    CHECK(evals("parts") == evals("whole"));
+    auto result = [&](const std::string& run) { return nlohmann::json::parse(slurp(tmp / (run + "/result.json"))); };
+    CHECK(result("parts")["test_acc"] == result("whole")["test_acc"]);
+    // --resume of a finished run trains nothing and gives the same result (it wrote zeros).
+    REQUIRE(run_app("train_vit", base + " --out " + (tmp / "whole") + " --resume", tmp / "log4") == 0);
+    CHECK(result("whole")["test_acc"] == result("parts")["test_acc"]);
+    CHECK(result("whole")["test_loss"] == result("parts")["test_loss"]);
 }
 
 TEST_CASE("train_vit: a NaN loss stops the run cleanly", "[apps]") {
@@ -622,6 +637,32 @@ TEST_CASE("a new run refuses an --out that holds a run; --overwrite replaces tha
     CHECK(slurp(tmp / "run/notes.txt") == "mine");
     // --resume of the replaced run goes on as before.
     CHECK(run_app("train_lm", base + " --seed 1 --resume", tmp / "log") == 0);
+}
+
+// A plain --resume checks the run's flags as --auto-resume does (a changed --lr would have gone on
+// with the run's optimizer state and rewritten its record), and the run's config.json stays its
+// own, with each resumed part noted in its "resumed" list; numbers compare by value.
+TEST_CASE("train_lm --resume: refuses other flags, keeps the run's config.json and notes the part", "[apps]") {
+    test::TempDir tmp;
+    std::string base = tiny_lm_flags(tmp / "text") + " --max-steps 3 --out " + (tmp / "run");
+    REQUIRE(run_app("train_lm", base, tmp / "log") == 0);
+    const std::string config = slurp(tmp / "run/config.json");
+    CHECK(run_app("train_lm", base + " --resume --lr 0.5", tmp / "log") == 2);
+    CHECK(slurp(tmp / "log").find("holds a run with other flags: --lr") != std::string::npos);
+    CHECK(slurp(tmp / "log").find("--init-from " + (tmp / "run/last.safetensors")) != std::string::npos);
+    CHECK(slurp(tmp / "run/config.json") == config);
+
+    std::string other_machine = base;
+    other_machine.replace(other_machine.find("--threads 1"), 11, "--threads 2");
+    REQUIRE(run_app("train_lm", other_machine + " --resume --weight-decay 1e-2", tmp / "log") == 0);
+    auto before = nlohmann::json::parse(config), after = nlohmann::json::parse(slurp(tmp / "run/config.json"));
+    CHECK(after["started"] == before["started"]);
+    CHECK(after["--weight-decay"] == before["--weight-decay"]);
+    CHECK(after["--threads"] == "1");
+    REQUIRE(after["resumed"].size() == 1);
+    CHECK(after["resumed"][0]["threads"] == 2);
+    CHECK(after["resumed"][0]["--threads"] == "2");
+    CHECK(after["resumed"][0].contains("started"));
 }
 
 // --auto-resume's other cases (an interrupted run is check_lm_resume's): a finished run is left

@@ -9,7 +9,7 @@ apps/train_lm --out). Runs whose names differ only in a trailing "-sN" are seeds
 row shows each seed's final number, their mean and their spread (max − min). A run that has no
 result.json did not finish (stopped on NaN, interrupted, still running): its row says so, with
 the last training loss it logged. Wall time is result.json's "finished" minus config.json's
-"started". --copy keeps the small files of each run (config.json, metrics.jsonl, result.json),
+"started" (for a resumed run, its last part's start). --copy keeps the small files of each run (config.json, metrics.jsonl, result.json),
 not the checkpoints, so the curves can be redrawn with tools/plot.py from the repository.
 """
 import argparse
@@ -69,7 +69,7 @@ def describe(config):
     # Where and how a run was started is not what sets it apart (--auto-resume continues a run as
     # --resume does; a table of runs made with and without it is one table).
     skip = {"--out", "--seed", "--data-dir", "--threads", "--resume", "--overwrite", "--auto-resume", "started", "app",
-            "git_commit", "device", "threads"}
+            "git_commit", "device", "threads", "resumed"}
     return {k: v for k, v in config.items() if k not in skip}
 
 
@@ -138,7 +138,12 @@ def main():
             value = final_metric(result)[2]
             finals.append(value)
             bests.append(best_eval(result))
-            walls.append(seconds_between(config["started"], result["finished"]))
+            # A resumed run's config.json keeps its first start and lists the parts: the wall time
+            # is its last part's (how long the first ones ran is not recorded).
+            parts = config.get("resumed") or []
+            walls.append(seconds_between(parts[-1]["started"] if parts else config["started"], result["finished"]))
+            if parts:
+                notes.append(f"{'seed ' + str(seed) if seed is not None else 'run'}: resumed, wall of its last part")
             if tok_cos[name] is not None:
                 coses.append(tok_cos[name])
         if not header_done:

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <csignal>
 #include <cstdio>
 #include <ctime>
@@ -150,6 +151,12 @@ json run_config(const CLI::App& app, const std::string& app_name, int threads, c
     return config;
 }
 
+std::string part_device(const json& config) {
+    if (config.contains("resumed") && config["resumed"].is_array() && !config["resumed"].empty())
+        return config["resumed"].back().value("device", "cpu");
+    return config.value("device", "cpu");
+}
+
 void add_overwrite_flag(CLI::App& app, bool& overwrite) {
     app.add_flag("--overwrite", overwrite,
                  "replace the run already in --out (without it a new run refuses a folder that holds one)");
@@ -186,36 +193,68 @@ struct AutoResume {
 };
 }  // namespace
 
-static AutoResume choose_auto_resume(const std::string& out, const json& config) {
-    AutoResume r;
-    fs::path dir(out), stored_path = dir / "config.json";
-    if (!fs::exists(stored_path)) {
-        r.note = "--auto-resume: no run in " + out + " yet: starting it";
-        return r;
-    }
+static bool machine_flag(const std::string& flag) {
+    return std::find(std::begin(kMachineFlags), std::end(kMachineFlags), flag) != std::end(kMachineFlags);
+}
+
+// Two values of a flag are the same when their text is, or when both are numbers of equal value
+// (--lr 1e-3 and a stored "0.001").
+static bool same_value(const json& a, const json& b) {
+    if (a == b) return true;
+    if (!a.is_string() || !b.is_string()) return false;
+    auto number = [](const std::string& s, double& v) {
+        char* end = nullptr;
+        v = std::strtod(s.c_str(), &end);
+        return !s.empty() && end == s.c_str() + s.size();
+    };
+    double x = 0, y = 0;
+    return number(a.get<std::string>(), x) && number(b.get<std::string>(), y) && x == y;
+}
+
+// The stored config.json of the run in `out` (`flag` names the flag asking: --auto-resume or
+// --resume). `error` says why it cannot be used: not JSON, or not this app's run (its flags would
+// compare as nothing); or, when `compare`, the first flag whose value differs from this command's,
+// kMachineFlags aside (a flag newer than the run is not compared).
+static json stored_config(const std::string& out, const json& config, const std::string& flag, std::string& error) {
+    const fs::path stored_path = fs::path(out) / "config.json";
     json stored;
     try {
         stored = json::parse(std::ifstream(stored_path));
     } catch (const json::exception& e) {
-        r.error = "--auto-resume: " + stored_path.string() + " is not JSON (" + e.what() + "); --overwrite replaces the run";
-        return r;
+        error = flag + ": " + stored_path.string() + " is not JSON (" + e.what() + "); --overwrite replaces the run";
+        return stored;
     }
-    // Valid JSON that is not this app's config (edited, or another app's run) would compare no flag.
     if (!stored.is_object() || !stored.contains("app") || stored["app"] != config["app"]) {
-        r.error = "--auto-resume: " + stored_path.string() + " is not a " + config["app"].get<std::string>() +
-                  " run's config (its \"app\" is " + (stored.is_object() && stored.contains("app") ? stored["app"].dump() : "missing") +
-                  "); --overwrite replaces it, or give another --out";
-        return r;
+        error = flag + ": " + stored_path.string() + " is not a " + config["app"].get<std::string>() +
+                " run's config (its \"app\" is " +
+                (stored.is_object() && stored.contains("app") ? stored["app"].dump() : "missing") +
+                "); --overwrite replaces it, or give another --out";
+        return stored;
     }
-    for (const auto& [flag, value] : config.items()) {
-        if (flag.rfind("--", 0) != 0 || !stored.contains(flag)) continue;  // a flag newer than the run: not compared
-        if (std::find(std::begin(kMachineFlags), std::end(kMachineFlags), flag) != std::end(kMachineFlags)) continue;
-        if (stored[flag] != value) {
-            r.error = "--auto-resume: " + out + " holds a run with other flags: " + flag + " " + stored[flag].dump() +
-                      " there, " + value.dump() + " here (--overwrite replaces it, or give another --out)";
-            return r;
+    for (const auto& [name, value] : config.items()) {
+        if (name.rfind("--", 0) != 0 || !stored.contains(name) || machine_flag(name)) continue;
+        if (!same_value(stored[name], value)) {
+            error = flag + ": " + out + " holds a run with other flags: " + name + " " + stored[name].dump() +
+                    " there, " + value.dump() + " here (";
+            error += flag == "--resume"
+                         ? "a run continues with its own flags; to go on from its weights with others, start a new "
+                           "run with --init-from " + (fs::path(out) / "last.safetensors").string() + ")"
+                         : "--overwrite replaces it, or give another --out)";
+            return stored;
         }
     }
+    return stored;
+}
+
+static AutoResume choose_auto_resume(const std::string& out, const json& config) {
+    AutoResume r;
+    fs::path dir(out);
+    if (!fs::exists(dir / "config.json")) {
+        r.note = "--auto-resume: no run in " + out + " yet: starting it";
+        return r;
+    }
+    stored_config(out, config, "--auto-resume", r.error);
+    if (!r.error.empty()) return r;
     if (fs::exists(dir / "result.json")) {
         r.skip = true;
         r.note = "--auto-resume: the run in " + out + " has finished (result.json): nothing to do";
@@ -235,7 +274,25 @@ void add_dry_run_flag(CLI::App& app, bool& dry_run) {
                  "without reading data or writing anything");
 }
 
-int settle_run_start(const std::string& app_name, const std::string& out, const json& config, bool auto_resume,
+// --resume: the run's own config.json with this part noted in its "resumed" list (when it started,
+// the commit, the device and threads, and the machine flags that changed); "" and `error` when the
+// run's flags differ from this command's. A run's record stays its own: its flags, its start.
+static json resumed_config(const std::string& out, const json& config, std::string& error) {
+    if (!fs::exists(fs::path(out) / "config.json")) return config;  // a run from before config.json
+    json stored = stored_config(out, config, "--resume", error);
+    if (!error.empty()) return json();
+    json part = {{"started", config.value("started", "")}, {"git_commit", config.value("git_commit", "")},
+                 {"device", config.value("device", "")}, {"threads", config.value("threads", 0)}};
+    for (const auto& [name, value] : config.items())
+        if (machine_flag(name) && name != "--resume" && name != "--auto-resume" &&
+            (!stored.contains(name) || stored[name] != value))
+            part[name] = value;
+    if (!stored.contains("resumed") || !stored["resumed"].is_array()) stored["resumed"] = json::array();
+    stored["resumed"].push_back(part);
+    return stored;
+}
+
+int settle_run_start(const std::string& app_name, const std::string& out, json& config, bool auto_resume,
                      bool dry_run, bool& resume, bool& overwrite, const std::function<std::string()>& dry_run_model) {
     auto refuse = [&](const std::string& why) {
         std::fprintf(stderr, "%s: %s\n", app_name.c_str(), why.c_str());
@@ -248,6 +305,12 @@ int settle_run_start(const std::string& app_name, const std::string& out, const 
         resume = r.resume;
         overwrite = r.overwrite;
         if (r.skip && !dry_run) return 0;
+    }
+    if (resume && !dry_run) {
+        std::string error;
+        json merged = resumed_config(out, config, error);
+        if (!error.empty()) return refuse(error);
+        config = merged;
     }
     if (!dry_run) return -1;
     std::string model_line;

@@ -64,6 +64,9 @@ void wait_for_device(engine::Device dev);
 // "cuda: NVIDIA H100 ... (sm_90, 132 SMs)"), threads, start time, and every flag's value (given or default).
 json run_config(const CLI::App& app, const std::string& app_name, int threads, const std::string& device = "cpu");
 
+// The device this part of the run is on: config's "device", or on --resume its last "resumed" part's.
+std::string part_device(const json& config);
+
 // --overwrite: a new run may replace the run already in its --out folder. Without it a new run
 // (not --resume) refuses a folder that holds one (its config.json), so that repeating a command
 // never mixes two runs' metrics.jsonl or replaces a finished run's checkpoints.
@@ -94,11 +97,13 @@ void add_auto_resume_flag(CLI::App& app, bool& auto_resume);
 void add_dry_run_flag(CLI::App& app, bool& dry_run);
 
 // Between the resolved config and the run, as both trainers do it: --auto-resume's choice (printed
-// as `app_name`; it sets `resume` or `overwrite`), then --dry-run's report (`config`, then
+// as `app_name`; it sets `resume` or `overwrite`); on --resume (given or chosen) the flags checked
+// against the run's config.json as --auto-resume does, and `config` replaced by that file with this
+// part added to its "resumed" list (what the app writes back); then --dry-run's report (`config`, then
 // `dry_run_model()`: the model the flags build, or what of it is a stand-in). Returns the app's exit
 // status when it stops here (0 for a dry run or a finished run, 2 for a refusal or a model that
 // does not build), else -1: go on and run.
-int settle_run_start(const std::string& app_name, const std::string& out, const json& config, bool auto_resume,
+int settle_run_start(const std::string& app_name, const std::string& out, json& config, bool auto_resume,
                      bool dry_run, bool& resume, bool& overwrite, const std::function<std::string()>& dry_run_model);
 
 // --device cpu|cuda|auto and (when `precision` is given) --precision fp32|tf32|bf16.
