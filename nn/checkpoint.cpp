@@ -3,6 +3,7 @@
 
 #include <charconv>
 #include <cstring>
+#include <random>
 #include "engine/error.h"
 #include "engine/safetensors.h"
 #ifdef ENGINE_CUDA
@@ -67,13 +68,20 @@ static void load_named(const std::string& path, const std::map<std::string, Tens
 
 // Optimizer::param_steps that differ from "steps", in the optimizer file's metadata.
 static const std::string kParamStepsKey = "param_steps.";
+// The two files of one save share a random id: each is written atomically, but a stop between them
+// (a crash, a second Ctrl-C) would pair the new weights with the last save's optimizer state.
+static const std::string kPairKey = "checkpoint_pair";
 
 void save_checkpoint(const std::string& prefix, const Module& model, Optimizer* opt, const Metadata& metadata) {
     Metadata meta = metadata;
     meta["model"] = model.type_name();
+    // Not from the global generator: a checkpoint must not change the run's random draws.
+    const std::string pair = opt ? fmt::format("{:016x}", std::random_device{}() * 0x100000000ull ^ std::random_device{}())
+                                 : "";
+    if (opt) meta[kPairKey] = pair;
     save_named(prefix + ".safetensors", model_tensors(model), meta);
     if (opt) {
-        Metadata om = {{"steps", std::to_string(opt->steps)}, {"lr", fmt::format("{}", opt->lr)}};
+        Metadata om = {{"steps", std::to_string(opt->steps)}, {"lr", fmt::format("{}", opt->lr)}, {kPairKey, pair}};
         for (auto& [name, n] : opt->param_steps_unlike_steps()) om[kParamStepsKey + name] = std::to_string(n);
         save_named(prefix + ".optim.safetensors", opt->state(), om);
     }
@@ -86,8 +94,13 @@ Metadata load_checkpoint(const std::string& prefix, Module& model, Optimizer* op
         fail("load_checkpoint: {}.safetensors holds a {}, not a {}", prefix, meta["model"], model.type_name());
     if (opt) {
         Metadata om;
-        load_named(prefix + ".optim.safetensors", opt->state(), &om);
         const std::string file = prefix + ".optim.safetensors";
+        load_named(file, opt->state(), &om);
+        // (Files from before the pair id have none: nothing to compare.)
+        if (meta.count(kPairKey) && om.count(kPairKey) && meta[kPairKey] != om[kPairKey])
+            fail("load_checkpoint: {}.safetensors and {} are not one save (pair ids {} and {}): the run stopped between "
+                 "writing them; resume from another checkpoint (best.*), or restart the run",
+                 prefix, file, meta[kPairKey], om[kPairKey]);
         opt->steps = meta_int(om, "steps", file, 0);
         std::map<std::string, int64_t> counts;  // (a file from before per-parameter counts has none)
         for (auto& [key, value] : om)

@@ -323,6 +323,13 @@ TEST_CASE("checkpoints: round trip, optimizer state, mismatches named", "[models
     CHECK_THROWS_WITH(opt_b.restore_param_steps({{"head.bias", 2}}), Catch::Contains("head.bias has taken 2 updates in 1 steps"));
     for (auto& p : a.named_parameters()) CHECK(test::max_abs_diff(*p.tensor, b.parameter(p.name)) == 0.f);
     CHECK(test::max_abs_diff(*opt.state()["head.weight.exp_avg"], *opt_b.state()["head.weight.exp_avg"]) == 0.f);
+    // The optimizer file of another save (as a stop between the two files leaves them) is refused;
+    // the weights alone still load.
+    save_checkpoint(prefix + "2", a, &opt, {{"epoch", "4"}});
+    fs::copy_file(prefix + ".optim.safetensors", prefix + "2.optim.safetensors", fs::copy_options::overwrite_existing);
+    CHECK_THROWS_WITH(load_checkpoint(prefix + "2", b, &opt_b),
+                      Catch::Contains("ck2.safetensors and") && Catch::Contains("are not one save"));
+    CHECK(load_checkpoint(prefix + "2", b)["epoch"] == "4");
 
     vc.depth = 2;
     ViT deeper(vc);
