@@ -13,7 +13,9 @@
 
 #include <cmath>
 #include <cstdio>
+#include <string>
 #include <vector>
+#include <fmt/format.h>
 #include "apps/gau_scale.h"
 #include "engine/error.h"
 #include "engine/ops.h"
@@ -60,8 +62,9 @@ int main(int argc, char** argv) {
     app.add_option("--s", s, "shared Q/K width s")->capture_default_str()->check(CLI::PositiveNumber);
     app.add_option("--n", n, "sequence length n")->capture_default_str()->check(CLI::Range((int64_t)2, (int64_t)8192));
     app.add_option("--e", e, "U/V width e (0: 2d)")->capture_default_str()->check(CLI::NonNegativeNumber);
-    app.add_option("--lambda", lambdas, "weight scale(s) λ to compare with λ⁷; repeat for several (default: 0.5)")
-        ->check(CLI::Range(1e-3, 10.0));
+    app.add_option("--lambda", lambdas,
+                   "weight scale(s) λ to compare with λ⁷: a comma list or the flag repeated (default: 0.5)")
+        ->delimiter(',')->check(CLI::Range(1e-3, 10.0));
     app.add_flag("--causal", causal, "causal mask (default off: Su's analysis lets every query see all n keys)");
     app.add_flag("--rope", rope, "rotary embeddings on Q and K (default off, as in the analysis)");
     app.add_option("--trials", trials, "independent draws of weights and input averaged per figure")
@@ -100,9 +103,11 @@ int main(int argc, char** argv) {
         for (double lambda : lambdas) {
             gau_theory::Estimates est = gau_theory::estimate(d, s, n, lambda, causal);
             double r = measure(d, e, s, n, lambda, causal, rope, trials, seed);
-            std::printf("%8.3g %12.4g %12.4g %10.4g %12.4g %14.4g   (factor = lambda^%.2f)\n", lambda, r, r / measured,
-                        std::pow(lambda, 7), est.refined, est.refined / base.refined,
-                        std::log(r / measured) / std::log(lambda));
+            // At λ = 1 the factor is 1 whatever the power: there is no exponent to read off.
+            std::string power = lambda == 1.0 ? std::string("(λ = 1: the reference)")
+                                              : fmt::format("(factor = lambda^{:.2f})", std::log(r / measured) / std::log(lambda));
+            std::printf("%8.3g %12.4g %12.4g %10.4g %12.4g %14.4g   %s\n", lambda, r, r / measured, std::pow(lambda, 7),
+                        est.refined, est.refined / base.refined, power.c_str());
         }
     } catch (const Error& err) {
         std::fprintf(stderr, "gau_scale: %s\n", err.what());

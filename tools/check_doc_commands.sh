@@ -5,9 +5,12 @@
 #
 # Default FILEs: README.md docs/REPRODUCE.md docs/RESULTS.md bench/reproduce_cpu.sh. A .sh file
 # runs whole; in a .md file each code block (lines indented four spaces, after a blank line) that
-# calls apps/train_vit or apps/train_lm runs as one bash script. Both run in a scratch folder where
+# calls apps/train_vit, apps/train_lm or apps/gau_scale runs as one bash script. Both run in a
+# scratch folder where
 #   - apps/train_vit and apps/train_lm are this checkout's apps with --dry-run added: each checks
 #     its flags and builds its model, and reads and writes nothing (apps/common/run.h);
+#   - apps/gau_scale is this checkout's, run as it is (it reads and writes nothing, and its
+#     documented sizes take about a second);
 #   - every other app, every file of tools/, `make` and `python3` are stand-ins that do nothing, and
 #     a glob that matches nothing expands to nothing (the runs it would list are not there).
 # A command fails the check when the app refuses it (a renamed flag, a conflict, a model that does
@@ -16,7 +19,7 @@
 # Run it from the repository root after `make`; tests/test_doc_commands.cpp runs it.
 set -uo pipefail
 repo=$(pwd)
-for app in train_vit train_lm; do
+for app in train_vit train_lm gau_scale; do
     [ -x "$repo/apps/$app" ] || { echo "check_doc_commands: $repo/apps/$app not found: run make first" >&2; exit 2; }
 done
 [ $# -gt 0 ] || set -- README.md docs/REPRODUCE.md docs/RESULTS.md bench/reproduce_cpu.sh
@@ -47,6 +50,17 @@ exit 0
 EOF
     chmod +x "$sandbox/apps/$app"
 done
+# gau_scale: the real one, whole (a command refused or failing is recorded likewise).
+cat > "$sandbox/apps/gau_scale" <<EOF
+#!/usr/bin/env bash
+log=\$(mktemp)
+if ! OMP_NUM_THREADS=1 timeout 120 "$repo/apps/gau_scale" "\$@" > "\$log" 2>&1; then
+    { echo "\$CHECK_SOURCE: apps/gau_scale \$*"; tail -3 "\$log" | sed 's/^/    /'; } >> "$failures"
+fi
+rm -f "\$log"
+exit 0
+EOF
+chmod +x "$sandbox/apps/gau_scale"
 stand_in='#!/usr/bin/env bash
 exit 0'
 for src in "$repo"/apps/*.cpp; do
@@ -91,7 +105,7 @@ for file in "$@"; do
             { if (inblock) close(file); inblock = 0; prev = $0 }' "$file"
         for block in "$sandbox"/block-*.sh; do
             [ -e "$block" ] || continue
-            grep -q 'apps/train_\(vit\|lm\)' "$block" || continue
+            grep -q 'apps/\(train_vit\|train_lm\|gau_scale\)' "$block" || continue
             line=${block##*-}
             run_script "$file:${line%.sh}" "$block"
         done
