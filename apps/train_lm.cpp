@@ -562,7 +562,8 @@ int main(int argc, char** argv) {
     app.add_option("--data-dir", a.data_dir, "data folder (default: $INITLAB_DATA/<dataset folder>, else data_local/)");
     app.add_option("--dataset", a.dataset, "ptb | ptb-char | wikitext2 | wikitext103 | text")->capture_default_str()
         ->check(CLI::IsMember({"ptb", "ptb-char", "wikitext2", "wikitext103", "text"}));
-    app.add_option("--level", a.level, "tokens of --dataset text: word | symbols | char | byte")->capture_default_str();
+    app.add_option("--level", a.level, "tokens of --dataset text: word | symbols | char | byte")->capture_default_str()
+        ->check(CLI::IsMember({"word", "symbols", "char", "byte"}));
     app.add_option("--model", a.model, "transformer | gau | lstm")->capture_default_str()
         ->check(CLI::IsMember({"transformer", "gau", "lstm"}));
     app.add_option("--preset", a.preset, "lstm: small | medium | large (Zaremba et al.)")
@@ -669,6 +670,18 @@ int main(int argc, char** argv) {
         return refuse(conflict);
     if (a.protocol == "window" && a.scored > a.seq_len) return refuse("--scored must not exceed --seq-len");
     if (!a.preset.empty() && a.model != "lstm") return refuse("--preset applies to --model lstm only");
+    // A flag given that the run would not use is refused: its config.json would say it ran with it.
+    if (app.count("--level") && a.dataset != "text")
+        return refuse("--level applies to --dataset text (" + a.dataset + " has its own tokens)");
+    if (!a.preset.empty())
+        for (const char* flag : {"--dim", "--depth", "--dropout"})
+            if (app.count(flag)) return refuse(std::string("--preset sets --dim, --depth and --dropout; ") + flag + " too");
+    struct ModelFlag { const char* flag; const char* model; };
+    for (ModelFlag f : {ModelFlag{"--heads", "transformer"}, {"--pos", "transformer"}, {"--post-norm", "transformer"},
+                        {"--emb-dropout", "transformer"}, {"--word-dropout", "transformer"},
+                        {"--s", "gau"}, {"--gau-pre-norm", "gau"}})
+        if (app.count(f.flag) && a.model != f.model)
+            return refuse(std::string(f.flag) + " applies to --model " + f.model + "; --model is " + a.model);
     if (a.head_bias && (a.model != "transformer" || !a.untied))
         return refuse("--head-bias applies to --model transformer with --untied");
     if ((a.pe_scale != 1.f || a.pe_every_block) && (a.model != "transformer" || a.pos == "rope" || a.pos == "none"))

@@ -21,6 +21,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <omp.h>
 #include <set>
@@ -69,6 +70,8 @@ struct Args {
     int crop_pad = 4, cutout = 0, workers = 1;
     bool flip = true;
     std::string randaug = "2,9";  // N,M; "0" or "" turns it off
+    int randaug_n = 0;            // parsed from it (parse_randaug)
+    float randaug_m = 9;
     int64_t train_subset = 0;
     std::string device = "auto", precision = "fp32", cuda_graph = "on";
     apps::FreezeFlags freeze;  // --train-only, --freeze, --freeze-until (apps/common/freeze.h)
@@ -139,6 +142,12 @@ static Data load_data(const Args& a) {
             d.test = data::load_image_folder(evaluation_split(dir, d.train.classes));
             check(d.test.h == d.train.h && d.test.w == d.train.w, "image folder {}: its images are {}x{}, {}'s {}x{}",
                   d.test.source, d.test.h, d.test.w, d.train.source, d.train.h, d.train.w);
+            // A CIFAR copy as JPEG folders (cifar10-jpeg) is read with CIFAR's normalization and
+            // name; another folder must not be, nor a CIFAR-10 folder as cifar100.
+            const int want = a.dataset == "cifar100" ? 100 : a.dataset == "cifar10" ? 10 : 0;
+            check(want == 0 || d.train.num_classes() == want,
+                  "--dataset {}: {} has {} classes, not {} (for another image folder: --dataset folder)", a.dataset,
+                  d.train.source, d.train.num_classes(), want);
         } else {
             continue;
         }
@@ -320,11 +329,8 @@ static int run(const Args& a, const apps::json& config, Device dev) {
     lo.augment.crop_padding = a.crop_pad;
     lo.augment.flip = a.flip;
     lo.augment.cutout = a.cutout;
-    if (!a.randaug.empty() && a.randaug != "0") {
-        size_t comma = a.randaug.find(',');
-        lo.augment.randaug.n = std::stoi(a.randaug.substr(0, comma));
-        if (comma != std::string::npos) lo.augment.randaug.m = std::stof(a.randaug.substr(comma + 1));
-    }
+    lo.augment.randaug.n = a.randaug_n;
+    if (a.randaug_n > 0) lo.augment.randaug.m = a.randaug_m;
     data::ImageLoader loader(d.train, lo);
     std::printf("augmentation: %s\n", lo.augment.describe().c_str());
     int64_t steps_per_epoch = loader.batches_per_epoch();
@@ -494,6 +500,28 @@ static int run(const Args& a, const apps::json& config, Device dev) {
     return 0;
 }
 
+// --randaug N[,M]: N ops an image (a whole number, 0 or "" for none), magnitude M in [0, 30]
+// (default 9). Returns what is wrong with the text, or "".
+static std::string parse_randaug(const std::string& text, int& n, float& m) {
+    n = 0;
+    m = 9;
+    if (text.empty() || text == "0") return "";
+    const size_t comma = text.find(',');
+    const std::string ns = text.substr(0, comma), ms = comma == std::string::npos ? "" : text.substr(comma + 1);
+    char* end = nullptr;
+    long nv = std::strtol(ns.c_str(), &end, 10);
+    if (ns.empty() || *end != '\0' || nv < 0 || nv > 16)
+        return "--randaug " + text + ": N (ops an image) must be a whole number from 0 to 16";
+    n = (int)nv;
+    if (comma != std::string::npos) {
+        float mv = std::strtof(ms.c_str(), &end);
+        if (ms.empty() || *end != '\0' || !(mv >= 0.f && mv <= 30.f))
+            return "--randaug " + text + ": M (the magnitude) must be a number from 0 to 30";
+        m = mv;
+    }
+    return "";
+}
+
 int main(int argc, char** argv) {
     CLI::App app{"Train a ViT or ConvMixer on CIFAR-10/100 or an image folder with any initialization scheme."};
     Args a;
@@ -582,6 +610,7 @@ int main(int argc, char** argv) {
     if (!convmixer && (a.spatial != "train" || a.freeze_spatial || a.kernel != 3))
         return refuse("--spatial, --freeze-spatial and --kernel are ConvMixer options; --model is " + a.model);
     if (a.kernel < 1 || a.kernel % 2 == 0) return refuse("--kernel " + std::to_string(a.kernel) + ": an odd size >= 1 needed");
+    if (std::string bad = parse_randaug(a.randaug, a.randaug_n, a.randaug_m); !bad.empty()) return refuse(bad);
     try {
         init::validate(a.init);
     } catch (const Error& e) {
@@ -594,12 +623,14 @@ int main(int argc, char** argv) {
     if (!dc.error.empty() && !a.dry_run) return refuse(dc.error);
     if (!dc.error.empty()) std::printf("train_vit: --dry-run: %s (the run itself would stop here)\n", dc.error.c_str());
     if (!dc.note.empty()) std::printf("train_vit: %s\n", dc.note.c_str());
-    if (a.warmup_epochs >= a.epochs && a.warmup_epochs > 0) {
+    const bool warmup_cut = a.warmup_epochs >= a.epochs && a.warmup_epochs > 0;
+    if (warmup_cut) {
         a.warmup_epochs = a.epochs / 10;
         std::printf("train_vit: --warmup-epochs is not below --epochs; using %d warmup epochs\n", a.warmup_epochs);
     }
     apps::json config =
         apps::run_config(app, "train_vit", a.threads > 0 ? a.threads : omp_get_max_threads(), dc.description);
+    if (warmup_cut) config["--warmup-epochs"] = std::to_string(a.warmup_epochs);  // what the run uses
     if (int stop = apps::settle_run_start("train_vit", a.out, config, a.auto_resume, a.dry_run, a.resume, a.overwrite,
                                           [&] { return dry_run_model(a); });
         stop >= 0)

@@ -307,6 +307,15 @@ TEST_CASE("train_vit --dataset folder: the test/ or val/ split with train/'s cla
     write_png_images(sizes + "/test", {"a", "b"}, 2, 16);
     REQUIRE(result_of(sizes) == 1);
     CHECK(slurp(tmp / "log").find("its images are 16x16") != std::string::npos);
+    // A folder read as CIFAR must have CIFAR's classes (it would take CIFAR's normalization and name).
+    std::string two = tmp / "two";
+    write_png_images(two + "/train", {"a", "b"}, 2);
+    write_png_images(two + "/test", {"a", "b"}, 2);
+    for (const char* dataset : {"cifar10", "cifar100"}) {
+        int rc = run_app("train_vit", std::string("--dataset ") + dataset + " --data-dir " + two + flags, tmp / "log");
+        CHECK(rc == 1);
+        CHECK(slurp(tmp / "log").find("has 2 classes, not") != std::string::npos);
+    }
 }
 
 TEST_CASE("train_vit and train_lm refuse bad flags with status 2", "[apps]") {
@@ -332,6 +341,30 @@ TEST_CASE("train_vit and train_lm refuse bad flags with status 2", "[apps]") {
     CHECK(run_app("train_lm", "--pos none --pe-every-block", tmp / "log") == 2);
     CHECK(run_app("train_lm", "--model gau --emb-scale 2", tmp / "log") == 2);
     CHECK(slurp(tmp / "log").find("--emb-scale applies to --model transformer") != std::string::npos);
+    // Flags the run would ignore while its config.json recorded them (each passes with its model).
+    for (const char* args : {"--model lstm --heads 4", "--model gau --pos rope", "--model lstm --post-norm",
+                             "--model gau --word-dropout 0.1", "--model transformer --s 64",
+                             "--model lstm --gau-pre-norm"}) {
+        INFO(args);
+        CHECK(run_app("train_lm", std::string(args) + " --dry-run", tmp / "log") == 2);
+        CHECK(slurp(tmp / "log").find("applies to --model") != std::string::npos);
+    }
+    CHECK(run_app("train_lm", "--model gau --s 64 --gau-pre-norm --dry-run", tmp / "log") == 0);
+    CHECK(run_app("train_lm", "--dataset ptb-char --level byte --dry-run", tmp / "log") == 2);
+    CHECK(slurp(tmp / "log").find("--level applies to --dataset text") != std::string::npos);
+    CHECK(run_app("train_lm", "--dataset text --level bogus --dry-run", tmp / "log") == 2);
+    CHECK(run_app("train_lm", "--model lstm --preset medium --dim 64 --dry-run", tmp / "log") == 2);
+    CHECK(slurp(tmp / "log").find("--preset sets --dim, --depth and --dropout; --dim too") != std::string::npos);
+    // --randaug N[,M] is checked before anything runs (a bad one aborted after loading the data).
+    for (const char* bad : {"abc", "3x", "2,50", "-3", "2,"}) {
+        INFO(bad);
+        CHECK(run_app("train_vit", std::string("--randaug=") + bad + " --dry-run", tmp / "log") == 2);
+        CHECK(slurp(tmp / "log").find("--randaug") != std::string::npos);
+    }
+    CHECK(run_app("train_vit", "--randaug 1 --dry-run", tmp / "log") == 0);
+    // The warmup the run uses is the one its config.json records.
+    CHECK(run_app("train_vit", "--epochs 5 --dry-run", tmp / "log") == 0);
+    CHECK(slurp(tmp / "log").find("\"--warmup-epochs\": \"0\"") != std::string::npos);
 }
 
 
