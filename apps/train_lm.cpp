@@ -670,18 +670,22 @@ int main(int argc, char** argv) {
         return refuse(conflict);
     if (a.protocol == "window" && a.scored > a.seq_len) return refuse("--scored must not exceed --seq-len");
     if (!a.preset.empty() && a.model != "lstm") return refuse("--preset applies to --model lstm only");
-    // A flag given that the run would not use is refused: its config.json would say it ran with it.
+    // A flag given that the run would not use: refused where the run would be another than asked
+    // for; a note where a flag of another model is given (one command for several models).
     if (app.count("--level") && a.dataset != "text")
         return refuse("--level applies to --dataset text (" + a.dataset + " has its own tokens)");
     if (!a.preset.empty())
         for (const char* flag : {"--dim", "--depth", "--dropout"})
             if (app.count(flag)) return refuse(std::string("--preset sets --dim, --depth and --dropout; ") + flag + " too");
     struct ModelFlag { const char* flag; const char* model; };
+    std::string unused;
     for (ModelFlag f : {ModelFlag{"--heads", "transformer"}, {"--pos", "transformer"}, {"--post-norm", "transformer"},
                         {"--emb-dropout", "transformer"}, {"--word-dropout", "transformer"},
                         {"--s", "gau"}, {"--gau-pre-norm", "gau"}})
-        if (app.count(f.flag) && a.model != f.model)
-            return refuse(std::string(f.flag) + " applies to --model " + f.model + "; --model is " + a.model);
+        if (app.count(f.flag) && a.model != f.model) unused += (unused.empty() ? "" : ", ") + std::string(f.flag);
+    if (!unused.empty())
+        std::fprintf(stderr, "train_lm: note: --model %s does not use %s (recorded in config.json, changing nothing)\n",
+                     a.model.c_str(), unused.c_str());
     if (a.head_bias && (a.model != "transformer" || !a.untied))
         return refuse("--head-bias applies to --model transformer with --untied");
     if ((a.pe_scale != 1.f || a.pe_every_block) && (a.model != "transformer" || a.pos == "rope" || a.pos == "none"))
