@@ -259,15 +259,16 @@ static double last_block_tok_cos(LM& lm, const Args& a, const std::vector<int32_
     return c;
 }
 
+// `flag` (--resume, --init-from) reads a checkpoint whose token ids are those of `saved_path`.
 static void check_same_vocab(const data::Vocab& saved, const data::Vocab& now, const std::string& saved_path,
-                             const std::string& data_dir) {
+                             const std::string& data_dir, const std::string& flag) {
     if (saved == now) return;
     int32_t i = 0;
     while (i < saved.size() && i < now.size() && saved.token(i) == now.token(i)) i++;
     auto at = [i](const data::Vocab& v) { return i < v.size() ? "'" + v.token(i) + "'" : std::string("none"); };
-    fail("--resume: the training split in {} gives another vocabulary than the run's {} ({} tokens here, {} there; "
+    fail("{}: the training split in {} gives another vocabulary than the run's {} ({} tokens here, {} there; "
          "id {} is {} there, {} here): the checkpoint's ids are that file's",
-         data_dir, saved_path, now.size(), saved.size(), i, at(saved), at(now));
+         flag, data_dir, saved_path, now.size(), saved.size(), i, at(saved), at(now));
 }
 
 // What data-dependent inits see: the first training batch, or --init-samples rows cut the way a
@@ -323,6 +324,14 @@ static int run(Args& a, const apps::json& config, Device dev) {
     init::InitData init_data{[&] { NoGrad ng; lm.forward(init_rows.inputs); }, init_rows.inputs.size(0),
                              init_rows.targets};
     init::Report report = init::apply(*lm.module, a.init, a.init_opt, &init_data);
+    if (!a.init_from.empty()) {
+        // The checkpoint's embedding rows are its run's token ids: that run's vocab.txt must be this one.
+        const std::string saved = (fs::path(a.init_from).parent_path() / "vocab.txt").string();
+        if (fs::exists(saved)) check_same_vocab(data::Vocab::load(saved), corpus.vocab, saved, dir, "--init-from");
+        else
+            std::fprintf(stderr, "train_lm: note: no vocab.txt beside %s: its token ids are taken to be this data's\n",
+                         a.init_from.c_str());
+    }
     apps::init_from_checkpoint(*lm.module, a.init_from, report);
     for (auto& line : report.lines) std::printf("init: %s\n", line.c_str());
     apps::FrozenByFlags frozen = apps::apply_freeze_flags(*lm.module, a.freeze, "train_lm");
@@ -345,7 +354,7 @@ static int run(Args& a, const apps::json& config, Device dev) {
     // The checkpoint's token ids are the saved vocabulary's: the data a run continues on (--data-dir
     // may change between its parts) must give the same one, or every id would mean another token.
     if (a.resume && out.enabled() && fs::exists(out.path("vocab.txt")))
-        check_same_vocab(data::Vocab::load(out.path("vocab.txt")), corpus.vocab, out.path("vocab.txt"), dir);
+        check_same_vocab(data::Vocab::load(out.path("vocab.txt")), corpus.vocab, out.path("vocab.txt"), dir, "--resume");
     if (out.enabled()) corpus.vocab.save(out.path("vocab.txt"));
     int start_epoch = 0;
     int64_t skip_batches = 0, global_step = 0;

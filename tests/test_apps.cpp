@@ -599,6 +599,14 @@ TEST_CASE("train_lm --resume: a checkpoint's missing or malformed metadata is an
     CHECK(slurp(tmp / "log").find("gives another vocabulary than the run's " + (tmp / "run/vocab.txt")) !=
           std::string::npos);
     CHECK(slurp(tmp / "run/vocab.txt") == vocab);  // the refusal replaced nothing
+    // --init-from the run's checkpoint onto that data: refused the same way (vocab.txt beside it).
+    std::string from = tiny_lm_flags(tmp / "text2") + " --init-from " + (tmp / "run/last.safetensors") + " --out ";
+    fs::remove(tmp / "text2/train.txt");
+    fs::copy_file(tmp / "text/train.txt", tmp / "text2/train.txt");
+    REQUIRE(run_app("train_lm", from + (tmp / "from"), tmp / "log") == 1);
+    CHECK(slurp(tmp / "log").find("--init-from: the training split in " + (tmp / "text2")) != std::string::npos);
+    test::write_file(tmp / "text2/train.txt", train);  // the run's own data: it loads
+    REQUIRE(run_app("train_lm", from + (tmp / "from2"), tmp / "log") == 0);
 }
 
 TEST_CASE("train_lm --dataset ptb: files of another size than the published ones get a note", "[apps]") {
