@@ -227,19 +227,28 @@ static Batches make_batches(const Args& a, const std::vector<int32_t>& stream, i
 }
 
 // Mean negative log-likelihood (nats per scored token) over a whole split.
-static double evaluate(LM& lm, const Args& a, const std::vector<int32_t>& stream, Device dev) {
+// The mean loss over the tokens an evaluation scores, and how many it scored: the split cut into
+// min(batch, 10) rows leaves a remainder out, and --protocol window scores the last --scored of each
+// window only.
+struct Eval {
+    double loss = 0;
+    int64_t scored = 0;
+};
+
+static Eval evaluate(LM& lm, const Args& a, const std::vector<int32_t>& stream, Device dev) {
     NoGrad ng;
     lm.module->eval();
     Batches batches = make_batches(a, stream, std::min<int64_t>(a.batch_size, 10));
-    double nll = 0, count = 0;
+    double nll = 0;
+    int64_t count = 0;
     for (int64_t i = 0; i < batches.size(); i++) {
         data::TokenBatch b = batches.get(i);
         Tensor loss = lm.eval_loss(b.inputs.to(dev), scored_targets(b).to(dev), a.protocol == "bptt" && i > 0);
         nll += loss.item() * (double)b.scored;
-        count += (double)b.scored;
+        count += b.scored;
     }
     lm.module->train();
-    return nll / std::max(1.0, count);
+    return {nll / std::max<double>(1.0, (double)count), count};
 }
 
 static std::string tok_cos_text(double tok_cos) {
@@ -418,20 +427,20 @@ static int run(Args& a, const apps::json& config, Device dev) {
     auto elapsed_s = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(); };
     // An evaluation line of metrics.jsonl: `m` (kind, step, epoch, ...) and the validation figures;
     // tok_cos only where the model has one (not the LSTM: NaN).
-    auto append_eval = [&](apps::json m, double valid, size_t valid_tokens, double tok_cos) {
-        m["valid_" + std::string(metric_name)] = metric(valid);
-        m["valid_loss"] = valid;
-        m["valid_tokens"] = valid_tokens;
+    auto append_eval = [&](apps::json m, const Eval& valid, double tok_cos) {
+        m["valid_" + std::string(metric_name)] = metric(valid.loss);
+        m["valid_loss"] = valid.loss;
+        m["valid_tokens"] = valid.scored;  // scored
         m["elapsed_s"] = elapsed_s();
         if (std::isfinite(tok_cos)) m["tok_cos"] = tok_cos;
         out.append_metrics(m);
     };
     auto mid_epoch_eval = [&](double epoch_at) {
-        double valid = evaluate(lm, a, valid_prefix, dev);  // training's LSTM state is left as it is
+        Eval valid = evaluate(lm, a, valid_prefix, dev);  // training's LSTM state is left as it is
         double tok_cos = last_block_tok_cos(lm, a, valid_prefix, dev);
-        std::printf("step %lld: valid %s %.4f (%zu tokens)%s\n", (long long)global_step, metric_name, metric(valid),
-                    valid_prefix.size(), tok_cos_text(tok_cos).c_str());
-        append_eval({{"kind", "eval"}, {"step", global_step}, {"epoch", epoch_at}}, valid, valid_prefix.size(), tok_cos);
+        std::printf("step %lld: valid %s %.4f (%lld tokens scored)%s\n", (long long)global_step, metric_name,
+                    metric(valid.loss), (long long)valid.scored, tok_cos_text(tok_cos).c_str());
+        append_eval({{"kind", "eval"}, {"step", global_step}, {"epoch", epoch_at}}, valid, tok_cos);
     };
 
     apps::install_stop_handlers();
@@ -540,24 +549,25 @@ static int run(Args& a, const apps::json& config, Device dev) {
         double nll_sum = meter.sum(), tokens = meter.weight();
         skip_batches = 0;
         resumed_nll_sum = resumed_tokens = 0;
-        double valid = evaluate(lm, a, corpus.valid, dev);
+        Eval valid = evaluate(lm, a, corpus.valid, dev);
         double tok_cos = last_block_tok_cos(lm, a, corpus.valid, dev);
-        if (a.schedule == "plateau") opt->lr = plateau.update((float)valid);
+        if (a.schedule == "plateau") opt->lr = plateau.update((float)valid.loss);
         std::printf("epoch %d: train %s %.4f, valid %s %.4f, lr %.3g%s\n", epoch + 1, metric_name,
-                    metric(nll_sum / std::max(1.0, tokens)), metric_name, metric(valid), opt->lr,
+                    metric(nll_sum / std::max(1.0, tokens)), metric_name, metric(valid.loss), opt->lr,
                     tok_cos_text(tok_cos).c_str());
         append_eval({{"kind", "eval"}, {"step", global_step}, {"epoch", epoch + 1},
                      {"train_" + std::string(metric_name), metric(nll_sum / std::max(1.0, tokens))}},
-                    valid, corpus.valid.size(), tok_cos);
-        if (valid < best_valid) {
-            best_valid = valid;
+                    valid, tok_cos);
+        if (valid.loss < best_valid) {
+            best_valid = valid.loss;
             checkpoint("best", epoch + 1, 0, 0, 0);
         }
         checkpoint("last", epoch + 1, 0, 0, 0);
     }
-    double test = evaluate(lm, a, corpus.test, dev);
-    std::printf("test %s %.4f (valid best %.4f)\n", metric_name, metric(test), metric(best_valid));
-    out.write_json("result.json", {{"test_" + std::string(metric_name), metric(test)}, {"test_loss", test},
+    Eval test = evaluate(lm, a, corpus.test, dev);
+    std::printf("test %s %.4f (valid best %.4f)\n", metric_name, metric(test.loss), metric(best_valid));
+    out.write_json("result.json", {{"test_" + std::string(metric_name), metric(test.loss)}, {"test_loss", test.loss},
+                                   {"test_tokens", test.scored},
                                    {"best_valid_" + std::string(metric_name), metric(best_valid)},
                                    {"epochs", a.epochs}, {"steps", global_step}, {"train_tokens", corpus.train.size()},
                                    {"init", a.init},
