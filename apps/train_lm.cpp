@@ -324,14 +324,17 @@ static int run(Args& a, const apps::json& config, Device dev) {
                 corpus.train.size() < all_train ? fmt::format(" (the first of {} training tokens)", all_train).c_str() : "");
 
     Batches train = make_batches(a, corpus.train, a.batch_size);
-    data::TokenBatch init_rows = init_set(a, corpus.train, train, corpus.vocab.size());
-    if (init::needs_data(a.init))
-        std::printf("init set: %lld rows of %lld tokens (%s)\n", (long long)init_rows.inputs.size(0),
-                    (long long)init_rows.inputs.size(1),
+    // The init set exists only for data-dependent schemes (the others never call its forward).
+    init::InitData init_data;
+    if (init::needs_data(a.init)) {
+        data::TokenBatch rows = init_set(a, corpus.train, train, corpus.vocab.size());
+        std::printf("init set: %lld rows of %lld tokens (%s)\n", (long long)rows.inputs.size(0),
+                    (long long)rows.inputs.size(1),
                     a.init_samples > 0 ? "--init-samples, spread over the training split" : "the first training batch");
-    // The next tokens are the labels of relu-quantile's output-layer fit (untied models).
-    init::InitData init_data{[&] { NoGrad ng; lm.forward(init_rows.inputs); }, init_rows.inputs.size(0),
-                             init_rows.targets};
+        // The next tokens are the labels of relu-quantile's output-layer fit (untied models).
+        init_data = init::InitData{[&lm, inputs = rows.inputs] { NoGrad ng; lm.forward(inputs); }, rows.inputs.size(0),
+                                   rows.targets};
+    }
     init::Report report = init::apply(*lm.module, a.init, a.init_opt, &init_data);
     if (!a.init_from.empty()) {
         // The checkpoint's embedding rows are its run's token ids: that run's vocab.txt must be this one.
@@ -696,15 +699,25 @@ int main(int argc, char** argv) {
     if (!a.preset.empty())
         for (const char* flag : {"--dim", "--depth", "--dropout"})
             if (app.count(flag)) return refuse(std::string("--preset sets --dim, --depth and --dropout; ") + flag + " too");
-    struct ModelFlag { const char* flag; const char* model; };
-    std::string unused;
-    for (ModelFlag f : {ModelFlag{"--heads", "transformer"}, {"--pos", "transformer"}, {"--post-norm", "transformer"},
-                        {"--emb-dropout", "transformer"}, {"--word-dropout", "transformer"},
-                        {"--s", "gau"}, {"--gau-pre-norm", "gau"}})
-        if (app.count(f.flag) && a.model != f.model) unused += (unused.empty() ? "" : ", ") + std::string(f.flag);
-    if (!unused.empty())
-        std::fprintf(stderr, "train_lm: note: --model %s does not use %s (recorded in config.json, changing nothing)\n",
-                     a.model.c_str(), unused.c_str());
+    struct Unused { const char* flag; bool unused; std::string why; };
+    const bool data_init = init::needs_data(a.init);
+    for (const Unused& u : {Unused{"--heads", a.model != "transformer", "--model " + a.model},
+                            Unused{"--pos", a.model != "transformer", "--model " + a.model},
+                            Unused{"--post-norm", a.model != "transformer", "--model " + a.model},
+                            Unused{"--emb-dropout", a.model != "transformer", "--model " + a.model},
+                            Unused{"--word-dropout", a.model != "transformer", "--model " + a.model},
+                            Unused{"--s", a.model != "gau", "--model " + a.model},
+                            Unused{"--gau-pre-norm", a.model != "gau", "--model " + a.model},
+                            Unused{"--min-lr", a.schedule != "cosine", "--schedule " + a.schedule},
+                            Unused{"--warmup-steps", a.schedule != "cosine", "--schedule " + a.schedule},
+                            Unused{"--lr-decay", a.schedule == "cosine", "--schedule " + a.schedule},
+                            Unused{"--decay-start", a.schedule != "step", "--schedule " + a.schedule},
+                            Unused{"--plateau-patience", a.schedule != "plateau", "--schedule " + a.schedule},
+                            Unused{"--eval-tokens", a.eval_every == 0, "no --eval-every"},
+                            Unused{"--init-samples", !data_init, "--init " + a.init + " uses no data"}})
+        if (u.unused && app.count(u.flag))
+            std::fprintf(stderr, "train_lm: note: %s changes nothing here (%s); config.json records it\n", u.flag,
+                         u.why.c_str());
     if (a.head_bias && (a.model != "transformer" || !a.untied))
         return refuse("--head-bias applies to --model transformer with --untied");
     if ((a.pe_scale != 1.f || a.pe_every_block) && (a.model != "transformer" || a.pos == "rope" || a.pos == "none"))

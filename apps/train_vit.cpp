@@ -609,6 +609,12 @@ int main(int argc, char** argv) {
     if (convmixer && a.fc_norm) return refuse("--fc-norm is a ViT option; --model is " + a.model);
     if (!convmixer && (a.spatial != "train" || a.freeze_spatial || a.kernel != 3))
         return refuse("--spatial, --freeze-spatial and --kernel are ConvMixer options; --model is " + a.model);
+    // The ViT's own options given to a ConvMixer (one command for both models): a note.
+    if (convmixer)
+        for (const char* flag : {"--heads", "--pool", "--pos", "--pe-scale", "--layerscale"})
+            if (app.count(flag))
+                std::fprintf(stderr, "train_vit: note: %s changes nothing here (--model %s); config.json records it\n",
+                             flag, a.model.c_str());
     if (a.kernel < 1 || a.kernel % 2 == 0) return refuse("--kernel " + std::to_string(a.kernel) + ": an odd size >= 1 needed");
     if (std::string bad = parse_randaug(a.randaug, a.randaug_n, a.randaug_m); !bad.empty()) return refuse(bad);
     try {

@@ -342,10 +342,19 @@ TEST_CASE("train_vit and train_lm refuse bad flags with status 2", "[apps]") {
     CHECK(run_app("train_lm", "--model gau --emb-scale 2", tmp / "log") == 2);
     CHECK(slurp(tmp / "log").find("--emb-scale applies to --model transformer") != std::string::npos);
     // Another model's flags run (one command for several models), with a note naming them.
+    // So do flags of another schedule, --eval-tokens without --eval-every, and --init-samples with
+    // an init that uses no data.
     CHECK(run_app("train_lm", "--model lstm --heads 4 --s 64 --dry-run", tmp / "log") == 0);
-    CHECK(slurp(tmp / "log").find("note: --model lstm does not use --heads, --s") != std::string::npos);
+    CHECK(slurp(tmp / "log").find("note: --heads changes nothing here (--model lstm)") != std::string::npos);
+    CHECK(slurp(tmp / "log").find("note: --s changes nothing here (--model lstm)") != std::string::npos);
     CHECK(run_app("train_lm", "--model gau --s 64 --gau-pre-norm --dry-run", tmp / "log") == 0);
-    CHECK(slurp(tmp / "log").find("does not use") == std::string::npos);
+    CHECK(slurp(tmp / "log").find("changes nothing") == std::string::npos);
+    CHECK(run_app("train_lm", "--schedule step --warmup-steps 9 --eval-tokens 5 --init-samples 8 --dry-run",
+                  tmp / "log") == 0);
+    for (const char* note : {"--warmup-steps changes nothing here (--schedule step)",
+                             "--eval-tokens changes nothing here (no --eval-every)",
+                             "--init-samples changes nothing here (--init torch uses no data)"})
+        CHECK(slurp(tmp / "log").find(note) != std::string::npos);
     CHECK(run_app("train_lm", "--dataset ptb-char --level byte --dry-run", tmp / "log") == 2);
     CHECK(slurp(tmp / "log").find("--level applies to --dataset text") != std::string::npos);
     CHECK(run_app("train_lm", "--dataset text --level bogus --dry-run", tmp / "log") == 2);
@@ -358,6 +367,8 @@ TEST_CASE("train_vit and train_lm refuse bad flags with status 2", "[apps]") {
         CHECK(slurp(tmp / "log").find("--randaug") != std::string::npos);
     }
     CHECK(run_app("train_vit", "--randaug 1 --dry-run", tmp / "log") == 0);
+    CHECK(run_app("train_vit", "--model convmixer-256-8 --pos learned --dry-run", tmp / "log") == 0);
+    CHECK(slurp(tmp / "log").find("note: --pos changes nothing here (--model convmixer-256-8)") != std::string::npos);
     // The warmup the run uses is the one its config.json records.
     CHECK(run_app("train_vit", "--epochs 5 --dry-run", tmp / "log") == 0);
     CHECK(slurp(tmp / "log").find("\"--warmup-epochs\": \"0\"") != std::string::npos);
