@@ -176,8 +176,8 @@ int main(int argc, char** argv) {
     app.add_option("--data-dir", dir,
                    "folder holding the data set (default: $INITLAB_DATA/<folder> when INITLAB_DATA is set, else "
                    "data_local/<folder>; text and folder need it)");
-    app.add_option("--level", level, "text level for --dataset text: word|char|byte")
-        ->check(CLI::IsMember({"word", "char", "byte"}));
+    app.add_option("--level", level, "text level for --dataset text: word|symbols|char|byte")
+        ->check(CLI::IsMember({"word", "symbols", "char", "byte"}));
     app.add_flag("--decode", decode,
                  "folder: decode every image (checks them all and times it) instead of counting files");
     app.add_option("--threads", threads, "decoding threads for --decode and --bench-loader (0: OpenMP default)");

@@ -691,7 +691,7 @@ int main(int argc, char** argv) {
     app.add_option("--perturb", a.perturb, "after the init (or --checkpoint), add ±EPS with random signs to every "
                                            "parameter: an update of Adam's first-step size in no particular direction")
         ->capture_default_str()->check(CLI::NonNegativeNumber);
-    app.add_option("--max-len", a.max_len, "LM: positions the position embedding holds (train_lm's --max-len)")
+    app.add_option("--max-len", a.max_len, "LM: positions the position embedding holds, at least --seq-len (train_lm holds max(512, --seq-len))")
         ->capture_default_str()->check(CLI::Range((int64_t)2, (int64_t)65536));
     app.add_flag("--post-ln", a.post_ln, "LM: Post-LN blocks (default Pre-LN)");
     app.add_flag("--gau-pre-norm", a.gau_pre_norm, "GAU: Pre-Norm blocks (default Post-Norm, as train_lm)");

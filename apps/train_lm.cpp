@@ -627,7 +627,7 @@ int main(int argc, char** argv) {
     app.add_option("--scored", a.scored, "window protocol: scored positions at the end of each window")
         ->capture_default_str()->check(CLI::PositiveNumber);
     app.add_option("--epochs", a.epochs, "epochs")->capture_default_str()->check(CLI::PositiveNumber);
-    app.add_option("--max-steps", a.max_steps, "at most N steps per epoch (0: whole epochs)")->capture_default_str();
+    app.add_option("--max-steps", a.max_steps, "at most N steps per epoch, the epoch's first N batches (0: whole epochs)")->capture_default_str();
     app.add_option("--eval-every", a.eval_every,
                    "also evaluate on the validation split every N steps inside an epoch (a curve for a run of one "
                    "long epoch; 0: at the end of each epoch only)")
