@@ -361,7 +361,8 @@ static int run(Args& a, const apps::json& config, Device dev) {
     nn::ReduceOnPlateau plateau{a.lr, a.lr_decay, a.min_lr, 1e-4f, a.plateau_patience};
 
     apps::RunDir out(a.out, a.overwrite);
-    out.write_json("config.json", config);
+    // A resumed run's config.json (with this part added) is written once its checkpoint has loaded.
+    if (!a.resume) out.write_json("config.json", config);
     if (!a.resume) apps::save_init_weights(out, *lm.module, a.init, a.init_from);
     // The checkpoint's token ids are the saved vocabulary's: the data a run continues on (--data-dir
     // may change between its parts) must give the same one, or every id would mean another token.
@@ -401,6 +402,7 @@ static int run(Args& a, const apps::json& config, Device dev) {
         }
         std::printf("resumed from %s: epoch %d, batch %lld, step %lld\n", out.path("last").c_str(), start_epoch + 1,
                     (long long)skip_batches, (long long)global_step);
+        out.write_json("config.json", config);
     }
     // `batch_in_epoch`: the batches of `epoch` already trained on. Mid-epoch a BPTT model's
     // carried state belongs to the position too.

@@ -337,7 +337,8 @@ static int run(const Args& a, const apps::json& config, Device dev) {
     nn::WarmupCosine sched{a.lr, a.min_lr, a.warmup_epochs * steps_per_epoch, a.epochs * steps_per_epoch};
 
     apps::RunDir out(a.out, a.overwrite);
-    out.write_json("config.json", config);
+    // A resumed run's config.json (with this part added) is written once its checkpoint has loaded.
+    if (!a.resume) out.write_json("config.json", config);
     if (!a.resume) apps::save_init_weights(out, *model, a.init, a.init_from);
     int start_epoch = 0;
     int64_t skip_batches = 0, global_step = 0;
@@ -359,6 +360,7 @@ static int run(const Args& a, const apps::json& config, Device dev) {
         out.trim_metrics(global_step);
         std::printf("resumed from %s: epoch %d, batch %lld\n", out.path("last").c_str(), start_epoch,
                     (long long)skip_batches);
+        out.write_json("config.json", config);
     }
     // Mid-epoch (a stop), the epoch's running train loss goes with it, so the resumed epoch logs
     // the loss of all its batches.

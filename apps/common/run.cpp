@@ -213,8 +213,8 @@ static bool same_value(const json& a, const json& b) {
 
 // The stored config.json of the run in `out` (`flag` names the flag asking: --auto-resume or
 // --resume). `error` says why it cannot be used: not JSON, or not this app's run (its flags would
-// compare as nothing); or, when `compare`, the first flag whose value differs from this command's,
-// kMachineFlags aside (a flag newer than the run is not compared).
+// compare as nothing); or the first flag whose value differs from this command's, kMachineFlags
+// aside (a flag newer than the run is not compared).
 static json stored_config(const std::string& out, const json& config, const std::string& flag, std::string& error) {
     const fs::path stored_path = fs::path(out) / "config.json";
     json stored;
