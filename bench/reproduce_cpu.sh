@@ -486,3 +486,17 @@ for s in 0 1; do
   "${V[@]}" --seed $s --threads 2 --init timm+zero-attn --out runs/vit-timm-fix/zero-attn-s$s
   "${V[@]}" --seed $s --threads 2 --init timm --layerscale 0.1 --out runs/vit-timm-fix/layerscale0.1-s$s
 done
+# Session 29: section 5's "On the char-level LM": section 2's model and schedule under the data-dependent
+# schemes and plain orthogonal weights, three seeds each, with torch and mimetic again at three seeds
+# (--threads 2, one at a time; the init set is 2,048 rows spread over the split, or the first batch).
+L=(./apps/train_lm --auto-resume --dataset ptb-char --model transformer --dim 128 --depth 4 --heads 4 --seq-len 128 --batch-size 32 --epochs 1 --max-steps 400 --lr 2e-3 --warmup-steps 50 --log-every 25 --threads 2)
+for s in 0 1 2; do
+  sfx=$([ $s = 0 ] || echo -s$s)
+  "${L[@]}" --seed $s --init torch --out runs/lm-data-dependent/char-torch$sfx
+  "${L[@]}" --seed $s --init mimetic --out runs/lm-data-dependent/char-mimetic$sfx
+  "${L[@]}" --seed $s --init lsuv --init-samples 2048 --out runs/lm-data-dependent/char-lsuv$sfx
+  "${L[@]}" --seed $s --init relu-quantile --act-prob 0.5 --init-samples 2048 --out runs/lm-data-dependent/char-rq0.5$sfx
+  "${L[@]}" --seed $s --init relu-quantile --init-samples 2048 --out runs/lm-data-dependent/char-rq0.8$sfx
+  "${L[@]}" --seed $s --init orthogonal --out runs/lm-data-dependent/char-orthogonal$sfx
+done
+"${L[@]}" --seed 0 --init relu-quantile --act-prob 0.5 --out runs/lm-data-dependent/char-rq0.5-firstbatch
