@@ -373,6 +373,7 @@ static int run(Args& a, const apps::json& config, Device dev) {
     int64_t skip_batches = 0, global_step = 0;
     double best_valid = INFINITY;
     double resumed_nll_sum = 0, resumed_tokens = 0;  // the interrupted epoch's running train loss
+    double elapsed_before = 0;  // resumed: the seconds the run's earlier parts trained (metrics' elapsed_s)
     bool bptt = a.protocol == "bptt";
     if (a.resume) {
         check(out.enabled() && fs::exists(out.path("last.safetensors")), "--resume: no checkpoint {}",
@@ -385,6 +386,7 @@ static int run(Args& a, const apps::json& config, Device dev) {
         global_step = nn::meta_int(meta, "step", file);
         best_valid = nn::meta_number(meta, "best_valid", file);
         resumed_nll_sum = nn::meta_number(meta, "epoch_nll_sum", file, 0);
+        elapsed_before = nn::meta_number(meta, "elapsed_s", file, 0);
         resumed_tokens = nn::meta_number(meta, "epoch_tokens", file, 0);
         plateau.lr = opt->lr;
         plateau.best = (float)nn::meta_number(meta, "plateau_best", file, INFINITY);
@@ -406,6 +408,12 @@ static int run(Args& a, const apps::json& config, Device dev) {
     }
     // `batch_in_epoch`: the batches of `epoch` already trained on. Mid-epoch a BPTT model's
     // carried state belongs to the position too.
+    // The metrics' elapsed_s goes on from where the checkpoint's part left it, so that a resumed run's
+    // time axis does not start again at 0.
+    auto started = std::chrono::steady_clock::now();
+    auto elapsed_s = [&] {
+        return elapsed_before + std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    };
     auto checkpoint = [&](const std::string& name, int epoch, int64_t batch_in_epoch, double nll_sum, double tokens) {
         if (!out.enabled()) return;
         NamedTensors state = batch_in_epoch > 0 && bptt ? lm.carried() : NamedTensors{};
@@ -416,6 +424,7 @@ static int run(Args& a, const apps::json& config, Device dev) {
                             {{"epoch", std::to_string(epoch)}, {"batch_in_epoch", std::to_string(batch_in_epoch)},
                              {"step", std::to_string(global_step)}, {"best_valid", fmt::format("{}", best_valid)},
                              {"epoch_nll_sum", fmt::format("{}", nll_sum)}, {"epoch_tokens", fmt::format("{}", tokens)},
+                             {"elapsed_s", fmt::format("{}", elapsed_s())},
                              {"plateau_best", fmt::format("{}", plateau.best)},
                              {"plateau_bad", std::to_string(plateau.bad)},
                              {"carried_state", state.empty() ? "0" : "1"},
@@ -428,8 +437,7 @@ static int run(Args& a, const apps::json& config, Device dev) {
     // short run's curve has points without the whole split's cost at each of them.
     std::vector<int32_t> valid_prefix = corpus.valid;
     if (a.eval_tokens > 0 && (size_t)a.eval_tokens < valid_prefix.size()) valid_prefix.resize(a.eval_tokens);
-    auto started = std::chrono::steady_clock::now();
-    auto elapsed_s = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(); };
+
     // An evaluation line of metrics.jsonl: `m` (kind, step, epoch, ...) and the validation figures;
     // tok_cos only where the model has one (not the LSTM: NaN).
     auto append_eval = [&](apps::json m, const Eval& valid, double tok_cos) {
@@ -732,6 +740,13 @@ int main(int argc, char** argv) {
     if (!dc.note.empty()) std::printf("train_lm: %s\n", dc.note.c_str());
     apps::json config =
         apps::run_config(app, "train_lm", a.threads > 0 ? a.threads : omp_get_max_threads(), dc.description);
+    if (!a.preset.empty()) {  // the sizes the preset builds, not the flags' defaults it overrides
+        nn::LSTMConfig p = a.preset == "small" ? nn::LSTMConfig::small()
+                         : a.preset == "medium" ? nn::LSTMConfig::medium() : nn::LSTMConfig::large();
+        config["--dim"] = std::to_string(p.hidden);
+        config["--depth"] = std::to_string(p.layers);
+        config["--dropout"] = fmt::format("{}", p.dropout);
+    }
     if (int stop = apps::settle_run_start("train_lm", a.out, config, a.auto_resume, a.dry_run, a.resume, a.overwrite,
                                           [&] { return dry_run_model(a); });
         stop >= 0)

@@ -360,6 +360,9 @@ TEST_CASE("train_vit and train_lm refuse bad flags with status 2", "[apps]") {
     CHECK(run_app("train_lm", "--dataset text --level bogus --dry-run", tmp / "log") == 2);
     CHECK(run_app("train_lm", "--model lstm --preset medium --dim 64 --dry-run", tmp / "log") == 2);
     CHECK(slurp(tmp / "log").find("--preset sets --dim, --depth and --dropout; --dim too") != std::string::npos);
+    CHECK(run_app("train_lm", "--model lstm --preset medium --dry-run", tmp / "log") == 0);  // records its sizes
+    CHECK(slurp(tmp / "log").find("\"--dim\": \"650\"") != std::string::npos);
+    CHECK(slurp(tmp / "log").find("\"--dropout\": \"0.5\"") != std::string::npos);
     // --randaug N[,M] is checked before anything runs (a bad one aborted after loading the data).
     for (const char* bad : {"abc", "3x", "2,50", "-3", "2,"}) {
         INFO(bad);
@@ -463,6 +466,7 @@ void check_lm_resume(const std::string& args, bool carries_state, bool auto_resu
     REQUIRE(whole_evals.size() == 3);
     int64_t steps_per_epoch = whole_evals[0]["step"];
 
+    int64_t resumed_at = -1;  // the step the parts' checkpoint holds
     auto in_second_epoch = [&] {
         auto lines = metrics_lines(tmp / "parts/metrics.jsonl");
         auto eval = std::find_if(lines.begin(), lines.end(), [](const nlohmann::json& j) { return j["kind"] == "eval"; });
@@ -481,6 +485,11 @@ void check_lm_resume(const std::string& args, bool carries_state, bool auto_resu
         CHECK(batch < steps_per_epoch);  // truly mid-epoch, not at its end
         CHECK(meta.at("carried_state") == (carries_state ? "1" : "0"));
         CHECK(fs::exists(tmp / "parts/last.carry.safetensors") == carries_state);
+        // The clock goes on across the parts: as if the first part had trained 1000 s.
+        resumed_at = std::stoll(meta.at("step"));
+        meta["elapsed_s"] = "1000";
+        auto weights = engine::load_safetensors(tmp / "parts/last.safetensors");
+        engine::save_safetensors(tmp / "parts/last.safetensors", {weights.begin(), weights.end()}, meta);
         // As if killed some steps after that checkpoint: a line the resumed run writes again, and
         // half of the next one.
         {
@@ -513,6 +522,10 @@ void check_lm_resume(const std::string& args, bool carries_state, bool auto_resu
         return out;
     };
     CHECK(steps_and_losses(tmp / "parts/metrics.jsonl") == steps_and_losses(tmp / "whole/metrics.jsonl"));
+    // The resumed part's clock starts where the checkpoint's left it (elapsed_s restarted at 0).
+    for (auto& j : metrics_lines(tmp / "parts/metrics.jsonl"))
+        if (resumed_at >= 0 && j.contains("elapsed_s"))
+            CHECK((j["elapsed_s"].get<double>() >= 1000) == (j["step"].get<int64_t>() > resumed_at));
     auto result_a = nlohmann::json::parse(slurp(tmp / "whole/result.json"));
     auto result_b = nlohmann::json::parse(slurp(tmp / "parts/result.json"));
     CHECK(result_a["test_ppl"] == result_b["test_ppl"]);
@@ -943,28 +956,37 @@ TEST_CASE("train_lm writes init.safetensors; tools/edit_checkpoint.py and weight
 }
 
 // tools/results.py on hand-made run folders: seeds of one row, the shared flags, and a switch the
-// shared flags turn on that one row leaves off, which has no spelling of its own.
+// shared flags turn on that one row leaves off, which has no spelling of its own. A flag newer than
+// some runs is shared when the runs that have it agree; a resumed run's parts count in the footer;
+// runs of two metrics make no table.
 TEST_CASE("tools/results.py: one row per run name, seeds averaged, a left-off switch named", "[apps]") {
     test::TempDir tmp;
-    auto run = [&](const std::string& name, const std::string& untied, double bpc, const std::string& started_by = "") {
+    auto run = [&](const std::string& name, const std::string& untied, double bpc, const std::string& started_by = "",
+                   const std::string& extra = "", const std::string& metric = "test_bpc") {
         test::write_file(tmp / ("runs/" + name + "/config.json"),
-                         "{\"--init\": \"torch\", \"--untied\": \"" + untied + "\", \"--dim\": \"128\", "
+                         "{\"--init\": \"torch\", \"--untied\": \"" + untied + "\", \"--dim\": \"128\", " + extra +
                          "\"--auto-resume\": \"" + started_by + "\", \"started\": \"2026-11-27T10:00:00Z\"}");
         test::write_file(tmp / ("runs/" + name + "/result.json"),
-                         "{\"test_bpc\": " + std::to_string(bpc) + ", \"finished\": \"2026-11-27T10:02:00Z\"}");
+                         "{\"" + metric + "\": " + std::to_string(bpc) + ", \"finished\": \"2026-11-27T10:02:00Z\"}");
     };
     // How a run was started does not set it apart: three runs with --auto-resume, one without.
     run("a", "true", 2.5, "true");
     run("a-s1", "true", 2.7, "true");
-    run("b", "true", 2.0, "true");
+    run("b", "true", 2.0, "true",
+        "\"--pe-scale\": \"1\", \"resumed\": [{\"git_commit\": \"feedbee\", \"started\": \"2026-11-27T10:01:00Z\"}], ");
     run("tied", "", 3.0);
     REQUIRE(std::system(("python3 tools/results.py " + (tmp / "runs") + " > " + (tmp / "table") + " 2>&1").c_str()) == 0);
     std::string table = slurp(tmp / "table");
     INFO(table);
     CHECK(table.find("| a | --init torch | 2.50, 2.70 | 2.60 | 0.20 |") != std::string::npos);
     CHECK(table.find("| tied | --init torch (no --untied) | 3.00 |") != std::string::npos);
-    CHECK(table.find("Shared flags: `--untied --dim 128`") != std::string::npos);
+    CHECK(table.find("Shared flags: `--untied --dim 128 --pe-scale 1`") != std::string::npos);
+    CHECK(table.find("| b | --init torch | 2.00; run: resumed, wall of its last part | 2.00 | — | — | 1.0 |") != std::string::npos);
+    CHECK(table.find("feedbee") != std::string::npos);
     CHECK(table.find("auto-resume") == std::string::npos);
+    run("vit", "true", 0.5, "true", "", "test_acc");
+    CHECK(std::system(("python3 tools/results.py " + (tmp / "runs") + " > " + (tmp / "table") + " 2>&1").c_str()) != 0);
+    CHECK(slurp(tmp / "table").find("one table holds runs of one metric") != std::string::npos);
 }
 
 TEST_CASE("train_lm: --eval-every adds validation points inside an epoch without changing the training", "[apps]") {

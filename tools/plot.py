@@ -6,8 +6,9 @@
 Each argument is a run directory written by apps/train_vit or apps/train_lm (--out). Left: the
 training loss against the step (smoothed over --smooth points). Right: the evaluation metric
 (test accuracy for train_vit; validation bpc or perplexity for train_lm) against the epoch, or,
-with --eval-x, against the step and/or the wall time (one panel each; wall time is the runs'
-elapsed_s, minutes since the training loop started, so it includes the evaluations).
+with --eval-x, against the step and/or the wall time (one panel each; wall time is train_lm's
+elapsed_s, minutes since the training loop started, so it includes the evaluations; train_vit does
+not log it). All runs must have one metric (ViT runs with ViT runs, char-level with char-level).
 
     /usr/bin/python3 tools/plot.py runs/char/* --eval-x step time -o char.png
 Runs are labelled by their --init (and the directory name). Needs matplotlib
@@ -17,7 +18,10 @@ import argparse
 import json
 import os
 
-import matplotlib
+try:
+    import matplotlib
+except ImportError:
+    raise SystemExit("plot.py: needs matplotlib (Debian: apt-get install python3-matplotlib)")
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -77,10 +81,14 @@ def main():
         if evals:
             keys = [k for k in ("test_acc", "valid_bpc", "valid_ppl") if k in evals[0]]
             if keys:
+                if metric_name is not None and keys[0] != metric_name:
+                    raise SystemExit(f"plot.py: {path} logs {keys[0]}, the runs before it {metric_name}: "
+                                     "one plot compares runs of one metric")
                 metric_name = keys[0]
                 for x, right in zip(a.eval_x, rights):
                     if x == "time" and "elapsed_s" not in evals[0]:
-                        raise SystemExit(f"plot.py: {path}'s metrics have no elapsed_s (written since 2026-11-25)")
+                        raise SystemExit(f"plot.py: {path}'s metrics have no elapsed_s (train_lm logs it, since "
+                                         "2026-11-25; train_vit does not)")
                     right.plot([xs[x](m) for m in evals], [m[metric_name] for m in evals], marker="o", label=label)
     left.set(xlabel="step", ylabel="training loss", title="training loss")
     for x, right in zip(a.eval_x, rights):

@@ -101,17 +101,23 @@ def main():
     for c in configs.values():
         for k, v in describe(c).items():
             counts.setdefault(k, Counter())[json.dumps(v)] += 1
-    # A value shared by no more than half the runs is no table default: the rows then show it.
+    # A value shared by no more than half the runs that have the flag is no table default: the rows
+    # then show it.
     shared = {k: json.loads(c.most_common(1)[0][0]) for k, c in counts.items()
-              if k != "--init" and 2 * c.most_common(1)[0][1] > len(runs)}  # every row names its init
+              if k != "--init" and 2 * c.most_common(1)[0][1] > sum(c.values())}  # every row names its init
 
-    # The metric's name, from the first finished run (the table's first row may not have finished).
-    label = "result"
+    # The metric's name, from the finished runs (the table's first row may not have finished): one
+    # table holds runs of one metric.
+    label = None
     for name in runs:
         result = read_json(os.path.join(args.folder, name, "result.json"))
         if result is not None:
-            label = final_metric(result)[1]
-            break
+            this = final_metric(result)[1]
+            if label is not None and this != label:
+                raise SystemExit(f"results.py: {name} reports {this}, other runs {label}: "
+                                 "one table holds runs of one metric")
+            label = this
+    label = label or "result"
     # train_lm's evaluations log the last block's tok_cos (1.00: a collapsed stack); the table gets
     # a column for it when any run has one, the value of each seed's last evaluation.
     def last_tok_cos(name):
@@ -167,8 +173,10 @@ def main():
         lines.append(f"| {row} | {flags or '—'} | {per_seed}{note} | {mean} | {spread} | {valid} | {wall} |{cos}")
     lines.append("")
     lines.append("Shared flags: `" + flags_text(shared) + "`")
-    commits = sorted({c.get("git_commit", "?")[:7] for c in configs.values()})
-    starts = sorted(c.get("started", "?") for c in configs.values())
+    # Resumed runs: every part's commit and start.
+    parts = [c for c in configs.values()] + [p for c in configs.values() for p in (c.get("resumed") or [])]
+    commits = sorted({c.get("git_commit", "?")[:7] for c in parts})
+    starts = sorted(c.get("started", "?") for c in parts)
     lines.append(f"Commits: {', '.join(commits)}; started {starts[0]} to {starts[-1]}.")
     print("\n".join(lines))
 
