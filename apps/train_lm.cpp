@@ -226,10 +226,9 @@ static Batches make_batches(const Args& a, const std::vector<int32_t>& stream, i
     return b;
 }
 
-// Mean negative log-likelihood (nats per scored token) over a whole split.
-// The mean loss over the tokens an evaluation scores, and how many it scored: the split cut into
-// min(batch, 10) rows leaves a remainder out, and --protocol window scores the last --scored of each
-// window only.
+// The mean negative log-likelihood (nats per scored token) over a split, and how many tokens it
+// scored: the split cut into min(batch, 10) rows leaves a remainder out, and --protocol window
+// scores the last --scored of each window only.
 struct Eval {
     double loss = 0;
     int64_t scored = 0;
@@ -406,14 +405,14 @@ static int run(Args& a, const apps::json& config, Device dev) {
                     (long long)skip_batches, (long long)global_step);
         out.write_json("config.json", config);
     }
-    // `batch_in_epoch`: the batches of `epoch` already trained on. Mid-epoch a BPTT model's
-    // carried state belongs to the position too.
     // The metrics' elapsed_s goes on from where the checkpoint's part left it, so that a resumed run's
     // time axis does not start again at 0.
     auto started = std::chrono::steady_clock::now();
     auto elapsed_s = [&] {
         return elapsed_before + std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     };
+    // `batch_in_epoch`: the batches of `epoch` already trained on. Mid-epoch a BPTT model's
+    // carried state belongs to the position too.
     auto checkpoint = [&](const std::string& name, int epoch, int64_t batch_in_epoch, double nll_sum, double tokens) {
         if (!out.enabled()) return;
         NamedTensors state = batch_in_epoch > 0 && bptt ? lm.carried() : NamedTensors{};
@@ -437,7 +436,6 @@ static int run(Args& a, const apps::json& config, Device dev) {
     // short run's curve has points without the whole split's cost at each of them.
     std::vector<int32_t> valid_prefix = corpus.valid;
     if (a.eval_tokens > 0 && (size_t)a.eval_tokens < valid_prefix.size()) valid_prefix.resize(a.eval_tokens);
-
     // An evaluation line of metrics.jsonl: `m` (kind, step, epoch, ...) and the validation figures;
     // tok_cos only where the model has one (not the LSTM: NaN).
     auto append_eval = [&](apps::json m, const Eval& valid, double tok_cos) {
