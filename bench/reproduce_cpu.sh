@@ -500,3 +500,10 @@ for s in 0 1 2; do
   "${L[@]}" --seed $s --init orthogonal --out runs/lm-data-dependent/char-orthogonal$sfx
 done
 "${L[@]}" --seed 0 --init relu-quantile --act-prob 0.5 --out runs/lm-data-dependent/char-rq0.5-firstbatch
+# Session 29: section 1 "At ViT-Tiny's width and depth", third seeds of the closed form and its control (T as above).
+./apps/train_vit --auto-resume --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --dim 192 --depth 12 --heads 3 --patch 4 --pool avg --batch-size 128 --epochs 4 --warmup-epochs 1 --lr 1e-3 --weight-decay 0.05 --randaug 0 --train-subset 128 --threads 2 --seed 2 --init mimetic --no-mimetic-qk --pos learned --out runs/vit-tiny-size/starts/voonly-learned-s2
+tools/edit_checkpoint.py runs/vit-tiny-size/starts/voonly-learned-s2/init.safetensors runs/vit-tiny-size/starts/voonly-learned-x18-s2.safetensors --scale pos_embed=18
+"${T[@]}" --seed 2 --init impulse3-closed --pos learned --out runs/vit-tiny-size/impulse3-closed-learned18-s2
+"${T[@]}" --seed 2 --init mimetic --no-mimetic-qk --pos learned --init-from runs/vit-tiny-size/starts/voonly-learned-x18-s2.safetensors --out runs/vit-tiny-size/mimetic-voonly-learned18-s2
+# Session 29: section 5's char-level LM, relu-quantile's fc1 fit alone on torch's other weights (L as above).
+for s in 0 1 2; do "${L[@]}" --seed $s --init torch+relu-quantile --act-prob 0.5 --init-samples 2048 --out runs/lm-data-dependent/char-torch+rq0.5$([ $s = 0 ] || echo -s$s); done
