@@ -106,13 +106,17 @@ struct LM {
     std::function<void(const std::map<std::string, Tensor>&)> restore = [](const std::map<std::string, Tensor>&) {};
 };
 
+// Zaremba et al.'s LSTM sizes: --preset small | medium | large.
+static nn::LSTMConfig preset_config(const std::string& preset) {
+    return preset == "small" ? nn::LSTMConfig::small() : preset == "medium" ? nn::LSTMConfig::medium()
+                                                                           : nn::LSTMConfig::large();
+}
+
 static LM build_model(const Args& a, int64_t vocab, Device dev) {
     LM lm;
     if (a.model == "lstm") {
-        nn::LSTMConfig c = a.preset == "small" ? nn::LSTMConfig::small()
-                         : a.preset == "medium" ? nn::LSTMConfig::medium()
-                         : a.preset == "large" ? nn::LSTMConfig::large()
-                                               : nn::LSTMConfig{vocab, a.dim, a.depth, a.dropout, false};
+        nn::LSTMConfig c = a.preset.empty() ? nn::LSTMConfig{vocab, a.dim, a.depth, a.dropout, false}
+                                            : preset_config(a.preset);
         c.vocab = vocab;  // Zaremba et al.'s output layer is its own (never tied)
         auto m = std::make_shared<nn::LSTMLM>(c);
         auto carried = std::make_shared<nn::CarriedState>();
@@ -650,7 +654,7 @@ int main(int argc, char** argv) {
         ->capture_default_str()->check(CLI::NonNegativeNumber);
     app.add_option("--opt", a.opt, "adamw | sgd")->capture_default_str()->check(CLI::IsMember({"adamw", "sgd"}));
     app.add_option("--lr", a.lr, "learning rate")->capture_default_str()->check(CLI::PositiveNumber);
-    app.add_option("--min-lr", a.min_lr, "cosine: final learning rate")->capture_default_str();
+    app.add_option("--min-lr", a.min_lr, "cosine: final learning rate; plateau: the lowest it decays to")->capture_default_str();
     app.add_option("--warmup-steps", a.warmup_steps, "cosine: linear warmup steps")->capture_default_str();
     app.add_option("--schedule", a.schedule, "cosine | step (×--lr-decay each epoch from --decay-start) | plateau")
         ->capture_default_str()->check(CLI::IsMember({"cosine", "step", "plateau"}));
@@ -716,16 +720,14 @@ int main(int argc, char** argv) {
                             Unused{"--word-dropout", a.model != "transformer", "--model " + a.model},
                             Unused{"--s", a.model != "gau", "--model " + a.model},
                             Unused{"--gau-pre-norm", a.model != "gau", "--model " + a.model},
-                            Unused{"--min-lr", a.schedule != "cosine", "--schedule " + a.schedule},
+                            Unused{"--min-lr", a.schedule == "step", "--schedule " + a.schedule},
                             Unused{"--warmup-steps", a.schedule != "cosine", "--schedule " + a.schedule},
                             Unused{"--lr-decay", a.schedule == "cosine", "--schedule " + a.schedule},
                             Unused{"--decay-start", a.schedule != "step", "--schedule " + a.schedule},
                             Unused{"--plateau-patience", a.schedule != "plateau", "--schedule " + a.schedule},
                             Unused{"--eval-tokens", a.eval_every == 0, "no --eval-every"},
                             Unused{"--init-samples", !data_init, "--init " + a.init + " uses no data"}})
-        if (u.unused && app.count(u.flag))
-            std::fprintf(stderr, "train_lm: note: %s changes nothing here (%s); config.json records it\n", u.flag,
-                         u.why.c_str());
+        if (u.unused) apps::note_unused_flag("train_lm", app, u.flag, u.why);
     if (a.head_bias && (a.model != "transformer" || !a.untied))
         return refuse("--head-bias applies to --model transformer with --untied");
     if ((a.pe_scale != 1.f || a.pe_every_block) && (a.model != "transformer" || a.pos == "rope" || a.pos == "none"))
@@ -739,8 +741,7 @@ int main(int argc, char** argv) {
     apps::json config =
         apps::run_config(app, "train_lm", a.threads > 0 ? a.threads : omp_get_max_threads(), dc.description);
     if (!a.preset.empty()) {  // the sizes the preset builds, not the flags' defaults it overrides
-        nn::LSTMConfig p = a.preset == "small" ? nn::LSTMConfig::small()
-                         : a.preset == "medium" ? nn::LSTMConfig::medium() : nn::LSTMConfig::large();
+        nn::LSTMConfig p = preset_config(a.preset);
         config["--dim"] = std::to_string(p.hidden);
         config["--depth"] = std::to_string(p.layers);
         config["--dropout"] = fmt::format("{}", p.dropout);

@@ -614,9 +614,7 @@ int main(int argc, char** argv) {
     // The ViT's own options given to a ConvMixer (one command for both models): a note.
     if (convmixer)
         for (const char* flag : {"--heads", "--pool", "--pos", "--pe-scale", "--layerscale"})
-            if (app.count(flag))
-                std::fprintf(stderr, "train_vit: note: %s changes nothing here (--model %s); config.json records it\n",
-                             flag, a.model.c_str());
+            apps::note_unused_flag("train_vit", app, flag, "--model " + a.model);
     if (a.kernel < 1 || a.kernel % 2 == 0) return refuse("--kernel " + std::to_string(a.kernel) + ": an odd size >= 1 needed");
     if (std::string bad = parse_randaug(a.randaug, a.randaug_n, a.randaug_m); !bad.empty()) return refuse(bad);
     try {

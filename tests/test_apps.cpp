@@ -349,9 +349,12 @@ TEST_CASE("train_vit and train_lm refuse bad flags with status 2", "[apps]") {
     CHECK(slurp(tmp / "log").find("note: --s changes nothing here (--model lstm)") != std::string::npos);
     CHECK(run_app("train_lm", "--model gau --s 64 --gau-pre-norm --dry-run", tmp / "log") == 0);
     CHECK(slurp(tmp / "log").find("changes nothing") == std::string::npos);
-    CHECK(run_app("train_lm", "--schedule step --warmup-steps 9 --eval-tokens 5 --init-samples 8 --dry-run",
+    CHECK(run_app("train_lm", "--schedule plateau --min-lr 1e-4 --dry-run", tmp / "log") == 0);  // its floor
+    CHECK(slurp(tmp / "log").find("changes nothing") == std::string::npos);
+    CHECK(run_app("train_lm", "--schedule step --warmup-steps 9 --min-lr 1e-4 --eval-tokens 5 --init-samples 8 --dry-run",
                   tmp / "log") == 0);
     for (const char* note : {"--warmup-steps changes nothing here (--schedule step)",
+                             "--min-lr changes nothing here (--schedule step)",
                              "--eval-tokens changes nothing here (no --eval-every)",
                              "--init-samples changes nothing here (--init torch uses no data)"})
         CHECK(slurp(tmp / "log").find(note) != std::string::npos);

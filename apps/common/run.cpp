@@ -292,6 +292,12 @@ static json resumed_config(const std::string& out, const json& config, std::stri
     return stored;
 }
 
+void note_unused_flag(const std::string& app_name, const CLI::App& app, const std::string& flag, const std::string& why) {
+    if (app.count(flag))
+        std::fprintf(stderr, "%s: note: %s changes nothing here (%s); config.json records it\n", app_name.c_str(),
+                     flag.c_str(), why.c_str());
+}
+
 int settle_run_start(const std::string& app_name, const std::string& out, json& config, bool auto_resume,
                      bool dry_run, bool& resume, bool& overwrite, const std::function<std::string()>& dry_run_model) {
     auto refuse = [&](const std::string& why) {

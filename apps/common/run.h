@@ -96,6 +96,10 @@ void add_auto_resume_flag(CLI::App& app, bool& auto_resume);
 // runs every training command of the docs and of bench/reproduce_cpu.sh this way.
 void add_dry_run_flag(CLI::App& app, bool& dry_run);
 
+// A flag given that changes nothing in this run (`why`: e.g. "--model lstm"): a note on stderr, not
+// a refusal, so that one command can serve several models or schedules. Nothing when not given.
+void note_unused_flag(const std::string& app_name, const CLI::App& app, const std::string& flag, const std::string& why);
+
 // Between the resolved config and the run, as both trainers do it: --auto-resume's choice (printed
 // as `app_name`; it sets `resume` or `overwrite`); on --resume (given or chosen) the flags checked
 // against the run's config.json as --auto-resume does, and `config` replaced by that file with this
