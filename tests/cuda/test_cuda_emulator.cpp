@@ -101,6 +101,19 @@ __global__ void block_sum_kernel(const float* x, float* out) {
     if (t == 0) out[blockIdx.x] = partial[0];
 }
 
+// Every thread stores one element of a shared tile, then reads an element another warp stored.
+// With Barrier = false only a __syncwarp() stands between: a warp that gets past it before a slow
+// warp has run reads that warp's element unwritten (flash_tc_dq_kernel's staging-tile race).
+template <bool Barrier>
+__global__ void read_other_warp_kernel(const float* x, float* out) {
+    SHARED_ARRAY(float, tile, 128);
+    unsigned t = threadIdx.x;
+    tile[t] = x[blockIdx.x * 128 + t];
+    if (Barrier) __syncthreads();
+    else __syncwarp();
+    out[blockIdx.x * 128 + t] = tile[(t + 32) % 128];
+}
+
 // __syncthreads() in a branch only half the block takes; the others go on to the next barrier.
 __global__ void divergent_barrier_kernel(float* out) {
     if (threadIdx.x < 16) __syncthreads();
@@ -311,6 +324,32 @@ TEST_CASE("emulator: a missing __syncthreads() gives a wrong sum for some seed",
     }
     emu::set_seed(0x5eed);
     INFO("seeds (of 8) where the kernel without the barrier was wrong: " << wrong_seeds);
+    REQUIRE(wrong_seeds > 0);
+}
+
+TEST_CASE("emulator: a warp that reads another warp's store after only a __syncwarp() is wrong for some seed",
+          "[cuda][emulator]") {
+    // A warp op completes as soon as its warp is there, at times before other warps have run, as
+    // on a GPU where warps drift apart. (Until 2026-11-28 every warp op waited for every thread of
+    // the block to stop, so each thread's first store always came first and this passed.)
+    const int blocks = 3;
+    std::vector<float> x = small_ints(blocks * 128, 2);
+    DeviceBuffer<float> dx(x), out(blocks * 128);
+    int wrong_seeds = 0;
+    for (uint64_t seed = 1; seed <= 8; seed++) {
+        emu::set_seed(seed);
+        KERNEL_LAUNCH(read_other_warp_kernel<true>, blocks, 128, 0, dx.p, out.p);
+        std::vector<float> good = out.host();
+        for (int b = 0; b < blocks; b++)
+            for (int t = 0; t < 128; t++) REQUIRE(good[b * 128 + t] == x[b * 128 + (t + 32) % 128]);
+        KERNEL_LAUNCH(read_other_warp_kernel<false>, blocks, 128, 0, dx.p, out.p);
+        std::vector<float> bad = out.host();
+        bool wrong = false;
+        for (int i = 0; i < blocks * 128; i++) wrong = wrong || !(bad[i] == x[i / 128 * 128 + (i % 128 + 32) % 128]);
+        wrong_seeds += wrong;
+    }
+    emu::set_seed(0x5eed);
+    INFO("seeds (of 8) where the kernel with only a __syncwarp() was wrong: " << wrong_seeds);
     REQUIRE(wrong_seeds > 0);
 }
 

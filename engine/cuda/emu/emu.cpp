@@ -5,18 +5,21 @@
 // thread. The threads of a block are fibers with stacks of their own (switched by a few lines of
 // asm on x86-64, by ucontext elsewhere; see "Context switches" below); each runs until it
 // reaches a barrier (__syncthreads, a warp shuffle or vote) or ends, then the next one runs. The
-// order in which the ready threads run between two barriers is a seeded random permutation, so a
-// kernel that forgets a __syncthreads() reads a neighbour's value before or after it is written,
-// differently from run to run, and its parity test fails. When every live thread waits:
-//   - a warp op completes when every lane named in its mask is there (the exchange is done then);
-//   - a block barrier completes when every live thread of the block is there (exited threads
+// order in which the ready threads run between two barriers is seeded and random: a permutation of
+// the block's threads, or warp by warp, so a kernel that forgets a __syncthreads() reads a
+// neighbour's value before or after it is written, differently from run to run, and its parity
+// test fails. A warp op completes when every lane named in its mask is there: by a coin flip as
+// soon as the last one arrives (the warp then runs on at once, ahead of warps that have yet to
+// run: warps drift apart on a GPU), else once nothing can run. Then:
+//   - the warp ops whose lanes are all there complete (one, or several that then run interleaved);
+//   - else a block barrier completes when every live thread of the block is there (exited threads
 //     count as there, as on a GPU), all at the same __syncthreads() (two different ones are an
 //     error: a barrier in a branch only some threads take);
 //   - anything else is a deadlock (a barrier some threads never reach) and an error.
-// What this order cannot show: a warp cannot get past a warp op while a thread of another warp has
-// yet to reach its first wait, so a warp that writes shared memory, waits only at warp ops and
-// reads it back is never overwritten by a slower warp's earlier store (flash_tc_dq_kernel's
-// staging tile, fixed 2026-11-28, raced like that: found by reading, not by a test).
+// So a warp that writes shared memory, passes only warp ops and reads it back can find it
+// overwritten by a slower warp's earlier store (the race flash_tc_dq_kernel's staging tile had
+// until commit 7af92fa, found by reading: every warp op then waited for every thread to stop, and
+// the order could not show it).
 // Asynchronous global-to-shared copies (cp.async) are kept per thread, and each lands at its issue
 // or at the wait that covers it, at random (include/cuda_pipeline_primitives.h says what that
 // catches).
@@ -399,73 +402,89 @@ std::string where(const Fiber& f) {
 
 std::string site(const Fiber& f) { return std::string(f.barrier_file) + ":" + std::to_string(f.barrier_line); }
 
-// Every live thread waits: complete the warp op of one warp whose lanes are all there (the first
-// such warp from a random one on), else the block barrier; returns false when nothing could be
-// released (a deadlock). One warp at a time: its lanes then run on to their next wait while the
-// other warps stay where they are, so a warp that reads what another warp writes between two warp
-// ops, without a __syncthreads() between, can see it unwritten (as on a GPU, where warps drift
-// apart), instead of every warp passing each warp op in lockstep.
+// Complete the warp op that lanes of warp `w` wait at, if every lane its mask names is there:
+// exchange the values (or run the collective) and make those lanes ready. `waiting` is a lane of
+// the warp at the op (nullptr: the first such lane). Returns false when some lane has yet to come.
+// `strict`: nothing else in the block can run, so lanes at two different ops are an error.
+bool release_warp(std::vector<Fiber>& fs, const Launch& L, int w, Fiber* waiting, bool strict) {
+    Fiber* lanes[32] = {};
+    int first = w * 32, count = std::min<int>(32, (int)fs.size() - first);
+    for (int l = 0; l < count; l++) lanes[l] = &fs[first + l];
+    if (!waiting)
+        for (int l = 0; l < count && !waiting; l++)
+            if (lanes[l]->state == State::AtWarpOp) waiting = lanes[l];
+    if (!waiting) return false;
+    unsigned mask = waiting->warp_mask;
+    for (int l = 0; l < 32; l++) {
+        if (!(mask >> l & 1u)) continue;
+        if (l >= count)
+            fail(std::string("kernel ") + L.name + ": " + waiting->warp_kind + " at " + where(*waiting) +
+                 " names lane " + std::to_string(l) + " in its mask, but the block has only " +
+                 std::to_string(fs.size()) + " threads");
+        Fiber& o = *lanes[l];
+        if (o.state == State::Done)
+            fail(std::string("kernel ") + L.name + ": " + waiting->warp_kind + " at " + where(*waiting) +
+                 " names lane " + std::to_string(l) + " in its mask, but that thread has exited");
+    }
+    bool all_there = true;
+    for (int l = 0; l < 32; l++) {
+        if (!(mask >> l & 1u)) continue;
+        Fiber& o = *lanes[l];
+        if (o.state != State::AtWarpOp) { all_there = false; continue; }
+        if (o.warp_mask != mask || std::strcmp(o.warp_kind, waiting->warp_kind) != 0) {
+            // Early, another lane's op may complete first (a divergent warp: lanes 0-15 at a
+            // half-warp op, 16-31 already at a whole-warp one); once nothing else can run, not.
+            if (!strict) return false;
+            fail(std::string("kernel ") + L.name + ": lanes of one warp wait at different warp ops (" +
+                 waiting->warp_kind + " at " + where(*waiting) + ", " + o.warp_kind + " at " + where(o) + ")");
+        }
+    }
+    if (!all_there) return false;
+    if (waiting->warp_collective) {
+        // Every lane named (wmma ops are whole-warp) and at the same op (checked above).
+        if (mask != 0xffffffffu)
+            fail(std::string("kernel ") + L.name + ": " + waiting->warp_kind + " at " + where(*waiting) +
+                 " from a partial warp");
+        void* args[32];
+        for (int l = 0; l < 32; l++) args[l] = reinterpret_cast<void*>(lanes[l]->warp_value);
+        std::string err = waiting->warp_collective(args);
+        if (!err.empty())
+            fail(std::string("kernel ") + L.name + ": " + waiting->warp_kind + " at " + where(*waiting) + ": " + err);
+        for (int l = 0; l < 32; l++) lanes[l]->state = State::Ready;
+        return true;
+    }
+    unsigned ballot = 0;
+    for (int l = 0; l < 32; l++)
+        if ((mask >> l & 1u) && lanes[l]->warp_value) ballot |= 1u << l;
+    for (int l = 0; l < 32; l++) {
+        if (!(mask >> l & 1u)) continue;
+        Fiber& o = *lanes[l];
+        if (o.warp_is_ballot) {
+            o.warp_result = ballot;
+        } else {
+            int src = o.warp_src - first;
+            // Reading a lane outside the mask is undefined on a GPU: give it poison.
+            o.warp_result = (src >= 0 && src < 32 && (mask >> src & 1u)) ? lanes[src]->warp_value
+                                                                          : (uint64_t)kPoison;
+        }
+        o.state = State::Ready;
+    }
+    return true;
+}
+
+// Nothing is ready: complete the warp ops whose lanes are all there (the first such warp from a
+// random one on, and each further one by a coin flip, so that the warps released together then run
+// interleaved), else the block barrier; returns false when nothing could be released (a deadlock).
 bool release_waiting(std::vector<Fiber>& fs, const Launch& L) {
     int nwarps = (int)((fs.size() + 31) / 32);
     const int start = (int)(g_order_rng() % (uint64_t)nwarps);
+    bool released = false;
     for (int i = 0; i < nwarps; i++) {
         const int w = (start + i) % nwarps;
-        Fiber* lanes[32] = {};
-        int first = w * 32, count = std::min<int>(32, (int)fs.size() - first);
-        for (int l = 0; l < count; l++) lanes[l] = &fs[first + l];
-        Fiber* waiting = nullptr;
-        for (int l = 0; l < count; l++)
-            if (lanes[l]->state == State::AtWarpOp) { waiting = lanes[l]; break; }
-        if (!waiting) continue;
-        unsigned mask = waiting->warp_mask;
-        bool all_there = true;
-        for (int l = 0; l < 32; l++) {
-            if (!(mask >> l & 1u)) continue;
-            if (l >= count)
-                fail(std::string("kernel ") + L.name + ": " + waiting->warp_kind + " at " + where(*waiting) +
-                     " names lane " + std::to_string(l) + " in its mask, but the block has only " +
-                     std::to_string(fs.size()) + " threads");
-            Fiber& o = *lanes[l];
-            if (o.state == State::Done)
-                fail(std::string("kernel ") + L.name + ": " + waiting->warp_kind + " at " + where(*waiting) +
-                     " names lane " + std::to_string(l) + " in its mask, but that thread has exited");
-            if (o.state != State::AtWarpOp) { all_there = false; continue; }
-            if (o.warp_mask != mask || std::strcmp(o.warp_kind, waiting->warp_kind) != 0)
-                fail(std::string("kernel ") + L.name + ": lanes of one warp wait at different warp ops (" +
-                     waiting->warp_kind + " at " + where(*waiting) + ", " + o.warp_kind + " at " + where(o) + ")");
-        }
-        if (!all_there) continue;
-        if (waiting->warp_collective) {
-            // Every lane named (wmma ops are whole-warp) and at the same op (checked above).
-            if (mask != 0xffffffffu)
-                fail(std::string("kernel ") + L.name + ": " + waiting->warp_kind + " at " + where(*waiting) +
-                     " from a partial warp");
-            void* args[32];
-            for (int l = 0; l < 32; l++) args[l] = reinterpret_cast<void*>(lanes[l]->warp_value);
-            std::string err = waiting->warp_collective(args);
-            if (!err.empty())
-                fail(std::string("kernel ") + L.name + ": " + waiting->warp_kind + " at " + where(*waiting) + ": " + err);
-            for (int l = 0; l < 32; l++) lanes[l]->state = State::Ready;
-            return true;
-        }
-        unsigned ballot = 0;
-        for (int l = 0; l < 32; l++)
-            if ((mask >> l & 1u) && lanes[l]->warp_value) ballot |= 1u << l;
-        for (int l = 0; l < 32; l++) {
-            if (!(mask >> l & 1u)) continue;
-            Fiber& o = *lanes[l];
-            if (o.warp_is_ballot) {
-                o.warp_result = ballot;
-            } else {
-                int src = o.warp_src - first;
-                // Reading a lane outside the mask is undefined on a GPU: give it poison.
-                o.warp_result = (src >= 0 && src < 32 && (mask >> src & 1u)) ? lanes[src]->warp_value
-                                                                              : (uint64_t)kPoison;
-            }
-            o.state = State::Ready;
-        }
-        return true;
+        if (released && (g_order_rng() & 1)) continue;
+        released = release_warp(fs, L, w, nullptr, true) || released;
     }
+    if (released) return true;
     // Block barrier: every live thread must be there.
     bool any_barrier = false;
     for (Fiber& f : fs) {
@@ -548,9 +567,32 @@ void run_block(Launch& L, uint3 block_idx, std::vector<Fiber>& fs, std::vector<i
             if (f.stack_index >= 0 && f.state != State::Done) g_stack_dirty[f.stack_index] = 1;
         g_block = nullptr;
     };
+    // A pass runs every ready thread: in a random order of the block's threads, or, by a coin flip,
+    // warp by warp (the warps in a random order, the lanes of each shuffled), as warps that drift
+    // apart run on a GPU. A thread that stops at a warp op its warp's last lane has just reached
+    // completes it at once by a coin flip, and those lanes run next, ahead of the rest of the pass:
+    // a fast warp gets past warp ops while a slow warp has yet to run, so the slow warp's earlier
+    // stores can land in shared memory the fast warp has already written and reads back.
+    std::deque<int> todo;
+    const int nwarps = (int)((n + 31) / 32);
+    std::vector<int> warp_order(nwarps);
     for (;;) {
-        for (int t : order) {
-            Fiber& f = fs[t];
+        todo.clear();
+        if (nwarps > 1 && (g_order_rng() & 1)) {
+            for (int w = 0; w < nwarps; w++) warp_order[w] = w;
+            std::shuffle(warp_order.begin(), warp_order.end(), g_order_rng);
+            for (int w : warp_order) {
+                size_t from = todo.size();
+                for (int t = w * 32; t < std::min<int>((int)n, w * 32 + 32); t++) todo.push_back(t);
+                std::shuffle(todo.begin() + (std::ptrdiff_t)from, todo.end(), g_order_rng);
+            }
+        } else {
+            std::shuffle(order.begin(), order.end(), g_order_rng);
+            todo.assign(order.begin(), order.end());
+        }
+        while (!todo.empty()) {
+            Fiber& f = fs[todo.front()];
+            todo.pop_front();
             if (f.state != State::Ready) continue;
             if (f.stack_index < 0) {
                 int s = next_stack;
@@ -561,19 +603,35 @@ void run_block(Launch& L, uint3 block_idx, std::vector<Fiber>& fs, std::vector<i
             switch_to_fiber(b, f);
             if (b.error) break;
             if (f.state == State::Done) free_stacks.push_back(f.stack_index);
+            if (f.state != State::AtWarpOp || !(g_order_rng() & 1)) continue;
+            bool released = false;
+            try {
+                released = release_warp(fs, L, f.warp, &f, false);
+            } catch (...) {
+                abandon();
+                throw;
+            }
+            if (!released) continue;
+            int lanes[32], count = 0;
+            for (int t = f.warp * 32; t < std::min<int>((int)n, f.warp * 32 + 32); t++)
+                if (fs[t].state == State::Ready) lanes[count++] = t;
+            std::shuffle(lanes, lanes + count, g_order_rng);
+            for (int i = count - 1; i >= 0; i--) todo.push_front(lanes[i]);
         }
         if (b.error) break;
-        bool all_done = true;
-        for (Fiber& f : fs)
-            if (f.state != State::Done) { all_done = false; break; }
+        bool all_done = true, any_ready = false;
+        for (Fiber& f : fs) {
+            if (f.state != State::Done) all_done = false;
+            if (f.state == State::Ready) any_ready = true;
+        }
         if (all_done) break;
+        if (any_ready) continue;  // (cannot happen: a pass runs every thread it makes ready)
         try {
             if (!release_waiting(fs, L)) fail(deadlock_report(fs, L));
         } catch (...) {
             abandon();
             throw;
         }
-        std::shuffle(order.begin(), order.end(), g_order_rng);
     }
     if (b.error) {
         abandon();

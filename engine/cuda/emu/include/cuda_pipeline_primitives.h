@@ -12,9 +12,9 @@
 // so a kernel that refills a buffer other warps may still be reading (no barrier before the
 // refill) corrupts their reads; or when the issuing thread's covering wait returns, so a kernel
 // that reads a destination before the copying thread has waited reads what was there (the poison
-// pattern at first). Either way its tests fail for some seed. Not caught: a missing
-// __syncthreads() between every thread's wait and the reads when a warp op follows the wait (the
-// scheduler runs every thread to its next wait point, so every wait returns before a warp goes on).
+// pattern at first). Either way its tests fail for some seed. So does a kernel with only a warp op
+// between every thread's wait and reads of other warps' copies (a warp may get past a warp op
+// before another warp has run: engine/cuda/emu/emu.cpp).
 // Checked: the size and alignment, zfill <= size, dst inside the block's shared memory, src inside
 // device memory (when bytes are read), and that no thread ends with copies not waited for.
 #pragma once
