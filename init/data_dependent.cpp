@@ -380,6 +380,7 @@ void relu_quantile_init(nn::Module& model, const Options& opt, const InitData* d
     Session session(model, *data);
     bool fit = true;
     double worst_active = 0, worst_std = 0;
+    double active_lo = 1, active_hi = 0, std_lo = HUGE_VAL, std_hi = 0;  // (what an ablation leaves)
     int64_t units = 0, min_samples = std::numeric_limits<int64_t>::max();
     std::vector<char> seen(layers.size());
     for (size_t i : adapted)
@@ -397,8 +398,11 @@ void relu_quantile_init(nn::Module& model, const Options& opt, const InitData* d
                     v.gather(j, z.data());
                     int64_t active = 0;
                     for (float x : z) active += x > 0;
-                    worst_active = std::max(worst_active, std::fabs((double)active / r - f));
-                    worst_std = std::max(worst_std, std::fabs(post_std(z, 1.0, l.act) / g - 1));
+                    const double fraction = (double)active / r, sd = post_std(z, 1.0, l.act);
+                    worst_active = std::max(worst_active, std::fabs(fraction - f));
+                    worst_std = std::max(worst_std, std::fabs(sd / g - 1));
+                    active_lo = std::min(active_lo, fraction), active_hi = std::max(active_hi, fraction);
+                    std_lo = std::min(std_lo, sd), std_hi = std::max(std_hi, sd);
                 }
                 units += v.units;
                 min_samples = std::min(min_samples, r);
@@ -413,13 +417,16 @@ void relu_quantile_init(nn::Module& model, const Options& opt, const InitData* d
                 // at `at` − 1 and `at` = r − round(f·r), so that exactly round(f·r) of them are positive
                 // (the paper's index ⌊r − f·r⌋ leaves ⌈f·r⌉ − 1, and its unit at exactly 0) and a
                 // value at the quantile does not sit on 0, where rounding would decide.
-                int64_t at = std::clamp<int64_t>(r - (int64_t)std::llround(f * r), 1, r - 1);
-                sorted = h;
-                std::nth_element(sorted.begin(), sorted.begin() + at, sorted.end());
-                double q = 0.5 * (sorted[at] + *std::max_element(sorted.begin(), sorted.begin() + at));
+                double q = 0;
+                if (opt.rq_bias) {
+                    int64_t at = std::clamp<int64_t>(r - (int64_t)std::llround(f * r), 1, r - 1);
+                    sorted = h;
+                    std::nth_element(sorted.begin(), sorted.begin() + at, sorted.end());
+                    q = 0.5 * (sorted[at] + *std::max_element(sorted.begin(), sorted.begin() + at));
+                }
                 std::vector<float> z(r);
                 for (int64_t s = 0; s < r; s++) z[s] = (float)(h[s] - q);
-                double c = solve_scale(z, l.act, g);
+                double c = opt.rq_scale ? solve_scale(z, l.act, g) : 1.0;
                 scale_unit(l, j, (float)c);
                 l.bias->data_f32()[j] = (float)(-q * c);
                 for (int64_t s = 0; s < r; s++) z[s] = (float)(c * z[s]);
@@ -456,11 +463,20 @@ void relu_quantile_init(nn::Module& model, const Options& opt, const InitData* d
     for (auto& [key, count] : groups)
         which += fmt::format("{}{}{}", which.empty() ? "" : ", ", key, count > 1 ? fmt::format(" x{}", count) : "");
     report.say(fmt::format("relu-quantile: {} Linear/Conv layers orthonormal, zero bias; on {} samples, per unit of "
-                           "{}: bias at the {:g} quantile (active fraction {:g}), post-activation std {:g}",
-                           composed ? adapted.size() : layers.size(), data->samples, which, 1 - f, f, g));
-    report.say(fmt::format("relu-quantile: measured over {} units: max |active fraction - {:g}| = {:.2e} (1/n = "
-                           "{:.2e}), max relative |std - {:g}| = {:.2e}",
-                           units, f, worst_active, 1.0 / (double)min_samples, g, worst_std));
+                           "{}: {}, {}",
+                           composed ? adapted.size() : layers.size(), data->samples, which,
+                           opt.rq_bias ? fmt::format("bias at the {:g} quantile (active fraction {:g})", 1 - f, f)
+                                       : "bias left at 0 (ablation: no quantile bias)",
+                           opt.rq_scale ? fmt::format("post-activation std {:g}", g)
+                                        : "scale left as orthonormal (ablation: no std scaling)"));
+    if (opt.rq_bias && opt.rq_scale)
+        report.say(fmt::format("relu-quantile: measured over {} units: max |active fraction - {:g}| = {:.2e} (1/n = "
+                               "{:.2e}), max relative |std - {:g}| = {:.2e}",
+                               units, f, worst_active, 1.0 / (double)min_samples, g, worst_std));
+    else
+        report.say(fmt::format("relu-quantile: measured over {} units: active fraction {:.3f} to {:.3f}, "
+                               "post-activation std {:.3g} to {:.3g}",
+                               units, active_lo, active_hi, std_lo, std_hi));
     if (!no_bias.empty())
         report.say(fmt::format("relu-quantile: skipped (no bias to shift): {}", fmt::join(no_bias, ", ")));
     if (fit_output) fit_output_layer(*head, head_input, data->labels, opt.output_logit, report);
@@ -468,8 +484,12 @@ void relu_quantile_init(nn::Module& model, const Options& opt, const InitData* d
         report.say(head ? "relu-quantile: output layer left as it was: the init batch has no labels"
                         : "relu-quantile: output layer left as it was: the model has no separate Linear 'head'");
     report.figures["relu_quantile.layers"] = (double)adapted.size();
-    report.figures["relu_quantile.max_active_error"] = worst_active;
-    report.figures["relu_quantile.max_std_error"] = worst_std;
+    if (opt.rq_bias) report.figures["relu_quantile.max_active_error"] = worst_active;
+    if (opt.rq_scale) report.figures["relu_quantile.max_std_error"] = worst_std;
+    report.figures["relu_quantile.min_active"] = active_lo;
+    report.figures["relu_quantile.max_active"] = active_hi;
+    report.figures["relu_quantile.min_post_std"] = std_lo;
+    report.figures["relu_quantile.max_post_std"] = std_hi;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -19,6 +19,8 @@
 //   steps in log-log). The figures are measured on a second pass, which recomputes every layer:
 //   float rounding there can move a sample that sat within ~1e-6 of a unit's threshold across it
 //   (ViT-Tiny, 32 images, 9216 units: max |fraction − f| = 1.4/n).
+//   Ablations (Options::rq_bias, rq_scale = false; --no-rq-bias, --no-rq-scale): v_j = 0 (the
+//   orthonormal pre-activation decides which units are active), or c_j = 1 (the orthonormal scale).
 //   The layers it adapts, in this project's models: mlp.fc1 of every transformer block (GELU,
 //   ReLU, ReLU² or SiLU as the model's MLP uses), GAU's hidden projection (SiLU), and ConvMixer's
 //   stem, depthwise (spatial) and pointwise convs (GELU). The other Linear/Conv layers keep the

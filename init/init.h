@@ -48,6 +48,9 @@ struct Options {
     float lsuv_tol = 0.1f;
     float act_prob = 0.8f;  // relu-quantile: fraction of units active on the init set
     float goal_std = 1.f;   // relu-quantile: post-activation std
+    // relu-quantile ablations: without the quantile bias (biases 0: each unit active where its
+    // orthonormal pre-activation is positive), without the per-unit scaling (c_j = 1)
+    bool rq_bias = true, rq_scale = true;
     // relu-quantile: the output layer ("head") by least squares to logits +output_logit for the
     // label and −output_logit elsewhere on the init batch (0: leave the output layer alone)
     float output_logit = 2.f;

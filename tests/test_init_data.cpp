@@ -215,6 +215,52 @@ TEST_CASE("relu-quantile: active fraction = act_prob within 1/n and post-activat
     }
 }
 
+TEST_CASE("relu-quantile ablations: without the scaling fc1 stays orthonormal, without the bias it stays 0",
+          "[init]") {
+    for (bool keep_bias : {true, false}) {
+        manual_seed(3);
+        nn::ViT vit(small_vit());
+        Tensor images = Tensor::normal({16, 3, 16, 16});
+        init::InitData data{[&] { vit.forward(images); }, 16};
+        init::Options opt;
+        opt.act_prob = 0.7f;
+        opt.goal_std = 0.5f;
+        opt.rq_bias = keep_bias;
+        opt.rq_scale = !keep_bias;
+        init::Report report;
+        init::relu_quantile_init(vit, opt, &data, report);
+        INFO((keep_bias ? "bias only" : "scale only"));
+        for (const char* layer : {"blocks.0.mlp.fc1", "blocks.1.mlp.fc1"}) {
+            Tensor w = vit.parameter(std::string(layer) + ".weight").detach();  // [128, 32]
+            Tensor gram = matmul(w, w, true, false);
+            double off_identity = 0;
+            for (int64_t i = 0; i < 32; i++)
+                for (int64_t j = 0; j < 32; j++) off_identity = std::max(off_identity, std::fabs((double)gram.at({i, j}) - (i == j)));
+            INFO(layer);
+            if (keep_bias) CHECK(off_identity < 1e-4);  // the orthonormal weights, unscaled
+            else CHECK(off_identity > 0.1);               // rows scaled unit by unit
+            bool all_zero = true;
+            for (float b : values(vit.parameter(std::string(layer) + ".bias"))) all_zero &= b == 0.f;
+            CHECK(all_zero == !keep_bias);
+        }
+        observe(vit, data.forward, [&](const std::string& path, const Tensor& out) {
+            if (path.find("fc1") == std::string::npos) return;
+            for (int64_t j = 0; j < out.size(-1); j++) {
+                std::vector<double> z = unit_values(out, j, false), post;
+                double active = 0;
+                for (double x : z) active += x > 0, post.push_back(gelu(x));
+                double n = (double)z.size();
+                INFO(path << " unit " << j);
+                if (keep_bias) CHECK(std::fabs(active / n - 0.7) <= 1 / n);
+                else CHECK(sample_std(post) * std::sqrt((n - 1) / n) == Approx(0.5).epsilon(1e-3));
+            }
+        });
+        CHECK(report.figures.count("relu_quantile.max_active_error") == (keep_bias ? 1u : 0u));
+        CHECK(report.figures.count("relu_quantile.max_std_error") == (keep_bias ? 0u : 1u));
+        CHECK(report.figures["relu_quantile.min_active"] <= report.figures["relu_quantile.max_active"]);
+    }
+}
+
 // Aguirre & Fuentes' Scheme 4, from the logits Z = X·W + b it produced: W solves min ||X·W − T||
 // (every feature column is orthogonal to T − X·W = T − (Z − b)), and b = mean(T − X·W) (the
 // residual Z − T has mean 0 per class). `bias`: the head's bias, undefined for a head without.

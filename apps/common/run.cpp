@@ -474,6 +474,8 @@ void add_init_flags(CLI::App& app, std::string& scheme, init::Options& o, const 
     app.add_option("--act-prob", o.act_prob, "relu-quantile: fraction of units active on the init batch")
         ->capture_default_str()->check(CLI::Range(0.f, 1.f));
     app.add_option("--goal-std", o.goal_std, "relu-quantile: post-activation std")->capture_default_str();
+    app.add_flag("!--no-rq-bias", o.rq_bias, "relu-quantile ablation: biases 0 instead of the quantile");
+    app.add_flag("!--no-rq-scale", o.rq_scale, "relu-quantile ablation: no per-unit scaling to --goal-std");
     app.add_option("--output-logit", o.output_logit,
                    "relu-quantile: fit the output layer by least squares to logits ±this on the init batch "
                    "(image models; 0: off)")
