@@ -990,6 +990,11 @@ TEST_CASE("tools/results.py: one row per run name, seeds averaged, a left-off sw
     run("vit", "true", 0.5, "true", "", "test_acc");
     CHECK(std::system(("python3 tools/results.py " + (tmp / "runs") + " > " + (tmp / "table") + " 2>&1").c_str()) != 0);
     CHECK(slurp(tmp / "table").find("one table holds runs of one metric") != std::string::npos);
+    // A config.json cut short (a copy interrupted): refused, naming the file.
+    test::write_file(tmp / "runs/vit/config.json", "{\"--init\": \"tor");
+    CHECK(std::system(("python3 tools/results.py " + (tmp / "runs") + " > " + (tmp / "table") + " 2>&1").c_str()) != 0);
+    CHECK(slurp(tmp / "table").find("runs/vit/config.json is not JSON") != std::string::npos);
+    CHECK(slurp(tmp / "table").find("Traceback") == std::string::npos);
 }
 
 TEST_CASE("train_lm: --eval-every adds validation points inside an epoch without changing the training", "[apps]") {

@@ -34,7 +34,10 @@ def read_run(path):
     config = {}
     if os.path.exists(os.path.join(path, "config.json")):
         with open(os.path.join(path, "config.json")) as f:
-            config = json.load(f)
+            try:
+                config = json.load(f)
+            except json.JSONDecodeError as e:
+                raise SystemExit(f"plot.py: {os.path.join(path, 'config.json')} is not JSON ({e})")
     train, evals = [], []
     with open(metrics_file) as f:
         for n, line in enumerate(f, 1):

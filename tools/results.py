@@ -26,17 +26,24 @@ def read_json(path):
     if not os.path.exists(path):
         return None
     with open(path) as f:
-        return json.load(f)
+        try:
+            return json.load(f)
+        except json.JSONDecodeError as e:
+            raise SystemExit(f"results.py: {path} is not JSON ({e}); move that run away or repair the file")
 
 
 def read_metrics(path):
     rows = []
     if os.path.exists(path):
         with open(path) as f:
-            for line in f:
+            for n, line in enumerate(f, 1):
                 line = line.strip()
-                if line:
+                if not line:
+                    continue
+                try:
                     rows.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise SystemExit(f"results.py: {path}:{n} is not JSON ({e})")
     return rows
 
 
