@@ -307,10 +307,13 @@ static int run(Args& a, const apps::json& config, Device dev) {
     manual_seed(a.seed);
     std::string dir = a.data_dir.empty() ? data::default_data_dir(a.dataset) : a.data_dir;
     if (dir.empty() || !fs::is_directory(dir)) {
+        const std::string fetch = data::is_raw_wikitext(a.dataset)
+                                      ? "unpack " + data::dataset_folder(a.dataset) + "-v1.zip of the WikiText release there"
+                                      : "fetch it with: data/download.sh " + a.dataset;
         std::fprintf(stderr,
                      "train_lm: no %s data in '%s'. Pass --data-dir DIR, or set INITLAB_DATA to the folder that holds\n"
-                     "%s/ (e.g. INITLAB_DATA=../shared/data), or fetch it with: data/download.sh %s\n",
-                     a.dataset.c_str(), dir.c_str(), data::dataset_folder(a.dataset).c_str(), a.dataset.c_str());
+                     "%s/ (e.g. INITLAB_DATA=../shared/data), or %s\n",
+                     a.dataset.c_str(), dir.c_str(), data::dataset_folder(a.dataset).c_str(), fetch.c_str());
         return 2;
     }
     data::CorpusOptions copt;
@@ -594,10 +597,14 @@ int main(int argc, char** argv) {
     CLI::App app{"Train a language model (transformer, GAU or LSTM) with any initialization scheme."};
     Args a;
     app.add_option("--data-dir", a.data_dir, "data folder (default: $INITLAB_DATA/<dataset folder>, else data_local/)");
-    app.add_option("--dataset", a.dataset, "ptb | ptb-char | wikitext2 | wikitext103 | text")->capture_default_str()
-        ->check(CLI::IsMember({"ptb", "ptb-char", "wikitext2", "wikitext103", "text"}));
-    app.add_option("--level", a.level, "tokens of --dataset text: word | symbols | char | byte")->capture_default_str()
-        ->check(CLI::IsMember({"word", "symbols", "char", "byte"}));
+    app.add_option("--dataset", a.dataset,
+                   "ptb | ptb-char | wikitext2 | wikitext103 | wikitext2-raw | wikitext103-raw (the untokenized "
+                   "wiki.*.raw, at char or byte level) | text")
+        ->capture_default_str()
+        ->check(CLI::IsMember(data::corpus_names()));
+    app.add_option("--level", a.level,
+                   "tokens of --dataset text: word | symbols | char | byte; of wikitext*-raw: char (its default) | byte")
+        ->capture_default_str()->check(CLI::IsMember({"word", "symbols", "char", "byte"}));
     app.add_option("--model", a.model, "transformer | gau | lstm")->capture_default_str()
         ->check(CLI::IsMember({"transformer", "gau", "lstm"}));
     app.add_option("--preset", a.preset, "lstm: small | medium | large (Zaremba et al.)")
@@ -706,8 +713,13 @@ int main(int argc, char** argv) {
     if (!a.preset.empty() && a.model != "lstm") return refuse("--preset applies to --model lstm only");
     // A flag given that the run would not use: refused where the run would be another than asked
     // for; a note where a flag of another model is given (one command for several models).
-    if (app.count("--level") && a.dataset != "text")
-        return refuse("--level applies to --dataset text (" + a.dataset + " has its own tokens)");
+    const bool raw_wikitext = data::is_raw_wikitext(a.dataset);
+    if (app.count("--level") && a.dataset != "text" && !raw_wikitext)
+        return refuse("--level applies to --dataset text and wikitext*-raw (" + a.dataset + " has its own tokens)");
+    if (raw_wikitext && !app.count("--level")) a.level = "char";
+    if (raw_wikitext && a.level != "char" && a.level != "byte")
+        return refuse("--level " + a.level + ": " + a.dataset + " is read at char or byte level (word level: --dataset " +
+                      a.dataset.substr(0, a.dataset.size() - 4) + ", the tokenized text with <unk>)");
     if (!a.preset.empty())
         for (const char* flag : {"--dim", "--depth", "--dropout"})
             if (app.count(flag)) return refuse(std::string("--preset sets --dim, --depth and --dropout; ") + flag + " too");
@@ -740,6 +752,7 @@ int main(int argc, char** argv) {
     if (!dc.note.empty()) std::printf("train_lm: %s\n", dc.note.c_str());
     apps::json config =
         apps::run_config(app, "train_lm", a.threads > 0 ? a.threads : omp_get_max_threads(), dc.description);
+    config["--level"] = a.level;  // (raw WikiText's default is char, not the flag's)
     if (!a.preset.empty()) {  // the sizes the preset builds, not the flags' defaults it overrides
         nn::LSTMConfig p = preset_config(a.preset);
         config["--dim"] = std::to_string(p.hidden);

@@ -7,19 +7,23 @@
 namespace data {
 
 const std::vector<std::string>& dataset_names() {
-    static const std::vector<std::string> names = {"ptb",     "ptb-char", "wikitext2", "wikitext103", "text",
-                                                   "cifar10", "cifar100", "cifar10-jpeg", "folder"};
+    static const std::vector<std::string> names = {"ptb",      "ptb-char",     "wikitext2", "wikitext103",
+                                                   "wikitext2-raw", "wikitext103-raw", "text", "cifar10",
+                                                   "cifar100", "cifar10-jpeg", "folder"};
     return names;
 }
 
 bool is_text_dataset(const std::string& name) {
-    return name == "ptb" || name == "ptb-char" || name == "wikitext2" || name == "wikitext103" || name == "text";
+    return name == "ptb" || name == "ptb-char" || name == "wikitext2" || name == "wikitext103" ||
+           name == "wikitext2-raw" || name == "wikitext103-raw" || name == "text";
 }
 
 std::string dataset_folder(const std::string& name) {
     if (name == "ptb" || name == "ptb-char" || name == "cifar10-jpeg") return name;
     if (name == "wikitext2") return "wikitext-2";
     if (name == "wikitext103") return "wikitext-103";
+    if (name == "wikitext2-raw") return "wikitext-2-raw";
+    if (name == "wikitext103-raw") return "wikitext-103-raw";
     if (name == "cifar10") return "cifar-10-batches-bin";
     if (name == "cifar100") return "cifar-100-binary";
     if (name == "text" || name == "folder") return "";

@@ -287,7 +287,8 @@ const std::vector<int32_t>& TextCorpus::split(const std::string& s) const {
 }
 
 const std::vector<std::string>& corpus_names() {
-    static const std::vector<std::string> names = {"ptb", "ptb-char", "wikitext2", "wikitext103", "text"};
+    static const std::vector<std::string> names = {"ptb",           "ptb-char",        "wikitext2", "wikitext103",
+                                                   "wikitext2-raw", "wikitext103-raw", "text"};
     return names;
 }
 
@@ -304,25 +305,34 @@ static std::vector<std::vector<std::string>> candidates(const std::string& name)
         return per_split([](const std::string& s) { return Names{"ptb.char." + s + ".txt"}; });
     if (name == "wikitext2" || name == "wikitext103")
         return per_split([](const std::string& s) { return Names{"wiki." + s + ".tokens", s + ".txt"}; });
+    if (name == "wikitext2-raw" || name == "wikitext103-raw")
+        return per_split([](const std::string& s) { return Names{"wiki." + s + ".raw", s + ".txt"}; });
     if (name == "text") return per_split([](const std::string& s) { return Names{s + ".txt"}; });
-    fail("text data set '{}': unknown (known: ptb, ptb-char, wikitext2, wikitext103, text)", name);
+    fail("text data set '{}': unknown (known: ptb, ptb-char, wikitext2, wikitext103, wikitext2-raw, "
+         "wikitext103-raw, text)", name);
 }
+
+bool is_raw_wikitext(const std::string& name) { return name == "wikitext2-raw" || name == "wikitext103-raw"; }
 
 static std::string download_hint(const std::string& name) {
     if (name == "ptb" || name == "ptb-char" || name == "wikitext2" || name == "wikitext103")
         return fmt::format("get it with: data/download.sh {} DIR", name);
+    if (is_raw_wikitext(name))
+        return fmt::format("it is {}-v1.zip (wiki.{{train,valid,test}}.raw) from the WikiText release, beside the "
+                           "tokenized {}; data/download.sh does not fetch it (no checksum recorded)",
+                           name == "wikitext2-raw" ? "wikitext-2-raw" : "wikitext-103-raw",
+                           name == "wikitext2-raw" ? "wikitext-2-v1.zip" : "wikitext-103-v1.zip");
     return "put train.txt, valid.txt and test.txt in that directory";
 }
 
 // WikiText's raw variant (wikitext-*-raw-v1: wiki.*.raw) is the untokenized text, with no <unk>:
-// at word level its test words unseen in train have no id. The papers' runs use the tokenized
-// variant; the raw one is for char- or byte-level runs.
+// at word level its test words unseen in train have no id. The papers' word-level runs use the
+// tokenized variant; the raw one is for char- or byte-level runs (--dataset wikitext2-raw).
 static std::string raw_variant_hint(const std::string& name, const std::string& dir) {
     if ((name != "wikitext2" && name != "wikitext103") || !fs::exists(fs::path(dir) / "wiki.train.raw")) return "";
     return fmt::format(" ({} holds wiki.train.raw, the raw variant: {} reads the tokenized wiki.*.tokens; for a "
-                       "char- or byte-level run on the raw text, name its files train.txt, valid.txt and test.txt and "
-                       "pass --dataset text --level char)",
-                       dir, name);
+                       "char- or byte-level run on the raw text pass --dataset {}-raw)",
+                       dir, name, name);
 }
 
 // One naming scheme for the three splits: the first whose training file (else any file) is in
@@ -376,7 +386,11 @@ static void note_unpublished_size(const TextCorpus& c) {
 TextCorpus load_corpus(const std::string& name, const std::string& dir, const CorpusOptions& opt) {
     TextCorpus c;
     c.name = name;
-    c.level = name == "ptb-char" ? TextLevel::Symbols : name == "text" ? opt.level : TextLevel::Word;
+    c.level = name == "ptb-char" ? TextLevel::Symbols : name == "text" || is_raw_wikitext(name) ? opt.level
+                                                                                                  : TextLevel::Word;
+    check(!is_raw_wikitext(name) || c.level == TextLevel::Char || c.level == TextLevel::Byte,
+          "{}: the raw variant is read at char or byte level, not {} (it has no <unk> for the test's unseen words; "
+          "word level reads the tokenized {})", name, level_name(c.level), name.substr(0, name.size() - 4));
     std::vector<std::string> files = corpus_files(name, dir);
     require_files(name, dir, files, opt.train);
     c.train_file = files[0];
@@ -389,9 +403,20 @@ TextCorpus load_corpus(const std::string& name, const std::string& dir, const Co
     auto policy = [&] { return c.vocab.find("<unk>") >= 0 ? Unknown::ToUnk : Unknown::Error; };
     if (opt.train) c.train = tokenize(read_file(c.train_file), c.train_file, c.level, c.vocab,
                                       opt.vocab ? policy() : Unknown::Grow);
+    // Raw WikiText's valid/test hold a few characters its train split lacks: one <unk> symbol for
+    // them, after the training split's characters (bytes need none).
+    if (is_raw_wikitext(name) && c.level == TextLevel::Char && !opt.vocab) c.vocab.add("<unk>");
     c.valid = tokenize(read_file(c.valid_file), c.valid_file, c.level, c.vocab, policy());
     c.test = tokenize(read_file(c.test_file), c.test_file, c.level, c.vocab, policy());
     if (opt.train) note_unpublished_size(c);
+    if (is_raw_wikitext(name) && c.level == TextLevel::Char) {
+        const int32_t unk = c.vocab.find("<unk>");
+        const auto unseen = [unk](const std::vector<int32_t>& v) { return std::count(v.begin(), v.end(), unk); };
+        if (unseen(c.valid) + unseen(c.test) > 0)
+            std::fprintf(stderr, "%s: note: characters not in the training split, read as <unk>: %td in valid, %td in "
+                                 "test\n",
+                         name.c_str(), unseen(c.valid), unseen(c.test));
+    }
     return c;
 }
 

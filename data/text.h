@@ -83,7 +83,7 @@ std::string read_file(const std::string& path);
 // Corpora.
 
 struct TextCorpus {
-    std::string name;  // "ptb", "ptb-char", "wikitext2", "wikitext103", "text"
+    std::string name;  // "ptb", "ptb-char", "wikitext2", "wikitext103", "wikitext2-raw", ..., "text"
     TextLevel level = TextLevel::Word;
     Vocab vocab;
     std::vector<int32_t> train, valid, test;
@@ -93,21 +93,26 @@ struct TextCorpus {
 };
 
 struct CorpusOptions {
-    TextLevel level = TextLevel::Word;  // for "text" only; the others have a fixed level
+    TextLevel level = TextLevel::Word;  // for "text" and the raw WikiText only; the others have a fixed level
     const Vocab* vocab = nullptr;       // use this vocabulary (e.g. from a checkpoint) instead of building one
     bool train = true;                  // read the training split (valid/test alone need `vocab`)
 };
 
-// `name` is one of ptb, ptb-char, wikitext2, wikitext103, text. Files expected in `dir`:
+// `name` is one of corpus_names(). Files expected in `dir`:
 //   ptb          ptb.{train,valid,test}.txt
 //   ptb-char     ptb.char.{train,valid,test}.txt
-//   wikitext*    wiki.{train,valid,test}.tokens, or {train,valid,test}.txt
+//   wikitext2, wikitext103          wiki.{train,valid,test}.tokens, or {train,valid,test}.txt
+//   wikitext2-raw, wikitext103-raw  wiki.{train,valid,test}.raw, or {train,valid,test}.txt; at
+//                                   CorpusOptions::level char or byte only
 //   text         {train,valid,test}.txt
 // A missing file is an error that says where we looked and how to get the data.
 TextCorpus load_corpus(const std::string& name, const std::string& dir, const CorpusOptions& opt = {});
 
 // The names load_corpus accepts, for --help texts.
 const std::vector<std::string>& corpus_names();
+
+// wikitext2-raw or wikitext103-raw: the untokenized text, read at char or byte level.
+bool is_raw_wikitext(const std::string& name);
 
 // The three file paths load_corpus would read for `name` in `dir` (the first naming that exists,
 // or the canonical one when none does).

@@ -361,6 +361,11 @@ TEST_CASE("train_vit and train_lm refuse bad flags with status 2", "[apps]") {
     CHECK(run_app("train_lm", "--dataset ptb-char --level byte --dry-run", tmp / "log") == 2);
     CHECK(slurp(tmp / "log").find("--level applies to --dataset text") != std::string::npos);
     CHECK(run_app("train_lm", "--dataset text --level bogus --dry-run", tmp / "log") == 2);
+    // Raw WikiText: char level unless --level byte; word level refused (no <unk>).
+    CHECK(run_app("train_lm", "--dataset wikitext2-raw --level word --dry-run", tmp / "log") == 2);
+    CHECK(slurp(tmp / "log").find("is read at char or byte level (word level: --dataset wikitext2,") != std::string::npos);
+    CHECK(run_app("train_lm", "--dataset wikitext103-raw --dry-run", tmp / "log") == 0);
+    CHECK(slurp(tmp / "log").find("\"--level\": \"char\"") != std::string::npos);
     CHECK(run_app("train_lm", "--model lstm --preset medium --dim 64 --dry-run", tmp / "log") == 2);
     CHECK(slurp(tmp / "log").find("--preset sets --dim, --depth and --dropout; --dim too") != std::string::npos);
     CHECK(run_app("train_lm", "--model lstm --preset medium --dry-run", tmp / "log") == 0);  // records its sizes
@@ -995,6 +1000,25 @@ TEST_CASE("tools/results.py: one row per run name, seeds averaged, a left-off sw
     CHECK(std::system(("python3 tools/results.py " + (tmp / "runs") + " > " + (tmp / "table") + " 2>&1").c_str()) != 0);
     CHECK(slurp(tmp / "table").find("runs/vit/config.json is not JSON") != std::string::npos);
     CHECK(slurp(tmp / "table").find("Traceback") == std::string::npos);
+}
+
+TEST_CASE("train_lm: raw WikiText trains at char level, its result in bits per character", "[apps]") {
+    test::TempDir tmp;
+    std::string text;
+    for (int i = 0; i < 60; i++) text += " = Section " + std::to_string(i % 7) + " = \n \n The caf\u00e9 @-@ bar is open . \n";
+    test::write_file(tmp / "raw/wiki.train.raw", text);
+    test::write_file(tmp / "raw/wiki.valid.raw", " The bar is open . \n");
+    test::write_file(tmp / "raw/wiki.test.raw", " The caf\u00e9 is shut . \n");  // 'u' unseen: <unk>
+    REQUIRE(run_app("train_lm", "--dataset wikitext2-raw --data-dir " + (tmp / "raw") + " --model transformer --dim 16 "
+                    "--depth 1 --heads 2 --seq-len 16 --batch-size 4 --epochs 1 --max-steps 3 --threads 1 --out " +
+                    (tmp / "run"), tmp / "log") == 0);
+    INFO(slurp(tmp / "log"));
+    CHECK(slurp(tmp / "log").find("read as <unk>: 0 in valid, 1 in test") != std::string::npos);
+    auto config = nlohmann::json::parse(slurp(tmp / "run/config.json"));
+    CHECK(config["--level"] == "char");
+    auto result = nlohmann::json::parse(slurp(tmp / "run/result.json"));
+    CHECK(result.contains("test_bpc"));
+    CHECK(slurp(tmp / "run/vocab.txt").find("<unk>\n") != std::string::npos);
 }
 
 TEST_CASE("train_lm: --eval-every adds validation points inside an epoch without changing the training", "[apps]") {

@@ -194,6 +194,52 @@ TEST_CASE("corpus: PTB, PTB char, WikiText and plain text from files in their fo
     CHECK(tb.valid[0] == 'h');
 }
 
+// The raw variant as the release lays it out (wiki.*.raw: the untokenized text, UTF-8, no <unk>,
+// a space before each line's end), at char and byte level.
+TEST_CASE("corpus: raw WikiText at char level, unseen characters as <unk>; byte level; not word level", "[data]") {
+    TempDir raw;
+    write_file(raw / "wiki.train.raw", " \n = Valkyria Chronicles III = \n \n Senj\u014d no Valkyria 3 @-@ a \n");
+    write_file(raw / "wiki.valid.raw", " = Tower = \n");
+    write_file(raw / "wiki.test.raw", " Senj\u014d \u00e9 \n");
+    data::CorpusOptions chars;
+    chars.level = TextLevel::Char;
+    auto c = data::load_corpus("wikitext2-raw", raw.path(), chars);
+    CHECK(c.level == TextLevel::Char);
+    CHECK(c.train_file == raw / "wiki.train.raw");
+    CHECK(c.train.size() == 62);  // characters, ō one of them, newlines included
+    const int32_t unk = c.vocab.find("<unk>");
+    REQUIRE(unk == c.vocab.size() - 1);  // after the training split's characters
+    // "Tower": train has no capital T, so it is <unk>; the rest are train's characters.
+    CHECK(c.valid[3] == unk);
+    CHECK(c.valid[4] == c.vocab.find("o"));
+    CHECK(c.test[5] == c.vocab.find("\u014d"));
+    CHECK(c.test[7] == unk);  // é
+    CHECK(std::count(c.train.begin(), c.train.end(), unk) == 0);
+    // Valid and test again with the saved vocabulary (a checkpoint's): the same ids.
+    data::CorpusOptions again = chars;
+    again.vocab = &c.vocab;
+    again.train = false;
+    auto c2 = data::load_corpus("wikitext2-raw", raw.path(), again);
+    CHECK(c2.valid == c.valid);
+    CHECK(c2.test == c.test);
+    // Byte level: the UTF-8 bytes, no <unk> needed.
+    data::CorpusOptions bytes;
+    bytes.level = TextLevel::Byte;
+    auto b = data::load_corpus("wikitext103-raw", raw.path(), bytes);
+    CHECK(b.vocab.size() == 256);
+    CHECK(b.test.size() == std::string(" Senj\u014d \u00e9 \n").size());
+    // Word level has no id for the test's unseen words: refused, pointing to the tokenized variant.
+    CHECK_THAT(error_of([&] { data::load_corpus("wikitext2-raw", raw.path()); }),
+               Contains("char or byte level") && Contains("tokenized wikitext2"));
+    // Corrupt: a file cut inside a UTF-8 sequence, an empty split.
+    write_file(raw / "wiki.test.raw", std::string(" Senj\xc5"));
+    CHECK_THAT(error_of([&] { data::load_corpus("wikitext2-raw", raw.path(), chars); }),
+               Contains("wiki.test.raw") && Contains("not valid UTF-8"));
+    write_file(raw / "wiki.test.raw", "");
+    CHECK_THAT(error_of([&] { data::load_corpus("wikitext2-raw", raw.path(), chars); }),
+               Contains("wiki.test.raw") && Contains("empty"));
+}
+
 TEST_CASE("corpus: missing directory or file says where it looked and how to get the data", "[data]") {
     TempDir dir;
     CHECK_THAT(error_of([&] { data::load_corpus("ptb", dir / "none"); }),
@@ -218,7 +264,11 @@ TEST_CASE("corpus: missing directory or file says where it looked and how to get
     TempDir raw;
     for (const char* s : {"train", "valid", "test"}) write_file(raw / fmt::format("wiki.{}.raw", s), " = A = \n");
     CHECK_THAT(error_of([&] { data::load_corpus("wikitext103", raw.path()); }),
-               Contains("wiki.train.tokens") && Contains("raw variant") && Contains("--dataset text --level char"));
+               Contains("wiki.train.tokens") && Contains("raw variant") && Contains("--dataset wikitext103-raw"));
+    data::CorpusOptions chars;
+    chars.level = TextLevel::Char;
+    CHECK_THAT(error_of([&] { data::load_corpus("wikitext2-raw", dir.path(), chars); }),
+               Contains("wiki.train.raw") && Contains("wikitext-2-raw-v1.zip"));
     CHECK_THAT(error_of([&] { data::load_corpus("wikitext2", dir.path()); }), !Contains("raw variant"));
     write_file(dir / "ptb.test.txt", "");
     CHECK_THAT(error_of([&] { data::load_corpus("ptb", dir.path()); }), Contains("ptb.test.txt") && Contains("empty"));
