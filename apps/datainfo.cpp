@@ -176,7 +176,7 @@ int main(int argc, char** argv) {
     app.add_option("--data-dir", dir,
                    "folder holding the data set (default: $INITLAB_DATA/<folder> when INITLAB_DATA is set, else "
                    "data_local/<folder>; text and folder need it)");
-    app.add_option("--level", level, "text level for --dataset text: word|symbols|char|byte")
+    app.add_option("--level", level, "text level for --dataset text: word|symbols|char|byte; wikitext*-raw: char|byte")
         ->check(CLI::IsMember({"word", "symbols", "char", "byte"}));
     app.add_flag("--decode", decode,
                  "folder: decode every image (checks them all and times it) instead of counting files");
@@ -193,6 +193,7 @@ int main(int argc, char** argv) {
     app.add_option("--epochs", b.epochs, "--bench-loader: epochs to time");
     app.add_option("--step-ms", b.step_ms, "--bench-loader: busy-wait this long per batch, as a training step would");
     CLI11_PARSE(app, argc, argv);
+    if (data::is_raw_wikitext(dataset) && !app.count("--level")) level = "char";
 
     const bool defaulted = dir.empty();
     try {
