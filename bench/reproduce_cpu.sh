@@ -507,3 +507,19 @@ tools/edit_checkpoint.py runs/vit-tiny-size/starts/voonly-learned-s2/init.safete
 "${T[@]}" --seed 2 --init mimetic --no-mimetic-qk --pos learned --init-from runs/vit-tiny-size/starts/voonly-learned-x18-s2.safetensors --out runs/vit-tiny-size/mimetic-voonly-learned18-s2
 # Session 29: section 5's char-level LM, relu-quantile's fc1 fit alone on torch's other weights (L as above).
 for s in 0 1 2; do "${L[@]}" --seed $s --init torch+relu-quantile --act-prob 0.5 --init-samples 2048 --out runs/lm-data-dependent/char-torch+rq0.5$([ $s = 0 ] || echo -s$s); done
+# Session 30: section 5's char-level LM, which part of the fc1 fit helps: relu-quantile's bias alone,
+# its per-unit scale alone, and one global factor (3.4: the scale fit's median fc1 row norm over
+# torch's) on torch's fc1 or fc2 (--threads 1, two runs at a time).
+L1=(./apps/train_lm --auto-resume --dataset ptb-char --model transformer --dim 128 --depth 4 --heads 4 --seq-len 128 --batch-size 32 --epochs 1 --max-steps 400 --lr 2e-3 --warmup-steps 50 --log-every 25 --threads 1)
+for s in 0 1 2; do
+  sfx=$([ $s = 0 ] || echo -s$s)
+  "${L1[@]}" --seed $s --init torch+relu-quantile --act-prob 0.5 --init-samples 2048 --no-rq-scale --out runs/lm-data-dependent/char-torch+rq0.5-biasonly$sfx
+  "${L1[@]}" --seed $s --init torch+relu-quantile --act-prob 0.5 --init-samples 2048 --no-rq-bias --out runs/lm-data-dependent/char-torch+rq0.5-scaleonly$sfx
+  # (the torch init of seed s, from a one-step run of the same model)
+  [ -f runs/lm-data-dependent/starts/torch$sfx/init.safetensors ] || ./apps/train_lm --dataset ptb-char --model transformer --dim 128 --depth 4 --heads 4 --seq-len 128 --batch-size 32 --epochs 1 --max-steps 1 --threads 1 --seed $s --init torch --overwrite --out runs/lm-data-dependent/starts/torch$sfx
+  for layer in fc1 fc2; do
+    tools/edit_checkpoint.py runs/lm-data-dependent/starts/torch$sfx/init.safetensors runs/lm-data-dependent/starts/torch-${layer}x3.4$sfx.safetensors --scale "blocks.*.mlp.$layer.weight=3.4"
+    "${L1[@]}" --seed $s --init torch --init-from runs/lm-data-dependent/starts/torch-${layer}x3.4$sfx.safetensors --out runs/lm-data-dependent/char-torch-${layer}x3.4$sfx
+  done
+done
+"${L1[@]}" --seed 0 --init torch+relu-quantile --act-prob 0.5 --init-samples 2048 --out runs/lm-data-dependent/char-torch+rq0.5-threads1
