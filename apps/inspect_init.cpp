@@ -16,6 +16,9 @@
 //                                  class token left out); _off leaves out each query's own key, so
 //                                  it says how far a query looks when it looks away from itself
 //   act_std                        std of the block's output on one batch
+//   mlp_hid_std, mlp_out_std       std of the MLP's hidden activation (fc2's input, after the
+//                                  GELU) and of the MLP branch's output (fc2's): a small fc1
+//                                  keeps the GELU near its linear part and the branch quiet
 //   grad_std                       std of the loss gradient at the block's output (cross-entropy
 //                                  against random labels / next tokens)
 //   tok_cos                        mean cosine similarity between two different tokens of one input
@@ -37,7 +40,7 @@
 //                                  Σ δ_t x_tᵀ then has a term T·δ̄·x̄ᵀ). Adam's first step,
 //                                  lr·sign(gradient), keeps a rank-one gradient rank one.
 // For --model gau (train_lm's GAU LM) the rows have act_std, grad_std, tok_cos, pos_share and
-// grad_cos only: a GAU has no W_q, W_k, W_v and no softmax map.
+// grad_cos only: a GAU has no W_q, W_k, W_v, no softmax map and no MLP.
 // Before the rows come the init's own report (for impulse schemes the fit figures: MSE, hit rate,
 // seconds) and the whole model's figures: tok_cos and pos_share of the embedding (the blocks'
 // input), the batch's cross-entropy at these weights, and for an LM `copy_top1`, the share of
@@ -286,7 +289,7 @@ static void make_inputs(const Args& a, const data::TextCorpus* text, Subject& s)
 
 struct LayerStats {
     double qk_diag = 0, qk_off = 0, vo_diag = 0, vo_off = 0, attn_self = 0, attn_dist = 0, attn_dist_off = 0,
-           act_std = 0, grad_std = 0, tok_cos = 0, pos_share = 0, grad_cos = 0;
+           act_std = 0, grad_std = 0, tok_cos = 0, pos_share = 0, grad_cos = 0, mlp_hid_std = 0, mlp_out_std = 0;
     std::vector<std::pair<std::string, double>> grad_rank1;  // weight name -> σ₁² / Σσ² of its gradient
     Tensor qk, vo, attn;  // [d,d], [d,d], [T,T] (mean over batch and heads)
 };
@@ -383,7 +386,12 @@ static std::vector<LayerStats> inspect(Subject& s, ModelStats& model) {
                 out[l].attn_dist = apps::mean_attention_distance(out[l].attn, places);
                 out[l].attn_dist_off = apps::mean_attention_distance(out[l].attn, places, true);
             }
+            nn::Linear& fc2 = *b.mlp->fc2;
+            fc2.input_hook = [&](const nn::Module&, const Tensor& h) { out[l].mlp_hid_std = std_of(h.detach().to(Device::CPU)); };
+            fc2.forward_hook = [&](const nn::Module&, const Tensor& y) { out[l].mlp_out_std = std_of(y.detach().to(Device::CPU)); };
             x = b.forward(x);
+            fc2.input_hook = nullptr;
+            fc2.forward_hook = nullptr;
         }
         Tensor probe = x.new_zeros(x.shape());
         probe.requires_grad_(true);
@@ -585,7 +593,7 @@ static int run(const Args& a) {
     std::fprintf(log, "output: loss %.4f nats (%.4f bits)", model.loss, model.loss / std::log(2.0));
     if (!std::isnan(model.copy_top1)) std::fprintf(log, ", copy_top1 %.4f", model.copy_top1);
     std::fprintf(log, "\n");
-    // The GAU has no W_q, W_k, W_v or softmax map: its rows have the scales, tok_cos and grad_cos only.
+    // The GAU has no W_q, W_k, W_v, softmax map or MLP: its rows have the scales, tok_cos and grad_cos only.
     bool attention = !s.gau;
     if (a.json_out) {
         for (size_t l = 0; l < stats.size(); l++) {
@@ -594,7 +602,8 @@ static int run(const Args& a) {
             if (attention)
                 j.update({{"qk_diag_mean", st.qk_diag}, {"qk_offdiag_rms", st.qk_off}, {"vo_diag_mean", st.vo_diag},
                           {"vo_offdiag_rms", st.vo_off}, {"attn_self", st.attn_self},
-                          {"attn_dist", st.attn_dist}, {"attn_dist_off", st.attn_dist_off}});
+                          {"attn_dist", st.attn_dist}, {"attn_dist_off", st.attn_dist_off},
+                          {"mlp_hid_std", st.mlp_hid_std}, {"mlp_out_std", st.mlp_out_std}});
             j.update({{"act_std", st.act_std}, {"grad_std", st.grad_std}, {"tok_cos", st.tok_cos},
                       {"pos_share", st.pos_share}, {"grad_cos", st.grad_cos}});
             if (!st.grad_rank1.empty()) {
@@ -605,16 +614,19 @@ static int run(const Args& a) {
             std::printf("%s\n", j.dump().c_str());
         }
     } else {
-        std::printf("\n%5s %13s %15s %13s %15s %10s %10s %14s %10s %11s %8s %9s %8s\n", "layer", "qk_diag_mean",
-                    "qk_offdiag_rms", "vo_diag_mean", "vo_offdiag_rms", "attn_self", "attn_dist", "attn_dist_off",
-                    "act_std", "grad_std", "tok_cos", "pos_share", "grad_cos");
+        std::printf("\n%5s %13s %15s %13s %15s %10s %10s %14s %12s %12s %10s %11s %8s %9s %8s\n", "layer",
+                    "qk_diag_mean", "qk_offdiag_rms", "vo_diag_mean", "vo_offdiag_rms", "attn_self", "attn_dist",
+                    "attn_dist_off", "mlp_hid_std", "mlp_out_std", "act_std", "grad_std", "tok_cos", "pos_share",
+                    "grad_cos");
         for (size_t l = 0; l < stats.size(); l++) {
             auto& st = stats[l];
             if (attention)
-                std::printf("%5zu %13.4f %15.4f %13.4f %15.4f %10.4f %10.3f %14.3f", l, st.qk_diag, st.qk_off,
-                            st.vo_diag, st.vo_off, st.attn_self, st.attn_dist, st.attn_dist_off);
+                std::printf("%5zu %13.4f %15.4f %13.4f %15.4f %10.4f %10.3f %14.3f %12.4f %12.4f", l, st.qk_diag,
+                            st.qk_off, st.vo_diag, st.vo_off, st.attn_self, st.attn_dist, st.attn_dist_off,
+                            st.mlp_hid_std, st.mlp_out_std);
             else
-                std::printf("%5zu %13s %15s %13s %15s %10s %10s %14s", l, "-", "-", "-", "-", "-", "-", "-");
+                std::printf("%5zu %13s %15s %13s %15s %10s %10s %14s %12s %12s", l, "-", "-", "-", "-", "-", "-", "-",
+                            "-", "-");
             std::printf(" %10.4f %11.3e %8.4f %9.4f %8.4f\n", st.act_std, st.grad_std, st.tok_cos, st.pos_share,
                         st.grad_cos);
         }

@@ -76,6 +76,32 @@ TEST_CASE("inspect_init --json: one object per layer with the required figures; 
     }
 }
 
+TEST_CASE("inspect_init mlp_hid_std, mlp_out_std: relu-quantile's scale makes the GELU's output std about 1",
+          "[apps]") {
+    test::TempDir dir;
+    std::vector<double> hid[2], out[2];
+    for (int scaled : {0, 1}) {
+        std::string flags = std::string(kSmallVit) + " --init timm+relu-quantile --act-prob 0.5 --json" +
+                            (scaled ? "" : " --no-rq-scale");
+        REQUIRE(inspect(flags, dir / "out", dir / "err") == 0);
+        for (auto& r : json_lines(dir / "out")) {
+            hid[scaled].push_back(r["mlp_hid_std"].get<double>());
+            out[scaled].push_back(r["mlp_out_std"].get<double>());
+        }
+    }
+    REQUIRE(hid[0].size() == 2);
+    for (int l = 0; l < 2; l++) {
+        INFO("layer " << l);
+        // Every unit's own std is 1 on this batch (the init's); the layer's adds the spread of the
+        // units' means, small at act_prob 0.5.
+        CHECK(hid[1][l] >= 1.0 - 1e-4);
+        CHECK(hid[1][l] < 1.05);
+        CHECK(hid[0][l] < 0.6 * hid[1][l]);  // the orthonormal fc1 unscaled: a quieter GELU
+        CHECK(out[0][l] < 0.6 * out[1][l]);  // and a quieter branch (the same fc2)
+        CHECK(out[0][l] > 0);
+    }
+}
+
 TEST_CASE("inspect_init --checkpoint: the figures are those of the saved weights, not of --init", "[apps]") {
     test::TempDir dir;
     std::string mimetic = saved_mimetic_vit(dir, "mimetic", 3);
