@@ -523,3 +523,19 @@ for s in 0 1 2; do
   done
 done
 "${L1[@]}" --seed 0 --init torch+relu-quantile --act-prob 0.5 --init-samples 2048 --out runs/lm-data-dependent/char-torch+rq0.5-threads1
+# The factor's dose on torch's fc1 (seeds 0 and 1), from the same starts.
+for s in 0 1; do
+  sfx=$([ $s = 0 ] || echo -s$s)
+  for f in 1.7 6.8 13.6; do
+    tools/edit_checkpoint.py runs/lm-data-dependent/starts/torch$sfx/init.safetensors runs/lm-data-dependent/starts/torch-fc1x$f$sfx.safetensors --scale "blocks.*.mlp.fc1.weight=$f"
+    "${L1[@]}" --seed $s --init torch --init-from runs/lm-data-dependent/starts/torch-fc1x$f$sfx.safetensors --out runs/lm-data-dependent/char-torch-fc1x$f$sfx
+  done
+done
+# Session 30: section 5's ViT (V as above, --threads 1, two runs at a time): relu-quantile's fc1 fit
+# alone on torch's weights (no output-layer fit), its per-unit scale alone and its bias alone.
+for s in 0 1; do
+  "${V[@]}" --threads 1 --seed $s --init torch --out runs/vit-fc1/torch-s$s
+  "${V[@]}" --threads 1 --seed $s --init torch+relu-quantile --act-prob 0.5 --output-logit 0 --out runs/vit-fc1/torch+rq0.5-s$s
+  "${V[@]}" --threads 1 --seed $s --init torch+relu-quantile --act-prob 0.5 --output-logit 0 --no-rq-bias --out runs/vit-fc1/torch+rq0.5-scaleonly-s$s
+  "${V[@]}" --threads 1 --seed $s --init torch+relu-quantile --act-prob 0.5 --output-logit 0 --no-rq-scale --out runs/vit-fc1/torch+rq0.5-biasonly-s$s
+done
