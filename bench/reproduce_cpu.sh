@@ -539,3 +539,8 @@ for s in 0 1; do
   "${V[@]}" --threads 1 --seed $s --init torch+relu-quantile --act-prob 0.5 --output-logit 0 --no-rq-bias --out runs/vit-fc1/torch+rq0.5-scaleonly-s$s
   "${V[@]}" --threads 1 --seed $s --init torch+relu-quantile --act-prob 0.5 --output-logit 0 --no-rq-scale --out runs/vit-fc1/torch+rq0.5-biasonly-s$s
 done
+# The output-layer fit's share: the full scheme without it, and the fc1 fit with it.
+for s in 0 1; do
+  "${V[@]}" --threads 1 --seed $s --init relu-quantile --act-prob 0.5 --output-logit 0 --out runs/vit-fc1/rq0.5-nohead-s$s
+  "${V[@]}" --threads 1 --seed $s --init torch+relu-quantile --act-prob 0.5 --out runs/vit-fc1/torch+rq0.5-head-s$s
+done
