@@ -544,3 +544,4 @@ for s in 0 1; do
   "${V[@]}" --threads 1 --seed $s --init relu-quantile --act-prob 0.5 --output-logit 0 --out runs/vit-fc1/rq0.5-nohead-s$s
   "${V[@]}" --threads 1 --seed $s --init torch+relu-quantile --act-prob 0.5 --out runs/vit-fc1/torch+rq0.5-head-s$s
 done
+for s in 0 1; do "${V[@]}" --threads 1 --seed $s --init orthogonal --out runs/vit-fc1/orthogonal-s$s; done
