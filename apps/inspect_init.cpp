@@ -386,9 +386,14 @@ static std::vector<LayerStats> inspect(Subject& s, ModelStats& model) {
                 out[l].attn_dist = apps::mean_attention_distance(out[l].attn, places);
                 out[l].attn_dist_off = apps::mean_attention_distance(out[l].attn, places, true);
             }
+            // fc2's input is the MLP's hidden activation, its output the branch's.
             nn::Linear& fc2 = *b.mlp->fc2;
-            fc2.input_hook = [&](const nn::Module&, const Tensor& h) { out[l].mlp_hid_std = std_of(h.detach().to(Device::CPU)); };
-            fc2.forward_hook = [&](const nn::Module&, const Tensor& y) { out[l].mlp_out_std = std_of(y.detach().to(Device::CPU)); };
+            fc2.input_hook = [&](const nn::Module&, const Tensor& h) {
+                out[l].mlp_hid_std = std_of(h.detach().to(Device::CPU));
+            };
+            fc2.forward_hook = [&](const nn::Module&, const Tensor& y) {
+                out[l].mlp_out_std = std_of(y.detach().to(Device::CPU));
+            };
             x = b.forward(x);
             fc2.input_hook = nullptr;
             fc2.forward_hook = nullptr;
