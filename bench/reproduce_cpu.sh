@@ -545,3 +545,9 @@ for s in 0 1; do
   "${V[@]}" --threads 1 --seed $s --init torch+relu-quantile --act-prob 0.5 --out runs/vit-fc1/torch+rq0.5-head-s$s
 done
 for s in 0 1; do "${V[@]}" --threads 1 --seed $s --init orthogonal --out runs/vit-fc1/orthogonal-s$s; done
+# One factor on torch's ViT fc1 (×3.8: the scale fit's median fc1 row norm over PyTorch's), from
+# each seed's torch run above.
+for s in 0 1; do
+  tools/edit_checkpoint.py runs/vit-fc1/torch-s$s/init.safetensors runs/vit-fc1/starts/torch-fc1x3.8-s$s.safetensors --scale 'blocks.*.mlp.fc1.weight=3.8'
+  "${V[@]}" --threads 1 --seed $s --init torch --init-from runs/vit-fc1/starts/torch-fc1x3.8-s$s.safetensors --out runs/vit-fc1/torch-fc1x3.8-s$s
+done
