@@ -379,8 +379,7 @@ void relu_quantile_init(nn::Module& model, const Options& opt, const InitData* d
     const double f = opt.act_prob, g = opt.goal_std;
     Session session(model, *data);
     bool fit = true;
-    double worst_active = 0, worst_std = 0;
-    double active_lo = 1, active_hi = 0, std_lo = HUGE_VAL, std_hi = 0;  // (what an ablation leaves)
+    double active_lo = 1, active_hi = 0, std_lo = HUGE_VAL, std_hi = 0;  // over every adapted unit
     int64_t units = 0, min_samples = std::numeric_limits<int64_t>::max();
     std::vector<char> seen(layers.size());
     for (size_t i : adapted)
@@ -399,8 +398,6 @@ void relu_quantile_init(nn::Module& model, const Options& opt, const InitData* d
                     int64_t active = 0;
                     for (float x : z) active += x > 0;
                     const double fraction = (double)active / r, sd = post_std(z, 1.0, l.act);
-                    worst_active = std::max(worst_active, std::fabs(fraction - f));
-                    worst_std = std::max(worst_std, std::fabs(sd / g - 1));
                     active_lo = std::min(active_lo, fraction), active_hi = std::max(active_hi, fraction);
                     std_lo = std::min(std_lo, sd), std_hi = std::max(std_hi, sd);
                 }
@@ -469,6 +466,8 @@ void relu_quantile_init(nn::Module& model, const Options& opt, const InitData* d
                                        : "bias left at 0 (ablation: no quantile bias)",
                            opt.rq_scale ? fmt::format("post-activation std {:g}", g)
                                         : "scale left as orthonormal (ablation: no std scaling)"));
+    const double worst_active = std::max(std::fabs(active_lo - f), std::fabs(active_hi - f));
+    const double worst_std = std::max(std::fabs(std_lo / g - 1), std::fabs(std_hi / g - 1));
     if (opt.rq_bias && opt.rq_scale)
         report.say(fmt::format("relu-quantile: measured over {} units: max |active fraction - {:g}| = {:.2e} (1/n = "
                                "{:.2e}), max relative |std - {:g}| = {:.2e}",

@@ -181,7 +181,7 @@ def main():
     lines.append("")
     lines.append("Shared flags: `" + flags_text(shared) + "`")
     # Resumed runs: every part's commit and start.
-    parts = [c for c in configs.values()] + [p for c in configs.values() for p in (c.get("resumed") or [])]
+    parts = list(configs.values()) + [p for c in configs.values() for p in (c.get("resumed") or [])]
     commits = sorted({c.get("git_commit", "?")[:7] for c in parts})
     starts = sorted(c.get("started", "?") for c in parts)
     lines.append(f"Commits: {', '.join(commits)}; started {starts[0]} to {starts[-1]}.")

@@ -415,6 +415,7 @@ bool release_warp(std::vector<Fiber>& fs, const Launch& L, int w, Fiber* waiting
             if (lanes[l]->state == State::AtWarpOp) waiting = lanes[l];
     if (!waiting) return false;
     unsigned mask = waiting->warp_mask;
+    bool all_there = true;
     for (int l = 0; l < 32; l++) {
         if (!(mask >> l & 1u)) continue;
         if (l >= count)
@@ -425,11 +426,6 @@ bool release_warp(std::vector<Fiber>& fs, const Launch& L, int w, Fiber* waiting
         if (o.state == State::Done)
             fail(std::string("kernel ") + L.name + ": " + waiting->warp_kind + " at " + where(*waiting) +
                  " names lane " + std::to_string(l) + " in its mask, but that thread has exited");
-    }
-    bool all_there = true;
-    for (int l = 0; l < 32; l++) {
-        if (!(mask >> l & 1u)) continue;
-        Fiber& o = *lanes[l];
         if (o.state != State::AtWarpOp) { all_there = false; continue; }
         if (o.warp_mask != mask || std::strcmp(o.warp_kind, waiting->warp_kind) != 0) {
             // Early, another lane's op may complete first (a divergent warp: lanes 0-15 at a
@@ -619,13 +615,11 @@ void run_block(Launch& L, uint3 block_idx, std::vector<Fiber>& fs, std::vector<i
             for (int i = count - 1; i >= 0; i--) todo.push_front(lanes[i]);
         }
         if (b.error) break;
-        bool all_done = true, any_ready = false;
-        for (Fiber& f : fs) {
-            if (f.state != State::Done) all_done = false;
-            if (f.state == State::Ready) any_ready = true;
-        }
+        // (A pass runs every thread it makes ready: none is ready now.)
+        bool all_done = true;
+        for (Fiber& f : fs)
+            if (f.state != State::Done) { all_done = false; break; }
         if (all_done) break;
-        if (any_ready) continue;  // (cannot happen: a pass runs every thread it makes ready)
         try {
             if (!release_waiting(fs, L)) fail(deadlock_report(fs, L));
         } catch (...) {
