@@ -242,7 +242,8 @@ test-gpu: $(TEST_BIN) $(APPS)
 
 # The emulated [cuda] suite under AddressSanitizer + UBSan: out-of-bounds kernel accesses.
 emu-sanitize:
-	$(MAKE) EMU=1 SANITIZE=1 $(BUILD_ROOT)/emu-sanitize/tests/run_tests
+	$(MAKE) EMU=1 SANITIZE=1 $(BUILD_ROOT)/emu-sanitize/tests/run_tests \
+	  $(APP_SRC:%.cpp=$(BUILD_ROOT)/emu-sanitize/%)
 	ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1 ./$(BUILD_ROOT)/emu-sanitize/tests/run_tests "[cuda]"
 
 sanitize:

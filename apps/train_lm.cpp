@@ -30,6 +30,7 @@
 #include <map>
 #include <omp.h>
 #include "apps/common/freeze.h"
+#include "apps/common/lr_scale.h"
 #include "apps/common/mfu.h"
 #include "apps/common/profile_report.h"
 #include "apps/common/run.h"
@@ -77,6 +78,7 @@ struct Args {
     int64_t eval_every = 0;    // a validation evaluation every N steps inside an epoch; 0: at epoch ends only
     int64_t eval_tokens = 0;   // those mid-epoch evaluations read the first N validation tokens; 0: all
     apps::FreezeFlags freeze;  // --train-only, --freeze, --freeze-until (apps/common/freeze.h)
+    std::string lr_scale;      // --lr-scale GLOB=FACTOR,... (apps/common/lr_scale.h)
     std::string init_from;     // a checkpoint whose weights replace the init's
     int threads = 0, log_every = 50;
     int profile_steps = 0;  // --profile N
@@ -198,11 +200,12 @@ static LM build_model(const Args& a, int64_t vocab, Device dev) {
 }
 
 // --dry-run builds the model without the data, with a stand-in vocabulary (the real one comes from
-// the training split), and checks the --freeze patterns against its parameters.
+// the training split), and checks the --freeze and --lr-scale patterns against its parameters.
 static std::string dry_run_model(const Args& a) {
     const int64_t vocab = 64;
     LM lm = build_model(a, vocab, Device::CPU);
     apps::apply_freeze_flags(*lm.module, a.freeze, "train_lm");
+    apps::apply_lr_scales(nn::param_groups(*lm.module, a.weight_decay), a.lr_scale, "train_lm");
     return fmt::format("{} builds ({} parameters with a stand-in vocabulary of {}: the real one comes from the data)",
                        a.model, lm.module->num_parameters(), vocab);
 }
@@ -357,7 +360,7 @@ static int run(Args& a, const apps::json& config, Device dev) {
     lm.module->to(dev);
     std::printf("device: %s\n", apps::part_device(config).c_str());
 
-    auto groups = nn::param_groups(*lm.module, a.weight_decay);
+    auto groups = apps::apply_lr_scales(nn::param_groups(*lm.module, a.weight_decay), a.lr_scale, "train_lm");
     std::unique_ptr<nn::Optimizer> opt;
     if (a.opt == "adamw") opt = std::make_unique<nn::Adam>(groups, a.lr, 0.9f, 0.999f, 1e-8f, true);
     else opt = std::make_unique<nn::SGD>(groups, a.lr, 0.f, false);
@@ -678,6 +681,7 @@ int main(int argc, char** argv) {
                    "mean either way")
         ->capture_default_str()->check(CLI::IsMember({"mean", "time-sum"}));
     apps::add_freeze_flags(app, a.freeze);
+    apps::add_lr_scale_flag(app, a.lr_scale);
     app.add_option("--clip-grad", a.clip_grad, "global gradient-norm clip (0: off)")->capture_default_str();
     apps::add_device_flags(app, a.device, &a.precision);
     app.add_option("--threads", a.threads, "CPU threads (0: all cores)")->capture_default_str();

@@ -26,6 +26,7 @@
 #include <omp.h>
 #include <set>
 #include "apps/common/freeze.h"
+#include "apps/common/lr_scale.h"
 #include "apps/common/mfu.h"
 #include "apps/common/profile_report.h"
 #include "apps/common/run.h"
@@ -75,6 +76,7 @@ struct Args {
     int64_t train_subset = 0;
     std::string device = "auto", precision = "fp32", cuda_graph = "on";
     apps::FreezeFlags freeze;  // --train-only, --freeze, --freeze-until (apps/common/freeze.h)
+    std::string lr_scale;      // --lr-scale GLOB=FACTOR,... (apps/common/lr_scale.h)
     std::string init_from;     // a checkpoint whose weights replace the init's
     int threads = 0;
     int profile_steps = 0;  // --profile N
@@ -250,13 +252,14 @@ static std::shared_ptr<nn::Module> build_model(const Args& a, int64_t image_size
 
 // --dry-run builds the model without the data: a CIFAR set's geometry is known (32×32, 10 or 100
 // classes); a folder's comes from its images, so there a stand-in (8×8 patches, 10 classes) checks
-// everything but the image size. --freeze patterns are checked against its parameters.
+// everything but the image size. --freeze and --lr-scale patterns are checked against its parameters.
 static std::string dry_run_model(const Args& a) {
     bool cifar = a.dataset != "folder";
     int64_t image = cifar ? 32 : 8 * a.patch, classes = a.dataset == "cifar100" ? 100 : 10;
     std::function<Tensor(const Tensor&)> forward;
     auto model = build_model(a, image, classes, forward);
     apps::apply_freeze_flags(*model, a.freeze, "train_vit");
+    apps::apply_lr_scales(nn::param_groups(*model, a.weight_decay), a.lr_scale, "train_vit");
     if (cifar) return fmt::format("{}, {} parameters", a.model, model->num_parameters());
     return fmt::format("{} builds ({} parameters with a stand-in {}x{} image: a folder's size comes from its images)",
                        a.model, model->num_parameters(), image, image);
@@ -317,7 +320,7 @@ static int run(const Args& a, const apps::json& config, Device dev) {
     model->to(dev);
     std::printf("device: %s\n", apps::part_device(config).c_str());
 
-    auto groups = nn::param_groups(*model, a.weight_decay);
+    auto groups = apps::apply_lr_scales(nn::param_groups(*model, a.weight_decay), a.lr_scale, "train_vit");
     std::unique_ptr<nn::Optimizer> opt;
     if (a.opt == "adamw") opt = std::make_unique<nn::Adam>(groups, a.lr, 0.9f, 0.999f, a.adam_eps, true);
     else opt = std::make_unique<nn::SGD>(groups, a.lr, a.momentum, true);
@@ -562,6 +565,7 @@ int main(int argc, char** argv) {
     app.add_option("--warmup-epochs", a.warmup_epochs, "linear warmup epochs")->capture_default_str();
     app.add_option("--weight-decay", a.weight_decay, "weight decay (not on norms, biases, embeddings)")->capture_default_str();
     apps::add_freeze_flags(app, a.freeze);
+    apps::add_lr_scale_flag(app, a.lr_scale);
     app.add_option("--clip-grad", a.clip_grad, "global gradient-norm clip (0: off)")->capture_default_str();
     app.add_option("--opt", a.opt, "adamw | sgd")->capture_default_str()->check(CLI::IsMember({"adamw", "sgd"}));
     app.add_option("--adam-eps", a.adam_eps, "AdamW epsilon")->capture_default_str();

@@ -840,6 +840,36 @@ TEST_CASE("train_lm --train-only / --freeze: frozen parameters keep their init, 
     CHECK(slurp(tmp / "log").find("--freeze: 'blocks.*.atn.*' matches no parameter") != std::string::npos);
 }
 
+// --lr-scale (apps/common/lr_scale.h): every parameter at lr × 2 is the run at twice the lr (the
+// schedule's floor at 0, which the factor does not scale), to the bit; one tensor at another
+// factor moves differently and alone.
+TEST_CASE("train_lm --lr-scale: '*=2' equals twice the lr; a factor on one tensor changes that tensor's path", "[apps]") {
+    test::TempDir tmp;
+    std::string base = tiny_lm_flags(tmp / "text") + " --max-steps 3 --min-lr 0 --out ";
+    REQUIRE(run_app("train_lm", base + (tmp / "double") + " --lr 2e-3", tmp / "log") == 0);
+    REQUIRE(run_app("train_lm", base + (tmp / "scaled") + " --lr 1e-3 --lr-scale '*=2'", tmp / "log") == 0);
+    CHECK(slurp(tmp / "log").find("train_lm: --lr-scale: ") != std::string::npos);
+    REQUIRE(run_app("train_lm", base + (tmp / "fc1") + " --lr 2e-3 --lr-scale 'blocks.0.mlp.fc1.weight=0.5'",
+                    tmp / "log") == 0);
+    auto twice = engine::load_safetensors(tmp / "double/last.safetensors");
+    auto scaled = engine::load_safetensors(tmp / "scaled/last.safetensors");
+    auto fc1 = engine::load_safetensors(tmp / "fc1/last.safetensors");
+    auto init = engine::load_safetensors(tmp / "double/init.safetensors");
+    for (const auto& [name, t] : twice) {
+        INFO(name);
+        CHECK(same(scaled.at(name), t));
+    }
+    // The halved tensor moved from its init, and not as in the run where it had the full lr.
+    CHECK(!same(fc1.at("blocks.0.mlp.fc1.weight"), init.at("blocks.0.mlp.fc1.weight")));
+    CHECK(!same(fc1.at("blocks.0.mlp.fc1.weight"), twice.at("blocks.0.mlp.fc1.weight")));
+    auto config = nlohmann::json::parse(slurp(tmp / "fc1/config.json"));
+    CHECK(config.at("--lr-scale") == "blocks.0.mlp.fc1.weight=0.5");
+    // A glob that matches nothing is refused before the run starts, naming it.
+    CHECK(run_app("train_lm", base + (tmp / "typo") + " --lr-scale 'blocks.*.mlp.fc3.*=2'", tmp / "log") != 0);
+    CHECK(slurp(tmp / "log").find("--lr-scale: 'blocks.*.mlp.fc3.*' matches no parameter") != std::string::npos);
+    CHECK(!fs::exists(tmp / "typo/config.json"));
+}
+
 // --freeze-until: the frozen parameters join at that step, each with a first optimizer step of its
 // own (the optimizer file records the update counts that differ from its step count).
 TEST_CASE("train_lm --freeze-until: frozen parameters train from that step, with their own update counts", "[apps]") {

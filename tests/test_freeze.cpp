@@ -1,8 +1,10 @@
 // tests/test_freeze.cpp: apps/common/freeze.h, which parameters --train-only and --freeze leave
-// trainable, the errors for a pattern that matches nothing, and --freeze-until's unfreezing.
+// trainable, the errors for a pattern that matches nothing, and --freeze-until's unfreezing; and
+// apps/common/lr_scale.h, the parameter groups --lr-scale makes and the step they take.
 #include <catch2/catch.hpp>
 
 #include "apps/common/freeze.h"
+#include "apps/common/lr_scale.h"
 #include "engine/error.h"
 #include "nn/convmixer.h"
 #include "nn/transformer.h"
@@ -147,4 +149,75 @@ TEST_CASE("apply_freeze_flags --freeze-until: the frozen parameters train again 
         none.until = 5;
         CHECK_THROWS_WITH(apps::apply_freeze_flags(cm, none, "test"), Catch::Contains("--freeze-until 5: there is nothing to unfreeze"));
     }
+}
+
+TEST_CASE("parse_lr_scales: GLOB=FACTOR items; a malformed item or a factor that is not positive is refused",
+          "[apps]") {
+    CHECK(apps::parse_lr_scales("").empty());
+    auto s = apps::parse_lr_scales("blocks.*.mlp.fc1.weight=0.25,head.*=3");
+    REQUIRE(s.size() == 2);
+    CHECK(s[0].pattern == "blocks.*.mlp.fc1.weight");
+    CHECK(s[0].factor == 0.25f);
+    CHECK(s[1].pattern == "head.*");
+    CHECK(s[1].factor == 3.f);
+    CHECK_THROWS_WITH(apps::parse_lr_scales("head.weight"),
+                      Catch::Contains("--lr-scale: 'head.weight' is not GLOB=FACTOR"));
+    CHECK_THROWS_WITH(apps::parse_lr_scales("=2"), Catch::Contains("is not GLOB=FACTOR"));
+    CHECK_THROWS_WITH(apps::parse_lr_scales("a="), Catch::Contains("is not GLOB=FACTOR"));
+    CHECK_THROWS_WITH(apps::parse_lr_scales("a=0"), Catch::Contains("the factor '0' is not a positive number"));
+    CHECK_THROWS_WITH(apps::parse_lr_scales("a=-1"), Catch::Contains("is not a positive number"));
+    CHECK_THROWS_WITH(apps::parse_lr_scales("a=2x"), Catch::Contains("the factor '2x' is not a positive number"));
+    CHECK_THROWS_WITH(apps::parse_lr_scales("a=inf"), Catch::Contains("is not a positive number"));
+    CHECK_THROWS_WITH(apps::parse_lr_scales("a=2,,b=1"), Catch::Contains("--lr-scale: an empty pattern"));
+}
+
+TEST_CASE("apply_lr_scales: matches move to groups of their own with the factor and their weight decay", "[apps]") {
+    nn::TransformerLM lm(tiny_lm());
+    auto base = nn::param_groups(lm, 0.1f);
+    REQUIRE(base.size() == 2);
+    CHECK(apps::apply_lr_scales(base, "", "test").size() == 2);  // no flag: the groups as they were
+
+    // fc1's weights (decayed) and every bias (not decayed) at two factors; the first item counts
+    // for blocks.0.mlp.fc1.bias, which both match.
+    auto groups = apps::apply_lr_scales(base, "blocks.*.mlp.fc1.weight=0.5,blocks.0.mlp.fc1.*=4,*.bias=2", "test");
+    std::map<std::string, std::pair<float, float>> seen;  // name -> (lr_scale, weight_decay)
+    size_t count = 0;
+    for (const auto& g : groups) {
+        CHECK(!g.params.empty());
+        for (const auto& p : g.params) seen[p.name] = {g.lr_scale, g.weight_decay}, count++;
+    }
+    CHECK(count == lm.named_parameters().size());  // each parameter once
+    CHECK(seen.size() == count);
+    CHECK(seen.at("blocks.0.mlp.fc1.weight") == std::pair<float, float>{0.5f, 0.1f});
+    CHECK(seen.at("blocks.1.mlp.fc1.weight") == std::pair<float, float>{0.5f, 0.1f});
+    CHECK(seen.at("blocks.0.mlp.fc1.bias") == std::pair<float, float>{4.f, 0.f});
+    CHECK(seen.at("blocks.1.mlp.fc1.bias") == std::pair<float, float>{2.f, 0.f});
+    CHECK(seen.at("blocks.1.norm2.bias") == std::pair<float, float>{2.f, 0.f});
+    CHECK(seen.at("blocks.1.norm2.weight") == std::pair<float, float>{1.f, 0.f});
+    CHECK(seen.at("blocks.0.mlp.fc2.weight") == std::pair<float, float>{1.f, 0.1f});
+
+    CHECK_THROWS_WITH(apps::apply_lr_scales(base, "*.bias=2,blocks.*.atn.*=2", "test"),
+                      Catch::Contains("--lr-scale: 'blocks.*.atn.*' matches no parameter, or only ones an earlier "
+                                      "item took (e.g. '"));
+    CHECK_THROWS_WITH(apps::apply_lr_scales(base, "*=2,head.*=3", "test"),  // shadowed by the first
+                      Catch::Contains("--lr-scale: 'head.*' matches no parameter, or only ones"));
+}
+
+// The step a group takes: SGD without momentum moves each weight by lr × lr_scale × its gradient.
+TEST_CASE("apply_lr_scales: SGD moves a scaled parameter by the factor times the step of the others", "[apps]") {
+    nn::TransformerLM lm(tiny_lm());
+    std::map<std::string, engine::Tensor> before;
+    for (const auto& p : lm.named_parameters()) {
+        before[p.name] = p.tensor->detach().clone();
+        p.tensor->set_grad(engine::Tensor::full(p.tensor->shape(), 1.f));
+    }
+    nn::SGD opt(apps::apply_lr_scales(nn::param_groups(lm, 0.f), "blocks.1.attn.q.weight=0.25", "test"), 0.5f);
+    opt.step();
+    auto moved = [&](const char* name) {
+        engine::Tensor now = lm.parameter(name).detach();
+        return (before.at(name).data_f32()[0] - now.data_f32()[0]);
+    };
+    CHECK(moved("blocks.1.attn.q.weight") == Approx(0.125f));
+    CHECK(moved("blocks.0.attn.q.weight") == Approx(0.5f));
+    CHECK(moved("blocks.1.attn.q.bias") == Approx(0.5f));
 }

@@ -24,7 +24,7 @@ std::vector<std::string> split_patterns(const std::string& list, const std::stri
 }
 
 // fnmatch without FNM_PATHNAME or FNM_PERIOD: `*` crosses the dots of a dotted name.
-static bool matches(const std::string& pattern, const std::string& name) {
+bool matches_glob(const std::string& pattern, const std::string& name) {
     return fnmatch(pattern.c_str(), name.c_str(), 0) == 0;
 }
 
@@ -35,7 +35,7 @@ FreezeSummary select_trained(nn::Module& model, const std::string& train_only, c
     auto check_used = [&](const std::vector<std::string>& patterns, const std::string& flag) {
         for (const auto& pat : patterns) {
             bool used = false;
-            for (const auto& p : params) used = used || matches(pat, p.name);
+            for (const auto& p : params) used = used || matches_glob(pat, p.name);
             engine::check(used, "{}: '{}' matches no parameter of the {} (e.g. '{}')", flag, pat,
                           model.type_name(), params.empty() ? std::string("none") : params.front().name);
         }
@@ -45,8 +45,8 @@ FreezeSummary select_trained(nn::Module& model, const std::string& train_only, c
     FreezeSummary s;
     for (const auto& p : params) {
         bool trained = keep.empty();
-        for (const auto& pat : keep) trained = trained || matches(pat, p.name);
-        for (const auto& pat : drop) trained = trained && !matches(pat, p.name);
+        for (const auto& pat : keep) trained = trained || matches_glob(pat, p.name);
+        for (const auto& pat : drop) trained = trained && !matches_glob(pat, p.name);
         if (p.tensor->requires_grad() && !trained) s.frozen_by_flags.push_back(p.tensor);
         trained = trained && p.tensor->requires_grad();  // a model's own freezing (ConvMixer's) stays
         p.tensor->requires_grad_(trained);

@@ -50,6 +50,9 @@ FrozenByFlags apply_freeze_flags(nn::Module& model, const FreezeFlags& flags, co
 // "a,b" -> {"a", "b"}; empty items are refused, naming `flag`.
 std::vector<std::string> split_patterns(const std::string& list, const std::string& flag);
 
+// Whether the glob `pattern` matches a parameter name; `*` matches dots too.
+bool matches_glob(const std::string& pattern, const std::string& name);
+
 struct FreezeSummary {
     int64_t trained_tensors = 0, trained_values = 0;
     int64_t frozen_tensors = 0, frozen_values = 0;  // the model's own frozen ones included
