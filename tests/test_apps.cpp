@@ -964,6 +964,21 @@ TEST_CASE("train_lm writes init.safetensors; tools/edit_checkpoint.py and weight
     auto other = engine::load_safetensors(tmp / "other.safetensors");
     CHECK(same(other.at("blocks.1.attn.q.weight"), edited.at("blocks.0.attn.q.weight")));
     CHECK(same(other.at("blocks.0.attn.q.weight"), init.at("blocks.0.attn.q.weight")));
+    // --take NAMES=FILE: every matching tensor takes FILE's of the same name (the halved q's here).
+    std::string take = "python3 tools/edit_checkpoint.py " + (tmp / "first/init.safetensors") + " " +
+                       (tmp / "taken.safetensors");
+    REQUIRE(std::system((take + " --take 'blocks.*.attn.q.*=" + (tmp / "edited.safetensors") + "' > " + (tmp / "log") +
+                         " 2>&1").c_str()) == 0);
+    auto taken = engine::load_safetensors(tmp / "taken.safetensors");
+    CHECK(same(taken.at("blocks.1.attn.q.weight"), edited.at("blocks.1.attn.q.weight")));
+    CHECK(!same(taken.at("blocks.1.attn.q.weight"), init.at("blocks.1.attn.q.weight")));
+    CHECK(same(taken.at("head.weight"), init.at("head.weight")));  // not matched: the input's
+    CHECK(std::system((take + " --take 'blocks.*.atn.*=" + (tmp / "other.safetensors") + "' > " + (tmp / "log") +
+                       " 2>&1").c_str()) != 0);
+    CHECK(slurp(tmp / "log").find("blocks.*.atn.*: no tensor matches") != std::string::npos);
+    CHECK(std::system((take + " --take 'head.*=" + (tmp / "missing.safetensors") + "' > " + (tmp / "log") +
+                       " 2>&1").c_str()) != 0);
+    CHECK(slurp(tmp / "log").find("--take head.*=" + (tmp / "missing.safetensors")) != std::string::npos);
     CHECK(std::system((edit + " --copy head.weight=" + (tmp / "edited.safetensors") + ":nope > " + (tmp / "log") +
                        " 2>&1").c_str()) != 0);
     CHECK(slurp(tmp / "log").find("no tensor " + (tmp / "edited.safetensors") + ":nope") != std::string::npos);

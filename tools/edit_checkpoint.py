@@ -10,11 +10,13 @@ file to `--init-from` (a run of the same model flags) to test what one part of a
     tools/edit_checkpoint.py IN OUT --scale 'blocks.*.attn.q.weight=0.5' --fill norm.weight=0
     # a learned position embedding that starts as the sinusoidal one (another run's buffer)
     tools/edit_checkpoint.py IN OUT --copy pos_embed=SINUSOIDAL_RUN/init.safetensors:pos_embed
+    # torch's start with another init's attention weights (which part of that init helps)
+    tools/edit_checkpoint.py TORCH/init.safetensors OUT --take 'blocks.*.attn.*=ORTHO/init.safetensors'
 
 Operations run in the order given: --copy DST=SRC (SRC's values into DST, the same shape; SRC
-may be FILE:NAME, a tensor of another checkpoint),
---scale NAMES=FACTOR and --fill NAMES=VALUE (float32 tensors; NAMES is a glob: `*` matches any
-run of characters, dots included). A name or glob that matches nothing is an error, so is a
+may be FILE:NAME, a tensor of another checkpoint), --take NAMES=FILE (every tensor NAMES matches
+takes FILE's tensor of the same name), --scale NAMES=FACTOR and --fill NAMES=VALUE (float32
+tensors). NAMES is a glob: `*` matches any run of characters, dots included. A name or glob that matches nothing is an error, so is a
 shape that differs. --list prints the tensors. The edits are recorded in the file's metadata
 ("edits"), the output is written atomically, and nothing but the Python standard library is
 needed.
@@ -52,6 +54,17 @@ def number(text, what):
         fail(f"{what}: '{text}' is not a number")
 
 
+def copy_tensor(header, data, name, src_header, src_data, src_name, what, src_text):
+    """The values of src_name (in src_header/src_data) into `name`, which must match its dtype and shape."""
+    if src_name not in src_header:
+        fail(f"{what}: no tensor {src_text}")
+    dst, src = header[name], src_header[src_name]
+    if dst["shape"] != src["shape"] or dst["dtype"] != src["dtype"]:
+        fail(f"{what}: {name} is {dst['dtype']} {dst['shape']}, {src_text} is {src['dtype']} {src['shape']}")
+    (b0, e0), (b1, e1) = dst["data_offsets"], src["data_offsets"]
+    data[b0:e0] = src_data[b1:e1]
+
+
 class InOrder(argparse.Action):
     def __call__(self, parser, namespace, value, option_string=None):
         getattr(namespace, self.dest).append((option_string, value))
@@ -62,7 +75,8 @@ def main():
     p.add_argument("input")
     p.add_argument("output", nargs="?")
     # One list of (option, argument) for all three, so the edits run in the command line's order.
-    for op, metavar in (("--copy", "DST=SRC"), ("--scale", "NAMES=FACTOR"), ("--fill", "NAMES=VALUE")):
+    for op, metavar in (("--copy", "DST=SRC"), ("--take", "NAMES=FILE"), ("--scale", "NAMES=FACTOR"),
+                        ("--fill", "NAMES=VALUE")):
         p.add_argument(op, dest="ops", action=InOrder, default=[], metavar=metavar)
     p.add_argument("--list", action="store_true", help="print each tensor's name, dtype and shape")
     args = p.parse_args()
@@ -75,7 +89,7 @@ def main():
             print(f"{name:40s} {info['dtype']} {info['shape']}")
     if not args.ops:
         if not args.list:
-            fail("nothing to do: give --copy, --scale or --fill (and an output file), or --list")
+            fail("nothing to do: give --copy, --take, --scale or --fill (and an output file), or --list")
         return
     if not args.output:
         fail("the edits need an output file")
@@ -92,13 +106,14 @@ def main():
                     fail(f"--copy {arg}: {e}")
             if left not in header:
                 fail(f"--copy {arg}: no tensor {left}")
-            if src_name not in src_header:
-                fail(f"--copy {arg}: no tensor {right}")
-            dst, src = header[left], src_header[src_name]
-            if dst["shape"] != src["shape"] or dst["dtype"] != src["dtype"]:
-                fail(f"--copy {arg}: {left} is {dst['dtype']} {dst['shape']}, {right} is {src['dtype']} {src['shape']}")
-            (b0, e0), (b1, e1) = dst["data_offsets"], src["data_offsets"]
-            data[b0:e0] = src_data[b1:e1]
+            copy_tensor(header, data, left, src_header, src_data, src_name, f"--copy {arg}", right)
+        elif op == "--take":
+            try:
+                src_header, _, src_data = st.load(right)
+            except ValueError as e:
+                fail(f"--take {arg}: {e}")
+            for name in matching(header, left, op):
+                copy_tensor(header, data, name, src_header, src_data, name, f"--take {arg}", f"{right}:{name}")
         else:
             value = number(right, f"{op} {arg}")
             for name in matching(header, left, op):
