@@ -424,7 +424,10 @@ static int run(Args& a, const apps::json& config, Device dev) {
     // `batch_in_epoch`: the batches of `epoch` already trained on. Mid-epoch a BPTT model's
     // carried state belongs to the position too.
     auto checkpoint = [&](const std::string& name, int epoch, int64_t batch_in_epoch, double nll_sum, double tokens) {
-        if (!out.enabled()) return;
+        if (!out.enabled()) return true;
+        if (!apps::weights_finite_for_checkpoint("train_lm", *lm.module, name, epoch + (batch_in_epoch > 0),
+                                                 global_step, out, a.nan_check))
+            return false;
         NamedTensors state = batch_in_epoch > 0 && bptt ? lm.carried() : NamedTensors{};
         if (!state.empty())
             engine::save_safetensors(out.path(name + ".carry.safetensors"), state,
@@ -438,6 +441,7 @@ static int run(Args& a, const apps::json& config, Device dev) {
                              {"plateau_bad", std::to_string(plateau.bad)},
                              {"carried_state", state.empty() ? "0" : "1"},
                              {"rng_offset", std::to_string(global_generator().offset())}, {"init", a.init}});
+        return true;
     };
     auto metric = [&](double nll) { return char_level ? nll / std::log(2.0) : std::exp(nll); };
     const char* metric_name = char_level ? "bpc" : "ppl";
@@ -555,7 +559,11 @@ static int run(Args& a, const apps::json& config, Device dev) {
             if (apps::stop_requested()) {
                 bar.finish();
                 meter.read();
-                checkpoint("last", epoch, i + 1, meter.sum(), meter.weight());
+                if (a.nan_check && !std::isfinite(meter.sum())) {  // (on a GPU, read only now)
+                    apps::report_nan_loss("train_lm", (float)meter.sum(), epoch + 1, global_step, out);
+                    return 1;
+                }
+                if (!checkpoint("last", epoch, i + 1, meter.sum(), meter.weight())) return 1;
                 std::fprintf(stderr, "train_lm: stopped at epoch %d, batch %lld; checkpoint %s (continue with --resume)\n",
                              epoch + 1, (long long)(i + 1), out.enabled() ? out.path("last").c_str() : "(none: no --out)");
                 return apps::stop_exit_code();
@@ -579,11 +587,15 @@ static int run(Args& a, const apps::json& config, Device dev) {
         append_eval({{"kind", "eval"}, {"step", global_step}, {"epoch", epoch + 1},
                      {"train_" + std::string(metric_name), metric(nll_sum / std::max(1.0, tokens))}},
                     valid, tok_cos);
+        if (a.nan_check && !std::isfinite(valid.loss)) {
+            apps::report_nan_loss("train_lm", (float)valid.loss, epoch + 1, global_step, out, "valid loss");
+            return 1;
+        }
         if (valid.loss < best_valid) {
             best_valid = valid.loss;
-            checkpoint("best", epoch + 1, 0, 0, 0);
+            if (!checkpoint("best", epoch + 1, 0, 0, 0)) return 1;
         }
-        checkpoint("last", epoch + 1, 0, 0, 0);
+        if (!checkpoint("last", epoch + 1, 0, 0, 0)) return 1;
     }
     Eval test = evaluate(lm, a, corpus.test, dev);
     std::printf("test %s %.4f (valid best %.4f)\n", metric_name, metric(test.loss), metric(best_valid));

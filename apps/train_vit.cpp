@@ -369,12 +369,16 @@ static int run(const Args& a, const apps::json& config, Device dev) {
     // the loss of all its batches.
     auto checkpoint = [&](const std::string& name, int epoch, int64_t batch_in_epoch, double loss_sum = 0,
                           double images = 0) {
-        if (!out.enabled()) return;
+        if (!out.enabled()) return true;
+        if (!apps::weights_finite_for_checkpoint("train_vit", *model, name, epoch + (batch_in_epoch > 0), global_step,
+                                                 out, a.nan_check))
+            return false;
         nn::save_checkpoint(out.path(name), *model, opt.get(),
                             {{"epoch", std::to_string(epoch)}, {"batch_in_epoch", std::to_string(batch_in_epoch)},
                              {"step", std::to_string(global_step)}, {"best_acc", fmt::format("{}", best_acc)},
                              {"epoch_loss_sum", fmt::format("{}", loss_sum)}, {"epoch_images", fmt::format("{}", images)},
                              {"rng_offset", std::to_string(global_generator().offset())}, {"init", a.init}});
+        return true;
     };
 
     apps::install_stop_handlers();
@@ -460,7 +464,11 @@ static int run(const Args& a, const apps::json& config, Device dev) {
             if (apps::stop_requested()) {
                 bar.finish();
                 meter.read();
-                checkpoint("last", epoch, b + 1, meter.sum(), meter.weight());
+                if (a.nan_check && !std::isfinite(meter.sum())) {  // (on a GPU, read only now)
+                    apps::report_nan_loss("train_vit", (float)meter.sum(), epoch + 1, global_step, out);
+                    return 1;
+                }
+                if (!checkpoint("last", epoch, b + 1, meter.sum(), meter.weight())) return 1;
                 std::fprintf(stderr, "train_vit: stopped at epoch %d, batch %lld; checkpoint %s (continue with --resume)\n",
                              epoch + 1, (long long)(b + 1), out.enabled() ? out.path("last").c_str() : "(none: no --out)");
                 return apps::stop_exit_code();
@@ -486,12 +494,16 @@ static int run(const Args& a, const apps::json& config, Device dev) {
             out.append_metrics({{"kind", "eval"}, {"step", global_step}, {"epoch", epoch + 1},
                                 {"train_loss", meter.weight() > 0 ? loss_sum / meter.weight() : 0.0}, {"test_loss", test_loss},
                                 {"test_acc", acc}, {"epoch_seconds", secs}});
+            if (a.nan_check && !std::isfinite(test_loss)) {
+                apps::report_nan_loss("train_vit", (float)test_loss, epoch + 1, global_step, out, "test loss");
+                return 1;
+            }
             if (acc > best_acc) {
                 best_acc = acc;
-                checkpoint("best", epoch + 1, 0);
+                if (!checkpoint("best", epoch + 1, 0)) return 1;
             }
         }
-        checkpoint("last", epoch + 1, 0);
+        if (!checkpoint("last", epoch + 1, 0)) return 1;
     }
     if (start_epoch >= a.epochs) {  // resumed after its last epoch: the result is the model's as it is
         auto [acc, test_loss] = evaluate(*model, forward, d.test, d.norm, 500, dev);

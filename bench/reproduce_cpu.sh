@@ -551,3 +551,25 @@ for s in 0 1; do
   tools/edit_checkpoint.py runs/vit-fc1/torch-s$s/init.safetensors runs/vit-fc1/starts/torch-fc1x3.8-s$s.safetensors --scale 'blocks.*.mlp.fc1.weight=3.8'
   "${V[@]}" --threads 1 --seed $s --init torch --init-from runs/vit-fc1/starts/torch-fc1x3.8-s$s.safetensors --out runs/vit-fc1/torch-fc1x3.8-s$s
 done
+# Session 31: section 5, which weights carry orthogonal's ViT gain: torch's start of each seed with
+# one part taken from orthogonal's start of the same seed (V as above, --threads 1, two at a time).
+for s in 0 1; do
+  "${V[@]}" --threads 1 --seed $s --init torch --out runs/vit-orth/torch-s$s
+  "${V[@]}" --threads 1 --seed $s --init orthogonal --out runs/vit-orth/orthogonal-s$s
+  T=runs/vit-orth/torch-s$s/init.safetensors O=runs/vit-orth/orthogonal-s$s/init.safetensors
+  tools/edit_checkpoint.py $T runs/vit-orth/starts/attn-s$s.safetensors --take "blocks.*.attn.*=$O"
+  tools/edit_checkpoint.py $T runs/vit-orth/starts/mlp-s$s.safetensors --take "blocks.*.mlp.*=$O"
+  tools/edit_checkpoint.py $T runs/vit-orth/starts/ends-s$s.safetensors --take "patch_embed.*=$O" --take "head.*=$O"
+  for arm in attn mlp ends; do
+    "${V[@]}" --threads 1 --seed $s --init torch --init-from runs/vit-orth/starts/$arm-s$s.safetensors --out runs/vit-orth/torch+orth-$arm-s$s
+  done
+done
+# Session 31: section 5, fc1's range or Adam's relative step (L1 as above): PyTorch's fc1 × 3.4 with
+# its lr × 3.4 (the larger range, torch's relative steps), and PyTorch's fc1 with its lr / 3.4
+# (torch's range, the smaller relative steps).
+for s in 0 1 2; do
+  ./apps/train_lm --dataset ptb-char --model transformer --dim 128 --depth 4 --heads 4 --seq-len 128 --batch-size 32 --epochs 1 --max-steps 1 --threads 1 --seed $s --init torch --overwrite --out runs/lm-fc1-lr/starts/torch-s$s
+  tools/edit_checkpoint.py runs/lm-fc1-lr/starts/torch-s$s/init.safetensors runs/lm-fc1-lr/starts/fc1x3.4-s$s.safetensors --scale 'blocks.*.mlp.fc1.weight=3.4'
+  "${L1[@]}" --seed $s --init torch --init-from runs/lm-fc1-lr/starts/fc1x3.4-s$s.safetensors --lr-scale 'blocks.*.mlp.fc1.weight=3.4' --out runs/lm-fc1-lr/char-torch-fc1x3.4-lrx3.4-s$s
+  "${L1[@]}" --seed $s --init torch --init-from runs/lm-fc1-lr/starts/torch-s$s/init.safetensors --lr-scale 'blocks.*.mlp.fc1.weight=0.294' --out runs/lm-fc1-lr/char-torch-lrx0.294-s$s
+done

@@ -2,6 +2,7 @@
 #include "nn/checkpoint.h"
 
 #include <charconv>
+#include <cmath>
 #include <cstring>
 #include <random>
 #include "engine/error.h"
@@ -26,6 +27,17 @@ static void save_named(const std::string& path, const std::map<std::string, Tens
     // Files hold host data: CUDA tensors are copied to the host first.
     for (auto& [name, t] : tensors) list.push_back({name, t->detach().to(Device::CPU)});
     save_safetensors(path, list, meta);
+}
+
+std::string first_non_finite(const Module& model) {
+    for (auto& [name, t] : model_tensors(model)) {
+        if (t->dtype() != DType::F32) continue;
+        Tensor host = t->detach().to(Device::CPU);
+        const float* v = host.data_f32();
+        for (int64_t i = 0; i < host.numel(); i++)
+            if (!std::isfinite(v[i])) return name;
+    }
+    return "";
 }
 
 // Copies the file's tensors into `into`, after checking the two sets of names, shapes and dtypes

@@ -20,6 +20,10 @@ using Metadata = std::map<std::string, std::string>;
 
 void save_checkpoint(const std::string& prefix, const Module& model, Optimizer* opt = nullptr,
                      const Metadata& metadata = {});
+// The name of the model's first float parameter or buffer (in name order) holding a NaN or an
+// infinity, or "" when every value is finite: the trainers check it before a checkpoint, so that a
+// run that diverged stops without writing its weights over the last good ones.
+std::string first_non_finite(const Module& model);
 // Loads into the model's tensors in place (and the optimizer's, when given); returns the metadata.
 Metadata load_checkpoint(const std::string& prefix, Module& model, Optimizer* opt = nullptr);
 // The model's tensors only, from `path`: a checkpoint's prefix or its .safetensors file

@@ -840,6 +840,24 @@ TEST_CASE("train_lm --train-only / --freeze: frozen parameters keep their init, 
     CHECK(slurp(tmp / "log").find("--freeze: 'blocks.*.atn.*' matches no parameter") != std::string::npos);
 }
 
+// The last update of epoch 1 makes the weights infinite; the epoch's training loss was finite, the
+// validation loss is not: the run stops there, and writes neither best nor last.
+TEST_CASE("train_lm: a validation loss that is not finite stops the run before its checkpoint", "[apps]") {
+    test::TempDir tmp;
+    std::string args = tiny_lm_flags(tmp / "text") + " --max-steps 1 --opt sgd --lr 1e38 --clip-grad 0 --out " +
+                       (tmp / "run");
+    args.replace(args.find("--epochs 1"), 10, "--epochs 2");
+    int rc = run_app("train_lm", args, tmp / "log");
+    std::string log = slurp(tmp / "log");
+    INFO(log);
+    CHECK(rc == 1);
+    CHECK(log.find("train_lm: valid loss is ") != std::string::npos);  // (nan or -nan)
+    CHECK(log.find("nan at epoch 1, step 1; stopping. Last good checkpoint: (none written yet)") != std::string::npos);
+    CHECK_FALSE(fs::exists(tmp / "run/last.safetensors"));
+    CHECK_FALSE(fs::exists(tmp / "run/best.safetensors"));
+    CHECK_FALSE(fs::exists(tmp / "run/result.json"));
+}
+
 // --lr-scale (apps/common/lr_scale.h): every parameter at lr × 2 is the run at twice the lr (the
 // schedule's floor at 0, which the factor does not scale), to the bit; one tensor at another
 // factor moves differently and alone.

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include "engine/error.h"
 #include "engine/ops.h"
 #include "nn/checkpoint.h"
@@ -282,6 +283,24 @@ TEST_CASE("ConvMixer: shapes, frozen spatial filters, overfitting", "[models][ov
     CHECK(last < 0.1f);
     CHECK(test::max_abs_diff((*net.blocks)[0].spatial->weight, spatial_before) == 0.f);  // frozen
     CHECK((*net.blocks)[0].pointwise->weight.grad().defined());  // the rest trains
+}
+
+// What the trainers check before a checkpoint (apps::weights_finite_for_checkpoint): a diverged
+// model is not written over the last good one.
+TEST_CASE("first_non_finite: the first parameter holding a NaN or an infinity, by name", "[models][checkpoint]") {
+    manual_seed(9);
+    ViTConfig vc;
+    vc.image_size = 8;
+    vc.patch = 4;
+    vc.dim = 16;
+    vc.depth = 2;
+    vc.heads = 2;
+    ViT vit(vc);
+    CHECK(first_non_finite(vit) == "");
+    vit.parameter("blocks.1.mlp.fc2.weight").data_f32()[5] = std::numeric_limits<float>::infinity();
+    CHECK(first_non_finite(vit) == "blocks.1.mlp.fc2.weight");
+    vit.parameter("blocks.0.attn.q.bias").data_f32()[0] = std::nanf("");
+    CHECK(first_non_finite(vit) == "blocks.0.attn.q.bias");  // names in order: block 0 first
 }
 
 TEST_CASE("checkpoints: round trip, optimizer state, mismatches named", "[models][checkpoint]") {

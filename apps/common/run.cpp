@@ -504,10 +504,30 @@ json train_metrics(int64_t step, double epoch, float lr, float loss, float grad_
     return line;
 }
 
-void report_nan_loss(const std::string& app_name, float loss, int epoch, int64_t step, const RunDir& out) {
-    std::fprintf(stderr, "\n%s: loss is %f at epoch %d, step %lld; stopping. Last good checkpoint: %s\n",
-                 app_name.c_str(), loss, epoch, (long long)step,
-                 out.enabled() ? out.path("last.safetensors").c_str() : "(none: no --out)");
+// The checkpoint a stopped run can go on from, as the messages name it.
+static std::string last_good_checkpoint(const RunDir& out) {
+    if (!out.enabled()) return "(none: no --out)";
+    const std::string last = out.path("last.safetensors");
+    return fs::exists(last) ? last : "(none written yet)";
+}
+
+void report_nan_loss(const std::string& app_name, float loss, int epoch, int64_t step, const RunDir& out,
+                     const std::string& what) {
+    std::fprintf(stderr, "\n%s: %s is %f at epoch %d, step %lld; stopping. Last good checkpoint: %s\n",
+                 app_name.c_str(), what.c_str(), loss, epoch, (long long)step, last_good_checkpoint(out).c_str());
+}
+
+bool weights_finite_for_checkpoint(const std::string& app_name, const nn::Module& model, const std::string& name,
+                                   int epoch, int64_t step, const RunDir& out, bool nan_check) {
+    if (!nan_check || !out.enabled()) return true;
+    const std::string bad = nn::first_non_finite(model);
+    if (bad.empty()) return true;
+    std::fprintf(stderr,
+                 "\n%s: %s holds a NaN or an infinity at epoch %d, step %lld: the run diverged; not writing %s, "
+                 "stopping. Last good checkpoint: %s\n",
+                 app_name.c_str(), bad.c_str(), epoch, (long long)step, out.path(name).c_str(),
+                 last_good_checkpoint(out).c_str());
+    return false;
 }
 
 static std::atomic<int> g_signal{0};

@@ -17,6 +17,7 @@
 #include "init/init.h"
 
 namespace nn {
+class Module;
 class Optimizer;
 }
 
@@ -181,8 +182,15 @@ float backward_and_update(const engine::Tensor& loss, const std::vector<engine::
 json train_metrics(int64_t step, double epoch, float lr, float loss, float grad_norm, double ms, double items,
                    engine::Device dev, const StepFlops& flops);
 
-// The message for a loss that is no longer finite; the caller stops the run.
-void report_nan_loss(const std::string& app_name, float loss, int epoch, int64_t step, const RunDir& out);
+// The message for a loss (`what`: "loss", "valid loss", ...) that is no longer finite, naming the
+// last checkpoint the run wrote (if any); the caller stops the run.
+void report_nan_loss(const std::string& app_name, float loss, int epoch, int64_t step, const RunDir& out,
+                     const std::string& what = "loss");
+// Before writing checkpoint `name`: true when the model's values are all finite (or the check is
+// off); else says which tensor is not, that `name` is not written, and which checkpoint is the last
+// good one, and the caller stops the run (exit 1) instead of saving a diverged model.
+bool weights_finite_for_checkpoint(const std::string& app_name, const nn::Module& model, const std::string& name,
+                                   int epoch, int64_t step, const RunDir& out, bool nan_check);
 
 // Ctrl-C and SIGTERM set a flag; the training loop finishes its step, checkpoints and exits
 // 130 / 143. A second Ctrl-C exits at once.
