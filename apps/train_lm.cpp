@@ -257,6 +257,24 @@ static Eval evaluate(LM& lm, const Args& a, const std::vector<int32_t>& stream, 
     return {nll / std::max<double>(1.0, (double)count), count};
 }
 
+// The evaluation splits are cut into batches before training starts, as evaluate() cuts them, so
+// that one too short for the flags is refused now, naming its file, not after an epoch's training.
+static void check_eval_split(const Args& a, const std::vector<int32_t>& stream, const std::string& what) {
+    const int64_t rows = std::min<int64_t>(a.batch_size, 10);
+    auto refuse = [&](const std::string& why) {
+        fail("{} ({} tokens) cannot be evaluated with --protocol {} --seq-len {}{} in {} rows: {}",
+                     what, stream.size(), a.protocol, a.seq_len,
+                     a.protocol == "window" ? fmt::format(" --scored {}", a.scored) : "", rows, why);
+    };
+    int64_t batches = 0;
+    try {
+        batches = make_batches(a, stream, rows).size();
+    } catch (const engine::Error& e) {
+        refuse(e.what());
+    }
+    if (batches == 0) refuse("it gives no batch");
+}
+
 static std::string tok_cos_text(double tok_cos) {
     return std::isfinite(tok_cos) ? fmt::format(", last block tok_cos {:.2f}", tok_cos) : "";
 }
@@ -333,6 +351,8 @@ static int run(Args& a, const apps::json& config, Device dev) {
                 corpus.train.size() < all_train ? fmt::format(" (the first of {} training tokens)", all_train).c_str() : "");
 
     Batches train = make_batches(a, corpus.train, a.batch_size);
+    check_eval_split(a, corpus.valid, "the validation split " + corpus.valid_file);
+    check_eval_split(a, corpus.test, "the test split " + corpus.test_file);
     // The init set exists only for data-dependent schemes (the others never call its forward).
     init::InitData init_data;
     if (init::needs_data(a.init)) {
@@ -450,6 +470,8 @@ static int run(Args& a, const apps::json& config, Device dev) {
     // short run's curve has points without the whole split's cost at each of them.
     std::vector<int32_t> valid_prefix = corpus.valid;
     if (a.eval_tokens > 0 && (size_t)a.eval_tokens < valid_prefix.size()) valid_prefix.resize(a.eval_tokens);
+    if (a.eval_every > 0 && valid_prefix.size() < corpus.valid.size())
+        check_eval_split(a, valid_prefix, fmt::format("--eval-tokens {}: the validation prefix", a.eval_tokens));
     // An evaluation line of metrics.jsonl: `m` (kind, step, epoch, ...) and the validation figures;
     // tok_cos only where the model has one (not the LSTM: NaN).
     auto append_eval = [&](apps::json m, const Eval& valid, double tok_cos) {

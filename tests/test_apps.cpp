@@ -858,6 +858,26 @@ TEST_CASE("train_lm: a validation loss that is not finite stops the run before i
     CHECK_FALSE(fs::exists(tmp / "run/result.json"));
 }
 
+// An evaluation split too short for the flags is refused before training, naming its file (not
+// after an epoch, losing it); so is a --eval-tokens prefix too short for them.
+TEST_CASE("train_lm: a validation or test split too short to evaluate is refused before training", "[apps]") {
+    test::TempDir tmp;
+    std::string base = tiny_lm_flags(tmp / "text") + " --out " + (tmp / "run");
+    test::write_file(tmp / "text/valid.txt", "the cat\n");
+    CHECK(run_app("train_lm", base, tmp / "log") != 0);
+    CHECK(slurp(tmp / "log").find("the validation split " + (tmp / "text/valid.txt") + " (3 tokens) cannot be evaluated "
+                                  "with --protocol bptt --seq-len 8 in 4 rows") != std::string::npos);
+    CHECK(!fs::exists(tmp / "run/config.json"));
+    write_tiny_text(tmp / "text", 100);
+    test::write_file(tmp / "text/test.txt", "a dog\n");
+    CHECK(run_app("train_lm", base, tmp / "log") != 0);
+    CHECK(slurp(tmp / "log").find("the test split " + (tmp / "text/test.txt")) != std::string::npos);
+    write_tiny_text(tmp / "text", 100);
+    CHECK(run_app("train_lm", base + " --eval-every 1 --eval-tokens 5", tmp / "log") != 0);
+    CHECK(slurp(tmp / "log").find("--eval-tokens 5: the validation prefix (5 tokens) cannot be evaluated") !=
+          std::string::npos);
+}
+
 // --lr-scale (apps/common/lr_scale.h): every parameter at lr × 2 is the run at twice the lr (the
 // schedule's floor at 0, which the factor does not scale), to the bit; one tensor at another
 // factor moves differently and alone.
