@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
     app.add_option("--batch", batch, "batch size")->capture_default_str();
     app.add_option("--seq", seq, "sequence length (language models)")->capture_default_str();
     app.add_option("--vocab", vocab, "vocabulary size (language models)")->capture_default_str();
-    app.add_option("--steps", steps, "timed steps")->capture_default_str()->check(CLI::PositiveNumber);
+    app.add_option("--steps", steps, "timed steps")->capture_default_str()->check(apps::Positive);
     app.add_option("--warmup", warmup, "untimed steps first")->capture_default_str();
     app.add_option("--threads", threads, "OpenMP threads (0: all cores)")->capture_default_str();
     apps::add_profile_flag(app, profile_steps);

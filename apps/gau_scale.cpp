@@ -17,6 +17,7 @@
 #include <vector>
 #include <fmt/format.h>
 #include "apps/gau_scale.h"
+#include "apps/common/run.h"
 #include "engine/error.h"
 #include "engine/ops.h"
 #include "engine/rng.h"
@@ -58,10 +59,10 @@ int main(int argc, char** argv) {
     bool causal = false, rope = false;
     int trials = 3;
     uint64_t seed = 0;
-    app.add_option("--d", d, "model width d")->capture_default_str()->check(CLI::PositiveNumber);
-    app.add_option("--s", s, "shared Q/K width s")->capture_default_str()->check(CLI::PositiveNumber);
+    app.add_option("--d", d, "model width d")->capture_default_str()->check(apps::Positive);
+    app.add_option("--s", s, "shared Q/K width s")->capture_default_str()->check(apps::Positive);
     app.add_option("--n", n, "sequence length n")->capture_default_str()->check(CLI::Range((int64_t)2, (int64_t)8192));
-    app.add_option("--e", e, "U/V width e (0: 2d)")->capture_default_str()->check(CLI::NonNegativeNumber);
+    app.add_option("--e", e, "U/V width e (0: 2d)")->capture_default_str()->check(apps::NonNegative);
     app.add_option("--lambda", lambdas,
                    "weight scale(s) λ to compare with λ⁷: a comma list or the flag repeated (default: 0.5)")
         ->delimiter(',')->check(CLI::Range(1e-3, 10.0));

@@ -681,7 +681,7 @@ int main(int argc, char** argv) {
     app.add_option("--dataset", a.dataset, "LM: windows of this corpus's validation split instead of random tokens "
                                            "(the vocabulary is built from its training split, as train_lm does)")
         ->check(CLI::IsMember(data::corpus_names()));
-    app.add_option("--patch", a.patch, "ViT patch size")->capture_default_str()->check(CLI::PositiveNumber);
+    app.add_option("--patch", a.patch, "ViT patch size")->capture_default_str()->check(apps::Positive);
     app.add_option("--pool", a.pool, "ViT pooling: avg (global average, what impulse needs) | cls")
         ->capture_default_str()->check(CLI::IsMember({"avg", "cls"}));
     app.add_flag("--fc-norm", a.fc_norm, "ViT with --pool avg: the final LayerNorm on the pooled vector (train_vit "
@@ -693,9 +693,9 @@ int main(int argc, char** argv) {
     app.add_flag("--pe-every-block", a.pe_every_block, "LM: the position embedding is added before every block");
     app.add_option("--emb-scale", a.emb_scale, "LM (transformer): multiplies the token embedding on the way in")
         ->capture_default_str();
-    app.add_option("--dim", a.dim, "width (0: the preset's)")->capture_default_str()->check(CLI::NonNegativeNumber);
+    app.add_option("--dim", a.dim, "width (0: the preset's)")->capture_default_str()->check(apps::NonNegative);
     app.add_option("--heads", a.heads, "attention heads (0: the preset's)")->capture_default_str()
-        ->check(CLI::NonNegativeNumber);
+        ->check(apps::NonNegative);
     app.add_option("--checkpoint", a.checkpoint,
                    "inspect trained weights: a checkpoint of train_vit / train_lm (e.g. RUN/best.safetensors) "
                    "for the model these flags describe");
@@ -707,13 +707,13 @@ int main(int argc, char** argv) {
         ->check(CLI::Range((int64_t)2, (int64_t)4096));
     app.add_option("--perturb", a.perturb, "after the init (or --checkpoint), add ±EPS with random signs to every "
                                            "parameter: an update of Adam's first-step size in no particular direction")
-        ->capture_default_str()->check(CLI::NonNegativeNumber);
+        ->capture_default_str()->check(apps::NonNegative);
     app.add_option("--max-len", a.max_len, "LM: positions the position embedding holds, at least --seq-len (train_lm holds max(512, --seq-len))")
         ->capture_default_str()->check(CLI::Range((int64_t)2, (int64_t)65536));
     app.add_flag("--post-ln", a.post_ln, "LM: Post-LN blocks (default Pre-LN)");
     app.add_flag("--gau-pre-norm", a.gau_pre_norm, "GAU: Pre-Norm blocks (default Post-Norm, as train_lm)");
     app.add_option("--s", a.gau_s, "GAU: shared Q/K width s (train_lm's --s)")->capture_default_str()
-        ->check(CLI::PositiveNumber);
+        ->check(apps::Positive);
     app.add_flag("--untied", a.untied, "LM: an output layer of its own (train_lm --untied), not the embedding's");
     app.add_flag("--head-bias", a.head_bias, "transformer LM, with --untied: an output bias (train_lm --head-bias)");
     apps::add_device_flags(app, a.device, nullptr);

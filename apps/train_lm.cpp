@@ -646,10 +646,11 @@ int main(int argc, char** argv) {
         ->check(CLI::IsMember({"transformer", "gau", "lstm"}));
     app.add_option("--preset", a.preset, "lstm: small | medium | large (Zaremba et al.)")
         ->check(CLI::IsMember({"", "small", "medium", "large"}));
-    app.add_option("--dim", a.dim, "width (LSTM units)")->capture_default_str()->check(CLI::PositiveNumber);
-    app.add_option("--depth", a.depth, "blocks (LSTM layers)")->capture_default_str()->check(CLI::PositiveNumber);
-    app.add_option("--heads", a.heads, "attention heads (transformer)")->capture_default_str()->check(CLI::PositiveNumber);
-    app.add_option("--s", a.s, "GAU shared Q/K width s")->capture_default_str()->check(CLI::PositiveNumber);
+    app.add_option("--dim", a.dim, "width (LSTM units)")->capture_default_str()->check(apps::Positive);
+    app.add_option("--depth", a.depth, "blocks (LSTM layers)")->capture_default_str()->check(apps::Positive);
+    app.add_option("--heads", a.heads, "attention heads (transformer)")->capture_default_str()
+        ->check(apps::Positive);
+    app.add_option("--s", a.s, "GAU shared Q/K width s")->capture_default_str()->check(apps::Positive);
     app.add_option("--pos", a.pos, "transformer position embedding: sinusoidal | learned | rope | none")
         ->capture_default_str()->check(CLI::IsMember({"sinusoidal", "learned", "rope", "none"}));
     app.add_option("--pe-scale", a.pe_scale, "transformer: multiplies the sinusoidal or learned position embedding "
@@ -667,46 +668,54 @@ int main(int argc, char** argv) {
     app.add_flag("--head-bias", a.head_bias, "transformer, with --untied: give the output layer a bias, so the unigram "
                                              "distribution needs no direction shared by every token");
     app.add_option("--dropout", a.dropout, "dropout")->capture_default_str()->check(CLI::Range(0.f, 0.99f));
-    app.add_option("--emb-dropout", a.emb_dropout, "dropout on the embedding output")->capture_default_str();
-    app.add_option("--word-dropout", a.word_dropout, "drop whole words from the embedding table")->capture_default_str();
+    app.add_option("--emb-dropout", a.emb_dropout, "dropout on the embedding output")->capture_default_str()
+        ->check(CLI::Range(0.f, 0.99f));
+    app.add_option("--word-dropout", a.word_dropout, "drop whole words from the embedding table")->capture_default_str()
+        ->check(CLI::Range(0.f, 0.99f));
     apps::add_init_flags(app, a.init, a.init_opt);
     app.add_option("--init-samples", a.init_samples,
                    "rows of --seq-len tokens data-dependent inits (lsuv, relu-quantile, attn-logits) see, cut as a "
                    "batch of that many rows is (Aguirre & Fuentes use 2048 samples); 0: the first training batch")
-        ->capture_default_str()->check(CLI::NonNegativeNumber);
+        ->capture_default_str()->check(apps::NonNegative);
     apps::add_init_from_flag(app, a.init_from);
     app.add_option("--protocol", a.protocol, "bptt | window")->capture_default_str()
         ->check(CLI::IsMember({"bptt", "window"}));
-    app.add_option("--batch-size", a.batch_size, "batch size (rows)")->capture_default_str()->check(CLI::PositiveNumber);
+    app.add_option("--batch-size", a.batch_size, "batch size (rows)")->capture_default_str()
+        ->check(apps::Positive);
     app.add_option("--seq-len", a.seq_len, "tokens per row and batch (bptt steps, or window length)")
-        ->capture_default_str()->check(CLI::PositiveNumber);
+        ->capture_default_str()->check(apps::Positive);
     app.add_option("--scored", a.scored, "window protocol: scored positions at the end of each window")
-        ->capture_default_str()->check(CLI::PositiveNumber);
-    app.add_option("--epochs", a.epochs, "epochs")->capture_default_str()->check(CLI::PositiveNumber);
-    app.add_option("--max-steps", a.max_steps, "at most N steps per epoch, the epoch's first N batches (0: whole epochs)")->capture_default_str();
+        ->capture_default_str()->check(apps::Positive);
+    app.add_option("--epochs", a.epochs, "epochs")->capture_default_str()->check(apps::Positive);
+    app.add_option("--max-steps", a.max_steps, "at most N steps per epoch, the epoch's first N batches (0: whole epochs)")
+        ->capture_default_str()->check(apps::NonNegative);
     app.add_option("--eval-every", a.eval_every,
                    "also evaluate on the validation split every N steps inside an epoch (a curve for a run of one "
                    "long epoch; 0: at the end of each epoch only)")
-        ->capture_default_str()->check(CLI::NonNegativeNumber);
+        ->capture_default_str()->check(apps::NonNegative);
     app.add_option("--eval-tokens", a.eval_tokens,
                    "--eval-every's evaluations read only the first N validation tokens (0: all); the end-of-epoch "
                    "evaluation always reads the whole split")
-        ->capture_default_str()->check(CLI::NonNegativeNumber);
+        ->capture_default_str()->check(apps::NonNegative);
     app.add_option("--train-tokens", a.train_tokens,
                    "train on the first N tokens of the training split (0 or more than the split: all of it); "
                    "the vocabulary still comes from the whole split")
-        ->capture_default_str()->check(CLI::NonNegativeNumber);
+        ->capture_default_str()->check(apps::NonNegative);
     app.add_option("--opt", a.opt, "adamw | sgd")->capture_default_str()->check(CLI::IsMember({"adamw", "sgd"}));
-    app.add_option("--lr", a.lr, "learning rate")->capture_default_str()->check(CLI::PositiveNumber);
-    app.add_option("--min-lr", a.min_lr, "cosine: final learning rate; plateau: the lowest it decays to")->capture_default_str();
-    app.add_option("--warmup-steps", a.warmup_steps, "cosine: linear warmup steps")->capture_default_str();
+    app.add_option("--lr", a.lr, "learning rate")->capture_default_str()->check(apps::Positive);
+    app.add_option("--min-lr", a.min_lr, "cosine: final learning rate; plateau: the lowest it decays to")
+        ->capture_default_str()->check(apps::NonNegative);
+    app.add_option("--warmup-steps", a.warmup_steps, "cosine: linear warmup steps")->capture_default_str()
+        ->check(apps::NonNegative);
     app.add_option("--schedule", a.schedule, "cosine | step (×--lr-decay each epoch from --decay-start) | plateau")
         ->capture_default_str()->check(CLI::IsMember({"cosine", "step", "plateau"}));
     app.add_option("--lr-decay", a.lr_decay, "step/plateau: factor")->capture_default_str();
-    app.add_option("--decay-start", a.decay_start, "step: first epoch (0-based) with decay")->capture_default_str();
+    app.add_option("--decay-start", a.decay_start, "step: first epoch (0-based) with decay")->capture_default_str()
+        ->check(apps::NonNegative);
     app.add_option("--plateau-patience", a.plateau_patience, "plateau: evaluations without improvement")
         ->capture_default_str();
-    app.add_option("--weight-decay", a.weight_decay, "weight decay (AdamW: decoupled)")->capture_default_str();
+    app.add_option("--weight-decay", a.weight_decay, "weight decay (AdamW: decoupled)")->capture_default_str()
+        ->check(apps::NonNegative);
     app.add_option("--loss-scale", a.loss_scale,
                    "what the gradient is of: mean (the cross-entropy averaged over every scored token) | time-sum "
                    "(summed over each row's scored positions, averaged over the rows: Zaremba et al.'s and the "
@@ -716,9 +725,11 @@ int main(int argc, char** argv) {
         ->capture_default_str()->check(CLI::IsMember({"mean", "time-sum"}));
     apps::add_freeze_flags(app, a.freeze);
     apps::add_lr_scale_flag(app, a.lr_scale);
-    app.add_option("--clip-grad", a.clip_grad, "global gradient-norm clip (0: off)")->capture_default_str();
+    app.add_option("--clip-grad", a.clip_grad, "global gradient-norm clip (0: off)")->capture_default_str()
+        ->check(apps::NonNegative);
     apps::add_device_flags(app, a.device, &a.precision);
-    app.add_option("--threads", a.threads, "CPU threads (0: all cores)")->capture_default_str();
+    app.add_option("--threads", a.threads, "CPU threads (0: all cores)")->capture_default_str()
+        ->check(apps::NonNegative);
     apps::add_profile_flag(app, a.profile_steps);
     apps::add_cuda_graph_flag(app, a.cuda_graph);
     app.add_option("--seed", a.seed, "random seed")->capture_default_str();
@@ -729,7 +740,7 @@ int main(int argc, char** argv) {
     apps::add_auto_resume_flag(app, a.auto_resume);
     apps::add_dry_run_flag(app, a.dry_run);
     app.add_option("--log-every", a.log_every, "write a metrics line every N steps")->capture_default_str()
-        ->check(CLI::PositiveNumber);
+        ->check(apps::Positive);
     app.add_flag("!--no-nan-check", a.nan_check, "do not stop when the loss becomes NaN/inf");
     try {
         app.parse(argc, argv);

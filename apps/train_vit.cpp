@@ -547,10 +547,13 @@ int main(int argc, char** argv) {
         ->check(CLI::IsMember({"cifar10", "cifar100", "folder"}));
     app.add_option("--model", a.model, "vit-tiny | vit-small | convmixer-256-8")->capture_default_str()
         ->check(CLI::IsMember({"vit-tiny", "vit-small", "convmixer-256-8"}));
-    app.add_option("--dim", a.dim, "width (0: the model's preset)")->capture_default_str();
-    app.add_option("--depth", a.depth, "blocks (0: the model's preset)")->capture_default_str();
-    app.add_option("--heads", a.heads, "attention heads (0: the model's preset)")->capture_default_str();
-    app.add_option("--patch", a.patch, "patch size")->capture_default_str()->check(CLI::PositiveNumber);
+    app.add_option("--dim", a.dim, "width (0: the model's preset)")->capture_default_str()
+        ->check(apps::NonNegative);
+    app.add_option("--depth", a.depth, "blocks (0: the model's preset)")->capture_default_str()
+        ->check(apps::NonNegative);
+    app.add_option("--heads", a.heads, "attention heads (0: the model's preset)")->capture_default_str()
+        ->check(apps::NonNegative);
+    app.add_option("--patch", a.patch, "patch size")->capture_default_str()->check(apps::Positive);
     app.add_option("--pool", a.pool, "cls | avg")->capture_default_str()->check(CLI::IsMember({"cls", "avg"}));
     app.add_flag("--fc-norm", a.fc_norm,
                  "with --pool avg: the final LayerNorm on the pooled vector (timm's use_fc_norm, the structured-init "
@@ -559,7 +562,7 @@ int main(int argc, char** argv) {
         ->check(CLI::IsMember({"sincos1d", "sincos2d", "learned"}));
     app.add_option("--pe-scale", a.pe_scale, "position embedding scale")->capture_default_str();
     app.add_option("--layerscale", a.layerscale, "LayerScale on residual branches with this init (0: off)")
-        ->capture_default_str();
+        ->capture_default_str()->check(apps::NonNegative);
     app.add_option("--kernel", a.kernel, "ConvMixer depthwise kernel size (odd)")->capture_default_str();
     app.add_option("--spatial", a.spatial,
                    "ConvMixer spatial filters, set after --init: train (as the scheme made them) | random U(±1/k) | "
@@ -569,32 +572,39 @@ int main(int argc, char** argv) {
     apps::add_init_flags(app, a.init, a.init_opt);
     apps::add_init_from_flag(app, a.init_from);
     app.add_option("--init-samples", a.init_samples, "training images data-dependent inits see, drawn at random")
-        ->capture_default_str()->check(CLI::PositiveNumber);
-    app.add_option("--epochs", a.epochs, "epochs")->capture_default_str()->check(CLI::PositiveNumber);
-    app.add_option("--batch-size", a.batch_size, "batch size")->capture_default_str()->check(CLI::PositiveNumber);
-    app.add_option("--lr", a.lr, "peak learning rate")->capture_default_str()->check(CLI::PositiveNumber);
-    app.add_option("--min-lr", a.min_lr, "final learning rate of the cosine")->capture_default_str();
-    app.add_option("--warmup-epochs", a.warmup_epochs, "linear warmup epochs")->capture_default_str();
-    app.add_option("--weight-decay", a.weight_decay, "weight decay (not on norms, biases, embeddings)")->capture_default_str();
+        ->capture_default_str()->check(apps::Positive);
+    app.add_option("--epochs", a.epochs, "epochs")->capture_default_str()->check(apps::Positive);
+    app.add_option("--batch-size", a.batch_size, "batch size")->capture_default_str()->check(apps::Positive);
+    app.add_option("--lr", a.lr, "peak learning rate")->capture_default_str()->check(apps::Positive);
+    app.add_option("--min-lr", a.min_lr, "final learning rate of the cosine")->capture_default_str()
+        ->check(apps::NonNegative);
+    app.add_option("--warmup-epochs", a.warmup_epochs, "linear warmup epochs")->capture_default_str()
+        ->check(apps::NonNegative);
+    app.add_option("--weight-decay", a.weight_decay, "weight decay (not on norms, biases, embeddings)")
+        ->capture_default_str()->check(apps::NonNegative);
     apps::add_freeze_flags(app, a.freeze);
     apps::add_lr_scale_flag(app, a.lr_scale);
-    app.add_option("--clip-grad", a.clip_grad, "global gradient-norm clip (0: off)")->capture_default_str();
+    app.add_option("--clip-grad", a.clip_grad, "global gradient-norm clip (0: off)")->capture_default_str()
+        ->check(apps::NonNegative);
     app.add_option("--opt", a.opt, "adamw | sgd")->capture_default_str()->check(CLI::IsMember({"adamw", "sgd"}));
-    app.add_option("--adam-eps", a.adam_eps, "AdamW epsilon")->capture_default_str();
+    app.add_option("--adam-eps", a.adam_eps, "AdamW epsilon")->capture_default_str()->check(apps::Positive);
     app.add_option("--label-smoothing", a.label_smoothing, "label smoothing")->capture_default_str()
         ->check(CLI::Range(0.f, 0.99f));
-    app.add_option("--crop-pad", a.crop_pad, "random crop padding in pixels (0: off)")->capture_default_str();
+    app.add_option("--crop-pad", a.crop_pad, "random crop padding in pixels (0: off)")->capture_default_str()
+        ->check(apps::NonNegative);
     app.add_flag("!--no-flip", a.flip, "no random horizontal flips");
     app.add_option("--randaug", a.randaug, "RandAugment N,M (ops per image, magnitude 0-30); 0: off")
         ->capture_default_str();
-    app.add_option("--cutout", a.cutout, "Cutout square side in pixels (0: off)")->capture_default_str();
+    app.add_option("--cutout", a.cutout, "Cutout square side in pixels (0: off)")->capture_default_str()
+        ->check(apps::NonNegative);
     app.add_option("--workers", a.workers, "data loader threads (0: build batches in the training thread)")
-        ->capture_default_str();
+        ->capture_default_str()->check(apps::NonNegative);
     app.add_option("--train-subset", a.train_subset, "train on a seeded subset of N images, every class kept (0: all)")
-        ->capture_default_str();
+        ->capture_default_str()->check(apps::NonNegative);
     apps::add_device_flags(app, a.device, &a.precision);
     apps::add_cuda_graph_flag(app, a.cuda_graph);
-    app.add_option("--threads", a.threads, "CPU threads (0: all cores)")->capture_default_str();
+    app.add_option("--threads", a.threads, "CPU threads (0: all cores)")->capture_default_str()
+        ->check(apps::NonNegative);
     apps::add_profile_flag(app, a.profile_steps);
     app.add_option("--seed", a.seed, "random seed (init, data order, augmentation, dropout)")->capture_default_str();
     app.add_option("--out", a.out, "run directory: config.json, metrics.jsonl, init.safetensors (the weights it "
@@ -604,9 +614,9 @@ int main(int argc, char** argv) {
     apps::add_auto_resume_flag(app, a.auto_resume);
     apps::add_dry_run_flag(app, a.dry_run);
     app.add_option("--eval-every", a.eval_every, "evaluate every N epochs")->capture_default_str()
-        ->check(CLI::PositiveNumber);
+        ->check(apps::Positive);
     app.add_option("--log-every", a.log_every, "write a metrics line every N steps")->capture_default_str()
-        ->check(CLI::PositiveNumber);
+        ->check(apps::Positive);
     app.add_flag("!--no-nan-check", a.nan_check, "do not stop when the loss becomes NaN/inf");
     app.add_option("--fail-at-step", a.fail_at_step, "testing: treat the loss at this step as NaN (-1: never)")
         ->capture_default_str();

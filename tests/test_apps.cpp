@@ -325,6 +325,18 @@ TEST_CASE("train_vit and train_lm refuse bad flags with status 2", "[apps]") {
     CHECK(run_app("train_vit", "--init impulse3 --pool cls", tmp / "log") == 2);
     CHECK(slurp(tmp / "log").find("--pool avg") != std::string::npos);
     CHECK(run_app("train_vit", "--resume", tmp / "log") == 2);
+    // Negative sizes and counts are refused by name, not read as "off" or failing later.
+    for (const char* flag : {"--depth -1", "--dim -4", "--workers -1", "--threads -2", "--train-subset -5",
+                             "--clip-grad -1", "--adam-eps 0"}) {
+        INFO(flag);
+        CHECK(run_app("train_vit", std::string(flag) + " --dry-run", tmp / "log") == 2);
+        CHECK(slurp(tmp / "log").find(std::string(flag).substr(0, std::string(flag).find(' '))) != std::string::npos);
+    }
+    for (const char* flag : {"--emb-dropout 1.5", "--word-dropout -0.1", "--max-steps -1", "--clip-grad -1"}) {
+        INFO(flag);
+        CHECK(run_app("train_lm", std::string(flag) + " --dry-run", tmp / "log") == 2);
+        CHECK(slurp(tmp / "log").find(std::string(flag).substr(0, std::string(flag).find(' '))) != std::string::npos);
+    }
     CHECK(run_app("train_vit", "--data-dir " + (tmp / "nothing"), tmp / "log") == 2);
     CHECK(slurp(tmp / "log").find("Looked in") != std::string::npos);
     CHECK(run_app("train_lm", "--model rnn", tmp / "log") == 2);

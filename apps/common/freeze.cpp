@@ -1,5 +1,6 @@
 // apps/common/freeze.cpp: --train-only and --freeze (freeze.h).
 #include "apps/common/freeze.h"
+#include "apps/common/run.h"
 #include <fnmatch.h>
 #include <cstdio>
 #include <fmt/format.h>
@@ -68,7 +69,7 @@ void add_freeze_flags(CLI::App& app, FreezeFlags& flags) {
                    "with --train-only/--freeze: after this many steps, train the parameters they froze too (each "
                    "starting its optimizer state afresh; no CUDA graph); 0: never")
         ->capture_default_str()
-        ->check(CLI::NonNegativeNumber);
+        ->check(apps::NonNegative);
 }
 
 FrozenByFlags apply_freeze_flags(nn::Module& model, const FreezeFlags& flags, const char* app_name) {

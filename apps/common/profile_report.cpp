@@ -1,5 +1,6 @@
 // apps/common/profile_report.cpp: the --profile flag, its window of steps, and its table and JSON.
 #include "apps/common/profile_report.h"
+#include "apps/common/run.h"
 
 #include <fmt/format.h>
 
@@ -16,7 +17,7 @@ void add_profile_flag(CLI::App& app, int& steps) {
     app.add_option("--profile", steps,
                    "profile N training steps (from the second one): time per op, forward and backward apart, "
                    "with GFLOP/s of the GEMMs and GB/s of the rest, as a table on stderr and as JSON (0: off)")
-        ->capture_default_str()->check(CLI::NonNegativeNumber);
+        ->capture_default_str()->check(apps::NonNegative);
 }
 
 void ProfileWindow::begin() {

@@ -268,6 +268,19 @@ static AutoResume choose_auto_resume(const std::string& out, const json& config)
     return r;
 }
 
+static CLI::Validator number_above(bool or_equal, const char* description) {
+    return CLI::Validator(
+        [or_equal](std::string& text) -> std::string {
+            double v = 0;
+            if (!CLI::detail::lexical_cast(text, v)) return "'" + text + "' is not a number";
+            if (or_equal ? v >= 0 : v > 0) return "";
+            return text + (or_equal ? " is not >= 0" : " is not > 0");
+        },
+        description);
+}
+const CLI::Validator NonNegative = number_above(true, "NONNEGATIVE");
+const CLI::Validator Positive = number_above(false, "POSITIVE");
+
 void add_dry_run_flag(CLI::App& app, bool& dry_run) {
     app.add_flag("--dry-run", dry_run,
                  "check the flags and the model they build, print the resolved configuration, and exit "
@@ -458,7 +471,7 @@ void add_init_flags(CLI::App& app, std::string& scheme, init::Options& o, const 
     app.add_flag("!--no-mimetic-qk", o.mimetic_qk, "mimetic ablation: leave Q/K at their earlier values");
     app.add_flag("!--no-mimetic-vo", o.mimetic_vo, "mimetic ablation: leave V/proj at their earlier values");
     app.add_option("--impulse-iters", o.impulse_iters, "impulse: Adam steps of the fit")->capture_default_str()
-        ->check(CLI::PositiveNumber);
+        ->check(apps::Positive);
     app.add_option("--impulse-lr", o.impulse_lr, "impulse: Adam learning rate of the fit")->capture_default_str();
     app.add_flag("--impulse-per-layer", o.impulse_per_layer, "impulse: a new fit for every layer");
     app.add_option("--closed-rcond", o.closed_rcond,
@@ -479,7 +492,7 @@ void add_init_flags(CLI::App& app, std::string& scheme, init::Options& o, const 
     app.add_option("--output-logit", o.output_logit,
                    "relu-quantile: fit the output layer by least squares to logits ±this on the init batch "
                    "(image models; 0: off)")
-        ->capture_default_str()->check(CLI::NonNegativeNumber);
+        ->capture_default_str()->check(apps::NonNegative);
     app.add_option("--tfixup-layers", o.tfixup_layers, "t-fixup: N in 0.67·N^(−1/4) (0: the model's depth)")
         ->capture_default_str();
 }

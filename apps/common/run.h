@@ -90,6 +90,11 @@ std::string out_dir_conflict(const std::string& out, bool resume, bool overwrite
 // must not skip it as done, nor continue another run's optimizer state with new settings.
 void add_auto_resume_flag(CLI::App& app, bool& auto_resume);
 
+// Checks for numeric flags, with a plain message ("--depth: -1 is not >= 0"): CLI11's own
+// NonNegativeNumber and PositiveNumber name their range's upper end, a 300-digit number.
+extern const CLI::Validator NonNegative;  // >= 0
+extern const CLI::Validator Positive;     // > 0
+
 // --dry-run: check the flags (every conflict the app refuses, and the model they build) and print
 // the configuration the run would record in config.json, then exit 0 before anything is read or
 // written: no data, no --init-from or --resume checkpoint, no --out folder. run_config leaves the
