@@ -146,10 +146,19 @@ static LM build_model(const Args& a, int64_t vocab, Device dev) {
             }
             return out;
         };
-        lm.restore = [carried, dev](const std::map<std::string, Tensor>& saved) {
+        // A state of every layer, [batch rows, hidden] each: anything else is not this run's.
+        lm.restore = [carried, dev, c, rows = a.batch_size](const std::map<std::string, Tensor>& saved) {
+            check(saved.size() == (size_t)(2 * c.layers), "it holds {} tensors, not h.i and c.i of {} layers",
+                  saved.size(), c.layers);
             std::vector<nn::LSTMState> state;
-            for (size_t i = 0; saved.count(fmt::format("h.{}", i)); i++)
-                state.push_back({saved.at(fmt::format("h.{}", i)).to(dev), saved.at(fmt::format("c.{}", i)).to(dev)});
+            for (int64_t i = 0; i < c.layers; i++) {
+                const std::string h = fmt::format("h.{}", i), cell = fmt::format("c.{}", i);
+                check(saved.count(h) && saved.count(cell), "it has no {} or no {}", h, cell);
+                for (const std::string& name : {h, cell})
+                    check(saved.at(name).shape() == Shape({rows, c.hidden}), "{} is {}, not [{}, {}]", name,
+                          saved.at(name).shape().str(), rows, c.hidden);
+                state.push_back({saved.at(h).to(dev), saved.at(cell).to(dev)});
+            }
             carried->set(state);
         };
         lm.module = m;
@@ -422,15 +431,19 @@ static int run(Args& a, const apps::json& config, Device dev) {
         plateau.bad = (int)nn::meta_int(meta, "plateau_bad", file, 0);
         global_generator().manual_seed(a.seed);
         global_generator().advance((uint64_t)nn::meta_int(meta, "rng_offset", file));
-        out.trim_metrics(global_step);
         if (meta.count("carried_state") && meta.at("carried_state") == "1") {
             std::map<std::string, std::string> carry_meta;
             auto state = engine::load_safetensors(out.path("last.carry.safetensors"), &carry_meta);
             // Written just before last.safetensors: a crash between the two leaves another step's state.
             check(carry_meta["step"] == meta.at("step"), "--resume: {} is from step {}, the checkpoint from step {}",
                   out.path("last.carry.safetensors"), carry_meta["step"], meta.at("step"));
-            lm.restore(state);
+            try {
+                lm.restore(state);
+            } catch (const engine::Error& e) {
+                fail("--resume: {}: {}", out.path("last.carry.safetensors"), e.what());
+            }
         }
+        out.trim_metrics(global_step);  // (after every check: a refused resume changes nothing)
         std::printf("resumed from %s: epoch %d, batch %lld, step %lld\n", out.path("last").c_str(), start_epoch + 1,
                     (long long)skip_batches, (long long)global_step);
         out.write_json("config.json", config);

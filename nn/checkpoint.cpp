@@ -114,10 +114,15 @@ Metadata load_checkpoint(const std::string& prefix, Module& model, Optimizer* op
                  "writing them; resume from another checkpoint (best.*), or restart the run",
                  prefix, file, meta[kPairKey], om[kPairKey]);
         opt->steps = meta_int(om, "steps", file, 0);
+        check(opt->steps >= 0, "load_checkpoint: {}: \"steps\" is {}, not a step count", file, opt->steps);
         std::map<std::string, int64_t> counts;  // (a file from before per-parameter counts has none)
         for (auto& [key, value] : om)
             if (key.rfind(kParamStepsKey, 0) == 0) counts[key.substr(kParamStepsKey.size())] = meta_int(om, key, file);
-        opt->restore_param_steps(counts);
+        try {
+            opt->restore_param_steps(counts);
+        } catch (const Error& e) {
+            fail("load_checkpoint: {}: {}", file, e.what());
+        }
         opt->lr = (float)meta_number(om, "lr", file, opt->lr);
     }
     return meta;

@@ -517,6 +517,19 @@ void check_lm_resume(const std::string& args, bool carries_state, bool auto_resu
             m << nlohmann::json{{"kind", "train"}, {"step", std::stoll(meta.at("step")) + 1}, {"loss", 0.5}}.dump()
               << "\n{\"kind\": \"tra";
         }
+        if (carries_state) {
+            // A carry file without a layer's state is refused, naming it, and changes nothing.
+            const std::string carry_file = tmp / "parts/last.carry.safetensors";
+            std::map<std::string, std::string> carry_meta;
+            auto carry = engine::load_safetensors(carry_file, &carry_meta);
+            auto short_carry = carry;
+            short_carry.erase("c.1");
+            engine::save_safetensors(carry_file, {short_carry.begin(), short_carry.end()}, carry_meta);
+            REQUIRE(run_app("train_lm", auto_resume ? parts : parts + " --resume", tmp / "log5") == 1);
+            CHECK(slurp(tmp / "log5").find("--resume: " + carry_file + ": it holds 3 tensors, not h.i and c.i of 2 "
+                                           "layers") != std::string::npos);
+            engine::save_safetensors(carry_file, {carry.begin(), carry.end()}, carry_meta);
+        }
         REQUIRE(run_app("train_lm", auto_resume ? parts : parts + " --resume", tmp / "log3") == 0);
         CHECK(slurp(tmp / "log3").find("resumed from") != std::string::npos);
         CHECK(slurp(tmp / "log3").find("removed 1 line(s)") != std::string::npos);
@@ -619,7 +632,10 @@ TEST_CASE("train_lm --resume: a checkpoint's missing or malformed metadata is an
     struct Case { std::string file, key, value, says; };
     for (const Case& c : {Case{"last.safetensors", "rng_offset", "", "has no 'rng_offset'"},
                           Case{"last.safetensors", "step", "12x", "metadata 'step' is '12x', not an integer"},
-                          Case{"last.optim.safetensors", "lr", "fast", "metadata 'lr' is 'fast', not a number"}}) {
+                          Case{"last.optim.safetensors", "lr", "fast", "metadata 'lr' is 'fast', not a number"},
+                          Case{"last.optim.safetensors", "steps", "-1", "\"steps\" is -1, not a step count"},
+                          Case{"last.optim.safetensors", "param_steps.tok_emb.weight", "99",
+                               "tok_emb.weight has taken 99 updates in "}}) {
         INFO(c.file << " " << c.key);
         std::map<std::string, std::string> saved;
         engine::load_safetensors(tmp / ("run/" + c.file), &saved);
