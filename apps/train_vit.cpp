@@ -139,7 +139,9 @@ static Data load_data(const Args& a) {
         if (a.dataset != "folder" && has_cifar_bin(dir, kind)) {
             d.train = data::load_cifar(kind, dir, "train");
             d.test = data::load_cifar(kind, dir, "test");
-        } else if (fs::is_directory(dir + "/train") && (fs::is_directory(dir + "/test") || fs::is_directory(dir + "/val"))) {
+        } else if (fs::is_directory(dir + "/train")) {
+            check(fs::is_directory(dir + "/test") || fs::is_directory(dir + "/val"),
+                  "image folder {}: it has train/ but no test/ or val/ split to evaluate on", dir);
             d.train = data::load_image_folder(dir + "/train");
             d.test = data::load_image_folder(evaluation_split(dir, d.train.classes));
             check(d.test.h == d.train.h && d.test.w == d.train.w, "image folder {}: its images are {}x{}, {}'s {}x{}",
@@ -157,6 +159,10 @@ static Data load_data(const Args& a) {
                : a.dataset == "cifar10"  ? data::cifar10_normalize()
                                          : data::measure_normalize(d.train);
         return d;
+    }
+    if (a.dataset == "folder") {
+        std::fprintf(stderr, "train_vit: --data-dir %s: no train/ folder of class folders there\n", a.data_dir.c_str());
+        std::exit(2);
     }
     std::fprintf(stderr, "train_vit: no %s data found. Looked in:\n", a.dataset.c_str());
     for (auto& c : candidates) std::fprintf(stderr, "  %s\n", c.empty() ? "(no default location)" : c.c_str());
@@ -630,6 +636,8 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "train_vit: %s\n", msg.c_str());
         return 2;
     };
+    if (a.dataset == "folder" && a.data_dir.empty())
+        return refuse("--dataset folder needs --data-dir DIR: a folder with train/ and test/ (or val/) class folders");
     if (a.init.find("impulse") != std::string::npos && a.pool == "cls")
         return refuse("--init " + a.init + " needs global average pooling (--pool avg): the impulse maps have no class token");
     if (a.fc_norm && a.pool != "avg") return refuse("--fc-norm is the LayerNorm after average pooling: it needs --pool avg");

@@ -339,6 +339,14 @@ TEST_CASE("train_vit and train_lm refuse bad flags with status 2", "[apps]") {
     }
     CHECK(run_app("train_vit", "--data-dir " + (tmp / "nothing"), tmp / "log") == 2);
     CHECK(slurp(tmp / "log").find("Looked in") != std::string::npos);
+    // An image folder: --data-dir is needed, and a train/ without test/ or val/ is named as such.
+    CHECK(run_app("train_vit", "--dataset folder --dry-run", tmp / "log") == 2);
+    CHECK(slurp(tmp / "log").find("--dataset folder needs --data-dir DIR") != std::string::npos);
+    CHECK(run_app("train_vit", "--dataset folder --data-dir " + (tmp / "nothing"), tmp / "log") == 2);
+    CHECK(slurp(tmp / "log").find("--data-dir " + (tmp / "nothing") + ": no train/ folder") != std::string::npos);
+    fs::create_directories(tmp / "trainonly/train/cat");
+    CHECK(run_app("train_vit", "--dataset folder --data-dir " + (tmp / "trainonly"), tmp / "log") != 0);
+    CHECK(slurp(tmp / "log").find("it has train/ but no test/ or val/ split") != std::string::npos);
     CHECK(run_app("train_lm", "--model rnn", tmp / "log") == 2);
     CHECK(run_app("train_lm", "--init mimetic+nope", tmp / "log") == 2);
     CHECK(slurp(tmp / "log").find("unknown scheme 'nope'") != std::string::npos);
