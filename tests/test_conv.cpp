@@ -334,14 +334,17 @@ TEST_CASE("batch_norm matches the per-channel formulas", "[conv]") {
 
         // Eval: the running statistics, whatever the batch's own.
         std::vector<double> rmd(rm.data_f32(), rm.data_f32() + C), rvd(rv.data_f32(), rv.data_f32() + C);
-        std::vector<float> rm1 = rm.to_vector();
+        std::vector<float> rm1 = rm.to_vector(), rv1 = rv.to_vector();
         Tensor ye = batch_norm(x, w, b, rm, rv, false, 0.2f, 1e-3f);
         check_close("eval y", ye.to_vector(), direct_batch_norm(x, rmd, rvd, w, b, 1e-3), 1e-5);
         CHECK(rm.to_vector() == rm1);  // eval leaves them alone
+        CHECK(rv.to_vector() == rv1);
         // No weight and bias: plain normalization.
         Tensor yn = batch_norm(x, Tensor(), Tensor(), rm, rv, false, 0.2f, 1e-3f);
         check_close("eval y, no affine", yn.to_vector(), direct_batch_norm(x, rmd, rvd, Tensor(), Tensor(), 1e-3),
                     1e-5);
+        CHECK(rm.to_vector() == rm1);
+        CHECK(rv.to_vector() == rv1);
     }
 }
 

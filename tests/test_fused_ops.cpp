@@ -730,6 +730,9 @@ int64_t count_ops(const std::vector<std::string>& names, const std::string& name
 TEST_CASE("MLP: bias_gelu path against the hooked (unfused) path", "[nn][fused]") {
     nn::MLP mlp(24, 96);
     Tensor x = param({2, 5, 24}, 41).detach();
+    // Unhooked, fc1's bias goes in with the GELU (here inside gelu_linear, nothing coming before fc2)
+    // after fc1's GEMM without it; hooked, fc1 adds its bias and the GELU runs apart.
+    CHECK(graph_ops(mlp.forward(x)) == std::vector<std::string>{"gelu_linear", "linear"});
     Run fused = run_model(mlp, [&] { return mlp.forward(x); });
     int seen = 0;
     mlp.fc1->forward_hook = [&](const nn::Module&, const Tensor& out) {
@@ -737,8 +740,9 @@ TEST_CASE("MLP: bias_gelu path against the hooked (unfused) path", "[nn][fused]"
         CHECK(out.shape() == Shape({2, 5, 96}));  // the Linear's output, bias included
     };
     Run hooked = run_model(mlp, [&] { return mlp.forward(x); });
-    mlp.fc1->forward_hook = nullptr;
     CHECK(seen == 1);
+    CHECK(graph_ops(mlp.forward(x)) == std::vector<std::string>{"linear", "gelu", "linear"});
+    mlp.fc1->forward_hook = nullptr;
     // Outputs and gradients agree to rounding (see the first bias_gelu test).
     REQUIRE(fused.out.size() == hooked.out.size());
     std::vector<float> fo(fused.out.size()), ho(fo.size());
@@ -762,21 +766,42 @@ TEST_CASE("MLP: gelu_linear path against the fc2-hooked and dropout paths", "[nn
     nn::MLP mlp(24, 96, nn::Activation::GELU, 0.5f);
     Tensor x = param({2, 5, 24}, 42).detach();
     mlp.eval();  // dropout off: gelu_linear
+    CHECK(graph_ops(mlp.forward(x)).front() == "gelu_linear");
     Run fused = run_model(mlp, [&] { return mlp.forward(x); });
     int seen = 0;
+    std::vector<float> gelu_out;
     mlp.fc2->input_hook = [&](const nn::Module&, const Tensor& in) {
         seen++;
         CHECK(in.shape() == Shape({2, 5, 96}));  // the GELU's output
+        gelu_out = in.to_vector();
     };
     Run hooked = run_model(mlp, [&] { return mlp.forward(x); });
     mlp.fc2->input_hook = nullptr;
     CHECK(seen == 1);
     CHECK(fused.out == hooked.out);
     CHECK(fused.grads == hooked.grads);
-    // Training with p = 0.5: the dropout between the GELU and fc2 is applied.
+    // Training with p = 0.5: bias_gelu, the dropout, then fc2.
     mlp.train();
+    CHECK(graph_ops(mlp.forward(x)) == std::vector<std::string>{"linear", "dropout", "bias_gelu", "linear"});
     Run dropped = run_model(mlp, [&] { return mlp.forward(x); });
     CHECK(dropped.out != fused.out);
+    // What fc2 sees is the GELU's output with each value dropped (0) or kept and scaled by 1/(1 − p) = 2,
+    // some of each.
+    std::vector<float> dropped_in;
+    mlp.fc2->input_hook = [&](const nn::Module&, const Tensor& in) { dropped_in = in.to_vector(); };
+    mlp.forward(x);
+    mlp.fc2->input_hook = nullptr;
+    REQUIRE(dropped_in.size() == gelu_out.size());
+    size_t zeros = 0;
+    for (size_t i = 0; i < dropped_in.size(); i++) {
+        if (dropped_in[i] == 0.f) {
+            zeros++;
+            continue;
+        }
+        CHECK(dropped_in[i] == Approx(2.f * gelu_out[i]));
+    }
+    CHECK(zeros > 0);
+    CHECK(zeros < dropped_in.size());
 }
 
 // Without hooks on q, k and v, MultiHeadAttention runs them as one GEMM (attention_qkv); a hook
@@ -787,12 +812,15 @@ TEST_CASE("MultiHeadAttention: one q/k/v GEMM against the hooked path", "[nn][fu
         INFO("causal " << causal);
         nn::MultiHeadAttention mha(24, 3, causal);
         Tensor x = param({2, 7, 24}, 43).detach();
+        // Unhooked: two linears (q/k/v stacked, proj); hooked: q, k, v and proj apart.
+        CHECK(count_ops(graph_ops(mha.forward(x)), "linear") == 2);
         Run stacked = run_model(mha, [&] { return mha.forward(x); });
         int seen = 0;
         mha.k->forward_hook = [&](const nn::Module&, const Tensor&) { seen++; };
         Run hooked = run_model(mha, [&] { return mha.forward(x); });
-        mha.k->forward_hook = nullptr;
         CHECK(seen == 1);
+        CHECK(count_ops(graph_ops(mha.forward(x)), "linear") == 4);
+        mha.k->forward_hook = nullptr;
         auto floats = [](const std::vector<uint32_t>& bits) {
             std::vector<float> f(bits.size());
             std::memcpy(f.data(), bits.data(), bits.size() * 4);
@@ -823,6 +851,10 @@ TEST_CASE("TransformerBlock: fused norms against the hooked (unfused) path, Pre-
             Tensor x = param({2, 6, 32}, 42).detach();
             // An input_hook on fc1 keeps the MLP on one path (fc1 with its bias, unfused) in both runs.
             if (fc1_hook) block.mlp->fc1->input_hook = [](const nn::Module&, const Tensor&) {};
+            // Unhooked, the norms are fused: Pre-LN's into the GEMMs after them (fc1's only while fc1
+            // has no hook), Post-LN's with the adds before them. Hooked, none is.
+            const std::string fused_norm = pre_norm ? "layer_norm_linear" : "add_layer_norm";
+            CHECK(count_ops(graph_ops(block.forward(x)), fused_norm) == (pre_norm && fc1_hook ? 1 : 2));
             Run fused = run_model(block, [&] { return block.forward(x); });
             int seen = 0;
             auto count = [&](const nn::Module&, const Tensor&) { seen++; };
@@ -830,6 +862,7 @@ TEST_CASE("TransformerBlock: fused norms against the hooked (unfused) path, Pre-
             block.norm2->forward_hook = count;
             Run hooked = run_model(block, [&] { return block.forward(x); });
             CHECK(seen == 2);
+            CHECK(count_ops(graph_ops(block.forward(x)), fused_norm) == 0);
             CHECK(fused.out == hooked.out);
             CHECK(fused.grads == hooked.grads);
         }
@@ -947,11 +980,13 @@ TEST_CASE("TransformerLM: the final norm inside the output GEMM against the hook
         nn::TransformerLM lm(c);
         Tensor ids = Tensor::empty({2, 8}, DType::I32);
         for (int64_t i = 0; i < ids.numel(); i++) ids.data_i32()[i] = (int32_t)((i * 7) % c.vocab);
+        CHECK(graph_ops(lm.forward(ids)).front() == "layer_norm_linear");
         Run fused = run_model(lm, [&] { return lm.forward(ids); });
         int seen = 0;
         lm.norm->forward_hook = [&](const nn::Module&, const Tensor&) { seen++; };
         Run hooked = run_model(lm, [&] { return lm.forward(ids); });
         CHECK(seen == 1);
+        CHECK(graph_ops(lm.forward(ids)).front() == "linear");  // the output GEMM, after the norm apart
         CHECK(fused.out == hooked.out);
         CHECK(fused.grads == hooked.grads);
     }

@@ -8,7 +8,6 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
-#include <map>
 #include <regex>
 #include <set>
 #include "engine/error.h"
@@ -93,15 +92,18 @@ double hit_rate(const std::vector<int64_t>& best, int64_t grid, int dr, int dc) 
     return rows ? (double)hits / rows : 0;
 }
 
-// The most frequent displacement (key − query) of the argmax over the grid.
-std::pair<int, int> dominant_offset(const std::vector<int64_t>& best, int64_t grid) {
-    std::map<std::pair<int, int>, int> count;
-    for (int64_t t = 0; t < grid * grid; t++)
-        count[{(int)(best[t] / grid - t / grid), (int)(best[t] % grid - t % grid)}]++;
-    auto top = count.begin();
-    for (auto it = count.begin(); it != count.end(); ++it)
-        if (it->second > top->second) top = it;
-    return top->first;
+// The drawn targets as a fit's report line names them: "... offsets (dr,dc) (dr,dc) ..., N Adam
+// steps", a pair per head.
+std::vector<std::pair<int, int>> drawn_offsets(const std::string& line) {
+    size_t at = line.find("offsets ");
+    REQUIRE(at != std::string::npos);
+    std::string drawn = line.substr(at);
+    drawn = drawn.substr(0, drawn.find(", "));  // the pairs themselves have no space after their comma
+    std::vector<std::pair<int, int>> targets;
+    std::regex pair_re(R"(\((-?\d+),(-?\d+)\))");
+    for (std::sregex_iterator it(drawn.begin(), drawn.end(), pair_re), end; it != end; ++it)
+        targets.push_back({std::stoi((*it)[1]), std::stoi((*it)[2])});
+    return targets;
 }
 
 std::vector<float> values(const Tensor& t) { return t.to_vector(); }
@@ -209,14 +211,9 @@ TEST_CASE("impulse3: each head's fitted map hits its impulse target on >= 90% of
     init::Report report;
     init::impulse_init(vit, fast_fit(), nullptr, report, 3);
 
-    // The drawn targets, as the report names them: "... offsets (dr,dc) (dr,dc) ..., N Adam steps".
+    // The drawn targets, as the report names them.
     REQUIRE(!report.lines.empty());
-    std::string drawn = report.lines[0].substr(report.lines[0].find("offsets "));
-    drawn = drawn.substr(0, drawn.find(", "));  // the pairs themselves have no space after their comma
-    std::vector<std::pair<int, int>> targets;
-    std::regex pair_re(R"(\((-?\d+),(-?\d+)\))");
-    for (std::sregex_iterator it(drawn.begin(), drawn.end(), pair_re), end; it != end; ++it)
-        targets.push_back({std::stoi((*it)[1]), std::stoi((*it)[2])});
+    std::vector<std::pair<int, int>> targets = drawn_offsets(report.lines[0]);
     INFO(report.lines[0]);
     REQUIRE((int64_t)targets.size() == vit.cfg.heads);
 
@@ -256,16 +253,22 @@ TEST_CASE("impulse5 per layer: fresh offsets and fits per layer, offsets inside 
     init::Report report;
     init::impulse_init(vit, o, nullptr, report, 5);
     CHECK(values(vit.parameter("blocks.0.attn.q.weight")) != values(vit.parameter("blocks.1.attn.q.weight")));
+    REQUIRE(report.lines.size() == 3);  // one line per layer's fit and the summary
     auto p = pseudo_input(vit.grid(), vit.cfg.dim);
-    for (auto& block : *vit.blocks)
+    for (size_t l = 0; l < vit.blocks->size(); l++) {
+        // Layer l's drawn targets, from its own fit's line.
+        std::vector<std::pair<int, int>> targets = drawn_offsets(report.lines[l]);
+        INFO(report.lines[l]);
+        REQUIRE((int64_t)targets.size() == vit.cfg.heads);
         for (int64_t h = 0; h < vit.cfg.heads; h++) {
-            auto best = argmax_keys(*block->attn, h, p);
-            auto [dr, dc] = dominant_offset(best, vit.grid());
+            auto best = argmax_keys(*(*vit.blocks)[l].attn, h, p);
+            auto [dr, dc] = targets[h];
+            INFO("head " << h << " target (" << dr << "," << dc << ")");
             CHECK(std::abs(dr) <= 2);
             CHECK(std::abs(dc) <= 2);
             CHECK(hit_rate(best, vit.grid(), dr, dc) >= 0.9);
         }
-    CHECK(report.lines.size() == 3);  // one line per layer's fit and the summary
+    }
 }
 
 TEST_CASE("impulse: same seed, same weights", "[init]") {

@@ -191,8 +191,10 @@ TEST_CASE("mimetic scheme: draws in the documented order; ViT and TransformerLM"
         REQUIRE(!r.lines.empty());
         CHECK(r.lines[0].find("2 attention layers") != std::string::npos);
         // Re-draw: per layer, Z₁ for each head, then Z₂.
+        auto layers = attention_layers(*model);
+        REQUIRE(layers.size() == 2);  // depth 2: one per block
         manual_seed(21);
-        for (auto* a : attention_layers(*model)) {
+        for (auto* a : layers) {
             int64_t d = a->dim;
             for (int64_t h = 0; h < a->heads; h++) {
                 Tensor z = init::mimetic_noise(d, "normal");

@@ -74,6 +74,22 @@ nn::LSTMConfig small_lstm() {
     return c;
 }
 
+// init::weight_layers of a small_vit() or a small_lstm(), their number required: the schemes write
+// through the same list the tests loop over, so a layer it left out would be neither written nor
+// checked. The ViT's: the patch conv, q k v proj fc1 fc2 per block, the head; the LSTM LM's: the
+// embedding, weight_ih and weight_hh per layer, the head.
+std::vector<init::WeightRef> vit_weights(nn::ViT& vit) {
+    auto layers = init::weight_layers(vit);
+    REQUIRE(layers.size() == 1 + 6 * vit.blocks->size() + 1);
+    return layers;
+}
+
+std::vector<init::WeightRef> lstm_weights(nn::LSTMLM& lm) {
+    auto layers = init::weight_layers(lm);
+    REQUIRE(layers.size() == 1 + 2 * lm.layers->size() + 1);
+    return layers;
+}
+
 // Sets every parameter to 7, so a test sees whether a scheme wrote each tensor.
 void poison(nn::Module& m) {
     for (auto& p : m.named_parameters()) init::fill_value(*p.tensor, 7.f);
@@ -87,7 +103,7 @@ TEST_CASE("init torch: PyTorch's default distributions for every layer kind", "[
     poison(vit);
     init::Report r = init::apply(vit, "torch");
     CHECK(!r.lines.empty());
-    for (auto& w : init::weight_layers(vit)) {
+    for (auto& w : vit_weights(vit)) {
         double bound = 1 / std::sqrt((double)init::fans_of(*w.weight).in);
         check_moments(*w.weight, bound / std::sqrt(3.0), w.name);
         CHECK(moments(*w.weight).max_abs <= bound);
@@ -116,7 +132,7 @@ TEST_CASE("init uniform:A: U(±A) on every weight and bias of an LSTM LM (Zaremb
     nn::LSTMLM lstm(small_lstm());
     poison(lstm);
     init::apply(lstm, "uniform:0.05");
-    for (auto& w : init::weight_layers(lstm)) {
+    for (auto& w : lstm_weights(lstm)) {
         for (Tensor* t : {w.weight, w.bias}) {
             if (!t || !t->defined()) continue;
             Moments m = moments(*t);
@@ -184,8 +200,8 @@ TEST_CASE("init xavier, kaiming, lecun, normal:STD: std per tensor from its fans
             poison(lstm);
             init::apply(vit, c.name, opt);
             init::apply(lstm, c.name, opt);
-            for (nn::Module* m : {(nn::Module*)&vit, (nn::Module*)&lstm})
-                for (auto& w : init::weight_layers(*m)) {
+            for (const auto& layers : {vit_weights(vit), lstm_weights(lstm)})
+                for (auto& w : layers) {
                     double sd = c.std(init::fans_of(*w.weight));
                     check_moments(*w.weight, sd, c.name + " " + w.name);
                     // A uniform of std σ has bound √3·σ.
@@ -230,7 +246,7 @@ TEST_CASE("init orthogonal: WᵀW = gain²·I (tall), WWᵀ = gain²·I (wide), 
     nn::ViT vit(small_vit());
     poison(vit);
     init::apply(vit, "orthogonal", opt);
-    for (auto& w : init::weight_layers(vit)) {
+    for (auto& w : vit_weights(vit)) {
         int64_t rows = w.weight->size(0), cols = w.weight->numel() / rows;
         INFO(w.name);
         CHECK(orthogonality_error(w.weight->data_f32(), rows, cols, 0.5) < 1e-5);

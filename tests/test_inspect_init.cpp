@@ -249,7 +249,9 @@ TEST_CASE("inspect_init attn_dist: mimetic's queries look at themselves, timm's 
     }
     // A ViT's distance is in patches: 0 ≤ distance ≤ the grid's diagonal (8×8 patches: 7√2).
     REQUIRE(inspect(std::string(kSmallVit) + " --init timm --json", dir / "vit", dir / "err") == 0);
-    for (auto& r : json_lines(dir / "vit")) {
+    auto vit = json_lines(dir / "vit");
+    REQUIRE(vit.size() == 2);  // a row per block
+    for (auto& r : vit) {
         CHECK(r["attn_dist"].get<double>() > 1.0);
         CHECK(r["attn_dist"].get<double>() < 7 * std::sqrt(2.0));
     }
@@ -331,6 +333,7 @@ TEST_CASE("inspect_init --dataset: windows of the validation split, train_lm's v
     // "a b <eos>" repeated: three different next tokens, so the last block's gradient points three
     // ways (near 1 only where every token has the same target, as in the tok_cos test).
     CHECK(rows.back()["grad_cos"].get<double>() < 0.9);
+    REQUIRE(rows.back()["grad_rank1"].size() == 6);  // q, k, v, proj, fc1, fc2
     for (auto& [name, share] : rows.back()["grad_rank1"].items()) {
         INFO(name);
         CHECK(share.get<double>() < 0.95);

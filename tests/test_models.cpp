@@ -195,7 +195,12 @@ TEST_CASE("LSTM LM: CarriedState equals carrying detached states, in buffers tha
 
     // reset(): zeros, as a fresh start; set(): the state given.
     carried.reset();
-    for (const LSTMState& st : carried.get()) CHECK(test::max_abs_diff(st.h, Tensor::zeros({3, 8})) == 0.f);
+    std::vector<LSTMState> zeroed = carried.get();
+    REQUIRE(zeroed.size() == 2);
+    for (const LSTMState& st : zeroed) {
+        CHECK(test::max_abs_diff(st.h, Tensor::zeros({3, 8})) == 0.f);
+        CHECK(test::max_abs_diff(st.c, Tensor::zeros({3, 8})) == 0.f);
+    }
     std::vector<LSTMState> fresh;
     CHECK(carried.forward(lm, batches[0]).to_vector() == lm.forward(batches[0], fresh).to_vector());
     carried.set(last);

@@ -473,6 +473,24 @@ TokensRun run_tokens(bool fused, engine::cuda::GemmPrecision p, const Tensor& q,
     return {out.detach(), qc.grad(), kc.defined() ? kc.grad() : Tensor(), vc.defined() ? vc.grad() : Tensor()};
 }
 
+// A fused run_tokens that requires the kernels it took by their call counts (as compare_tc does):
+// one flash forward and one backward, on the tensor cores unless in fp32, in bf16 under bf16. A run
+// that fell back to the unfused path would meet the tolerances as well.
+TokensRun run_tokens_fused(engine::cuda::GemmPrecision p, const Tensor& q, const Tensor& k, const Tensor& v,
+                           int64_t heads, bool causal, const Tensor& w, uint64_t* launches = nullptr) {
+    const bool tc = p != engine::cuda::GemmPrecision::fp32, bf16 = p == engine::cuda::GemmPrecision::bf16;
+    auto before = engine::cuda::flash_attention_calls();
+    TokensRun r = run_tokens(true, p, q, k, v, heads, causal, w, launches);
+    auto after = engine::cuda::flash_attention_calls();
+    REQUIRE(after.forward == before.forward + 1);
+    REQUIRE(after.backward == before.backward + 1);
+    REQUIRE(after.tc_forward == before.tc_forward + (tc ? 1 : 0));
+    REQUIRE(after.tc_backward == before.tc_backward + (tc ? 1 : 0));
+    REQUIRE(after.bf16_forward == before.bf16_forward + (bf16 ? 1 : 0));
+    REQUIRE(after.bf16_backward == before.bf16_backward + (bf16 ? 1 : 0));
+    return r;
+}
+
 }  // namespace
 
 TEST_CASE("cuda flash attention: attention_qkv and attention_tokens read and write token-major heads", "[cuda][flash]") {
@@ -490,26 +508,26 @@ TEST_CASE("cuda flash attention: attention_qkv and attention_tokens read and wri
                 Tensor qkv = randn({B, c.T, 3 * W}, true, 201);
                 TokensRun ref = run_tokens(false, GemmPrecision::fp32, qkv, {}, {}, heads, causal, w);
                 uint64_t launches = 0;
-                TokensRun f32 = run_tokens(true, GemmPrecision::fp32, qkv, {}, {}, heads, causal, w, &launches);
+                TokensRun f32 = run_tokens_fused(GemmPrecision::fp32, qkv, {}, {}, heads, causal, w, &launches);
                 test::require_close("qkv forward", ref.out, f32.out, kFwd);
                 test::require_close("d(qkv)", ref.dq, f32.dq, kBwd);
 #ifdef ENGINE_CUDA_EMU
                 CHECK(launches == 1);  // the flash forward alone: no permute of q, k, v or out
 #endif
-                TokensRun tc = run_tokens(true, GemmPrecision::tf32, qkv, {}, {}, heads, causal, w, &launches);
+                TokensRun tc = run_tokens_fused(GemmPrecision::tf32, qkv, {}, {}, heads, causal, w, &launches);
                 require_close_rms("qkv forward, tensor cores", ref.out, tc.out, kTcFwdBound);
                 require_close_rms("d(qkv), tensor cores", ref.dq, tc.dq, kTcBwdBound, test::rms(ref.dq));
 #ifdef ENGINE_CUDA_EMU
                 CHECK(launches == 1);
 #endif
-                TokensRun bf = run_tokens(true, GemmPrecision::bf16, qkv, {}, {}, heads, causal, w);
+                TokensRun bf = run_tokens_fused(GemmPrecision::bf16, qkv, {}, {}, heads, causal, w);
                 require_close_rms("qkv forward, bf16", ref.out, bf.out, kTcFwdBound, 0, -7);
                 require_close_rms("d(qkv), bf16", ref.dq, bf.dq, kTcBwdBound, test::rms(ref.dq), -7);
             }
             Tensor q = randn({B, c.T, W}, true, 202), k = randn({B, c.S, W}, true, 203), v = randn({B, c.S, W}, true, 204);
             TokensRun ref = run_tokens(false, GemmPrecision::fp32, q, k, v, heads, causal, w);
             uint64_t launches = 0;
-            TokensRun f32 = run_tokens(true, GemmPrecision::fp32, q, k, v, heads, causal, w, &launches);
+            TokensRun f32 = run_tokens_fused(GemmPrecision::fp32, q, k, v, heads, causal, w, &launches);
             test::require_close("tokens forward", ref.out, f32.out, kFwd);
             test::require_close("tokens dq", ref.dq, f32.dq, kBwd);
             test::require_close("tokens dk", ref.dk, f32.dk, kBwd);
@@ -517,13 +535,13 @@ TEST_CASE("cuda flash attention: attention_qkv and attention_tokens read and wri
 #ifdef ENGINE_CUDA_EMU
             CHECK(launches == 1);
 #endif
-            TokensRun tc = run_tokens(true, GemmPrecision::tf32, q, k, v, heads, causal, w);
+            TokensRun tc = run_tokens_fused(GemmPrecision::tf32, q, k, v, heads, causal, w);
             const double floor = test::rms(ref.dv);
             require_close_rms("tokens forward, tensor cores", ref.out, tc.out, kTcFwdBound);
             require_close_rms("tokens dq, tensor cores", ref.dq, tc.dq, kTcBwdBound, floor);
             require_close_rms("tokens dk, tensor cores", ref.dk, tc.dk, kTcBwdBound, floor);
             require_close_rms("tokens dv, tensor cores", ref.dv, tc.dv, kTcBwdBound, floor);
-            TokensRun bf = run_tokens(true, GemmPrecision::bf16, q, k, v, heads, causal, w);
+            TokensRun bf = run_tokens_fused(GemmPrecision::bf16, q, k, v, heads, causal, w);
             require_close_rms("tokens forward, bf16", ref.out, bf.out, kTcFwdBound, 0, -7);
             require_close_rms("tokens dq, bf16", ref.dq, bf.dq, kTcBwdBound, floor, -7);
             require_close_rms("tokens dk, bf16", ref.dk, bf.dk, kTcBwdBound, floor, -7);

@@ -18,6 +18,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include "engine/cuda/flash_attention.h"
 #include "engine/cuda/nn.h"
 #ifdef ENGINE_CUDA_EMU
 #include <cublas_v2.h>  // the stand-in's census of GEMM operand alignment
@@ -380,15 +381,21 @@ TEST_CASE("cuda attention_tokens: with the fused path on, the flash kernels betw
     test::PrecisionScope fp32(engine::cuda::GemmPrecision::fp32);
     Tensor q = test::to_cuda(randn({2, 9, 128}, true, 65)), k = test::to_cuda(randn({2, 9, 128}, true, 66)),
            v = test::to_cuda(randn({2, 9, 128}, true, 67));
+    // The flash forward's call count: the unfused run leaves it, each fused run adds one.
+    auto flash_calls = [] { return engine::cuda::flash_attention_calls().forward; };
+    const uint64_t before = flash_calls();
     Tensor unfused;
     {
         test::FusedAttentionScope off(false);
         unfused = engine::attention_tokens(q, k, v, 4, true);
     }
+    REQUIRE(flash_calls() == before);
     test::FusedAttentionScope on(true);
     Tensor fused = engine::attention_tokens(q, k, v, 4, true);
+    REQUIRE(flash_calls() == before + 1);
     test::require_close("fused against unfused", unfused, fused, kAttnFwd);
     CHECK(test::max_abs_diff(fused, test::attention_by_permutes(q, k, v, 4, true)) == 0.f);  // the same kernels
+    REQUIRE(flash_calls() == before + 2);
 }
 
 // attention_qkv: q, k and v as column blocks of one [B, T, 3·H·D] projection (rows 3·H·D apart),
@@ -422,13 +429,17 @@ TEST_CASE("cuda attention_qkv: against the CPU and attention_tokens on the colum
 TEST_CASE("cuda attention_qkv: with the fused path on, the flash kernels between permutes", "[cuda][flash]") {
     test::PrecisionScope fp32(engine::cuda::GemmPrecision::fp32);
     Tensor qkv = test::to_cuda(randn({2, 9, 3 * 128}, true, 73));
+    auto flash_calls = [] { return engine::cuda::flash_attention_calls().forward; };
+    const uint64_t before = flash_calls();
     Tensor unfused;
     {
         test::FusedAttentionScope off(false);
         unfused = engine::attention_qkv(qkv, 4, true);
     }
+    REQUIRE(flash_calls() == before);  // the reference is not fused
     test::FusedAttentionScope on(true);
     test::require_close("fused against unfused", unfused, engine::attention_qkv(qkv, 4, true), kAttnFwd);
+    REQUIRE(flash_calls() == before + 1);
 }
 
 // Edge keys (engine/cuda/nn.cu): where S keys are not a whole number of 16-byte vectors (4 fp32
