@@ -55,6 +55,7 @@
 // a different order (online softmax, per-tile accumulation), so results agree to fp32 rounding.
 #include "engine/cuda/flash_attention.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -1311,24 +1312,61 @@ void tc_backward_for(const float* q, const float* k, const float* v, const float
     if (part) free(part);  // stream-ordered: after the kernels that read it
 }
 
-// The tensor-core kernels of head dim D in the input precision of gemm_precision(): bf16 under
-// bf16, TF32 under tf32.
+// Which tensor-core kernels a call of head dim D takes: bf16 inputs under bf16, TF32 under tf32;
+// at D = 64 the narrow forward (32 keys a step) when switched on; else the asynchronous copies
+// (TF32 only) when switched on.
+struct TcKind {
+    bool bf16, narrow, async;
+};
+template <int D>
+TcKind tc_forward_kind() {
+    const bool bf16 = gemm_precision() == GemmPrecision::bf16;
+    const bool narrow = D == 64 && (bf16 || !flash_async_enabled()) && flash_narrow_forward_enabled();
+    return {bf16, narrow, !bf16 && !narrow && flash_async_enabled()};
+}
+TcKind tc_backward_kind() {
+    const bool bf16 = gemm_precision() == GemmPrecision::bf16;
+    return {bf16, false, !bf16 && flash_async_enabled()};
+}
+
+// The dynamic shared memory those kernels take (the backward: the larger of dk/dv and dq).
+template <int D>
+size_t tc_forward_bytes(TcKind kind) {
+    using Tf32 = wmma::precision::tf32;
+    if constexpr (D == 64) {
+        if (kind.narrow)
+            return kind.bf16 ? TcTiles<D, __nv_bfloat16, 1, 32>::kFwdBytes : TcTiles<D, Tf32, 1, 32>::kFwdBytes;
+    }
+    if (kind.bf16) return TcTiles<D, __nv_bfloat16, 1>::kFwdBytes;
+    return kind.async ? TcTiles<D, Tf32, 2>::kFwdBytes : TcTiles<D, Tf32, 1>::kFwdBytes;
+}
+template <typename Tiles>
+constexpr size_t backward_bytes() {
+    return (size_t)std::max(Tiles::kDkdvBytes, Tiles::kDqBytes);
+}
+template <int D>
+size_t tc_backward_bytes(TcKind kind) {
+    using Tf32 = wmma::precision::tf32;
+    if (kind.bf16) return backward_bytes<TcTiles<D, __nv_bfloat16, 1>>();
+    return kind.async ? backward_bytes<TcTiles<D, Tf32, 2>>() : backward_bytes<TcTiles<D, Tf32, 1>>();
+}
+
 template <int D>
 void tc_forward(const float* q, const float* k, const float* v, float* out, float* lse, int64_t BH, int64_t T,
                 int64_t S, bool causal, float scale, Layouts L) {
-    const bool bf16 = gemm_precision() == GemmPrecision::bf16;
-    if (bf16) g_bf16_forward_calls.fetch_add(1, std::memory_order_relaxed);
-    if constexpr (D == 64) {  // the narrow forward: 32 keys a step, four blocks an SM
-        if ((bf16 || !flash_async_enabled()) && flash_narrow_forward_enabled()) {
+    const TcKind kind = tc_forward_kind<D>();
+    if (kind.bf16) g_bf16_forward_calls.fetch_add(1, std::memory_order_relaxed);
+    if constexpr (D == 64) {
+        if (kind.narrow) {
             g_narrow_forward_calls.fetch_add(1, std::memory_order_relaxed);
-            if (bf16) tc_forward_for<D, __nv_bfloat16, false, 32>(q, k, v, out, lse, BH, T, S, causal, scale, L);
+            if (kind.bf16) tc_forward_for<D, __nv_bfloat16, false, 32>(q, k, v, out, lse, BH, T, S, causal, scale, L);
             else tc_forward_for<D, wmma::precision::tf32, false, 32>(q, k, v, out, lse, BH, T, S, causal, scale, L);
             return;
         }
     }
-    if (bf16) {
+    if (kind.bf16) {
         tc_forward_for<D, __nv_bfloat16, false>(q, k, v, out, lse, BH, T, S, causal, scale, L);
-    } else if (flash_async_enabled()) {
+    } else if (kind.async) {
         g_async_forward_calls.fetch_add(1, std::memory_order_relaxed);
         tc_forward_for<D, wmma::precision::tf32, true>(q, k, v, out, lse, BH, T, S, causal, scale, L);
     } else {
@@ -1339,10 +1377,11 @@ template <int D>
 void tc_backward(const float* q, const float* k, const float* v, const float* dout, const float* lse,
                  const float* delta, float* dq, float* dk, float* dv, int64_t BH, int64_t T, int64_t S, bool causal,
                  float scale, Layouts L) {
-    if (gemm_precision() == GemmPrecision::bf16) {
+    const TcKind kind = tc_backward_kind();
+    if (kind.bf16) {
         g_bf16_backward_calls.fetch_add(1, std::memory_order_relaxed);
         tc_backward_for<D, __nv_bfloat16, false>(q, k, v, dout, lse, delta, dq, dk, dv, BH, T, S, causal, scale, L);
-    } else if (flash_async_enabled()) {
+    } else if (kind.async) {
         g_async_backward_calls.fetch_add(1, std::memory_order_relaxed);
         tc_backward_for<D, wmma::precision::tf32, true>(q, k, v, dout, lse, delta, dq, dk, dv, BH, T, S, causal, scale,
                                                         L);
@@ -1354,6 +1393,22 @@ void tc_backward(const float* q, const float* k, const float* v, const float* do
 
 // The tensor-core kernels run when the GEMMs may round (tf32 or bf16); fp32 keeps the fp32 kernels.
 bool use_tensor_cores() { return gemm_precision() != GemmPrecision::fp32; }
+
+// Whether this device gives the tensor-core kernels of a forward (backward) of head dim D the
+// shared memory they take. Not always: at D = 128 some need 110-155 KB, and an RTX 30/40 card gives
+// a block 99 KB; there the fp32 kernels run (the same result, at fp32's precision), not an error.
+bool tc_forward_fits(int64_t D) {
+    const size_t bytes = D == 32   ? tc_forward_bytes<32>(tc_forward_kind<32>())
+                         : D == 64 ? tc_forward_bytes<64>(tc_forward_kind<64>())
+                                   : tc_forward_bytes<128>(tc_forward_kind<128>());
+    return bytes <= max_shared_memory_per_block();
+}
+bool tc_backward_fits(int64_t D) {
+    const size_t bytes = D == 32   ? tc_backward_bytes<32>(tc_backward_kind())
+                         : D == 64 ? tc_backward_bytes<64>(tc_backward_kind())
+                                   : tc_backward_bytes<128>(tc_backward_kind());
+    return bytes <= max_shared_memory_per_block();
+}
 
 [[noreturn]] void unsupported(int64_t D) {
     fail("flash attention: head dim " + std::to_string(D) + " has no kernel (32, 64 or 128; attention falls back " +
@@ -1438,7 +1493,7 @@ void flash_attention_forward(const float* q, const float* k, const float* v, flo
     }
     // The FLOPs of the unfused path's two GEMMs (scores, P·v): the work the model asks for.
     profile::note_flops(4.0 * (double)BH * (double)T * (double)S * (double)D);
-    if (use_tensor_cores()) {
+    if (use_tensor_cores() && tc_forward_fits(D)) {
         g_tc_forward_calls.fetch_add(1, std::memory_order_relaxed);
         switch (D) {
             case 32: tc_forward<32>(q, k, v, out, lse, BH, T, S, causal, scale, L); break;
@@ -1476,7 +1531,7 @@ void flash_attention_backward(const float* q, const float* k, const float* v, co
     float* delta = static_cast<float*>(alloc(sizeof(float) * (size_t)rows));
     try {
         KERNEL_LAUNCH(flash_delta_kernel, blocks_for(rows * 32), kBlockSize, 0, out, dout, delta, rows, T, L.out);
-        if (use_tensor_cores()) {
+        if (use_tensor_cores() && tc_backward_fits(D)) {
             g_tc_backward_calls.fetch_add(1, std::memory_order_relaxed);
             switch (D) {
                 case 32: tc_backward<32>(q, k, v, dout, lse, delta, dq, dk, dv, BH, T, S, causal, scale, L); break;

@@ -118,6 +118,18 @@ bool available() {
     return n > 0;
 }
 
+size_t max_shared_memory_per_block() {
+    auto query = [] {
+        int bytes = 0;
+        check_cuda(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0),
+                   "cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin)");
+        return (size_t)bytes;
+    };
+    if (emulated()) return query();  // a test changes the emulated device's limit
+    static const size_t bytes = query();
+    return bytes;
+}
+
 std::string device_description() {
     if (emulated()) return "cuda: emulated";
     if (!available()) return "cuda: no device";

@@ -25,6 +25,9 @@ bool env_switch(std::atomic<int>& state, const char* name, bool by_default);
 bool emulated();                   // this build runs kernels in the CPU emulator
 bool available();                  // a device is there (always, in the emulated build)
 std::string device_description();  // "cuda: NVIDIA H100 80GB HBM3 (sm_90, 132 SMs)" or "cuda: emulated"
+// Shared memory a block may have with the opt-in attribute: 227 KiB on an H100, 163 on an A100,
+// 99 on an RTX 30/40 card. Kernels that need more have another path there (flash_attention.cu).
+size_t max_shared_memory_per_block();
 
 // Stream-ordered device memory from the device's memory pool, which keeps freed blocks (its
 // release threshold is raised) so the training loop does not call the driver to allocate.

@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include "engine/cuda/flash_attention.h"
 #include "engine/cuda/matmul.h"
 #include "engine/cuda/runtime.h"
@@ -362,6 +363,40 @@ TEST_CASE("cuda flash attention, tensor cores: against unfused fp32, D 32, 64, 1
                        Case{1, 1, 1, 1}, Case{1, 1, 70, 41}, Case{1, 1, 130, 41}})
             for (bool causal : {false, true}) compare_tc(c.B, c.H, c.T, c.S, D, causal);
 }
+
+#ifdef ENGINE_CUDA_EMU
+// An RTX 30/40 card gives a block 99 KiB of shared memory, where some tensor-core kernels at D = 128
+// take 110-155 KB (an H100 gives 227): there the fp32 kernels run instead of failing to launch. The
+// emulated device is given that limit here; the same call on the default device takes the tensor
+// cores.
+TEST_CASE("cuda flash attention, tensor cores: kernels that need more shared memory than the device has fall back to "
+          "fp32",
+          "[cuda][flash]") {
+    Tensor q = randn({1, 2, 40, 128}, true, 171), k = randn({1, 2, 40, 128}, true, 172);
+    Tensor v = randn({1, 2, 40, 128}, true, 173), w = weights_like({1, 2, 40, 128});
+    Run ref = run(false, q, k, v, false, w);
+    struct Limit {
+        size_t before = emu::set_optin_shared_limit(99 << 10);
+        ~Limit() { emu::set_optin_shared_limit(before); }
+    };
+    for (bool small : {true, false}) {
+        INFO((small ? "99 KiB a block" : "227 KiB a block"));
+        std::optional<Limit> limit;
+        if (small) limit.emplace();
+        REQUIRE(engine::cuda::max_shared_memory_per_block() == (small ? 99u << 10 : 227u << 10));
+        auto before = engine::cuda::flash_attention_calls();
+        Run got = run_tc(q, k, v, false, w);
+        auto after = engine::cuda::flash_attention_calls();
+        REQUIRE(after.backward == before.backward + 1);
+        REQUIRE(after.tc_backward == before.tc_backward + (small ? 0 : 1));  // TF32 dk/dv: 120 KB
+        const double floor = test::rms(ref.dv);
+        require_close_rms("forward", ref.out, got.out, kTcFwdBound, 0, -10);
+        require_close_rms("dq", ref.dq, got.dq, kTcBwdBound, floor, -10);
+        require_close_rms("dk", ref.dk, got.dk, kTcBwdBound, floor, -10);
+        require_close_rms("dv", ref.dv, got.dv, kTcBwdBound, floor, -10);
+    }
+}
+#endif
 
 TEST_CASE("cuda flash attention, tensor cores, bf16 inputs: against unfused fp32, D 32, 64, 128, causal and not",
           "[cuda][flash]") {

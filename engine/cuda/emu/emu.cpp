@@ -51,6 +51,7 @@
 #include <mutex>
 #include <random>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -88,7 +89,7 @@ std::mt19937_64 g_order_rng(g_seed);
 Counters g_counters{0, 0, 0};
 
 constexpr size_t kDefaultSharedLimit = 48 << 10;  // per block, without the opt-in attribute
-constexpr size_t kOptinSharedLimit = 227 << 10;   // H100's maximum with the opt-in
+size_t g_optin_shared_limit = 227 << 10;           // with the opt-in: an H100's (set_optin_shared_limit)
 constexpr size_t kStackBytes = EMU_ASAN ? (512 << 10) : (128 << 10);
 constexpr size_t kPageBytes = 4096;
 
@@ -791,6 +792,11 @@ void fill_poison(void* p, size_t bytes) {
 }
 
 void set_seed(uint64_t seed) { g_order_rng.seed(seed); }
+size_t set_optin_shared_limit(size_t bytes) {
+    if (bytes < kDefaultSharedLimit)
+        fail("set_optin_shared_limit: " + std::to_string(bytes) + " bytes, under the 48 KiB default");
+    return std::exchange(g_optin_shared_limit, bytes);
+}
 Counters counters() { return g_counters; }
 
 namespace {
@@ -838,7 +844,7 @@ void launch(const char* name, const void* kernel, dim3 grid, dim3 block, size_t 
         fail(k + "grid " + fmt_dim(grid) + " exceeds (2^31-1,65535,65535)");
     size_t limit = kDefaultSharedLimit;
     auto opt = g_shared_optin.find(kernel);
-    if (opt != g_shared_optin.end()) limit = std::max(limit, opt->second);
+    if (opt != g_shared_optin.end()) limit = std::max(limit, std::min(opt->second, g_optin_shared_limit));
     if (dynamic_smem > limit)
         fail(k + std::to_string(dynamic_smem) + " bytes of dynamic shared memory, more than the " +
              std::to_string(limit) + " allowed" +
@@ -1045,7 +1051,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
     std::snprintf(prop->name, sizeof prop->name, "CUDA emulator (CPU)");
     prop->totalGlobalMem = size_t(16) << 30;
     prop->sharedMemPerBlock = emu::kDefaultSharedLimit;
-    prop->sharedMemPerBlockOptin = emu::kOptinSharedLimit;
+    prop->sharedMemPerBlockOptin = emu::g_optin_shared_limit;
     prop->regsPerBlock = 65536;
     prop->warpSize = 32;
     prop->maxThreadsPerBlock = 1024;
@@ -1054,6 +1060,13 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
     prop->multiProcessorCount = 132;
     prop->major = 9;
     prop->minor = 0;
+    return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
+    if (device != 0) return emu::g_last_error = cudaErrorInvalidDevice;
+    if (attr != cudaDevAttrMaxSharedMemoryPerBlockOptin) return emu::g_last_error = cudaErrorInvalidValue;
+    *value = (int)emu::g_optin_shared_limit;
     return cudaSuccess;
 }
 
@@ -1071,7 +1084,7 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
 }
 
 cudaError_t cudaFuncSetAttribute(const void* kernel, cudaFuncAttribute attr, int value) {
-    if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 || (size_t)value > emu::kOptinSharedLimit)
+    if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 || (size_t)value > emu::g_optin_shared_limit)
         return emu::g_last_error = cudaErrorInvalidValue;
     emu::g_shared_optin[kernel] = (size_t)value;
     return cudaSuccess;

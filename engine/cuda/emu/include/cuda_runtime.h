@@ -93,6 +93,10 @@ void fill_poison(void* p, size_t bytes);
 
 // Seed of the thread and block orders (also from INITLAB_EMU_SEED).
 void set_seed(uint64_t seed);
+// The device's shared memory per block with the opt-in attribute (227 KiB, an H100's), as
+// cudaDeviceGetAttribute and cudaGetDeviceProperties report it and launches enforce it: a test sets
+// an RTX 30/40 card's 99 KiB. Returns the previous limit.
+size_t set_optin_shared_limit(size_t bytes);
 // Launches, emulated threads and fiber switches since the start (for tests and timing notes).
 struct Counters { uint64_t launches, threads, switches; };
 Counters counters();
@@ -240,6 +244,7 @@ enum cudaMemcpyKind {
 };
 
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+enum cudaDeviceAttr { cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
 enum cudaMemPoolAttr { cudaMemPoolAttrReleaseThreshold = 4 };
 enum { cudaStreamDefault = 0, cudaStreamNonBlocking = 1 };
 
@@ -271,6 +276,7 @@ cudaError_t cudaGetDeviceCount(int* n);
 cudaError_t cudaGetDevice(int* d);
 cudaError_t cudaSetDevice(int d);
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device);
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device);  // the one attribute above
 cudaError_t cudaDeviceSynchronize();
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes);
 cudaError_t cudaFuncSetAttribute(const void* kernel, cudaFuncAttribute attr, int value);
