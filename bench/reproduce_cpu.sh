@@ -563,6 +563,15 @@ for s in 0 1; do
   for arm in attn mlp ends; do
     "${V[@]}" --threads 1 --seed $s --init torch --init-from runs/vit-orth/starts/$arm-s$s.safetensors --out runs/vit-orth/torch+orth-$arm-s$s
   done
+  # Within attention: orthogonal's q and k, or its v and proj; torch's attention weights × √3
+  # (orthogonal's size for a square matrix), or its attention biases at 0 (as orthogonal's).
+  tools/edit_checkpoint.py $T runs/vit-orth/starts/qk-s$s.safetensors --take "blocks.*.attn.q.*=$O" --take "blocks.*.attn.k.*=$O"
+  tools/edit_checkpoint.py $T runs/vit-orth/starts/vproj-s$s.safetensors --take "blocks.*.attn.v.*=$O" --take "blocks.*.attn.proj.*=$O"
+  tools/edit_checkpoint.py $T runs/vit-orth/starts/attnx1.73-s$s.safetensors --scale "blocks.*.attn.*.weight=1.732"
+  tools/edit_checkpoint.py $T runs/vit-orth/starts/attnbias0-s$s.safetensors --fill "blocks.*.attn.*.bias=0"
+  for arm in qk vproj attnx1.73 attnbias0; do
+    "${V[@]}" --threads 1 --seed $s --init torch --init-from runs/vit-orth/starts/$arm-s$s.safetensors --out runs/vit-orth/torch+$arm-s$s
+  done
 done
 # Session 31: section 5, fc1's range or Adam's relative step (L1 as above): PyTorch's fc1 × 3.4 with
 # its lr × 3.4 (the larger range, torch's relative steps), and PyTorch's fc1 with its lr / 3.4
@@ -572,4 +581,8 @@ for s in 0 1 2; do
   tools/edit_checkpoint.py runs/lm-fc1-lr/starts/torch-s$s/init.safetensors runs/lm-fc1-lr/starts/fc1x3.4-s$s.safetensors --scale 'blocks.*.mlp.fc1.weight=3.4'
   "${L1[@]}" --seed $s --init torch --init-from runs/lm-fc1-lr/starts/fc1x3.4-s$s.safetensors --lr-scale 'blocks.*.mlp.fc1.weight=3.4' --out runs/lm-fc1-lr/char-torch-fc1x3.4-lrx3.4-s$s
   "${L1[@]}" --seed $s --init torch --init-from runs/lm-fc1-lr/starts/torch-s$s/init.safetensors --lr-scale 'blocks.*.mlp.fc1.weight=0.294' --out runs/lm-fc1-lr/char-torch-lrx0.294-s$s
+  # torch's range with fc1's lr × 3.4 (larger relative steps)
+  "${L1[@]}" --seed $s --init torch --init-from runs/lm-fc1-lr/starts/torch-s$s/init.safetensors --lr-scale 'blocks.*.mlp.fc1.weight=3.4' --out runs/lm-fc1-lr/char-torch-lrx3.4-s$s
 done
+# (a control: torch's start of seed 0 through --init-from on this binary)
+"${L1[@]}" --seed 0 --init torch --init-from runs/lm-fc1-lr/starts/torch-s0/init.safetensors --out runs/lm-fc1-lr/char-torch-control-s0

@@ -4,6 +4,7 @@
 #include "engine/ops/reduce.h"
 
 #include <algorithm>
+#include <cstdint>
 #include "engine/autograd.h"
 #include "engine/cpu/reduce.h"
 #include "engine/ops/common.h"
@@ -77,6 +78,7 @@ static Tensor max_one_dim(const Tensor& x, int d) {
     int64_t outer, n, inner;
     split_at(x.shape(), d, outer, n, inner);
     check(n > 0, "max: reducing {} over an empty dim {}", x.shape().str(), d);
+    check(n <= INT32_MAX, "max: dim {} of {} is longer than the int32 indices of its argmax", d, x.shape().str());
     Shape s = x.shape();
     s[d] = 1;
     Tensor out = x.new_empty(s), argmax = x.new_empty(s, DType::I32);
