@@ -271,9 +271,9 @@ static Eval evaluate(LM& lm, const Args& a, const std::vector<int32_t>& stream, 
 static void check_eval_split(const Args& a, const std::vector<int32_t>& stream, const std::string& what) {
     const int64_t rows = std::min<int64_t>(a.batch_size, 10);
     auto refuse = [&](const std::string& why) {
-        fail("{} ({} tokens) cannot be evaluated with --protocol {} --seq-len {}{} in {} rows: {}",
-                     what, stream.size(), a.protocol, a.seq_len,
-                     a.protocol == "window" ? fmt::format(" --scored {}", a.scored) : "", rows, why);
+        fail("{} ({} tokens) cannot be evaluated with --protocol {} --seq-len {}{} in {} rows: {}", what,
+             stream.size(), a.protocol, a.seq_len, a.protocol == "window" ? fmt::format(" --scored {}", a.scored) : "",
+             rows, why);
     };
     int64_t batches = 0;
     try {
