@@ -572,6 +572,10 @@ for s in 0 1; do
   for arm in qk vproj attnx1.73 attnbias0; do
     "${V[@]}" --threads 1 --seed $s --init torch --init-from runs/vit-orth/starts/$arm-s$s.safetensors --out runs/vit-orth/torch+$arm-s$s
   done
+  # torch's q and k × √3 alone; and torch's q and k at their own size with lr × √3.
+  tools/edit_checkpoint.py $T runs/vit-orth/starts/qkx1.73-s$s.safetensors --scale "blocks.*.attn.q.weight=1.732" --scale "blocks.*.attn.k.weight=1.732"
+  "${V[@]}" --threads 1 --seed $s --init torch --init-from runs/vit-orth/starts/qkx1.73-s$s.safetensors --out runs/vit-orth/torch+qkx1.73-s$s
+  "${V[@]}" --threads 1 --seed $s --init torch --init-from $T --lr-scale 'blocks.*.attn.q.weight=1.732,blocks.*.attn.k.weight=1.732' --out runs/vit-orth/torch-qklrx1.73-s$s
 done
 # Session 31: section 5, fc1's range or Adam's relative step (L1 as above): PyTorch's fc1 × 3.4 with
 # its lr × 3.4 (the larger range, torch's relative steps), and PyTorch's fc1 with its lr / 3.4
