@@ -290,17 +290,22 @@ TEST_CASE("ConvMixer: shapes, frozen spatial filters, overfitting", "[models][ov
     CHECK((*net.blocks)[0].pointwise->weight.grad().defined());  // the rest trains
 }
 
+// An 8×8-image ViT, 16 wide, of `depth` blocks: small enough to save and load in a test.
+static ViTConfig tiny_checkpoint_vit(int depth) {
+    ViTConfig c;
+    c.image_size = 8;
+    c.patch = 4;
+    c.dim = 16;
+    c.depth = depth;
+    c.heads = 2;
+    return c;
+}
+
 // What the trainers check before a checkpoint (apps::weights_finite_for_checkpoint): a diverged
 // model is not written over the last good one.
 TEST_CASE("first_non_finite: the first parameter holding a NaN or an infinity, by name", "[models][checkpoint]") {
     manual_seed(9);
-    ViTConfig vc;
-    vc.image_size = 8;
-    vc.patch = 4;
-    vc.dim = 16;
-    vc.depth = 2;
-    vc.heads = 2;
-    ViT vit(vc);
+    ViT vit(tiny_checkpoint_vit(2));
     CHECK(first_non_finite(vit) == "");
     vit.parameter("blocks.1.mlp.fc2.weight").data_f32()[5] = std::numeric_limits<float>::infinity();
     CHECK(first_non_finite(vit) == "blocks.1.mlp.fc2.weight");
@@ -314,12 +319,7 @@ TEST_CASE("checkpoints: round trip, optimizer state, mismatches named", "[models
     fs::create_directories(dir);
     std::string prefix = (dir / "ck").string();
     manual_seed(9);
-    ViTConfig vc;
-    vc.image_size = 8;
-    vc.patch = 4;
-    vc.dim = 16;
-    vc.depth = 1;
-    vc.heads = 2;
+    ViTConfig vc = tiny_checkpoint_vit(1);
     ViT a(vc);
     Adam opt(param_groups(a, 0.1f), 1e-3f);
     Tensor images = Tensor::normal({2, 3, 8, 8});
