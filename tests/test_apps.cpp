@@ -1083,7 +1083,7 @@ TEST_CASE("train_lm writes init.safetensors; tools/edit_checkpoint.py and weight
 }
 
 // tools/results.py on hand-made run folders: seeds of one row, the shared flags, and a switch the
-// shared flags turn on that one row leaves off, which has no spelling of its own. A flag newer than
+// shared flags turn on (or a value they give) that one row leaves off, which has no spelling of its own. A flag newer than
 // some runs is shared when the runs that have it agree; a resumed run's parts count in the footer;
 // runs of two metrics make no table.
 TEST_CASE("tools/results.py: one row per run name, seeds averaged, a left-off switch named", "[apps]") {
@@ -1091,7 +1091,8 @@ TEST_CASE("tools/results.py: one row per run name, seeds averaged, a left-off sw
     auto run = [&](const std::string& name, const std::string& untied, double bpc, const std::string& started_by = "",
                    const std::string& extra = "", const std::string& metric = "test_bpc") {
         test::write_file(tmp / ("runs/" + name + "/config.json"),
-                         "{\"--init\": \"torch\", \"--untied\": \"" + untied + "\", \"--dim\": \"128\", " + extra +
+                         "{\"--init\": \"torch\", \"--untied\": \"" + untied + "\", \"--dim\": \"128\", " +
+                             "\"--lr-scale\": \"" + (untied.empty() ? "" : "fc1.*=2") + "\", " + extra +
                          "\"--auto-resume\": \"" + started_by + "\", \"started\": \"2026-11-27T10:00:00Z\"}");
         test::write_file(tmp / ("runs/" + name + "/result.json"),
                          "{\"" + metric + "\": " + std::to_string(bpc) + ", \"finished\": \"2026-11-27T10:02:00Z\"}");
@@ -1106,8 +1107,9 @@ TEST_CASE("tools/results.py: one row per run name, seeds averaged, a left-off sw
     std::string table = slurp(tmp / "table");
     INFO(table);
     CHECK(table.find("| a | --init torch | 2.50, 2.70 | 2.60 | 0.20 |") != std::string::npos);
-    CHECK(table.find("| tied | --init torch (no --untied) | 3.00 |") != std::string::npos);
-    CHECK(table.find("Shared flags: `--untied --dim 128 --pe-scale 1`") != std::string::npos);
+    // (a value the shared flags give and the row leaves out, too: --lr-scale)
+    CHECK(table.find("| tied | --init torch (no --untied) (no --lr-scale) | 3.00 |") != std::string::npos);
+    CHECK(table.find("Shared flags: `--untied --dim 128 --lr-scale fc1.*=2 --pe-scale 1`") != std::string::npos);
     CHECK(table.find("| b | --init torch | 2.00; run: resumed, wall of its last part | 2.00 | — | — | 1.0 |") != std::string::npos);
     CHECK(table.find("feedbee") != std::string::npos);
     CHECK(table.find("auto-resume") == std::string::npos);

@@ -167,8 +167,9 @@ def main():
             header_done = True
         own = describe(configs[members[0][1]])
         differs = {k: v for k, v in own.items() if k == "--init" or shared.get(k) != v}
-        # A switch the shared flags turn on and this row leaves off has no spelling of its own.
-        off = [f"(no {k})" for k, v in differs.items() if v == "" and shared.get(k) in ("true", True)]
+        # A switch the shared flags turn on, or a value they give, that this row leaves out has no
+        # spelling of its own.
+        off = [f"(no {k})" for k, v in differs.items() if v == "" and shared.get(k) not in (None, "", "false", False)]
         flags = " ".join([flags_text(differs)] + off).strip()
         per_seed = ", ".join(f"{v:.2f}" for v in finals) or "—"
         mean = f"{sum(finals) / len(finals):.2f}" if finals else "—"
