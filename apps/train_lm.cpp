@@ -250,10 +250,13 @@ struct Eval {
     int64_t scored = 0;
 };
 
+// The rows an evaluation cuts a split into (fewer than training's: a short split still gives batches).
+static int64_t eval_rows(const Args& a) { return std::min<int64_t>(a.batch_size, 10); }
+
 static Eval evaluate(LM& lm, const Args& a, const std::vector<int32_t>& stream, Device dev) {
     NoGrad ng;
     lm.module->eval();
-    Batches batches = make_batches(a, stream, std::min<int64_t>(a.batch_size, 10));
+    Batches batches = make_batches(a, stream, eval_rows(a));
     double nll = 0;
     int64_t count = 0;
     for (int64_t i = 0; i < batches.size(); i++) {
@@ -269,7 +272,7 @@ static Eval evaluate(LM& lm, const Args& a, const std::vector<int32_t>& stream, 
 // The evaluation splits are cut into batches before training starts, as evaluate() cuts them, so
 // that one too short for the flags is refused now, naming its file, not after an epoch's training.
 static void check_eval_split(const Args& a, const std::vector<int32_t>& stream, const std::string& what) {
-    const int64_t rows = std::min<int64_t>(a.batch_size, 10);
+    const int64_t rows = eval_rows(a);
     auto refuse = [&](const std::string& why) {
         fail("{} ({} tokens) cannot be evaluated with --protocol {} --seq-len {}{} in {} rows: {}", what,
              stream.size(), a.protocol, a.seq_len, a.protocol == "window" ? fmt::format(" --scored {}", a.scored) : "",
@@ -295,7 +298,7 @@ static double last_block_tok_cos(LM& lm, const Args& a, const std::vector<int32_
     if (!lm.hidden) return std::nan("");
     NoGrad ng;
     lm.module->eval();
-    Batches batches = make_batches(a, stream, std::min<int64_t>(a.batch_size, 10));
+    Batches batches = make_batches(a, stream, eval_rows(a));
     double c = batches.size() > 0 ? apps::token_cosine(lm.hidden(batches.get(0).inputs.to(dev))) : std::nan("");
     lm.module->train();
     return c;

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include "engine/atomic_file.h"
 #include "engine/error.h"
 
 namespace fs = std::filesystem;
@@ -91,21 +92,7 @@ std::string Vocab::serialize() const {
     return out;
 }
 
-void Vocab::save(const std::string& path) const {
-    // The temp file is renamed over `path`: never over a device or a directory.
-    check(!fs::exists(path) || fs::is_regular_file(path), "vocab: {} exists and is not a regular file", path);
-    std::string tmp = path + ".tmp";
-    {
-        std::ofstream f(tmp, std::ios::binary);
-        check(f.good(), "vocab: cannot write {}", tmp);
-        f << serialize();
-        f.flush();
-        check(f.good(), "vocab: error writing {}", tmp);
-    }
-    std::error_code ec;
-    fs::rename(tmp, path, ec);
-    check(!ec, "vocab: cannot rename {} to {}: {}", tmp, path, ec.message());
-}
+void Vocab::save(const std::string& path) const { engine::write_file_atomically(path, serialize(), "vocab"); }
 
 Vocab Vocab::load(const std::string& path) { return parse(read_file(path), path); }
 

@@ -7,13 +7,12 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
-#include <unistd.h>
 #include <nlohmann/json.hpp>
+#include "engine/atomic_file.h"
 #include "engine/error.h"
 
 namespace engine {
@@ -50,15 +49,6 @@ const DiskType* find_disk_type(const std::string& name) {
 // ---------------------------------------------------------------------------------------------
 // Writing
 
-void write_or_fail(std::FILE* f, const void* data, size_t n, const std::string& tmp) {
-    if (n > 0 && std::fwrite(data, 1, n, f) != n) {
-        int err = errno;
-        std::fclose(f);
-        std::remove(tmp.c_str());
-        fail("save_safetensors: {}: write failed: {}", tmp, std::strerror(err));
-    }
-}
-
 std::string make_header(const std::vector<std::pair<std::string, Tensor>>& tensors,
                         const std::map<std::string, std::string>& metadata) {
     nlohmann::ordered_json header = nlohmann::ordered_json::object();
@@ -94,34 +84,13 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
     }
     std::string header = make_header(host, metadata);
 
-    std::string tmp = path + ".tmp";
-    std::FILE* f = std::fopen(tmp.c_str(), "wb");
-    check(f != nullptr, "save_safetensors: cannot create {}: {}", tmp, std::strerror(errno));
     uint8_t len[8];
     for (int i = 0; i < 8; i++) len[i] = (uint8_t)((uint64_t)header.size() >> (8 * i));
-    write_or_fail(f, len, 8, tmp);
-    write_or_fail(f, header.data(), header.size(), tmp);
-    for (const auto& [name, t] : host) {
-        const void* data = t.dtype() == DType::F32 ? (const void*)t.data_f32() : (const void*)t.data_i32();
-        write_or_fail(f, data, (size_t)t.numel() * 4, tmp);
-    }
-    // Data on disk before the rename, so the rename can never expose a file with missing bytes.
-    if (std::fflush(f) != 0 || ::fsync(::fileno(f)) != 0) {
-        int err = errno;
-        std::fclose(f);
-        std::remove(tmp.c_str());
-        fail("save_safetensors: {}: flush failed: {}", tmp, std::strerror(err));
-    }
-    if (std::fclose(f) != 0) {
-        int err = errno;
-        std::remove(tmp.c_str());
-        fail("save_safetensors: {}: close failed: {}", tmp, std::strerror(err));
-    }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-        int err = errno;
-        std::remove(tmp.c_str());
-        fail("save_safetensors: cannot rename {} to {}: {}", tmp, path, std::strerror(err));
-    }
+    std::vector<FileChunk> chunks = {{len, 8}, {header.data(), header.size()}};
+    for (const auto& [name, t] : host)
+        chunks.push_back({t.dtype() == DType::F32 ? (const void*)t.data_f32() : (const void*)t.data_i32(),
+                          (size_t)t.numel() * 4});
+    write_file_atomically(path, chunks, "save_safetensors");
 }
 
 // ---------------------------------------------------------------------------------------------

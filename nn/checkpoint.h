@@ -1,6 +1,6 @@
 // nn/checkpoint.h: model and optimizer checkpoints in the safetensors format.
 //
-// `save_checkpoint(prefix, ...)` writes two files, each atomically (temp file + rename):
+// `save_checkpoint(prefix, ...)` writes two files, each atomically (engine/atomic_file.h):
 //   prefix.safetensors        every parameter and buffer under its dotted name (PyTorch-readable)
 //   prefix.optim.safetensors  the optimizer state ("<param>.exp_avg", ...), with the step count,
 //                             the learning rate and each parameter's own update count where it

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <iterator>
 #include "engine/device.h"
+#include "engine/atomic_file.h"
 #include "engine/autograd.h"
 #ifdef ENGINE_CUDA
 #include "engine/cuda/matmul.h"
@@ -60,24 +61,9 @@ RunDir::RunDir(const std::string& dir, bool replace_run) : dir_(dir) {
     engine::check(!ec && fs::is_directory(dir_), "--out {}: cannot create the directory ({})", dir_, ec.message());
 }
 
-// `text` into `final_path` through a temporary file and a rename, so that a reader (or a resume)
-// sees the old file or the new one, never a part. The stream is closed before its state is checked:
-// a disk that fills up fails the last flush, and a cut-short file must not replace a whole one.
-static void write_atomically(const std::string& final_path, const std::string& text) {
-    const std::string tmp = final_path + ".tmp";
-    std::ofstream f(tmp);
-    engine::check(f.good(), "cannot write {}", tmp);
-    f << text;
-    f.close();
-    engine::check(!f.fail(), "cannot write {} (disk full?)", tmp);
-    std::error_code ec;
-    fs::rename(tmp, final_path, ec);
-    engine::check(!ec, "cannot rename {} to {} ({})", tmp, final_path, ec.message());
-}
-
 void RunDir::write_json(const std::string& name, const json& j) const {
     if (!enabled()) return;
-    write_atomically(path(name), j.dump(2) + "\n");
+    engine::write_file_atomically(path(name), j.dump(2) + "\n", "run directory");
 }
 
 void RunDir::append_metrics(const json& j) const {
@@ -106,7 +92,7 @@ void RunDir::trim_metrics(int64_t step) const {
         }
     }
     if (later + unreadable == 0) return;
-    write_atomically(path("metrics.jsonl"), kept);
+    engine::write_file_atomically(path("metrics.jsonl"), kept, "resume");
     std::printf("resume: removed %lld line(s) of %s written after the checkpoint (step %lld)%s\n", (long long)later,
                 path("metrics.jsonl").c_str(), (long long)step,
                 unreadable ? fmt::format(" and {} unreadable (cut short)", unreadable).c_str() : "");

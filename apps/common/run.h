@@ -36,7 +36,7 @@ public:
     bool enabled() const { return !dir_.empty(); }
     const std::string& dir() const { return dir_; }
     std::string path(const std::string& name) const { return dir_ + "/" + name; }
-    void write_json(const std::string& name, const json& j) const;  // atomically (temp + rename)
+    void write_json(const std::string& name, const json& j) const;  // atomically (engine/atomic_file.h)
     void append_metrics(const json& j) const;                        // one line of metrics.jsonl
     // On --resume from the checkpoint of `step`: metrics.jsonl keeps its lines up to that step. A
     // run killed after its last checkpoint (SIGKILL, a crash) wrote lines the resumed run writes
