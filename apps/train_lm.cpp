@@ -209,14 +209,18 @@ static LM build_model(const Args& a, int64_t vocab, Device dev) {
 }
 
 // --dry-run builds the model without the data, with a stand-in vocabulary (the real one comes from
-// the training split), and checks the --freeze and --lr-scale patterns against its parameters.
+// the training split), runs --init on it (apps::dry_run_init), and checks the --freeze and
+// --lr-scale patterns against its parameters.
 static std::string dry_run_model(const Args& a) {
     const int64_t vocab = 64;
     LM lm = build_model(a, vocab, Device::CPU);
+    Tensor ids = Tensor::randint({2, a.seq_len}, 0, (int32_t)vocab);
+    init::InitData stand_in{[&lm, ids] { NoGrad ng; lm.forward(ids); }, 2, Tensor::randint({2, a.seq_len}, 0, vocab)};
+    std::string init_line = apps::dry_run_init(*lm.module, a.init, a.init_opt, stand_in);
     apps::apply_freeze_flags(*lm.module, a.freeze, "train_lm");
     apps::apply_lr_scales(nn::param_groups(*lm.module, a.weight_decay), a.lr_scale, "train_lm");
-    return fmt::format("{} builds ({} parameters with a stand-in vocabulary of {}: the real one comes from the data)",
-                       a.model, lm.module->num_parameters(), vocab);
+    return fmt::format("{} builds ({} parameters with a stand-in vocabulary of {}: the real one comes from the data); {}",
+                       a.model, lm.module->num_parameters(), vocab, init_line);
 }
 
 // Targets with the unscored (context) positions set to cross_entropy's ignore_index.

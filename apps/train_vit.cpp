@@ -258,17 +258,23 @@ static std::shared_ptr<nn::Module> build_model(const Args& a, int64_t image_size
 
 // --dry-run builds the model without the data: a CIFAR set's geometry is known (32×32, 10 or 100
 // classes); a folder's comes from its images, so there a stand-in (8×8 patches, 10 classes) checks
-// everything but the image size. --freeze and --lr-scale patterns are checked against its parameters.
+// everything but the image size. --init runs on it (apps::dry_run_init), and the --freeze and
+// --lr-scale patterns are checked against its parameters.
 static std::string dry_run_model(const Args& a) {
     bool cifar = a.dataset != "folder";
     int64_t image = cifar ? 32 : 8 * a.patch, classes = a.dataset == "cifar100" ? 100 : 10;
     std::function<Tensor(const Tensor&)> forward;
     auto model = build_model(a, image, classes, forward);
+    Tensor images = Tensor::normal({4, 3, image, image});
+    init::InitData stand_in{[images, &forward] { NoGrad ng; forward(images); }, 4,
+                            Tensor::randint({4}, 0, (int32_t)classes)};
+    std::string init_line = apps::dry_run_init(*model, a.init, a.init_opt, stand_in);
+    if (auto* cm = dynamic_cast<nn::ConvMixer*>(model.get())) init::set_spatial_filters(*cm, a.spatial, nullptr);
     apps::apply_freeze_flags(*model, a.freeze, "train_vit");
     apps::apply_lr_scales(nn::param_groups(*model, a.weight_decay), a.lr_scale, "train_vit");
-    if (cifar) return fmt::format("{}, {} parameters", a.model, model->num_parameters());
-    return fmt::format("{} builds ({} parameters with a stand-in {}x{} image: a folder's size comes from its images)",
-                       a.model, model->num_parameters(), image, image);
+    if (cifar) return fmt::format("{}, {} parameters; {}", a.model, model->num_parameters(), init_line);
+    return fmt::format("{} builds ({} parameters with a stand-in {}x{} image: a folder's size comes from its "
+                       "images); {}", a.model, model->num_parameters(), image, image, init_line);
 }
 
 // Top-1 accuracy and mean loss on a whole split, in eval mode, without gradients.

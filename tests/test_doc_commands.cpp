@@ -67,6 +67,20 @@ TEST_CASE("--dry-run checks the flags and the model, and reads and writes nothin
     CHECK(fc.status == 0);
     CHECK(has(fc, "\"--fc-norm\": \"true\""));
     CHECK(shell(tmp, "apps/train_lm --model gau --emb-scale 2 --dry-run").status == 2);
+
+    // The init runs on the model too: a scheme that does not apply to it is refused, by name.
+    CHECK(has(vit, "--init mimetic applies to it"));
+    Result smallemb = shell(tmp, "apps/train_vit --init smallemb --dry-run");
+    CHECK(smallemb.status == 2);
+    CHECK(has(smallemb, "smallemb: model ViT has no token embedding followed by a LayerNorm"));
+    Result impulse = shell(tmp, "apps/train_lm --model lstm --init impulse3 --dry-run");
+    CHECK(impulse.status == 2);
+    CHECK(has(impulse, "impulse3: model LSTMLM is not a ViT"));
+    // A data-dependent one runs on a random batch of the model's input (no data is read).
+    Result lsuv = shell(tmp, "OMP_NUM_THREADS=1 apps/train_lm --init lsuv --depth 2 --dim 64 --heads 2 --dry-run");
+    INFO(lsuv.output);
+    CHECK(lsuv.status == 0);
+    CHECK(has(lsuv, "--init lsuv applies to it (run on a random stand-in batch)"));
 }
 
 TEST_CASE("every training command of the docs is accepted by the apps", "[docs]") {

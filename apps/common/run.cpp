@@ -273,7 +273,7 @@ const CLI::Validator Positive = number_above(false, "POSITIVE");
 
 void add_dry_run_flag(CLI::App& app, bool& dry_run) {
     app.add_flag("--dry-run", dry_run,
-                 "check the flags and the model they build, print the resolved configuration, and exit "
+                 "check the flags, the model they build and that --init applies to it, print the resolved configuration, and exit "
                  "without reading data or writing anything");
 }
 
@@ -437,6 +437,14 @@ void init_from_checkpoint(nn::Module& model, const std::string& path, init::Repo
         engine::fail("--init-from {}: {}", path, e.what());
     }
     report.say("weights replaced by the checkpoint " + path);
+}
+
+std::string dry_run_init(nn::Module& model, const std::string& scheme, init::Options opt,
+                         const init::InitData& stand_in) {
+    opt.impulse_iters = std::min(opt.impulse_iters, 5);
+    init::apply(model, scheme, opt, &stand_in);
+    return fmt::format("--init {} applies to it{}", scheme,
+                       init::needs_data(scheme) ? " (run on a random stand-in batch)" : "");
 }
 
 void save_init_weights(const RunDir& out, const nn::Module& model, const std::string& scheme,

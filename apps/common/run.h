@@ -95,7 +95,8 @@ void add_auto_resume_flag(CLI::App& app, bool& auto_resume);
 extern const CLI::Validator NonNegative;  // >= 0
 extern const CLI::Validator Positive;     // > 0
 
-// --dry-run: check the flags (every conflict the app refuses, and the model they build) and print
+// --dry-run: check the flags (every conflict the app refuses, the model they build, and --init on
+// that model: dry_run_init) and print
 // the configuration the run would record in config.json, then exit 0 before anything is read or
 // written: no data, no --init-from or --resume checkpoint, no --out folder. run_config leaves the
 // flag itself out of config.json (it is not a property of the run). tools/check_doc_commands.sh
@@ -169,6 +170,13 @@ void add_init_flags(CLI::App& app, std::string& scheme, init::Options& opt, cons
 // schedule start fresh: a two-stage run, or a fine-tuning. Nothing happens for an empty path.
 void add_init_from_flag(CLI::App& app, std::string& path);
 void init_from_checkpoint(nn::Module& model, const std::string& path, init::Report& report);
+// --dry-run's check of --init: the scheme runs on the model the flags build, so one that cannot
+// apply to it (smallemb on a ViT, impulse on an LSTM) is refused before any data is read, as the
+// run would refuse it at its start. A data-dependent scheme sees `stand_in` (a random batch of the
+// model's input shape, not the data); impulse's Adam fit takes a few steps, not --impulse-iters:
+// the check is that the scheme applies, not its result. Returns a line for the dry run's report.
+std::string dry_run_init(nn::Module& model, const std::string& scheme, init::Options opt,
+                         const init::InitData& stand_in);
 // RUN/init.safetensors: the weights a new run starts from (after --init and --init-from), with the
 // scheme and the --init-from checkpoint (when there is one) in its metadata. To measure how far
 // training moved each weight, or to edit the start (tools/edit_checkpoint.py) and train from the
