@@ -23,6 +23,7 @@
 #include "tests/test_data_helpers.h"
 
 namespace fs = std::filesystem;
+using engine::Shape;
 using engine::Tensor;
 
 namespace {
@@ -1080,6 +1081,55 @@ TEST_CASE("train_lm writes init.safetensors; tools/edit_checkpoint.py and weight
     CHECK(std::system(("python3 tools/edit_checkpoint.py " + (tmp / "text.safetensors") + " --list > " + (tmp / "log") +
                        " 2>&1").c_str()) != 0);
     CHECK(slurp(tmp / "log").find("goes past the end of the file") != std::string::npos);
+}
+
+// tools/adam_eps_share.py on a hand-made optimizer checkpoint: √v̂ (v over 1 − β₂ᵗ) against the
+// run's --adam-eps, the blocks' tensors of one role pooled, biases left out.
+TEST_CASE("tools/adam_eps_share.py: the share of weight entries whose Adam steps ε sets", "[apps]") {
+    test::TempDir tmp;
+    const double correction = 1 - 0.999;  // at step 1
+    // exp_avg_sq values whose √v̂ are the given multiples of ε = 1e-3
+    auto sq = [&](std::vector<float> ratios, Shape shape) {
+        for (float& r : ratios) r = (float)((r * 1e-3) * (r * 1e-3) * correction);
+        return Tensor::from_vector(ratios, shape);
+    };
+    auto write_run = [&](const std::string& name, const std::string& config, const std::string& steps) {
+        test::write_file(tmp / (name + "/config.json"), config);
+        engine::save_safetensors(tmp / (name + "/last.optim.safetensors"),
+                                 {{"blocks.0.attn.q.weight.exp_avg", Tensor::zeros({2, 2})},
+                                  {"blocks.0.attn.q.weight.exp_avg_sq", sq({0.5f, 0.5f, 2.f, 4.f}, {2, 2})},
+                                  {"blocks.1.attn.q.weight.exp_avg_sq", sq({0.1f, 0.2f}, {1, 2})},
+                                  {"blocks.0.attn.q.bias.exp_avg_sq", sq({0.f, 0.f}, {2})}},
+                                 {{"steps", steps}});
+    };
+    auto tool = [&](const std::string& args) {
+        return std::system(("python3 tools/adam_eps_share.py " + args + " > " + (tmp / "out") + " 2>&1").c_str());
+    };
+    auto weights = [&] { return nlohmann::json::parse(slurp(tmp / "out"))["weights"]; };
+    write_run("vit", "{\"app\": \"train_vit\", \"--adam-eps\": \"0.001\"}", "1");
+    REQUIRE(tool((tmp / "vit") + " --json") == 0);
+    INFO(slurp(tmp / "out"));
+    auto pooled = weights();
+    REQUIRE(pooled.size() == 1);  // one role; the bias is not counted
+    CHECK(pooled["blocks.*.attn.q.weight"]["entries"] == 6);
+    CHECK(pooled["blocks.*.attn.q.weight"]["below_eps"].get<double>() == Approx(4.0 / 6));
+    CHECK(pooled["blocks.*.attn.q.weight"]["median_sqrt_v_over_eps"].get<double>() == Approx(0.5).epsilon(1e-4));
+    REQUIRE(tool((tmp / "vit") + " --json --per-tensor") == 0);
+    CHECK(weights()["blocks.0.attn.q.weight"]["below_eps"].get<double>() == Approx(0.5));
+    CHECK(weights()["blocks.0.attn.q.weight"]["median_sqrt_v_over_eps"].get<double>() == Approx(1.25).epsilon(1e-4));
+    CHECK(weights()["blocks.1.attn.q.weight"]["below_eps"].get<double>() == Approx(1.0));
+    // --eps overrides the run's; a train_lm run (no --adam-eps flag) has PyTorch's 1e-8
+    REQUIRE(tool((tmp / "vit") + " --json --eps 5e-5") == 0);
+    CHECK(weights()["blocks.*.attn.q.weight"]["below_eps"].get<double>() == Approx(0.0));
+    write_run("lm", "{\"app\": \"train_lm\"}", "1");
+    REQUIRE(tool((tmp / "lm") + " --json") == 0);
+    CHECK(nlohmann::json::parse(slurp(tmp / "out"))["eps"].get<double>() == Approx(1e-8));
+    // a checkpoint before any step, and a run without one, are named
+    write_run("fresh", "{\"app\": \"train_vit\", \"--adam-eps\": \"0.001\"}", "0");
+    CHECK(tool(tmp / "fresh") != 0);
+    CHECK(slurp(tmp / "out").find("before any Adam step") != std::string::npos);
+    CHECK(tool(tmp / "none") != 0);
+    CHECK(slurp(tmp / "out").find("none/config.json") != std::string::npos);
 }
 
 // tools/results.py on hand-made run folders: seeds of one row, the shared flags, and a switch the
