@@ -599,7 +599,9 @@ int main(int argc, char** argv) {
     app.add_option("--clip-grad", a.clip_grad, "global gradient-norm clip (0: off)")->capture_default_str()
         ->check(apps::NonNegative);
     app.add_option("--opt", a.opt, "adamw | sgd")->capture_default_str()->check(CLI::IsMember({"adamw", "sgd"}));
-    app.add_option("--adam-eps", a.adam_eps, "AdamW epsilon")->capture_default_str()->check(apps::Positive);
+    app.add_option("--adam-eps", a.adam_eps,
+                   "AdamW epsilon (1e-3 is the structured-init paper's recipe, PyTorch's default 1e-8; a large one "
+                   "slows the weights whose gradients are small: tools/adam_eps_share.py)")->capture_default_str()->check(apps::Positive);
     app.add_option("--label-smoothing", a.label_smoothing, "label smoothing")->capture_default_str()
         ->check(CLI::Range(0.f, 0.99f));
     app.add_option("--crop-pad", a.crop_pad, "random crop padding in pixels (0: off)")->capture_default_str()
