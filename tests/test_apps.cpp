@@ -159,6 +159,28 @@ TEST_CASE("train_vit: a short run learns and writes its outputs", "[apps]") {
     CHECK(result["test_acc"].get<double>() > 0.2);  // 10 classes: chance is 0.1
 }
 
+// --train-subset takes a seeded subset that keeps every class; --opt sgd (Nesterov, momentum 0.9)
+// trains and checkpoints its momentum buffers instead of Adam's moments.
+TEST_CASE("train_vit --train-subset and --opt sgd", "[apps]") {
+    test::TempDir tmp;
+    test::write_tiny_cifar10(tmp / "cifar", 10, 5);
+    std::string args = std::string(kTinyVit) + " --data-dir " + (tmp / "cifar") +
+                       " --epochs 4 --train-subset 53 --opt sgd --out " + (tmp / "run");
+    int rc = run_app("train_vit", args, tmp / "log");
+    INFO(slurp(tmp / "log"));
+    REQUIRE(rc == 0);
+    CHECK(slurp(tmp / "log").find("cifar10: 53 train / 50 test images, 10 classes") != std::string::npos);
+    std::vector<double> losses;
+    for (auto& j : metrics_lines(tmp / "run/metrics.jsonl"))
+        if (j["kind"] == "train") losses.push_back(j["loss"]);
+    REQUIRE(losses.size() == 4 * 3);  // 53 images: batches of 25, 25 and 3, 4 epochs
+    INFO("first epoch " << losses[0] << " " << losses[1] << ", last " << losses[9] << " " << losses[10]);
+    CHECK(losses[9] + losses[10] < losses[0] + losses[1]);
+    auto state = engine::load_safetensors(tmp / "run/last.optim.safetensors");
+    CHECK(state.count("blocks.0.attn.q.weight.momentum"));
+    CHECK_FALSE(state.count("blocks.0.attn.q.weight.exp_avg"));
+}
+
 // The same flags in train_vit: the patch embedding frozen in one run stays at the init that a run
 // training only the head keeps too, while the blocks of the first run move.
 TEST_CASE("train_vit --freeze / --train-only / --freeze-until / --init-from: frozen weights keep their values", "[apps]") {
@@ -329,6 +351,13 @@ TEST_CASE("train_vit and train_lm refuse bad flags with status 2", "[apps]") {
     // Negative sizes and counts are refused by name, not read as "off" or failing later.
     for (const char* flag : {"--depth -1", "--dim -4", "--workers -1", "--threads -2", "--train-subset -5",
                              "--clip-grad -1", "--adam-eps 0"}) {
+        INFO(flag);
+        CHECK(run_app("train_vit", std::string(flag) + " --dry-run", tmp / "log") == 2);
+        CHECK(slurp(tmp / "log").find(std::string(flag).substr(0, std::string(flag).find(' '))) != std::string::npos);
+    }
+    // The init schemes' numeric options too (before, a zero lr or tolerance failed in the init).
+    for (const char* flag : {"--impulse-lr 0", "--lsuv-tol 0", "--lsuv-max-iters 0", "--goal-std -1",
+                             "--tfixup-layers -2"}) {
         INFO(flag);
         CHECK(run_app("train_vit", std::string(flag) + " --dry-run", tmp / "log") == 2);
         CHECK(slurp(tmp / "log").find(std::string(flag).substr(0, std::string(flag).find(' '))) != std::string::npos);

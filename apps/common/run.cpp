@@ -470,7 +470,8 @@ void add_init_flags(CLI::App& app, std::string& scheme, init::Options& o, const 
     app.add_flag("!--no-mimetic-vo", o.mimetic_vo, "mimetic ablation: leave V/proj at their earlier values");
     app.add_option("--impulse-iters", o.impulse_iters, "impulse: Adam steps of the fit")->capture_default_str()
         ->check(apps::Positive);
-    app.add_option("--impulse-lr", o.impulse_lr, "impulse: Adam learning rate of the fit")->capture_default_str();
+    app.add_option("--impulse-lr", o.impulse_lr, "impulse: Adam learning rate of the fit")->capture_default_str()
+        ->check(apps::Positive);
     app.add_flag("--impulse-per-layer", o.impulse_per_layer, "impulse: a new fit for every layer");
     app.add_option("--closed-rcond", o.closed_rcond,
                    "impulse3-closed: drop singular values of LN(PE) below this × the largest (1e-5: only what "
@@ -480,11 +481,13 @@ void add_init_flags(CLI::App& app, std::string& scheme, init::Options& o, const 
                    "impulse3-closed: multiply a learned position embedding by this after the solve (the "
                    "authors' norm_p; a fixed sin-cos PE is scaled by --pe-scale instead)")
         ->capture_default_str();
-    app.add_option("--lsuv-tol", o.lsuv_tol, "lsuv: tolerance on |std − 1|")->capture_default_str();
-    app.add_option("--lsuv-max-iters", o.lsuv_max_iters, "lsuv: rescaling rounds per layer")->capture_default_str();
+    app.add_option("--lsuv-tol", o.lsuv_tol, "lsuv: tolerance on |std − 1|")->capture_default_str()->check(apps::Positive);
+    app.add_option("--lsuv-max-iters", o.lsuv_max_iters, "lsuv: rescaling rounds per layer")->capture_default_str()
+        ->check(apps::Positive);
     app.add_option("--act-prob", o.act_prob, "relu-quantile: fraction of units active on the init batch")
         ->capture_default_str()->check(CLI::Range(0.f, 1.f));
-    app.add_option("--goal-std", o.goal_std, "relu-quantile: post-activation std")->capture_default_str();
+    app.add_option("--goal-std", o.goal_std, "relu-quantile: post-activation std")->capture_default_str()
+        ->check(apps::Positive);
     app.add_flag("!--no-rq-bias", o.rq_bias, "relu-quantile ablation: biases 0 instead of the quantile");
     app.add_flag("!--no-rq-scale", o.rq_scale, "relu-quantile ablation: no per-unit scaling to --goal-std");
     app.add_option("--output-logit", o.output_logit,
@@ -492,7 +495,7 @@ void add_init_flags(CLI::App& app, std::string& scheme, init::Options& o, const 
                    "(image models; 0: off)")
         ->capture_default_str()->check(apps::NonNegative);
     app.add_option("--tfixup-layers", o.tfixup_layers, "t-fixup: N in 0.67·N^(−1/4) (0: the model's depth)")
-        ->capture_default_str();
+        ->capture_default_str()->check(apps::NonNegative);
 }
 
 float backward_and_update(const engine::Tensor& loss, const std::vector<engine::Tensor>& params, nn::Optimizer& opt,
