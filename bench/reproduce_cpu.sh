@@ -590,3 +590,28 @@ for s in 0 1 2; do
 done
 # (a control: torch's start of seed 0 through --init-from on this binary)
 "${L1[@]}" --seed 0 --init torch --init-from runs/lm-fc1-lr/starts/torch-s0/init.safetensors --out runs/lm-fc1-lr/char-torch-control-s0
+# Session 32: section 5, what makes the q/k weights' size matter on the ViT: weight decay 0, Adam's
+# ε 1e-8 instead of the recipe's 1e-3, and q, k × 3 or × 1/√3 (V as above, --threads 1, two at a time;
+# the starts are session 31's). Then the section-1 inits at ε 1e-8, and torch at ε 1e-4 and 1e-5.
+VW0=(./apps/train_vit --auto-resume --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --dim 96 --depth 6 --heads 3 --patch 4 --pool avg --batch-size 128 --epochs 4 --warmup-epochs 1 --lr 1e-3 --weight-decay 0 --randaug 0 --train-subset 10000)
+for s in 0 1; do
+  T=runs/vit-orth/torch-s$s/init.safetensors Q=runs/vit-orth/starts/qkx1.73-s$s.safetensors
+  tools/edit_checkpoint.py $T runs/vit-qk/starts/qkx3-s$s.safetensors --scale "blocks.*.attn.q.weight=3" --scale "blocks.*.attn.k.weight=3"
+  tools/edit_checkpoint.py $T runs/vit-qk/starts/qkx0.58-s$s.safetensors --scale "blocks.*.attn.q.weight=0.577" --scale "blocks.*.attn.k.weight=0.577"
+  "${VW0[@]}" --threads 1 --seed $s --init torch --init-from $T --out runs/vit-qk/torch-wd0-s$s
+  "${VW0[@]}" --threads 1 --seed $s --init torch --init-from $Q --out runs/vit-qk/torch+qkx1.73-wd0-s$s
+  "${V[@]}" --threads 1 --seed $s --init torch --init-from $T --adam-eps 1e-8 --out runs/vit-qk/torch-eps1e-8-s$s
+  "${V[@]}" --threads 1 --seed $s --init torch --init-from $Q --adam-eps 1e-8 --out runs/vit-qk/torch+qkx1.73-eps1e-8-s$s
+  "${V[@]}" --threads 1 --seed $s --init torch --init-from runs/vit-qk/starts/qkx3-s$s.safetensors --out runs/vit-qk/torch+qkx3-s$s
+  "${V[@]}" --threads 1 --seed $s --init torch --init-from runs/vit-qk/starts/qkx0.58-s$s.safetensors --out runs/vit-qk/torch+qkx0.58-s$s
+  for init in timm mimetic impulse3 orthogonal; do
+    "${V[@]}" --threads 1 --seed $s --init $init --adam-eps 1e-8 --out runs/vit-eps/$init-eps1e-8-s$s
+  done
+  for eps in 1e-4 1e-5; do
+    "${V[@]}" --threads 1 --seed $s --init torch --adam-eps $eps --out runs/vit-eps/torch-eps$eps-s$s
+  done
+done
+# (timm and mimetic at the recipe's ε again, seed 0, for their optimizer state; then ε's share of the steps)
+"${V[@]}" --threads 1 --seed 0 --init timm --out runs/vit-eps/timm-eps1e-3-s0
+"${V[@]}" --threads 1 --seed 0 --init mimetic --out runs/vit-eps/mimetic-eps1e-3-s0
+tools/adam_eps_share.py runs/vit-eps/timm-eps1e-3-s0 runs/vit-orth/torch-s0 runs/vit-eps/mimetic-eps1e-3-s0 runs/vit-orth/torch+qkx1.73-s0 runs/vit-qk/torch-eps1e-8-s0

@@ -169,4 +169,19 @@ TEST_CASE("loader: bad options and misuse are errors", "[data]") {
     auto bad = small_set(10);
     bad.labels[3] = 7;
     CHECK_THAT(error_of([&] { ImageLoader l(bad, opt); }), Catch::Contains("label 7"));
+
+    // An error while a batch is built (here RandAugment with one magnitude bin) reaches the caller
+    // of next() with its message, from a worker thread as from the calling one, and the loader
+    // can still be destroyed (its workers stop).
+    opt.batch_size = 4;
+    opt.augment.randaug.n = 1;
+    opt.augment.randaug.bins = 1;
+    for (int workers : {0, 2}) {
+        INFO(workers << " workers");
+        opt.workers = workers;
+        ImageLoader l(set, opt);
+        l.start_epoch(0);
+        ImageBatch b;
+        CHECK_THAT(error_of([&] { l.next(b); }), Catch::Contains("need at least 2 magnitude bins"));
+    }
 }
