@@ -58,7 +58,7 @@ namespace fs = std::filesystem;
 struct Args {
     std::string data_dir, dataset = "ptb-char", model = "transformer", level = "word", preset = "";
     int64_t dim = 256, depth = 4, heads = 4, s = 128, max_len = 512;
-    std::string pos = "sinusoidal";
+    std::string pos = "sinusoidal", act = "gelu";
     float pe_scale = 1.f, emb_scale = 1.f;
     bool pe_every_block = false;
     bool post_norm = false, gau_pre_norm = false, untied = false, head_bias = false;
@@ -197,6 +197,7 @@ static LM build_model(const Args& a, int64_t vocab, Device dev) {
         c.dropout = a.dropout;
         c.emb_dropout = a.emb_dropout;
         c.word_dropout = a.word_dropout;
+        c.act = nn::parse_activation(a.act);
         auto m = std::make_shared<nn::TransformerLM>(c);
         lm.forward = [m](const Tensor& ids) { return m->forward(ids); };
         lm.hidden = [m](const Tensor& ids) { return m->trunk(ids); };
@@ -683,6 +684,8 @@ int main(int argc, char** argv) {
                  "transformer: add the sinusoidal or learned position embedding before every block, not only "
                  "to the embedding");
     app.add_flag("--post-norm", a.post_norm, "transformer: Post-LN blocks (default Pre-LN)");
+    app.add_option("--act", a.act, "transformer: the MLPs' activation: gelu | relu | relu2 (squared ReLU) | silu")
+        ->capture_default_str()->check(CLI::IsMember({"gelu", "relu", "relu2", "silu"}));
     app.add_flag("--gau-pre-norm", a.gau_pre_norm, "GAU: Pre-Norm blocks (default Post-Norm, as FLASH/GAU-α)");
     app.add_flag("--untied", a.untied, "do not tie the output layer to the embedding");
     app.add_flag("--head-bias", a.head_bias, "transformer, with --untied: give the output layer a bias, so the unigram "
@@ -797,6 +800,7 @@ int main(int argc, char** argv) {
     for (const Unused& u : {Unused{"--heads", a.model != "transformer", "--model " + a.model},
                             Unused{"--pos", a.model != "transformer", "--model " + a.model},
                             Unused{"--post-norm", a.model != "transformer", "--model " + a.model},
+                            Unused{"--act", a.model != "transformer", "--model " + a.model},
                             Unused{"--emb-dropout", a.model != "transformer", "--model " + a.model},
                             Unused{"--word-dropout", a.model != "transformer", "--model " + a.model},
                             Unused{"--s", a.model != "gau", "--model " + a.model},

@@ -55,7 +55,7 @@ namespace fs = std::filesystem;
 struct Args {
     std::string data_dir, dataset = "cifar10", model = "vit-tiny";
     int64_t dim = 0, depth = 0, heads = 0, patch = 2;
-    std::string pool = "avg", pos = "sincos2d";
+    std::string pool = "avg", pos = "sincos2d", act = "gelu";
     bool fc_norm = false;
     float pe_scale = 1.f, layerscale = 0.f;
     int64_t kernel = 3;                // ConvMixer depthwise kernel
@@ -251,6 +251,7 @@ static std::shared_ptr<nn::Module> build_model(const Args& a, int64_t image_size
     c.pos = a.pos;
     c.pe_scale = a.pe_scale;
     c.layerscale = a.layerscale;
+    c.act = nn::parse_activation(a.act);
     auto net = std::make_shared<nn::ViT>(c);
     forward = [net](const Tensor& x) { return net->forward(x); };
     return net;
@@ -570,6 +571,8 @@ int main(int argc, char** argv) {
     app.add_flag("--fc-norm", a.fc_norm,
                  "with --pool avg: the final LayerNorm on the pooled vector (timm's use_fc_norm, the structured-init "
                  "papers' ViT) instead of on every token before the pooling");
+    app.add_option("--act", a.act, "ViT: the MLPs' activation: gelu | relu | relu2 (squared ReLU) | silu")
+        ->capture_default_str()->check(CLI::IsMember({"gelu", "relu", "relu2", "silu"}));
     app.add_option("--pos", a.pos, "sincos1d | sincos2d | learned")->capture_default_str()
         ->check(CLI::IsMember({"sincos1d", "sincos2d", "learned"}));
     app.add_option("--pe-scale", a.pe_scale, "position embedding scale")->capture_default_str();
@@ -651,6 +654,7 @@ int main(int argc, char** argv) {
     if (a.fc_norm && a.pool != "avg") return refuse("--fc-norm is the LayerNorm after average pooling: it needs --pool avg");
     bool convmixer = a.model.rfind("convmixer", 0) == 0;
     if (convmixer && a.fc_norm) return refuse("--fc-norm is a ViT option; --model is " + a.model);
+    if (convmixer && a.act != "gelu") return refuse("--act is a ViT option (ConvMixer's blocks use GELU); --model is " + a.model);
     if (!convmixer && (a.spatial != "train" || a.freeze_spatial || a.kernel != 3))
         return refuse("--spatial, --freeze-spatial and --kernel are ConvMixer options; --model is " + a.model);
     // The ViT's own options given to a ConvMixer (one command for both models): a note.

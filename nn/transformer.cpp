@@ -116,6 +116,7 @@ ViT::ViT(const ViTConfig& c) : cfg(c) {
     bc.dropout = c.dropout;
     bc.attn_dropout = c.attn_dropout;
     bc.layerscale = c.layerscale;
+    bc.act = c.act;
     blocks = register_module("blocks", std::make_shared<ModuleList<TransformerBlock>>());
     for (int64_t i = 0; i < c.depth; i++) blocks->push_back(std::make_shared<TransformerBlock>(bc));
     norm = register_module("norm", std::make_shared<LayerNorm>(d));

@@ -44,6 +44,7 @@ struct ViTConfig {
     std::string pos = "sincos2d";  // sincos1d | sincos2d | learned
     float pe_scale = 1.f;          // multiplies the position embedding (mimetic's scale factor)
     float dropout = 0.f, attn_dropout = 0.f, layerscale = 0.f;
+    Activation act = Activation::GELU;  // the MLPs' (relu-quantile's own setting is ReLU)
     static ViTConfig tiny();   // 192 wide, 12 deep, 3 heads
     static ViTConfig small();  // 384 wide, 12 deep, 6 heads
 };

@@ -68,6 +68,17 @@ TEST_CASE("--dry-run checks the flags and the model, and reads and writes nothin
     CHECK(has(fc, "\"--fc-norm\": \"true\""));
     CHECK(shell(tmp, "apps/train_lm --model gau --emb-scale 2 --dry-run").status == 2);
 
+    // --act: the transformers' MLP activation, recorded; a ConvMixer's is fixed (refused), an LSTM
+    // has none (a note).
+    Result act = shell(tmp, "apps/train_vit --act relu --init relu-quantile --dry-run");
+    CHECK(act.status == 0);
+    CHECK(has(act, "\"--act\": \"relu\""));
+    CHECK(shell(tmp, "apps/train_vit --act silu --model convmixer-256-8 --dry-run").status == 2);
+    CHECK(shell(tmp, "apps/train_vit --act tanh --dry-run").status == 2);
+    Result lstm_act = shell(tmp, "apps/train_lm --model lstm --act relu2 --dry-run");
+    CHECK(lstm_act.status == 0);
+    CHECK(has(lstm_act, "note: --act changes nothing here (--model lstm)"));
+
     // The init runs on the model too: a scheme that does not apply to it is refused, by name.
     CHECK(has(vit, "--init mimetic applies to it"));
     Result smallemb = shell(tmp, "apps/train_vit --init smallemb --dry-run");

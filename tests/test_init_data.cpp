@@ -178,10 +178,20 @@ TEST_CASE("lsuv and relu-quantile after another scheme keep its weights up to sc
     CHECK(bias_set);
 }
 
+// For the ViT's MLP activation (train_vit --act); the scheme's own setting is ReLU.
 TEST_CASE("relu-quantile: active fraction = act_prob within 1/n and post-activation std = goal", "[init]") {
+    const std::pair<nn::Activation, double (*)(double)> acts[] = {
+        {nn::Activation::GELU, gelu},
+        {nn::Activation::ReLU, [](double x) { return std::max(x, 0.0); }},
+        {nn::Activation::ReLU2, [](double x) { return x > 0 ? x * x : 0.0; }},
+        {nn::Activation::SiLU, [](double x) { return x / (1 + std::exp(-x)); }}};
+    for (auto [act, act_fn] : acts)
     for (auto [f, g] : {std::pair<float, float>{0.8f, 1.f}, {0.6f, 0.5f}}) {
+        INFO("activation " << (int)act << ", act_prob " << f);
         manual_seed(2);
-        nn::ViT vit(small_vit());
+        nn::ViTConfig c = small_vit();
+        c.act = act;
+        nn::ViT vit(c);
         Tensor images = Tensor::normal({16, 3, 16, 16});
         init::InitData data{[&] { vit.forward(images); }, 16};
         init::Options opt;
@@ -196,7 +206,7 @@ TEST_CASE("relu-quantile: active fraction = act_prob within 1/n and post-activat
             for (int64_t j = 0; j < out.size(-1); j++) {
                 std::vector<double> z = unit_values(out, j, false), post;
                 double active = 0;
-                for (double x : z) active += x > 0, post.push_back(gelu(x));
+                for (double x : z) active += x > 0, post.push_back(act_fn(x));
                 double n = (double)z.size();  // 16 images × 16 tokens
                 INFO(path << " unit " << j);
                 CHECK(std::fabs(active / n - f) <= 1 / n);
