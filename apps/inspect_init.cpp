@@ -570,8 +570,8 @@ static int run(const Args& a) {
     }
     // Adam's first step moves every parameter by about its learning rate, whatever the gradient's
     // size, where the gradient is well above Adam's ε (train_lm's 1e-8; not train_vit's 1e-3
-    // default: tools/adam_eps_share.py); random signs ask whether an update of that size alone, in no particular direction,
-    // changes the figures (docs/RESULTS.md section 3).
+    // default: tools/adam_eps_share.py); random signs ask whether an update of that size alone, in
+    // no particular direction, changes the figures (docs/RESULTS.md section 3).
     if (a.perturb > 0) {
         int64_t n = 0;
         for (Tensor& p : s.module->parameters()) {

@@ -220,8 +220,8 @@ static std::string dry_run_model(const Args& a) {
     std::string init_line = apps::dry_run_init(*lm.module, a.init, a.init_opt, stand_in);
     apps::apply_freeze_flags(*lm.module, a.freeze, "train_lm");
     apps::apply_lr_scales(nn::param_groups(*lm.module, a.weight_decay), a.lr_scale, "train_lm");
-    return fmt::format("{} builds ({} parameters with a stand-in vocabulary of {}: the real one comes from the data); {}",
-                       a.model, lm.module->num_parameters(), vocab, init_line);
+    return fmt::format("{} builds ({} parameters with a stand-in vocabulary of {}: the real one comes from the "
+                       "data); {}", a.model, lm.module->num_parameters(), vocab, init_line);
 }
 
 // Targets with the unscored (context) positions set to cross_entropy's ignore_index.

@@ -604,7 +604,8 @@ int main(int argc, char** argv) {
     app.add_option("--opt", a.opt, "adamw | sgd")->capture_default_str()->check(CLI::IsMember({"adamw", "sgd"}));
     app.add_option("--adam-eps", a.adam_eps,
                    "AdamW epsilon (1e-3 is the structured-init paper's recipe, PyTorch's default 1e-8; a large one "
-                   "slows the weights whose gradients are small: tools/adam_eps_share.py)")->capture_default_str()->check(apps::Positive);
+                   "slows the weights whose gradients are small: tools/adam_eps_share.py)")
+        ->capture_default_str()->check(apps::Positive);
     app.add_option("--label-smoothing", a.label_smoothing, "label smoothing")->capture_default_str()
         ->check(CLI::Range(0.f, 0.99f));
     app.add_option("--crop-pad", a.crop_pad, "random crop padding in pixels (0: off)")->capture_default_str()
@@ -654,7 +655,8 @@ int main(int argc, char** argv) {
     if (a.fc_norm && a.pool != "avg") return refuse("--fc-norm is the LayerNorm after average pooling: it needs --pool avg");
     bool convmixer = a.model.rfind("convmixer", 0) == 0;
     if (convmixer && a.fc_norm) return refuse("--fc-norm is a ViT option; --model is " + a.model);
-    if (convmixer && a.act != "gelu") return refuse("--act is a ViT option (ConvMixer's blocks use GELU); --model is " + a.model);
+    if (convmixer && a.act != "gelu")
+        return refuse("--act is a ViT option (ConvMixer's blocks use GELU); --model is " + a.model);
     if (!convmixer && (a.spatial != "train" || a.freeze_spatial || a.kernel != 3))
         return refuse("--spatial, --freeze-spatial and --kernel are ConvMixer options; --model is " + a.model);
     // The ViT's own options given to a ConvMixer (one command for both models): a note.

@@ -273,8 +273,8 @@ const CLI::Validator Positive = number_above(false, "POSITIVE");
 
 void add_dry_run_flag(CLI::App& app, bool& dry_run) {
     app.add_flag("--dry-run", dry_run,
-                 "check the flags, the model they build and that --init applies to it, print the resolved configuration, and exit "
-                 "without reading data or writing anything");
+                 "check the flags, the model they build and that --init applies to it, print the resolved "
+                 "configuration, and exit without reading data or writing anything");
 }
 
 // --resume: the run's own config.json with this part noted in its "resumed" list (when it started,
@@ -481,7 +481,8 @@ void add_init_flags(CLI::App& app, std::string& scheme, init::Options& o, const 
                    "impulse3-closed: multiply a learned position embedding by this after the solve (the "
                    "authors' norm_p; a fixed sin-cos PE is scaled by --pe-scale instead)")
         ->capture_default_str();
-    app.add_option("--lsuv-tol", o.lsuv_tol, "lsuv: tolerance on |std − 1|")->capture_default_str()->check(apps::Positive);
+    app.add_option("--lsuv-tol", o.lsuv_tol, "lsuv: tolerance on |std − 1|")->capture_default_str()
+        ->check(apps::Positive);
     app.add_option("--lsuv-max-iters", o.lsuv_max_iters, "lsuv: rescaling rounds per layer")->capture_default_str()
         ->check(apps::Positive);
     app.add_option("--act-prob", o.act_prob, "relu-quantile: fraction of units active on the init batch")

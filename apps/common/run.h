@@ -96,11 +96,11 @@ extern const CLI::Validator NonNegative;  // >= 0
 extern const CLI::Validator Positive;     // > 0
 
 // --dry-run: check the flags (every conflict the app refuses, the model they build, and --init on
-// that model: dry_run_init) and print
-// the configuration the run would record in config.json, then exit 0 before anything is read or
-// written: no data, no --init-from or --resume checkpoint, no --out folder. run_config leaves the
-// flag itself out of config.json (it is not a property of the run). tools/check_doc_commands.sh
-// runs every training command of the docs and of bench/reproduce_cpu.sh this way.
+// that model: dry_run_init) and print the configuration the run would record in config.json, then
+// exit 0 before anything is read or written: no data, no --init-from or --resume checkpoint, no
+// --out folder. run_config leaves the flag itself out of config.json (it is not a property of the
+// run). tools/check_doc_commands.sh runs every training command of the docs and of
+// bench/reproduce_cpu.sh this way.
 void add_dry_run_flag(CLI::App& app, bool& dry_run);
 
 // A flag given that changes nothing in this run (`why`: e.g. "--model lstm"): a note on stderr, not
