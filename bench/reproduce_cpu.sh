@@ -604,14 +604,30 @@ for s in 0 1; do
   "${V[@]}" --threads 1 --seed $s --init torch --init-from $Q --adam-eps 1e-8 --out runs/vit-qk/torch+qkx1.73-eps1e-8-s$s
   "${V[@]}" --threads 1 --seed $s --init torch --init-from runs/vit-qk/starts/qkx3-s$s.safetensors --out runs/vit-qk/torch+qkx3-s$s
   "${V[@]}" --threads 1 --seed $s --init torch --init-from runs/vit-qk/starts/qkx0.58-s$s.safetensors --out runs/vit-qk/torch+qkx0.58-s$s
-  for init in timm mimetic impulse3 orthogonal; do
+  for init in timm mimetic impulse3 impulse5 orthogonal; do
     "${V[@]}" --threads 1 --seed $s --init $init --adam-eps 1e-8 --out runs/vit-eps/$init-eps1e-8-s$s
   done
+  "${V[@]}" --threads 1 --seed $s --init mimetic --no-mimetic-vo --adam-eps 1e-8 --out runs/vit-eps/mimetic-qkonly-eps1e-8-s$s
+  "${V[@]}" --threads 1 --seed $s --init mimetic --no-mimetic-qk --adam-eps 1e-8 --out runs/vit-eps/mimetic-voonly-eps1e-8-s$s
   for eps in 1e-4 1e-5; do
     "${V[@]}" --threads 1 --seed $s --init torch --adam-eps $eps --out runs/vit-eps/torch-eps$eps-s$s
   done
 done
-# (timm and mimetic at the recipe's ε again, seed 0, for their optimizer state; then ε's share of the steps)
+# (torch, timm and mimetic at the recipe's ε again, seed 0, for their optimizer state. The step-79
+# tables of docs/results/vit-eps/eps_share.md come from copies of last.optim.safetensors (and
+# config.json) taken when each epoch's checkpoint was written, by a loop polling the run folders.)
+"${V[@]}" --threads 1 --seed 0 --init torch --out runs/vit-eps/torch-eps1e-3-s0
 "${V[@]}" --threads 1 --seed 0 --init timm --out runs/vit-eps/timm-eps1e-3-s0
 "${V[@]}" --threads 1 --seed 0 --init mimetic --out runs/vit-eps/mimetic-eps1e-3-s0
-tools/adam_eps_share.py runs/vit-eps/timm-eps1e-3-s0 runs/vit-orth/torch-s0 runs/vit-eps/mimetic-eps1e-3-s0 runs/vit-orth/torch+qkx1.73-s0 runs/vit-qk/torch-eps1e-8-s0
+tools/adam_eps_share.py runs/vit-orth/torch-s0 runs/vit-orth/torch+qkx1.73-s0 runs/vit-qk/torch+qkx3-s0 runs/vit-orth/orthogonal-s0 runs/vit-qk/torch-eps1e-8-s0
+# Session 32: section 5's ConvMixer (trained or frozen spatial filters) at the recipe's ε and at 1e-8,
+# seeds 0 and 1, --threads 1, two at a time.
+M32=(./apps/train_vit --auto-resume --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --model convmixer-256-8 --dim 128 --depth 4 --kernel 3 --patch 2 --batch-size 128 --epochs 3 --warmup-epochs 1 --lr 5e-3 --weight-decay 0.05 --randaug 0 --train-subset 5000 --threads 1 --init torch)
+for s in 0 1; do
+  for eps in 1e-3 1e-8; do
+    "${M32[@]}" --seed $s --adam-eps $eps --out runs/convmixer-eps/trained-eps$eps-s$s
+    for k in random impulse box; do
+      "${M32[@]}" --seed $s --spatial $k --freeze-spatial --adam-eps $eps --out runs/convmixer-eps/frozen-$k-eps$eps-s$s
+    done
+  done
+done
