@@ -54,12 +54,13 @@ TEST_CASE("--dry-run checks the flags and the model, and reads and writes nothin
     CHECK(shell(tmp, "apps/train_vit --device cuda --dry-run").status == 0);
 
     // What a real run would refuse, a dry run refuses: the flag checks, and the model's own.
-    Result heads = shell(tmp, "apps/train_vit --heads 5 --dry-run");
-    CHECK(heads.status == 2);
-    CHECK(has(heads, "width 192 is not divisible by 5 heads"));
-    Result freeze = shell(tmp, "apps/train_lm --freeze 'nothing.*' --dry-run");
-    CHECK(freeze.status == 2);
-    CHECK(has(freeze, "'nothing.*' matches no parameter"));
+    auto refused_with = [&](const std::string& command, const std::string& message) {
+        Result r = shell(tmp, command);
+        UNSCOPED_INFO(command << ": " << r.output);
+        return r.status == 2 && has(r, message);
+    };
+    CHECK(refused_with("apps/train_vit --heads 5 --dry-run", "width 192 is not divisible by 5 heads"));
+    CHECK(refused_with("apps/train_lm --freeze 'nothing.*' --dry-run", "'nothing.*' matches no parameter"));
     CHECK(shell(tmp, "apps/train_vit --init impulse3 --pool cls --dry-run").status == 2);
     CHECK(shell(tmp, "apps/train_vit --fc-norm --pool cls --dry-run").status == 2);
     CHECK(shell(tmp, "apps/train_vit --fc-norm --model convmixer-256-8 --dry-run").status == 2);
@@ -81,12 +82,9 @@ TEST_CASE("--dry-run checks the flags and the model, and reads and writes nothin
 
     // The init runs on the model too: a scheme that does not apply to it is refused, by name.
     CHECK(has(vit, "--init mimetic applies to it"));
-    Result smallemb = shell(tmp, "apps/train_vit --init smallemb --dry-run");
-    CHECK(smallemb.status == 2);
-    CHECK(has(smallemb, "smallemb: model ViT has no token embedding followed by a LayerNorm"));
-    Result impulse = shell(tmp, "apps/train_lm --model lstm --init impulse3 --dry-run");
-    CHECK(impulse.status == 2);
-    CHECK(has(impulse, "impulse3: model LSTMLM is not a ViT"));
+    CHECK(refused_with("apps/train_vit --init smallemb --dry-run",
+                       "smallemb: model ViT has no token embedding followed by a LayerNorm"));
+    CHECK(refused_with("apps/train_lm --model lstm --init impulse3 --dry-run", "impulse3: model LSTMLM is not a ViT"));
     // A data-dependent one runs on a random batch of the model's input (no data is read).
     Result lsuv = shell(tmp, "OMP_NUM_THREADS=1 apps/train_lm --init lsuv --depth 2 --dim 64 --heads 2 --dry-run");
     INFO(lsuv.output);
