@@ -1112,6 +1112,35 @@ TEST_CASE("train_lm writes init.safetensors; tools/edit_checkpoint.py and weight
     CHECK(slurp(tmp / "log").find("goes past the end of the file") != std::string::npos);
 }
 
+// apps/datainfo: what a data set holds, per split, and a clear error for a missing or cut file.
+TEST_CASE("apps/datainfo: tokens and vocabulary of a text set, images per class, bad folders", "[apps]") {
+    test::TempDir tmp;
+    test::write_file(tmp / "ptb/ptb.train.txt", "a b c\nb c\n");
+    test::write_file(tmp / "ptb/ptb.valid.txt", "a b\n");
+    test::write_file(tmp / "ptb/ptb.test.txt", "c\n");
+    REQUIRE(run_app("datainfo", "--dataset ptb --data-dir " + (tmp / "ptb"), tmp / "log") == 0);
+    std::string text = slurp(tmp / "log");
+    INFO(text);
+    CHECK(std::regex_search(text, std::regex("train +7 tokens")));  // with an <eos> a line
+    CHECK(std::regex_search(text, std::regex("valid +3 tokens")));
+    CHECK(std::regex_search(text, std::regex("test +2 tokens")));
+    CHECK(text.find("vocabulary 4 tokens (from train)") != std::string::npos);
+
+    test::write_tiny_cifar10(tmp / "cifar", 2, 1);
+    REQUIRE(run_app("datainfo", "--dataset cifar10 --data-dir " + (tmp / "cifar"), tmp / "log") == 0);
+    std::string images = slurp(tmp / "log");
+    INFO(images);
+    CHECK(std::regex_search(images, std::regex("train: 100 images, 10 classes")));
+    CHECK(std::regex_search(images, std::regex("test: 10 images, 10 classes")));
+    CHECK(std::regex_search(images, std::regex("airplane +10\n")));
+
+    CHECK(run_app("datainfo", "--dataset cifar10 --data-dir " + (tmp / "none"), tmp / "log") != 0);
+    CHECK(slurp(tmp / "log").find("none does not exist") != std::string::npos);
+    std::filesystem::resize_file(tmp / "cifar/data_batch_2.bin", 5000);  // not a whole number of records
+    CHECK(run_app("datainfo", "--dataset cifar10 --data-dir " + (tmp / "cifar"), tmp / "log") != 0);
+    CHECK(slurp(tmp / "log").find("data_batch_2.bin") != std::string::npos);
+}
+
 // tools/adam_eps_share.py on a hand-made optimizer checkpoint: √v̂ (v over 1 − β₂ᵗ) against the
 // run's --adam-eps, the blocks' tensors of one role pooled, biases left out.
 TEST_CASE("tools/adam_eps_share.py: the share of weight entries whose Adam steps ε sets", "[apps]") {
