@@ -58,6 +58,11 @@ TEST_CASE("vocab: bad files name the file and the problem", "[data]") {
     write_file(dir / "crlf.txt", "<eos>\r\n<unk>\r\n");
     CHECK_THAT(error_of([&] { Vocab::load(dir / "crlf.txt"); }),
                Contains("crlf.txt") && Contains("line 1") && Contains("carriage return"));
+    write_file(dir / "dangling.txt", "a\nb\\\n");
+    CHECK_THAT(error_of([&] { Vocab::load(dir / "dangling.txt"); }),
+               Contains("dangling.txt") && Contains("line 2") && Contains("dangling"));
+    write_file(dir / "empty.txt", "");
+    CHECK_THAT(error_of([&] { Vocab::load(dir / "empty.txt"); }), Contains("empty.txt") && Contains("is empty"));
 }
 
 TEST_CASE("tokenize: word level adds <eos> at every line end, empty lines included", "[data]") {
@@ -302,6 +307,10 @@ TEST_CASE("bptt batches: contiguous rows, targets shifted by one, last batch sho
     CHECK(data::BpttBatches(iota_stream(23), 2, 4, true).size() == 2);
     CHECK_THROWS_AS(b.get(3), engine::Error);
     CHECK_THROWS_AS(data::BpttBatches(iota_stream(3), 2, 4), engine::Error);
+    // Sizes that give no batch are named, not an empty epoch.
+    CHECK_THAT(error_of([] { data::BpttBatches(iota_stream(23), 0, 4); }), Contains("batch must be positive"));
+    CHECK_THAT(error_of([] { data::BpttBatches(iota_stream(23), 2, 0); }), Contains("steps must be positive"));
+    CHECK_THAT(error_of([] { data::BpttBatches(iota_stream(9), 2, 5, true); }), Contains("give no full batch"));
 }
 
 TEST_CASE("window batches: only the last part is scored, each target scored once", "[data]") {
@@ -328,6 +337,7 @@ TEST_CASE("window batches: only the last part is scored, each target scored once
     CHECK(full.size() < w.size());
     for (int64_t i = 0; i < full.size(); i++) CHECK(full.get(i).inputs.size(1) == seq);
     CHECK_THROWS_AS(data::WindowBatches(iota_stream(n), 1, 4, 5), engine::Error);
+    CHECK_THAT(error_of([] { data::WindowBatches(iota_stream(8), 2, 6, 3, false); }), Contains("hold no window"));
 }
 
 TEST_CASE("real data: PTB word and char counts", "[data]") {
