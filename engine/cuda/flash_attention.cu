@@ -1351,17 +1351,22 @@ size_t tc_backward_bytes(TcKind kind) {
     return kind.async ? backward_bytes<TcTiles<D, Tf32, 2>>() : backward_bytes<TcTiles<D, Tf32, 1>>();
 }
 
+// The tensor-core forward of head dim D; false (nothing run) where the device gives a block less
+// shared memory than its kernel takes: at D = 128 some need 110-155 KB, and an RTX 30/40 card gives
+// 99 KB. The caller then runs the fp32 kernels (the same result, at fp32's precision).
 template <int D>
-void tc_forward(const float* q, const float* k, const float* v, float* out, float* lse, int64_t BH, int64_t T,
+bool tc_forward(const float* q, const float* k, const float* v, float* out, float* lse, int64_t BH, int64_t T,
                 int64_t S, bool causal, float scale, Layouts L) {
     const TcKind kind = tc_forward_kind<D>();
+    if (tc_forward_bytes<D>(kind) > max_shared_memory_per_block()) return false;
+    g_tc_forward_calls.fetch_add(1, std::memory_order_relaxed);
     if (kind.bf16) g_bf16_forward_calls.fetch_add(1, std::memory_order_relaxed);
     if constexpr (D == 64) {
         if (kind.narrow) {
             g_narrow_forward_calls.fetch_add(1, std::memory_order_relaxed);
             if (kind.bf16) tc_forward_for<D, __nv_bfloat16, false, 32>(q, k, v, out, lse, BH, T, S, causal, scale, L);
             else tc_forward_for<D, wmma::precision::tf32, false, 32>(q, k, v, out, lse, BH, T, S, causal, scale, L);
-            return;
+            return true;
         }
     }
     if (kind.bf16) {
@@ -1372,12 +1377,16 @@ void tc_forward(const float* q, const float* k, const float* v, float* out, floa
     } else {
         tc_forward_for<D, wmma::precision::tf32, false>(q, k, v, out, lse, BH, T, S, causal, scale, L);
     }
+    return true;
 }
+// The tensor-core backward of head dim D; false (nothing run) where its kernels do not fit, as above.
 template <int D>
-void tc_backward(const float* q, const float* k, const float* v, const float* dout, const float* lse,
+bool tc_backward(const float* q, const float* k, const float* v, const float* dout, const float* lse,
                  const float* delta, float* dq, float* dk, float* dv, int64_t BH, int64_t T, int64_t S, bool causal,
                  float scale, Layouts L) {
     const TcKind kind = tc_backward_kind();
+    if (tc_backward_bytes<D>(kind) > max_shared_memory_per_block()) return false;
+    g_tc_backward_calls.fetch_add(1, std::memory_order_relaxed);
     if (kind.bf16) {
         g_bf16_backward_calls.fetch_add(1, std::memory_order_relaxed);
         tc_backward_for<D, __nv_bfloat16, false>(q, k, v, dout, lse, delta, dq, dk, dv, BH, T, S, causal, scale, L);
@@ -1389,26 +1398,11 @@ void tc_backward(const float* q, const float* k, const float* v, const float* do
         tc_backward_for<D, wmma::precision::tf32, false>(q, k, v, dout, lse, delta, dq, dk, dv, BH, T, S, causal, scale,
                                                          L);
     }
+    return true;
 }
 
 // The tensor-core kernels run when the GEMMs may round (tf32 or bf16); fp32 keeps the fp32 kernels.
 bool use_tensor_cores() { return gemm_precision() != GemmPrecision::fp32; }
-
-// Whether this device gives the tensor-core kernels of a forward (backward) of head dim D the
-// shared memory they take. Not always: at D = 128 some need 110-155 KB, and an RTX 30/40 card gives
-// a block 99 KB; there the fp32 kernels run (the same result, at fp32's precision), not an error.
-bool tc_forward_fits(int64_t D) {
-    const size_t bytes = D == 32   ? tc_forward_bytes<32>(tc_forward_kind<32>())
-                         : D == 64 ? tc_forward_bytes<64>(tc_forward_kind<64>())
-                                   : tc_forward_bytes<128>(tc_forward_kind<128>());
-    return bytes <= max_shared_memory_per_block();
-}
-bool tc_backward_fits(int64_t D) {
-    const size_t bytes = D == 32   ? tc_backward_bytes<32>(tc_backward_kind())
-                         : D == 64 ? tc_backward_bytes<64>(tc_backward_kind())
-                                   : tc_backward_bytes<128>(tc_backward_kind());
-    return bytes <= max_shared_memory_per_block();
-}
 
 [[noreturn]] void unsupported(int64_t D) {
     fail("flash attention: head dim " + std::to_string(D) + " has no kernel (32, 64 or 128; attention falls back " +
@@ -1493,14 +1487,11 @@ void flash_attention_forward(const float* q, const float* k, const float* v, flo
     }
     // The FLOPs of the unfused path's two GEMMs (scores, P·v): the work the model asks for.
     profile::note_flops(4.0 * (double)BH * (double)T * (double)S * (double)D);
-    if (use_tensor_cores() && tc_forward_fits(D)) {
-        g_tc_forward_calls.fetch_add(1, std::memory_order_relaxed);
-        switch (D) {
-            case 32: tc_forward<32>(q, k, v, out, lse, BH, T, S, causal, scale, L); break;
-            case 64: tc_forward<64>(q, k, v, out, lse, BH, T, S, causal, scale, L); break;
-            default: tc_forward<128>(q, k, v, out, lse, BH, T, S, causal, scale, L); break;
-        }
-        return;
+    if (use_tensor_cores()) {
+        const bool ran = D == 32   ? tc_forward<32>(q, k, v, out, lse, BH, T, S, causal, scale, L)
+                         : D == 64 ? tc_forward<64>(q, k, v, out, lse, BH, T, S, causal, scale, L)
+                                   : tc_forward<128>(q, k, v, out, lse, BH, T, S, causal, scale, L);
+        if (ran) return;
     }
     switch (D) {
         case 32: forward_for<32>(q, k, v, out, lse, BH, T, S, causal, scale, L); break;
@@ -1531,14 +1522,12 @@ void flash_attention_backward(const float* q, const float* k, const float* v, co
     float* delta = static_cast<float*>(alloc(sizeof(float) * (size_t)rows));
     try {
         KERNEL_LAUNCH(flash_delta_kernel, blocks_for(rows * 32), kBlockSize, 0, out, dout, delta, rows, T, L.out);
-        if (use_tensor_cores() && tc_backward_fits(D)) {
-            g_tc_backward_calls.fetch_add(1, std::memory_order_relaxed);
-            switch (D) {
-                case 32: tc_backward<32>(q, k, v, dout, lse, delta, dq, dk, dv, BH, T, S, causal, scale, L); break;
-                case 64: tc_backward<64>(q, k, v, dout, lse, delta, dq, dk, dv, BH, T, S, causal, scale, L); break;
-                default: tc_backward<128>(q, k, v, dout, lse, delta, dq, dk, dv, BH, T, S, causal, scale, L); break;
-            }
-        } else {
+        const bool ran =
+            use_tensor_cores() &&
+            (D == 32   ? tc_backward<32>(q, k, v, dout, lse, delta, dq, dk, dv, BH, T, S, causal, scale, L)
+             : D == 64 ? tc_backward<64>(q, k, v, dout, lse, delta, dq, dk, dv, BH, T, S, causal, scale, L)
+                       : tc_backward<128>(q, k, v, dout, lse, delta, dq, dk, dv, BH, T, S, causal, scale, L));
+        if (!ran) {
             switch (D) {
                 case 32: backward_for<32>(q, k, v, dout, lse, delta, dq, dk, dv, BH, T, S, causal, scale, L); break;
                 case 64: backward_for<64>(q, k, v, dout, lse, delta, dq, dk, dv, BH, T, S, causal, scale, L); break;
