@@ -684,8 +684,7 @@ int main(int argc, char** argv) {
                  "transformer: add the sinusoidal or learned position embedding before every block, not only "
                  "to the embedding");
     app.add_flag("--post-norm", a.post_norm, "transformer: Post-LN blocks (default Pre-LN)");
-    app.add_option("--act", a.act, "transformer: the MLPs' activation: gelu | relu | relu2 (squared ReLU) | silu")
-        ->capture_default_str()->check(CLI::IsMember({"gelu", "relu", "relu2", "silu"}));
+    apps::add_act_flag(app, a.act, "transformer");
     app.add_flag("--gau-pre-norm", a.gau_pre_norm, "GAU: Pre-Norm blocks (default Post-Norm, as FLASH/GAU-α)");
     app.add_flag("--untied", a.untied, "do not tie the output layer to the embedding");
     app.add_flag("--head-bias", a.head_bias, "transformer, with --untied: give the output layer a bias, so the unigram "

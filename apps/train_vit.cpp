@@ -571,8 +571,7 @@ int main(int argc, char** argv) {
     app.add_flag("--fc-norm", a.fc_norm,
                  "with --pool avg: the final LayerNorm on the pooled vector (timm's use_fc_norm, the structured-init "
                  "papers' ViT) instead of on every token before the pooling");
-    app.add_option("--act", a.act, "ViT: the MLPs' activation: gelu | relu | relu2 (squared ReLU) | silu")
-        ->capture_default_str()->check(CLI::IsMember({"gelu", "relu", "relu2", "silu"}));
+    apps::add_act_flag(app, a.act, "ViT");
     app.add_option("--pos", a.pos, "sincos1d | sincos2d | learned")->capture_default_str()
         ->check(CLI::IsMember({"sincos1d", "sincos2d", "learned"}));
     app.add_option("--pe-scale", a.pe_scale, "position embedding scale")->capture_default_str();

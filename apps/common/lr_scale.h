@@ -29,8 +29,8 @@ std::vector<LrScale> parse_lr_scales(const std::string& spec);
 // Each group split by factor: the parameters of `groups` that match an item move to a group of
 // their own (the same weight decay, lr_scale = the factor). An item that matches no parameter, or
 // only ones an earlier item took, is refused (a typo would otherwise change nothing), naming an
-// example name. Returns the groups
-// unchanged for an empty spec, and prints what it scaled as `app_name` otherwise.
+// example name. Returns the groups unchanged for an empty spec, and prints what it scaled as
+// `app_name` otherwise.
 std::vector<nn::ParamGroup> apply_lr_scales(std::vector<nn::ParamGroup> groups, const std::string& spec,
                                             const char* app_name);
 

@@ -455,6 +455,11 @@ void save_init_weights(const RunDir& out, const nn::Module& model, const std::st
     nn::save_checkpoint(out.path("init"), model, nullptr, meta);
 }
 
+void add_act_flag(CLI::App& app, std::string& act, const std::string& which) {
+    app.add_option("--act", act, which + ": the MLPs' activation: gelu | relu | relu2 (squared ReLU) | silu")
+        ->capture_default_str()->check(CLI::IsMember({"gelu", "relu", "relu2", "silu"}));
+}
+
 void add_init_flags(CLI::App& app, std::string& scheme, init::Options& o, const std::string& init_note) {
     std::string help = "initialization scheme(s), '+' composes, applied left to right" + init_note + ":";
     for (auto& s : init::schemes()) help += "\n  " + s.name + ": " + s.summary;

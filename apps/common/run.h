@@ -165,6 +165,9 @@ private:
 // (--mimetic-alpha1, --impulse-iters, --act-prob, ...), with the specs' defaults. init_note joins
 // --init's help line (e.g. " (LayerScale is a model option: --layerscale)").
 void add_init_flags(CLI::App& app, std::string& scheme, init::Options& opt, const std::string& init_note = "");
+// --act: the MLP activation of a transformer (`which`: the models it applies to), one of the names
+// nn::parse_activation reads.
+void add_act_flag(CLI::App& app, std::string& act, const std::string& which);
 // --init-from CKPT: after --init, every weight is replaced by a checkpoint's (RUN/last.safetensors,
 // a model of the same flags; nn::load_weights), and the report says so. The optimizer and the
 // schedule start fresh: a two-stage run, or a fine-tuning. Nothing happens for an empty path.
