@@ -586,6 +586,7 @@ static int run(Args& a, const apps::json& config, Device dev) {
                 gnorm = apps::backward_and_update(time_sum ? mul(loss, time_sum_factor(b)) : loss, params, *opt,
                                                   a.clip_grad, log_now);
             global_step++;
+            if (log_now) apps::wait_for_device(dev);  // the logged time includes the step's last kernels
             double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
             ntok += (double)b.scored;
             bar.update(i + 1, (int64_t)ntok, fmt::format("{} {:.3f}", metric_name, metric(meter.mean())));

@@ -466,6 +466,7 @@ static int run(const Args& a, const apps::json& config, Device dev) {
             profile::boundary("loss read-back", profile::Phase::Outside);
             if (!graph) gnorm = apps::backward_and_update(loss, params, *opt, a.clip_grad, log_now);
             global_step++;
+            if (log_now) apps::wait_for_device(dev);  // the logged time includes the step's last kernels
             double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
             seen += n;
             bar.update(b + 1 - skip_batches, seen, fmt::format("loss {:.4f}", meter.mean()));

@@ -4,6 +4,7 @@
 #include <cmath>
 #include "engine/error.h"
 #include "engine/ops.h"
+#include <fmt/ranges.h>
 
 namespace nn {
 
@@ -120,12 +121,20 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
     return batch_norm(x, weight, bias, running_mean, running_var, training_, momentum, eps);
 }
 
+static const std::pair<const char*, Activation> kActivations[] = {
+    {"gelu", Activation::GELU}, {"relu", Activation::ReLU}, {"relu2", Activation::ReLU2}, {"silu", Activation::SiLU}};
+
+std::vector<std::string> activation_names() {
+    std::vector<std::string> names;
+    for (const auto& [name, a] : kActivations) names.push_back(name);
+    return names;
+}
+
 Activation parse_activation(const std::string& name) {
-    if (name == "gelu") return Activation::GELU;
-    if (name == "relu") return Activation::ReLU;
-    if (name == "relu2") return Activation::ReLU2;
-    if (name == "silu" || name == "swish") return Activation::SiLU;
-    fail("unknown activation '{}' (choose gelu, relu, relu2 or silu)", name);
+    for (const auto& [known, a] : kActivations)
+        if (name == known) return a;
+    if (name == "swish") return Activation::SiLU;
+    fail("unknown activation '{}' (choose {})", name, fmt::join(activation_names(), ", "));
 }
 
 Tensor activate(const Tensor& x, Activation a) {

@@ -1,6 +1,8 @@
 // nn/layers.h: the basic layers. Each initializes itself with PyTorch's defaults (the `torch`
 // scheme); init/ replaces those values by name when another scheme is asked for.
 #pragma once
+#include <string>
+#include <vector>
 #include "nn/module.h"
 
 namespace nn {
@@ -94,7 +96,8 @@ public:
 };
 
 enum class Activation { GELU, ReLU, ReLU2, SiLU };
-Activation parse_activation(const std::string& name);  // "gelu" | "relu" | "relu2" | "silu"
+std::vector<std::string> activation_names();            // "gelu", "relu", "relu2" (squared ReLU), "silu"
+Activation parse_activation(const std::string& name);  // one of activation_names(), or "swish" (= silu)
 Tensor activate(const Tensor& x, Activation a);
 
 // fc1 -> activation -> dropout -> fc2 (the transformer MLP); with GELU, fc1's bias and the GELU are one

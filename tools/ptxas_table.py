@@ -4,8 +4,9 @@
     tools/ptxas_table.py --out build/cuda-check/kernels.md build/cuda-check/*.log
 
 Each LOG is the output of one `nvcc -Xptxas -v -c engine/cuda/<file>.cu` (the log's name without
-.log names the source file). Writes a markdown table, one line per kernel (file, kernel, registers, stack frame, spill stores,
-spill loads, static shared memory, barriers; "a / b" where the archs differ), sorted by file and kernel, prints
+.log names the source file). Writes a markdown table, one line per kernel (file, kernel, registers,
+the largest block those registers allow, stack frame, spill stores, spill loads, static shared
+memory, barriers; "a / b" where the archs differ), sorted by file and kernel, prints
 it, and exits with status 1 when any function spills registers to local memory (a kernel of the
 training step that spills is slow on every step), naming each one. Non-kernel device functions
 that ptxas compiled on their own (not inlined) get a row too, marked "(device function)".
@@ -78,6 +79,16 @@ def cell(v):
     return "" if v is None else str(v)
 
 
+def max_block_threads(registers):
+    """The most threads a block of a kernel using `registers` a thread can be launched with on sm_80
+    and sm_90 (65,536 registers a block, allocated in units of 256 a warp): a larger block fails to
+    launch ("too many resources requested for launch"), which the CUDA emulator cannot see."""
+    if not registers:
+        return 1024
+    per_warp = -(-registers * 32 // 256) * 256
+    return min(1024, 65536 // per_warp * 32)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("logs", nargs="*", help="nvcc -Xptxas -v outputs, one per .cu file")
@@ -93,6 +104,7 @@ def main():
     pretty = demangle(sorted({r["name"] for r in rows}))
     for r in rows:
         r["pretty"] = pretty.get(r["name"], r["name"]) + ("" if r["entry"] else " (device function)")
+        r["max_threads"] = max_block_threads(r["registers"]) if r["entry"] else None
     rows.sort(key=lambda r: (r["file"], r["pretty"], r["arch"]))
     archs = sorted({r["arch"] for r in rows})
 
@@ -106,13 +118,14 @@ def main():
         vals = [cell(k[a][key]) if a in k else "–" for a in archs]
         return vals[0] if len(set(vals)) == 1 else " / ".join(vals)
 
-    lines = [f"| file | kernel | registers ({' / '.join(archs)}) | stack frame (B) | spill stores (B) | "
-             "spill loads (B) | static shared (B) | barriers |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines = [f"| file | kernel | registers ({' / '.join(archs)}) | largest block (threads) | stack frame (B) | "
+             "spill stores (B) | spill loads (B) | static shared (B) | barriers |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for (source, pretty), k in by_kernel.items():
         name = pretty.replace("engine::cuda::", "").replace("|", "\\|")
         lines.append(f"| {source} | `{name}` | " + " | ".join(
-            per_arch(k, key) for key in ("registers", "stack", "spill_stores", "spill_loads", "smem", "barriers")) + " |")
+            per_arch(k, key) for key in ("registers", "max_threads", "stack", "spill_stores", "spill_loads", "smem",
+                                         "barriers")) + " |")
     spills = [r for r in rows if r["spill_stores"] or r["spill_loads"]]
     kernels = len({(r["file"], r["name"]) for r in rows if r["entry"]})
     summary = (f"{kernels} kernels in {len(args.logs)} files for {', '.join(archs)}; "

@@ -23,6 +23,7 @@
 #include "engine/ops.h"
 #include "engine/profile.h"
 #include "apps/common/mfu.h"
+#include "nn/layers.h"
 #include "nn/checkpoint.h"
 #include "nn/optim.h"
 #include "init/init.h"
@@ -457,7 +458,7 @@ void save_init_weights(const RunDir& out, const nn::Module& model, const std::st
 
 void add_act_flag(CLI::App& app, std::string& act, const std::string& which) {
     app.add_option("--act", act, which + ": the MLPs' activation: gelu | relu | relu2 (squared ReLU) | silu")
-        ->capture_default_str()->check(CLI::IsMember({"gelu", "relu", "relu2", "silu"}));
+        ->capture_default_str()->check(CLI::IsMember(nn::activation_names()));
 }
 
 void add_init_flags(CLI::App& app, std::string& scheme, init::Options& o, const std::string& init_note) {
@@ -507,7 +508,15 @@ void add_init_flags(CLI::App& app, std::string& scheme, init::Options& o, const 
 float backward_and_update(const engine::Tensor& loss, const std::vector<engine::Tensor>& params, nn::Optimizer& opt,
                           float clip, bool need_norm) {
     loss.backward();
-    float norm = clip > 0 ? nn::clip_grad_norm(params, clip) : need_norm ? nn::grad_norm(params) : 0.f;
+    float norm = 0.f;
+    if (clip > 0 && !params.empty() && params.front().is_cuda()) {
+        // On a GPU the norm stays on the device unless the log line wants it: reading it every step
+        // would make the host wait for backward before it could queue the next step's kernels.
+        engine::Tensor norm_and_scale = nn::clip_grad_norm_device(params, clip);
+        if (need_norm) norm = norm_and_scale.to(engine::Device::CPU).data_f32()[0];
+    } else {
+        norm = clip > 0 ? nn::clip_grad_norm(params, clip) : need_norm ? nn::grad_norm(params) : 0.f;
+    }
     engine::profile::boundary("gradient norm, clipping", engine::profile::Phase::Outside);
     opt.step();
     engine::profile::boundary("optimizer step", engine::profile::Phase::Outside);

@@ -165,8 +165,8 @@ private:
 // (--mimetic-alpha1, --impulse-iters, --act-prob, ...), with the specs' defaults. init_note joins
 // --init's help line (e.g. " (LayerScale is a model option: --layerscale)").
 void add_init_flags(CLI::App& app, std::string& scheme, init::Options& opt, const std::string& init_note = "");
-// --act: the MLP activation of a transformer (`which`: the models it applies to), one of the names
-// nn::parse_activation reads.
+// --act: the MLP activation of a transformer (`which`: the models it applies to), one of
+// nn::activation_names().
 void add_act_flag(CLI::App& app, std::string& act, const std::string& which);
 // --init-from CKPT: after --init, every weight is replaced by a checkpoint's (RUN/last.safetensors,
 // a model of the same flags; nn::load_weights), and the report says so. The optimizer and the
@@ -189,7 +189,8 @@ void save_init_weights(const RunDir& out, const nn::Module& model, const std::st
 // The eager training step after the forward, as both trainers take it: the backward from `loss`,
 // the gradient norm, the optimizer's update. With clip > 0 the gradients are clipped to that norm;
 // otherwise the norm is measured only when `need_norm` (a logged step: it costs a pass over the
-// gradients) and is 0 else. Returns the norm before clipping.
+// gradients). Returns the norm before clipping when `need_norm` or clipping on the CPU, else 0: on a
+// GPU the clipping stays on the device and the host reads the norm only for a logged step.
 float backward_and_update(const engine::Tensor& loss, const std::vector<engine::Tensor>& params, nn::Optimizer& opt,
                           float clip, bool need_norm);
 // A "train" line of metrics.jsonl with the fields both trainers log (step, epoch, lr, loss,
