@@ -1,6 +1,7 @@
 # mk/cuda_check.mk: `make cuda-check`: every engine/cuda/*.cu compiled by nvcc for sm_80 and sm_90
 # with warnings as errors (nvcc's and the host compiler's) and `-Xptxas -v`; the ptxas report of
-# every kernel (registers, stack frame, spills, static shared memory, barriers) becomes the table
+# every kernel (registers and the largest block they allow, stack frame, spills, static shared
+# memory, barriers) becomes the table
 # $(BUILD_ROOT)/cuda-check/kernels.md (tools/ptxas_table.py), and the check fails when a kernel
 # spills registers, naming it. Needs nvcc only, no GPU. Included by the Makefile; standalone:
 #     make -f Makefile -f mk/cuda_check.mk cuda-check BUILD_ROOT=build/x
