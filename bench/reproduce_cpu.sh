@@ -631,3 +631,12 @@ for s in 0 1; do
     done
   done
 done
+# Session 33: section 5, the data-dependent fit at ε 1e-8 (V as above, --threads 1, two at a time):
+# the session-30 ViT fc1 study with --adam-eps 1e-8, seeds 0-2, and torch and orthogonal at seed 2.
+for s in 0 1 2; do
+  "${V[@]}" --threads 1 --seed $s --init relu-quantile --act-prob 0.5 --adam-eps 1e-8 --out runs/vit-eps/rq0.5-eps1e-8-s$s
+  "${V[@]}" --threads 1 --seed $s --init relu-quantile --act-prob 0.5 --output-logit 0 --adam-eps 1e-8 --out runs/vit-eps/rq0.5-nohead-eps1e-8-s$s
+  "${V[@]}" --threads 1 --seed $s --init torch+relu-quantile --act-prob 0.5 --output-logit 0 --adam-eps 1e-8 --out runs/vit-eps/torch+rq0.5-eps1e-8-s$s
+  "${V[@]}" --threads 1 --seed $s --init torch+relu-quantile --act-prob 0.5 --adam-eps 1e-8 --out runs/vit-eps/torch+rq0.5-head-eps1e-8-s$s
+done
+for init in torch orthogonal; do "${V[@]}" --threads 1 --seed 2 --init $init --adam-eps 1e-8 --out runs/vit-eps/$init-eps1e-8-s2; done
