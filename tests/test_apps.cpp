@@ -1190,6 +1190,43 @@ TEST_CASE("tools/adam_eps_share.py: the share of weight entries whose Adam steps
     CHECK(slurp(tmp / "out").find("none/config.json") != std::string::npos);
 }
 
+// tools/ptxas_table.py on a hand-made `nvcc -Xptxas -v` log: one row per kernel with its
+// registers and the largest block they allow (65,536 registers a block, 256 a warp at a time: 40
+// registers allow 1,024 threads, 100 allow 608, 238 allow 256), a device function marked, and
+// status 1 naming the kernel when one spills.
+TEST_CASE("tools/ptxas_table.py: registers, the largest block they allow, spills", "[apps]") {
+    test::TempDir tmp;
+    auto entry = [](const std::string& mangled, int registers, int spill) {
+        return "ptxas info    : Compiling entry function '" + mangled + "' for 'sm_80'\n"
+               "ptxas info    : Function properties for " + mangled + "\n"
+               "    0 bytes stack frame, " + std::to_string(spill) + " bytes spill stores, " + std::to_string(spill) +
+               " bytes spill loads\n"
+               "ptxas info    : Used " + std::to_string(registers) + " registers, used 1 barriers, 512 bytes smem, 360 bytes cmem[0]\n";
+    };
+    const std::string device_function = "ptxas info    : Function properties for _Z6helperf\n"
+                                        "    16 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n";
+    test::write_file(tmp / "conv.log", "ptxas info    : 0 bytes gmem\n" + entry("_Z5lightPf", 40, 0) +
+                                           entry("_Z6middlePf", 100, 0) + device_function + entry("_Z5heavyPf", 238, 0));
+    auto tool = [&](const std::string& logs) {
+        return std::system(("python3 tools/ptxas_table.py --out " + (tmp / "kernels.md") + " " + logs + " > " +
+                            (tmp / "out") + " 2>&1").c_str());
+    };
+    REQUIRE(tool(tmp / "conv.log") == 0);
+    INFO(slurp(tmp / "out"));
+    const std::string table = slurp(tmp / "kernels.md");
+    CHECK(table.find("| registers (sm_80) | largest block (threads) |") != std::string::npos);
+    CHECK(table.find("| conv | `light(float*)` | 40 | 1024 | 0 | 0 | 0 | 512 | 1 |") != std::string::npos);
+    CHECK(table.find("| conv | `middle(float*)` | 100 | 608 | 0 | 0 | 0 | 512 | 1 |") != std::string::npos);
+    CHECK(table.find("| conv | `heavy(float*)` | 238 | 256 | 0 | 0 | 0 | 512 | 1 |") != std::string::npos);
+    CHECK(table.find("| conv | `helper(float) (device function)` |  |  | 16 |") != std::string::npos);
+    CHECK(table.find("3 kernels in 1 files for sm_80; 0 (kernel, arch) pairs with register spills") != std::string::npos);
+
+    test::write_file(tmp / "nn.log", entry("_Z7spillerPf", 255, 24));
+    const int status = tool((tmp / "conv.log") + " " + (tmp / "nn.log"));
+    CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 1));
+    CHECK(slurp(tmp / "out").find("nn: spiller(float*) (sm_80): 24 bytes spill stores") != std::string::npos);
+}
+
 // tools/results.py on hand-made run folders: seeds of one row, the shared flags, and a switch the
 // shared flags turn on (or a value they give) that one row leaves off, which has no spelling of its own. A flag newer than
 // some runs is shared when the runs that have it agree; a resumed run's parts count in the footer;
