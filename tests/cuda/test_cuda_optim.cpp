@@ -8,7 +8,9 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include "apps/common/run.h"
 #include "engine/multi_tensor.h"
+#include "engine/ops.h"
 #include "nn/optim.h"
 #include "tests/cuda/parity.h"
 #ifdef ENGINE_CUDA_EMU
@@ -229,3 +231,37 @@ TEST_CASE("cuda: the sum of squares over more blocks than the first pass launche
     p.set_grad(g.to(Device::CUDA));
     REQUIRE(nn::grad_norm({p}) == Approx(std::sqrt(0.25 * n)).epsilon(1e-7));
 }
+
+#ifdef ENGINE_CUDA_EMU
+// apps::backward_and_update, the trainers' eager step after the forward: on the device the
+// gradients are clipped there, and the host waits for the device (the emulator counts it) only
+// when a logged step asks for the norm. Loss Σᵢ Σ pᵢ·gᵢ makes each gradient the problem's gᵢ.
+TEST_CASE("cuda: an eager step clips on the device and waits for it only for a logged norm", "[cuda]") {
+    Problem prob;
+    Params cpu(prob, Device::CPU), gpu(prob, Device::CUDA);
+    nn::Adam opt_cpu(cpu.groups(0.05f), 1e-2f), opt_gpu(gpu.groups(0.05f), 1e-2f);
+    for (int s = 0; s < 3; s++) {
+        auto loss_of = [&](Params& p, Device dev) {
+            Tensor loss;
+            for (size_t i = 0; i < p.t.size(); i++) {
+                p.t[i].zero_grad();
+                Tensor term = engine::sum(engine::mul(p.t[i], prob.grads[s][i].to(dev)));
+                loss = loss.defined() ? engine::add(loss, term) : term;
+            }
+            return loss;
+        };
+        Tensor loss_cpu = loss_of(cpu, Device::CPU), loss_gpu = loss_of(gpu, Device::CUDA);
+        const bool logged = s == 1;
+        INFO("step " << s << (logged ? " (logged)" : ""));
+        const uint64_t waits = emu::counters().host_waits;
+        const float norm_gpu = apps::backward_and_update(loss_gpu, gpu.t, opt_gpu, 1.f, logged);
+        CHECK(emu::counters().host_waits - waits == (logged ? 1u : 0u));
+        const float norm_cpu = apps::backward_and_update(loss_cpu, cpu.t, opt_cpu, 1.f, logged);
+        REQUIRE(norm_cpu > 1.f);  // clipped
+        if (logged) CHECK(std::fabs(norm_gpu - norm_cpu) <= 1e-6f * norm_cpu);
+        else CHECK(norm_gpu == 0.f);
+    }
+    for (size_t i = 0; i < cpu.t.size(); i++)
+        test::require_close("parameter " + std::to_string(i), cpu.t[i], gpu.t[i], {1e-6f, 1e-5f});
+}
+#endif

@@ -41,6 +41,7 @@
 #include <ucontext.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -86,7 +87,8 @@ const bool g_force_fibers = [] {
     return s && s[0] == '1';
 }();
 std::mt19937_64 g_order_rng(g_seed);
-Counters g_counters{0, 0, 0};
+Counters g_counters{0, 0, 0, 0};
+std::atomic<uint64_t> g_host_waits{0};  // (counted from any thread: loader threads copy too)
 
 constexpr size_t kDefaultSharedLimit = 48 << 10;  // per block, without the opt-in attribute
 size_t g_optin_shared_limit = 227 << 10;           // with the opt-in: an H100's (set_optin_shared_limit)
@@ -797,7 +799,11 @@ size_t set_optin_shared_limit(size_t bytes) {
         fail("set_optin_shared_limit: " + std::to_string(bytes) + " bytes, under the 48 KiB default");
     return std::exchange(g_optin_shared_limit, bytes);
 }
-Counters counters() { return g_counters; }
+Counters counters() {
+    Counters c = g_counters;
+    c.host_waits = g_host_waits.load();
+    return c;
+}
 
 namespace {
 std::FILE* g_trace = [] {
@@ -1072,6 +1078,7 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
 
 cudaError_t cudaDeviceSynchronize() {
     if (cudaError_t e = emu::refuse_during_capture("cudaDeviceSynchronize", nullptr)) return e;
+    emu::g_host_waits++;
     emu::settle_copies(UINT64_MAX, "cudaDeviceSynchronize");
     return cudaSuccess;
 }
@@ -1150,6 +1157,7 @@ cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t, cudaMemPoolAttr, void*) { ret
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
     if (cudaError_t e = emu::refuse_during_capture("cudaMemcpy", nullptr)) return e;
+    emu::g_host_waits++;
     emu::check_copy("cudaMemcpy", dst, src, bytes, kind);
     if (bytes) std::memmove(dst, src, bytes);
     return cudaSuccess;
@@ -1286,6 +1294,7 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) { return cudaSt
 cudaError_t cudaStreamDestroy(cudaStream_t s) { delete s; return cudaSuccess; }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     if (cudaError_t e = emu::refuse_during_capture("cudaStreamSynchronize", s)) return e;
+    emu::g_host_waits++;
     emu::settle_copies(UINT64_MAX, "cudaStreamSynchronize");
     return cudaSuccess;
 }

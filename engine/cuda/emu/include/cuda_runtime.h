@@ -97,8 +97,11 @@ void set_seed(uint64_t seed);
 // cudaDeviceGetAttribute and cudaGetDeviceProperties report it and launches enforce it: a test sets
 // an RTX 30/40 card's 99 KiB. Returns the previous limit.
 size_t set_optin_shared_limit(size_t bytes);
-// Launches, emulated threads and fiber switches since the start (for tests and timing notes).
-struct Counters { uint64_t launches, threads, switches; };
+// Launches, emulated threads and fiber switches since the start (for tests and timing notes), and
+// host waits: the calls that make the host wait until the stream's queued work is done
+// (cudaStreamSynchronize, cudaDeviceSynchronize, a synchronous cudaMemcpy), which on a GPU keep
+// the host from queueing the next kernels while the device runs (a test counts a step's).
+struct Counters { uint64_t launches, threads, switches, host_waits; };
 Counters counters();
 // INITLAB_EMU_TRACE=FILE: one line per kernel launch and GEMM run, as they run (a replayed graph's
 // too): `kernel NAME grid=(x,y,z) block=(x,y,z) shared=BYTES` and `gemm CALL ...` (cublas_v2.h's
