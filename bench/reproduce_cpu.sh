@@ -640,3 +640,10 @@ for s in 0 1 2; do
   "${V[@]}" --threads 1 --seed $s --init torch+relu-quantile --act-prob 0.5 --adam-eps 1e-8 --out runs/vit-eps/torch+rq0.5-head-eps1e-8-s$s
 done
 for init in torch orthogonal; do "${V[@]}" --threads 1 --seed 2 --init $init --adam-eps 1e-8 --out runs/vit-eps/$init-eps1e-8-s2; done
+# The output layer's fit: torch+rq0.5's start with its head × 10.6 (the fitted head's norm over
+# PyTorch's) and head bias 0; and both relu-quantile ablation switches composed after torch.
+for s in 0 1 2; do
+  tools/edit_checkpoint.py runs/vit-eps/torch+rq0.5-eps1e-8-s$s/init.safetensors runs/vit-eps/starts/torch+rq0.5-headx10.6-s$s.safetensors --scale 'head.weight=10.6' --fill 'head.bias=0'
+  "${V[@]}" --threads 1 --seed $s --init torch --init-from runs/vit-eps/starts/torch+rq0.5-headx10.6-s$s.safetensors --adam-eps 1e-8 --out runs/vit-eps/torch+rq0.5-headx10.6-eps1e-8-s$s
+  "${V[@]}" --threads 1 --seed $s --init torch+relu-quantile --act-prob 0.5 --no-rq-bias --no-rq-scale --adam-eps 1e-8 --out runs/vit-eps/torch+headfit-eps1e-8-s$s
+done
