@@ -647,3 +647,9 @@ for s in 0 1 2; do
   "${V[@]}" --threads 1 --seed $s --init torch --init-from runs/vit-eps/starts/torch+rq0.5-headx10.6-s$s.safetensors --adam-eps 1e-8 --out runs/vit-eps/torch+rq0.5-headx10.6-eps1e-8-s$s
   "${V[@]}" --threads 1 --seed $s --init torch+relu-quantile --act-prob 0.5 --no-rq-bias --no-rq-scale --adam-eps 1e-8 --out runs/vit-eps/torch+headfit-eps1e-8-s$s
 done
+# Ten epochs instead of four: torch and mimetic at both ε, seed 0 (V with --epochs 10).
+V10=(./apps/train_vit --auto-resume --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --dim 96 --depth 6 --heads 3 --patch 4 --pool avg --batch-size 128 --epochs 10 --warmup-epochs 1 --lr 1e-3 --weight-decay 0.05 --randaug 0 --train-subset 10000)
+for init in torch mimetic; do
+  "${V10[@]}" --threads 1 --seed 0 --init $init --out runs/vit-eps-long/$init-eps1e-3-s0
+  "${V10[@]}" --threads 1 --seed 0 --init $init --adam-eps 1e-8 --out runs/vit-eps-long/$init-eps1e-8-s0
+done
