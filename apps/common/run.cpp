@@ -514,8 +514,10 @@ float backward_and_update(const engine::Tensor& loss, const std::vector<engine::
         // would make the host wait for backward before it could queue the next step's kernels.
         engine::Tensor norm_and_scale = nn::clip_grad_norm_device(params, clip);
         if (need_norm) norm = norm_and_scale.to(engine::Device::CPU).data_f32()[0];
-    } else {
-        norm = clip > 0 ? nn::clip_grad_norm(params, clip) : need_norm ? nn::grad_norm(params) : 0.f;
+    } else if (clip > 0) {
+        norm = nn::clip_grad_norm(params, clip);
+    } else if (need_norm) {
+        norm = nn::grad_norm(params);
     }
     engine::profile::boundary("gradient norm, clipping", engine::profile::Phase::Outside);
     opt.step();

@@ -87,8 +87,8 @@ const bool g_force_fibers = [] {
     return s && s[0] == '1';
 }();
 std::mt19937_64 g_order_rng(g_seed);
-Counters g_counters{0, 0, 0, 0};
-std::atomic<uint64_t> g_host_waits{0};  // (counted from any thread: loader threads copy too)
+Counters g_counters{0, 0, 0, 0};         // launches, threads, switches (under g_launch_mu); host_waits:
+std::atomic<uint64_t> g_host_waits{0};  // here instead, counted from any thread (loader threads copy too)
 
 constexpr size_t kDefaultSharedLimit = 48 << 10;  // per block, without the opt-in attribute
 size_t g_optin_shared_limit = 227 << 10;           // with the opt-in: an H100's (set_optin_shared_limit)
