@@ -555,7 +555,7 @@ static int run(const Args& a) {
                             else s.lm->forward(init_inputs);
                         },
                         init_inputs.size(0)};
-    data.labels = s.targets;  // relu-quantile's output-layer fit
+    data.labels = s.targets;  // the output-layer fit of relu-quantile and output-fit
     init::Report report = init::apply(*s.module, a.init, a.opt, &data);
     // A trained model: the same figures and pictures after training (the init still runs first,
     // so a data-dependent scheme's report is printed, then every tensor is replaced).

@@ -377,7 +377,7 @@ static int run(Args& a, const apps::json& config, Device dev) {
         std::printf("init set: %lld rows of %lld tokens (%s)\n", (long long)rows.inputs.size(0),
                     (long long)rows.inputs.size(1),
                     a.init_samples > 0 ? "--init-samples, spread over the training split" : "the first training batch");
-        // The next tokens are the labels of relu-quantile's output-layer fit (untied models).
+        // The next tokens are the labels of the output-layer fit (relu-quantile, output-fit; untied models).
         init_data = init::InitData{[&lm, inputs = rows.inputs] { NoGrad ng; lm.forward(inputs); }, rows.inputs.size(0),
                                    rows.targets};
     }
@@ -697,7 +697,7 @@ int main(int argc, char** argv) {
         ->check(CLI::Range(0.f, 0.99f));
     apps::add_init_flags(app, a.init, a.init_opt);
     app.add_option("--init-samples", a.init_samples,
-                   "rows of --seq-len tokens data-dependent inits (lsuv, relu-quantile, attn-logits) see, cut as a "
+                   "rows of --seq-len tokens data-dependent inits (lsuv, relu-quantile, output-fit, attn-logits) see, cut as a "
                    "batch of that many rows is (Aguirre & Fuentes use 2048 samples); 0: the first training batch")
         ->capture_default_str()->check(apps::NonNegative);
     apps::add_init_from_flag(app, a.init_from);

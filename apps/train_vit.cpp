@@ -320,7 +320,7 @@ static int run(const Args& a, const apps::json& config, Device dev) {
                     (long long)d.train.n, classes_in(d.train, idx), d.train.num_classes());
         Tensor batch = data::images_tensor(d.train, idx, d.norm);
         init_data = init::InitData{[batch, &forward] { NoGrad ng; forward(batch); }, (int64_t)idx.size(),
-                                   data::labels_tensor(d.train, idx)};  // labels: relu-quantile's head fit
+                                   data::labels_tensor(d.train, idx)};  // labels: the output-layer fit
     }
     init::Report report = init::apply(*model, a.init, a.init_opt, &init_data);
     // The structured-init paper's fixed spatial filters replace what the scheme put there (a

@@ -305,8 +305,10 @@ double solve_scale(const std::vector<float>& z, Act a, double goal) {
 // when the layer has a bias, b = mean(T) − mean(X·W) over the init batch (after W, not fitted
 // jointly with it: with features of non-zero mean the two differ). The classifier starts at the
 // best linear read-out of the features the hidden layers now make.
-void fit_output_layer(nn::Linear& head, const Tensor& input, const Tensor& labels, float logit, Report& report) {
-    const char* name = "relu-quantile";
+// `name` is the scheme that fits it (its messages and figures: relu_quantile.output_*, ...).
+void fit_output_layer(const std::string& scheme, nn::Linear& head, const Tensor& input, const Tensor& labels,
+                      float logit, Report& report) {
+    const char* name = scheme.c_str();
     const int64_t d = head.weight.size(1), classes = head.weight.size(0);
     check(input.numel() % d == 0, "{}: the output layer's input {} does not end in {}", name, input.shape().str(), d);
     const int64_t rows = input.numel() / d;
@@ -344,10 +346,34 @@ void fit_output_layer(nn::Linear& head, const Tensor& input, const Tensor& label
         hits += std::max_element(z + r * classes, z + (r + 1) * classes) - (z + r * classes) == y[r];
     }
     double rms = std::sqrt(sq / (double)(rows * classes)), acc = (double)hits / (double)rows;
-    report.say(fmt::format("relu-quantile: output layer{} by least squares to logits ±{:g} on {} rows: rms residual "
-                           "{:.3f}, init-batch accuracy {:.1f}%", bias ? "" : " (no bias)", logit, rows, rms, 100 * acc));
-    report.figures["relu_quantile.output_rms_residual"] = rms;
-    report.figures["relu_quantile.output_batch_acc"] = acc;
+    report.say(fmt::format("{}: output layer{} by least squares to logits ±{:g} on {} rows: rms residual {:.3f}, "
+                           "init-batch accuracy {:.1f}%", name, bias ? "" : " (no bias)", logit, rows, rms, 100 * acc));
+    const std::string prefix = std::regex_replace(scheme, std::regex("-"), "_");
+    report.figures[prefix + ".output_rms_residual"] = rms;
+    report.figures[prefix + ".output_batch_acc"] = acc;
+}
+
+// The model's output layer: its Linear "head" (LMs that tie it to the embedding have none).
+nn::Linear* output_layer(nn::Module& model) {
+    for (auto& [path, m] : model.named_modules())
+        if (path == "head") return dynamic_cast<nn::Linear*>(m);
+    return nullptr;
+}
+
+// Runs one pass of the session and returns the input `head` saw (the init batch's features).
+Tensor head_input(Session& session, nn::Linear& head) {
+    Tensor seen;
+    head.input_hook = [&](const nn::Module&, const Tensor& x) {
+        if (!seen.defined()) seen = x.detach().clone();
+    };
+    try {
+        session.pass();
+    } catch (...) {
+        head.input_hook = nullptr;
+        throw;
+    }
+    head.input_hook = nullptr;
+    return seen;
 }
 
 }  // namespace
@@ -435,17 +461,11 @@ void relu_quantile_init(nn::Module& model, const Options& opt, const InitData* d
     std::fill(seen.begin(), seen.end(), 0);
     // The output layer (the model's Linear "head"; LMs that tie it to the embedding have none)
     // sees, in the measuring pass, the features of the fitted hidden layers.
-    nn::Linear* head = nullptr;
-    for (auto& [path, m] : model.named_modules())
-        if (path == "head") head = dynamic_cast<nn::Linear*>(m);
+    nn::Linear* head = output_layer(model);
     bool fit_output = opt.output_logit > 0 && head && data->labels.defined();
-    Tensor head_input;
-    if (fit_output)
-        head->input_hook = [&](const nn::Module&, const Tensor& x) {
-            if (!head_input.defined()) head_input = x.detach().clone();
-        };
-    session.pass();
-    if (fit_output) head->input_hook = nullptr;
+    Tensor features;
+    if (fit_output) features = head_input(session, *head);
+    else session.pass();
 
     // "blocks.*.mlp.fc1 (GELU) x12": the adapted layers, grouped over their indices.
     std::vector<std::pair<std::string, int>> groups;
@@ -478,7 +498,7 @@ void relu_quantile_init(nn::Module& model, const Options& opt, const InitData* d
                                units, active_lo, active_hi, std_lo, std_hi));
     if (!no_bias.empty())
         report.say(fmt::format("relu-quantile: skipped (no bias to shift): {}", fmt::join(no_bias, ", ")));
-    if (fit_output) fit_output_layer(*head, head_input, data->labels, opt.output_logit, report);
+    if (fit_output) fit_output_layer(name, *head, features, data->labels, opt.output_logit, report);
     if (opt.output_logit > 0 && !fit_output)
         report.say(head ? "relu-quantile: output layer left as it was: the init batch has no labels"
                         : "relu-quantile: output layer left as it was: the model has no separate Linear 'head'");
@@ -489,6 +509,26 @@ void relu_quantile_init(nn::Module& model, const Options& opt, const InitData* d
     report.figures["relu_quantile.max_active"] = active_hi;
     report.figures["relu_quantile.min_post_std"] = std_lo;
     report.figures["relu_quantile.max_post_std"] = std_hi;
+}
+
+// ---------------------------------------------------------------------------------------------
+// output-fit
+
+void output_fit_init(nn::Module& model, const Options& opt, const InitData* data, Report& report) {
+    const char* name = "output-fit";
+    require_data(name, model, data);
+    nn::Linear* head = output_layer(model);
+    check(head != nullptr, "{}: model {} has no separate Linear 'head' to fit (a language model ties its output "
+          "layer to the embedding unless --untied)", name, model.type_name());
+    check(data->labels.defined(), "{}: model {}: the init batch has no labels to fit the output layer to", name,
+          model.type_name());
+    check(opt.output_logit > 0, "{}: --output-logit is {}; it must be positive (the target logits ±it)", name,
+          opt.output_logit);
+    Session session(model, *data);
+    Tensor features = head_input(session, *head);
+    check(features.defined(), "{}: model {}: the init batch's forward pass did not reach the output layer 'head'",
+          name, model.type_name());
+    fit_output_layer(name, *head, features, data->labels, opt.output_logit, report);
 }
 
 // ---------------------------------------------------------------------------------------------

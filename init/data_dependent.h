@@ -30,6 +30,11 @@
 //   b = mean(T) − mean(X·W) (fit_output_layer; needs the init batch's labels, InitData::labels;
 //   --output-logit 0 skips it). Until 2026-11-28 W and b were one joint least-squares fit.
 //
+// output-fit: the output layer alone, fitted as relu-quantile's last step (Scheme 4's least-squares
+//   read-out to ±opt.output_logit of the init batch's labels); every other weight stays as the
+//   scheme before it left it. "torch+output-fit" separates relu-quantile's output-layer fit from its
+//   hidden layers (docs/RESULTS.md section 5). Needs a separate Linear "head" and labelled init data.
+//
 // attn-logits (Aguirre's proposal, seed 003): W_k orthonormal (the whole k.weight), q/k biases 0;
 //   per attention layer ℓ (of L) and head h, target logits L_ij ~ N(μ_ij, s²) over query i and key j
 //   with μ_ij = a_ℓ·exp(−dist(i, j)²/(2σ_h²)), a_ℓ = 4·(1 − ℓ/(L−1)) (local early, flat = global
@@ -50,7 +55,7 @@
 // weights it finds (a per-layer scalar: the earlier scheme's structure, e.g. mimetic's W_qW_kᵀ ≈
 // α₁Z + β₁I, survives up to scale), and relu-quantile orthonormalizes only the layers it adapts.
 //
-// All three need InitData (an error naming the scheme and the model otherwise). During the fit the
+// All four need InitData (an error naming the scheme and the model otherwise). During the fit the
 // model runs without dropout (eval mode) but with BatchNorm normalizing by the batch's statistics,
 // as in training; afterwards the training flag, BatchNorm's running statistics and any forward
 // hooks are as they were.
@@ -61,6 +66,7 @@ namespace init {
 
 void lsuv_init(nn::Module& model, const Options& opt, const InitData* data, Report& report);
 void relu_quantile_init(nn::Module& model, const Options& opt, const InitData* data, Report& report);
+void output_fit_init(nn::Module& model, const Options& opt, const InitData* data, Report& report);
 void attn_logits_init(nn::Module& model, const Options& opt, const InitData* data, Report& report);
 
 // --- attn-logits building blocks, public for tests and apps/inspect_init ---------------------------

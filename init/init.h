@@ -51,8 +51,9 @@ struct Options {
     // relu-quantile ablations: without the quantile bias (biases 0: each unit active where its
     // orthonormal pre-activation is positive), without the per-unit scaling (c_j = 1)
     bool rq_bias = true, rq_scale = true;
-    // relu-quantile: the output layer ("head") by least squares to logits +output_logit for the
-    // label and −output_logit elsewhere on the init batch (0: leave the output layer alone)
+    // relu-quantile and output-fit: the output layer ("head") by least squares to logits
+    // +output_logit for the label and −output_logit elsewhere on the init batch (relu-quantile
+    // with 0: leave the output layer alone; output-fit refuses 0)
     float output_logit = 2.f;
     // Set by apply() for every scheme after the first in "a+b": schemes that would otherwise
     // replace all weights (lsuv, relu-quantile orthonormalize) then keep the earlier structure.

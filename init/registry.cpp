@@ -52,6 +52,8 @@ const std::vector<SchemeInfo>& schemes() {
                  "until |std−1| ≤ tol", true, lsuv_init},
         {"relu-quantile", "Aguirre & Fuentes: orthonormal; per unit bias at the (1−act_prob) quantile of its "
                           "pre-activations, then scaled to post-activation std goal_std", true, relu_quantile_init},
+        {"output-fit", "the output layer alone by least squares to logits ±output_logit of the init batch's labels "
+                       "(relu-quantile's last step; e.g. torch+output-fit)", true, output_fit_init},
         {"attn-logits", "Aguirre: W_k orthonormal, W_q by least squares so the init batch's logits match a "
                         "local-to-global target per head and layer", true, attn_logits_init},
         {"t-fixup", "Huang et al. 2020, encoder form: Xavier attention/MLP, then v/proj/MLP weights × 0.67·N^(-1/4); "

@@ -377,6 +377,52 @@ TEST_CASE("relu-quantile: the output layer is the least-squares read-out to logi
     }
 }
 
+TEST_CASE("output-fit: only the output layer changes, to the least-squares read-out of the features", "[init]") {
+    const int64_t n = 64, classes = 5;
+    manual_seed(6);
+    Tensor images = Tensor::normal({n, 3, 16, 16}), labels = Tensor::randint({n}, 0, (int32_t)classes);
+    manual_seed(7);
+    nn::ViT torch_only(small_vit());
+    init::apply(torch_only, "torch");
+    manual_seed(7);
+    nn::ViT vit(small_vit());
+    init::InitData data{[&] { vit.forward(images); }, n, labels};
+    init::Report report = init::apply(vit, "torch+output-fit", init::Options{}, &data);
+
+    for (auto& [name, p] : vit.named_parameters()) {
+        INFO(name);
+        if (name.rfind("head.", 0) == 0) CHECK(values(*p) != values(torch_only.parameter(name)));
+        else CHECK(values(*p) == values(torch_only.parameter(name)));
+    }
+    Tensor logits;
+    Tensor features = head_input(vit, *vit.head, [&] { logits = vit.forward(images); });
+    // The features are torch's: the head's input does not depend on the head.
+    Tensor torch_features = head_input(torch_only, *torch_only.head, [&] { torch_only.forward(images); });
+    CHECK(values(features) == values(torch_features));
+    double rms = check_least_squares(features, logits, labels, vit.head->bias);
+    CHECK(report.figures["output_fit.output_rms_residual"] == Approx(rms).epsilon(1e-3));
+    CHECK(report.figures["output_fit.output_batch_acc"] > 0.5);
+    CHECK(report.figures.count("relu_quantile.layers") == 0);
+
+    // Refusals: no labels, --output-logit 0, a tied language model (no separate head).
+    init::InitData unlabelled{[&] { vit.forward(images); }, n};
+    CHECK_THROWS_WITH(init::apply(vit, "output-fit", init::Options{}, &unlabelled),
+                      Catch::Contains("output-fit") && Catch::Contains("no labels"));
+    init::Options zero;
+    zero.output_logit = 0;
+    CHECK_THROWS_WITH(init::apply(vit, "output-fit", zero, &data),
+                      Catch::Contains("output-fit") && Catch::Contains("--output-logit"));
+    CHECK_THROWS_WITH(init::apply(vit, "output-fit"), Catch::Contains("output-fit") && Catch::Contains("init batch"));
+    nn::LMConfig lc;
+    lc.vocab = 12, lc.dim = 16, lc.depth = 1, lc.heads = 2, lc.max_len = 8;
+    nn::TransformerLM tied(lc);
+    REQUIRE(!tied.head);
+    Tensor ids = Tensor::randint({2, 8}, 0, 12);
+    init::InitData lm_data{[&] { tied.forward(ids); }, 2, Tensor::randint({2, 8}, 0, 12)};
+    CHECK_THROWS_WITH(init::apply(tied, "output-fit", init::Options{}, &lm_data),
+                      Catch::Contains("output-fit") && Catch::Contains("TransformerLM") && Catch::Contains("--untied"));
+}
+
 TEST_CASE("relu-quantile on an untied TransformerLM: a bias-free head fitted to the next tokens", "[init]") {
     manual_seed(5);
     nn::LMConfig lc;

@@ -287,10 +287,11 @@ TEST_CASE("init registry: names, normal:STD, composition left to right, errors",
     for (const char* n : {"torch", "timm", "xavier", "xavier-normal", "kaiming", "kaiming-uniform", "kaiming-fan-out",
                           "lecun", "normal:STD", "uniform:A", "orthogonal", "mimetic", "impulse3", "impulse5",
                           "impulse3-closed", "smallemb",
-                          "lsuv", "relu-quantile", "attn-logits", "t-fixup", "zero-attn"})
+                          "lsuv", "relu-quantile", "output-fit", "attn-logits", "t-fixup", "zero-attn"})
         CHECK(names.count(n) == 1);
     for (auto& s : init::schemes())
-        CHECK(s.needs_data == (s.name == "lsuv" || s.name == "relu-quantile" || s.name == "attn-logits"));
+        CHECK(s.needs_data == (s.name == "lsuv" || s.name == "relu-quantile" || s.name == "output-fit" ||
+                               s.name == "attn-logits"));
     CHECK(names.count("layerscale") == 0);  // a model option, not a scheme
 
     manual_seed(8);

@@ -498,8 +498,8 @@ void add_init_flags(CLI::App& app, std::string& scheme, init::Options& o, const 
     app.add_flag("!--no-rq-bias", o.rq_bias, "relu-quantile ablation: biases 0 instead of the quantile");
     app.add_flag("!--no-rq-scale", o.rq_scale, "relu-quantile ablation: no per-unit scaling to --goal-std");
     app.add_option("--output-logit", o.output_logit,
-                   "relu-quantile: fit the output layer by least squares to logits ±this on the init batch "
-                   "(image models; 0: off)")
+                   "relu-quantile, output-fit: fit the output layer by least squares to logits ±this on the init "
+                   "batch (image models; 0: off)")
         ->capture_default_str()->check(apps::NonNegative);
     app.add_option("--tfixup-layers", o.tfixup_layers, "t-fixup: N in 0.67·N^(−1/4) (0: the model's depth)")
         ->capture_default_str()->check(apps::NonNegative);
