@@ -17,8 +17,9 @@
 // Results equal eager steps bit for bit (tests/cuda/test_cuda_graph_step.cpp): the same kernels on
 // the same values; the only difference, 0 + g for a gradient g, changes at most the sign of a zero.
 // loss_fn must not wait for the device (no .item(), no copy to the host): the capture fails then,
-// naming the call. Cross-entropy targets are not range-checked on the host inside the graph
-// (engine/ops/nn.cpp): copy in batches that are valid.
+// naming the call. Token ids and cross-entropy targets are checked on the device, in the graph as
+// in an eager step: one out of range is reported at the host's next wait for the device
+// (engine/cuda/runtime.h).
 #pragma once
 #include <functional>
 #include <memory>

@@ -552,10 +552,10 @@ __global__ void cross_entropy_forward_kernel(const float* logits, const int32_t*
         if (g.tid == 0) {
             float l = m + logf(s);
             lse[r] = l;
-            int32_t t = targets[r];
-            row_loss[r] = t == ignore_index ? 0.0
-                                            : (double)((1.f - smoothing) * (l - xr[t]) +
-                                                       smoothing * (l - xs / (float)C));
+            const int32_t t = targets[r];  // out of range: check_indices reports it; the row counts 0
+            row_loss[r] = t == ignore_index || t < 0 || t >= C
+                              ? 0.0
+                              : (double)((1.f - smoothing) * (l - xr[t]) + smoothing * (l - xs / (float)C));
         }
     }
 }
@@ -565,15 +565,15 @@ __global__ void cross_entropy_forward_kernel(const float* logits, const int32_t*
 template <bool kBlock>
 __global__ void cross_entropy_backward_kernel(const float* logits, const int32_t* targets, const float* lse,
                                               const float* dloss, float* dlogits, int64_t rows, int64_t C,
-                                              int64_t count, const int64_t* count_dev, int32_t ignore_index,
-                                              float smoothing, bool vec4) {
-    if (count_dev) count = *count_dev;
+                                              const int64_t* count_dev, int32_t ignore_index, float smoothing,
+                                              bool vec4) {
+    const int64_t count = *count_dev;
     const float g = count > 0 ? dloss[0] / (float)count : 0.f;
     const float uniform = smoothing / (float)C;
     RowGroup rg = row_group<kBlock>();
     for (int64_t r = rg.first; r < rows; r += rg.stride) {
         const int32_t t = targets[r];
-        const bool ignored = t == ignore_index;
+        const bool ignored = t == ignore_index || t < 0 || t >= C;  // out of range: check_indices reports it
         const float l = lse[r];
         auto grad = [&](float x, int64_t c) {
             float d = 0.f;
@@ -1142,45 +1142,22 @@ void dropout_backward(const float* mask, const float* dy, float* dx, int64_t n) 
     KERNEL_LAUNCH(mul_kernel, blocks_for(n), kBlockSize, 0, dy, mask, dx, n);
 }
 
-// count_dev: the count from device memory instead of `count`.
-static void cross_entropy_forward_impl(const float* logits, const int32_t* targets, float* loss, float* lse,
-                                       int64_t rows, int64_t C, int64_t count, int32_t ignore_index, float smoothing,
-                                       const int64_t* count_dev) {
+// count: the targets that are not ignored, in device memory (count_targets writes it).
+void cross_entropy_forward_counted(const float* logits, const int32_t* targets, float* loss, float* lse, int64_t rows,
+                                   int64_t C, int32_t ignore_index, float smoothing, const int64_t* count) {
     Scratch<double> row_loss(rows);
     if (rows > 0)
         ROWS_LAUNCH(cross_entropy_forward_kernel, rows, C, logits, targets, row_loss.p, lse, rows, C, ignore_index,
                     smoothing, float4_ok(C, {logits}));
-    KERNEL_LAUNCH(mean_kernel, 1, kRowThreads, 0, (const double*)row_loss.p, rows, loss, (double)count, count_dev);
-}
-
-static void cross_entropy_backward_impl(const float* logits, const int32_t* targets, const float* lse,
-                                        const float* dloss, float* dlogits, int64_t rows, int64_t C, int64_t count,
-                                        int32_t ignore_index, float smoothing, const int64_t* count_dev) {
-    if (rows * C == 0) return;
-    ROWS_LAUNCH(cross_entropy_backward_kernel, rows, C, logits, targets, lse, dloss, dlogits, rows, C, count,
-                count_dev, ignore_index, smoothing, float4_ok(C, {logits, dlogits}));
-}
-
-void cross_entropy_forward(const float* logits, const int32_t* targets, float* loss, float* lse, int64_t rows,
-                           int64_t C, int64_t count, int32_t ignore_index, float smoothing) {
-    cross_entropy_forward_impl(logits, targets, loss, lse, rows, C, count, ignore_index, smoothing, nullptr);
-}
-
-void cross_entropy_backward(const float* logits, const int32_t* targets, const float* lse, const float* dloss,
-                            float* dlogits, int64_t rows, int64_t C, int64_t count, int32_t ignore_index,
-                            float smoothing) {
-    cross_entropy_backward_impl(logits, targets, lse, dloss, dlogits, rows, C, count, ignore_index, smoothing, nullptr);
-}
-
-void cross_entropy_forward_counted(const float* logits, const int32_t* targets, float* loss, float* lse, int64_t rows,
-                                   int64_t C, int32_t ignore_index, float smoothing, const int64_t* count) {
-    cross_entropy_forward_impl(logits, targets, loss, lse, rows, C, 0, ignore_index, smoothing, count);
+    KERNEL_LAUNCH(mean_kernel, 1, kRowThreads, 0, (const double*)row_loss.p, rows, loss, 0.0, count);
 }
 
 void cross_entropy_backward_counted(const float* logits, const int32_t* targets, const float* lse, const float* dloss,
                                     float* dlogits, int64_t rows, int64_t C, int32_t ignore_index, float smoothing,
                                     const int64_t* count) {
-    cross_entropy_backward_impl(logits, targets, lse, dloss, dlogits, rows, C, 0, ignore_index, smoothing, count);
+    if (rows * C == 0) return;
+    ROWS_LAUNCH(cross_entropy_backward_kernel, rows, C, logits, targets, lse, dloss, dlogits, rows, C, count,
+                ignore_index, smoothing, float4_ok(C, {logits, dlogits}));
 }
 
 // One block: the targets that are not ignore_index (a fixed tree: the same count every run).

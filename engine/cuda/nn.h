@@ -39,22 +39,16 @@ void layer_norm_backward(const float* x, const float* weight, const float* mean,
 void dropout_forward(const float* x, float* mask, float* y, int64_t n, float p);
 void dropout_backward(const float* mask, const float* dy, float* dx, int64_t n);
 
-// Mean cross-entropy of logits [rows, C] against targets [rows] (already validated: each is
-// ignore_index or in [0, C)), with label smoothing eps. count = rows whose target is not
-// ignore_index. Writes loss[0] (0 when count == 0) and lse [rows], the per-row log-sum-exp.
-void cross_entropy_forward(const float* logits, const int32_t* targets, float* loss, float* lse, int64_t rows,
-                           int64_t C, int64_t count, int32_t ignore_index, float smoothing);
-// dlogits = (softmax − target distribution)·dloss[0]/count; 0 on ignored rows. The softmax is
-// recomputed from logits and lse, never stored. dlogits may be logits itself (in place).
-void cross_entropy_backward(const float* logits, const int32_t* targets, const float* lse, const float* dloss,
-                            float* dlogits, int64_t rows, int64_t C, int64_t count, int32_t ignore_index,
-                            float smoothing);
-// The same two with the count read from device memory when the kernels run (a captured step, where
-// the host cannot look at the targets); count_targets makes it: *count = the targets [rows] that
-// are not ignore_index.
+// Mean cross-entropy of logits [rows, C] against targets [rows], with label smoothing eps, over
+// the *count targets that are not ignore_index (count_targets writes it, in device memory, so that
+// the host need not read the targets). Writes loss[0] (0 when *count == 0) and lse [rows], the
+// per-row log-sum-exp. A target out of range counts as an ignored row here: the op checks the
+// targets with check_indices (engine/cuda/shape.h), which reports them.
 void count_targets(const int32_t* targets, int64_t rows, int32_t ignore_index, int64_t* count);
 void cross_entropy_forward_counted(const float* logits, const int32_t* targets, float* loss, float* lse, int64_t rows,
                                    int64_t C, int32_t ignore_index, float smoothing, const int64_t* count);
+// dlogits = (softmax − target distribution)·dloss[0]/(*count); 0 on ignored rows. The softmax is
+// recomputed from logits and lse, never stored. dlogits may be logits itself (in place).
 void cross_entropy_backward_counted(const float* logits, const int32_t* targets, const float* lse, const float* dloss,
                                     float* dlogits, int64_t rows, int64_t C, int32_t ignore_index, float smoothing,
                                     const int64_t* count);

@@ -74,6 +74,8 @@ struct DeviceState {
     cudaStream_t stream = nullptr;
     size_t in_use = 0, peak = 0;
     std::mutex mu;  // guards the counters (allocations may come from loader threads)
+    BadIndex* bad = nullptr;       // the device's record of a bad index (runtime.h)
+    BadIndex* bad_host = nullptr;  // pinned: where each wait copies it
 };
 
 DeviceState& device() {
@@ -93,6 +95,13 @@ DeviceState& device() {
         uint64_t threshold = UINT64_MAX;
         check_cuda(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold),
                    "cudaMemPoolSetAttribute(release threshold)");
+        // Outside the pool: allocated once, before any capture, so captured checks keep its address.
+        const BadIndex clean;
+        check_cuda(cudaMalloc(reinterpret_cast<void**>(&s->bad), sizeof(BadIndex)), "cudaMalloc(bad index record)");
+        check_cuda(cudaMemcpy(s->bad, &clean, sizeof(BadIndex), cudaMemcpyHostToDevice), "bad index record: clear");
+        check_cuda(cudaHostAlloc(reinterpret_cast<void**>(&s->bad_host), sizeof(BadIndex), cudaHostAllocDefault),
+                   "cudaHostAlloc(bad index record)");
+        *s->bad_host = clean;
         return s;
     }();
     return *d;
@@ -439,11 +448,63 @@ void copy_to_device(void* dst, const void* src, size_t bytes) {
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Bad indices found on the device (runtime.h): every wait brings the record along and reports it.
+
+BadIndex* bad_index_record() { return device().bad; }
+
+uint32_t next_index_check() {
+    static std::atomic<uint32_t> last{0};
+    uint32_t n = ++last;
+    return n != 0 ? n : ++last;
+}
+
+static const char* index_op_name(int32_t op) {
+    switch ((IndexOp)op) {
+        case IndexOp::index_select: return "index_select";
+        case IndexOp::gather: return "gather";
+        case IndexOp::embedding: return "embedding";
+        case IndexOp::cross_entropy: return "cross_entropy";
+        case IndexOp::none: break;
+    }
+    return "an index op";
+}
+
+// Before a wait: the record's copy to the host, queued behind everything the wait waits for. Not in
+// a capture (whose wait fails: the copy would become part of the graph).
+static void fetch_bad_index() {
+    if (capturing()) return;
+    DeviceState& d = device();
+    check_cuda(cudaMemcpyAsync(d.bad_host, d.bad, sizeof(BadIndex), cudaMemcpyDeviceToHost, d.stream),
+               "copy of the bad index record to the host");
+}
+
+// After the wait: throws the error the CPU would have thrown at the op that met the first bad index,
+// and clears the record for the ops after it.
+static void report_bad_index() {
+    DeviceState& d = device();
+    const BadIndex bad = *d.bad_host;
+    if (bad.check == 0) return;
+    const BadIndex clean;
+    *d.bad_host = clean;
+    check_cuda(cudaMemcpy(d.bad, &clean, sizeof(BadIndex), cudaMemcpyHostToDevice), "bad index record: clear");
+    const std::string position = std::to_string(bad.first >> 32), value = std::to_string((int32_t)(uint32_t)bad.first),
+                      range = "[0, " + std::to_string(bad.bound) + ")";
+    const std::string found = " (found on the device, reported at the first wait for the device after the op)";
+    if ((IndexOp)bad.op == IndexOp::cross_entropy)
+        fail("cross_entropy: target " + value + " at position " + position + " is out of range " + range +
+             " (ignore_index " + std::to_string(bad.skip) + ")" + found);
+    fail(std::string(index_op_name(bad.op)) + ": index " + value + " out of range " + range + " at position " +
+         position + found);
+}
+
 void copy_to_host(void* dst, const void* src, size_t bytes) {
     if (!bytes) return;
+    fetch_bad_index();
     check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream()),
                ("copy to host (" + std::to_string(bytes) + " bytes)").c_str());
     check_cuda(cudaStreamSynchronize(stream()), "copy to host: synchronize");
+    report_bad_index();
 }
 
 void copy_on_device(void* dst, const void* src, size_t bytes) {
@@ -457,7 +518,11 @@ void memset_zero(void* p, size_t bytes) {
     check_cuda(cudaMemsetAsync(p, 0, bytes, stream()), ("memset (" + std::to_string(bytes) + " bytes)").c_str());
 }
 
-void synchronize() { check_cuda(cudaStreamSynchronize(stream()), "synchronize"); }
+void synchronize() {
+    fetch_bad_index();
+    check_cuda(cudaStreamSynchronize(stream()), "synchronize");
+    report_bad_index();
+}
 
 template <typename T>
 __global__ void fill_kernel(T* p, T value, int64_t n) {

@@ -45,6 +45,26 @@ void fill_f32(float* p, float value, int64_t n);
 void fill_i32(int32_t* p, int32_t value, int64_t n);
 void synchronize();
 
+// Indices and targets checked on the device. A kernel cannot throw, and reading a check's answer
+// back would make the host wait for the device at every embedding and loss of a training step. So
+// an op with device indices launches a check (check_indices, engine/cuda/shape.h) and goes on: the
+// check records the first index out of range in the record below, the kernels that use the indices
+// leave such a row alone (no read or write out of bounds), and the host's next wait for the device
+// (copy_to_host, synchronize) reads the record and throws the error the CPU would have thrown at the
+// op, saying it was found on the device. A captured step's checks write the same record.
+enum class IndexOp : int32_t { none = 0, index_select, gather, embedding, cross_entropy };
+struct BadIndex {
+    // min over the bad positions i of i·2³² + (uint32) index: the first bad position, its index
+    unsigned long long first = ~0ull;
+    uint32_t check = 0;  // the launch of the check that owns the record (0: none yet)
+    int32_t op = 0;      // IndexOp
+    int64_t bound = 0;   // the valid indices are [0, bound)
+    int32_t skip = 0;    // an index that is not checked (cross_entropy's ignore_index), when has_skip
+    int32_t has_skip = 0;
+};
+BadIndex* bad_index_record();   // device memory, the same address for the whole run
+uint32_t next_index_check();    // a new number for a check launch (never 0)
+
 // Device memory handed out by alloc() and not freed yet, and its peak since the last reset.
 size_t memory_in_use();
 size_t peak_memory();

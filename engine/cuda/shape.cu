@@ -235,7 +235,8 @@ __global__ void index_select_kernel(const float* x, int64_t n, int64_t inner, co
     GRID_STRIDE_LOOP(k, total) {
         int64_t j = k % inner, t = k / inner;
         int64_t i = t % m, o = t / m;
-        out[k] = x[(o * n + index[i]) * inner + j];
+        const int32_t v = index[i];  // out of range: check_indices reports it; the row reads nothing
+        out[k] = v >= 0 && v < n ? x[(o * n + v) * inner + j] : 0.f;
     }
 }
 
@@ -266,7 +267,7 @@ __global__ void index_add_kernel(const float* g, int64_t n, int64_t inner, const
         bool earlier = false;
         for (int64_t base = 0; base < i0 && !earlier; base += kWarp)
             earlier = __any_sync(kFullMask, base + lane < i0 && index[base + lane] == v);
-        if (earlier) continue;
+        if (earlier || v < 0 || v >= n) continue;  // out of range: check_indices reports it
         float* dr = dx + (o * n + v) * inner;
         for (int64_t j0 = 0; j0 < inner; j0 += kWarp * kIndexAddPerLane) {
             float acc[kIndexAddPerLane] = {};
@@ -298,7 +299,8 @@ __global__ void gather_kernel(const float* x, int64_t n, int64_t inner, const in
                               int64_t total) {
     GRID_STRIDE_LOOP(k, total) {
         int64_t i = k % inner, o = k / (m * inner);
-        out[k] = x[(o * n + index[k]) * inner + i];
+        const int32_t v = index[k];  // out of range: check_indices reports it
+        out[k] = v >= 0 && v < n ? x[(o * n + v) * inner + i] : 0.f;
     }
 }
 
@@ -306,7 +308,8 @@ __global__ void gather_backward_kernel(const float* g, int64_t n, int64_t inner,
                                        float* dx, int64_t total) {
     GRID_STRIDE_LOOP(k, total) {
         int64_t i = k % inner, o = k / (m * inner);
-        atomicAdd(dx + (o * n + index[k]) * inner + i, g[k]);
+        const int32_t v = index[k];  // out of range: check_indices reports it
+        if (v >= 0 && v < n) atomicAdd(dx + (o * n + v) * inner + i, g[k]);
     }
 }
 
@@ -371,27 +374,31 @@ void masked_fill(const float* x, const Shape& xs, const float* mask, const Shape
     KERNEL_LAUNCH(masked_fill_kernel, blocks_for(n), kBlockSize, 0, x, mask, p, value, out, n);
 }
 
-__global__ void out_of_range_kernel(const int32_t* index, int64_t m, int64_t n, int* flag) {
+// Records the first index of index[0..m) outside [0, bound) (other than skip, when has_skip) in the
+// bad index record (runtime.h), unless an earlier check owns it: the check that first claims the
+// record (an atomic exchange of its number for 0) keeps it until the host reports it, and its
+// threads keep the least position with an atomic min, so the position the CPU would name wins.
+__global__ void check_indices_kernel(const int32_t* index, int64_t m, int64_t bound, int32_t op, int32_t skip,
+                                     int32_t has_skip, uint32_t check, BadIndex* record) {
     GRID_STRIDE_LOOP(i, m) {
-        int64_t v = index[i];
-        if (v < 0 || v >= n) *flag = 1;  // every writer stores the same value: no atomic needed
+        const int32_t v = index[i];
+        if ((v >= 0 && v < bound) || (has_skip && v == skip)) continue;
+        const uint32_t owner = atomicCAS(&record->check, 0u, check);
+        if (owner != 0 && owner != check) continue;  // an earlier op's bad index is reported first
+        const unsigned long long position = (unsigned long long)(i < 0xffffffffll ? i : 0xffffffffll);
+        atomicMin(&record->first, position << 32 | (uint32_t)v);
+        // The same values from every thread of this launch.
+        record->op = op;
+        record->bound = bound;
+        record->skip = skip;
+        record->has_skip = has_skip;
     }
 }
 
-bool any_out_of_range(const int32_t* index, int64_t m, int64_t n) {
-    if (m == 0) return false;
-    int* flag = static_cast<int*>(alloc(sizeof(int)));
-    int found = 0;
-    try {
-        memset_zero(flag, sizeof(int));
-        KERNEL_LAUNCH(out_of_range_kernel, blocks_for(m), kBlockSize, 0, index, m, n, flag);
-        copy_to_host(&found, flag, sizeof(int));
-    } catch (...) {
-        free(flag);
-        throw;
-    }
-    free(flag);
-    return found != 0;
+void check_indices(const int32_t* index, int64_t m, int64_t bound, IndexOp op, const int32_t* skip) {
+    if (m == 0) return;
+    KERNEL_LAUNCH(check_indices_kernel, blocks_for(m), kBlockSize, 0, index, m, bound, (int32_t)op,
+                  skip ? *skip : 0, skip ? 1 : 0, next_index_check(), bad_index_record());
 }
 
 }  // namespace engine::cuda

@@ -28,6 +28,7 @@
 #include "engine/cuda/nn.h"
 #include "engine/cuda/reduce.h"
 #include "engine/cuda/runtime.h"
+#include "engine/cuda/shape.h"
 #endif
 
 namespace engine {
@@ -192,19 +193,36 @@ Tensor dropout(const Tensor& x, float p, bool training) {
 // log-sum-exp; the backward recomputes the probabilities from the logits (llm.c's fused
 // classifier), so no [rows, C] probability tensor is kept alive between forward and backward.
 
-// Checks every target is ignore_index or a class in [0, C); returns how many are not ignored. The
-// check and the count are needed on the host (an error to throw, a count for the kernels), so CUDA
-// targets (int32, one per row: small next to the logits) are copied to the host for them.
-static int64_t count_targets(const Tensor& targets, int64_t C, int32_t ignore_index) {
-    Tensor host = targets.is_cuda() ? targets.detach().to(Device::CPU) : targets;
-    const int32_t* t = host.data_i32();
-    int64_t count = 0;
+// Checks every target is ignore_index or a class in [0, C) and counts those that are not ignored.
+// CPU targets: here, an error at once. CUDA targets: on the device (the host would have to wait for
+// it to read them): cuda::check_indices records a bad one for the host's next wait to report
+// (engine/cuda/runtime.h), and the kernels read the count from `on_device`.
+struct TargetCount {
+    int64_t on_host = 0;
+    Tensor on_device;  // one int64 (as two int32), for CUDA targets
+    const int64_t* device_ptr() const {
+        return on_device.defined() ? reinterpret_cast<const int64_t*>(on_device.raw_i32()) : nullptr;
+    }
+};
+
+static TargetCount count_targets(const Tensor& targets, int64_t C, int32_t ignore_index) {
+    TargetCount count;
+#ifdef ENGINE_CUDA
+    if (targets.is_cuda()) {
+        count.on_device = Tensor::empty({2}, DType::I32, targets.device());
+        cuda::check_indices(targets.raw_i32(), targets.numel(), C, cuda::IndexOp::cross_entropy, &ignore_index);
+        cuda::count_targets(targets.raw_i32(), targets.numel(), ignore_index,
+                            reinterpret_cast<int64_t*>(count.on_device.raw_i32()));
+        return count;
+    }
+#endif
+    const int32_t* t = targets.data_i32();
     for (int64_t r = 0; r < targets.numel(); r++) {
         if (t[r] == ignore_index) continue;
         check(t[r] >= 0 && t[r] < C,
               "cross_entropy: target {} at position {} is out of range [0, {}) (ignore_index {})", t[r], r, C,
               ignore_index);
-        count++;
+        count.on_host++;
     }
     return count;
 }
@@ -215,6 +233,29 @@ static int64_t count_targets(const Tensor& targets, int64_t C, int32_t ignore_in
 // that is a 328 MB buffer fewer at the backward's peak.
 static Tensor logits_or_new(const Tensor& logits) {
     return input_memory_reusable(logits) ? logits.detach() : logits.new_empty(logits.shape());
+}
+
+// The loss kernels of the targets' device, with the count where count_targets left it.
+static void cross_entropy_forward_on(const float* logits, const int32_t* t, float* loss, float* lse,
+                                     int64_t rows, int64_t C, const TargetCount& count, int32_t ignore_index,
+                                     float smoothing) {
+#ifdef ENGINE_CUDA
+    if (count.on_device.defined())
+        return cuda::cross_entropy_forward_counted(logits, t, loss, lse, rows, C, ignore_index, smoothing,
+                                                   count.device_ptr());
+#endif
+    cpu::cross_entropy_forward(logits, t, loss, lse, rows, C, count.on_host, ignore_index, smoothing);
+}
+
+static void cross_entropy_backward_on(const float* logits, const int32_t* t, const float* lse,
+                                      const float* dloss, float* dlogits, int64_t rows, int64_t C,
+                                      const TargetCount& count, int32_t ignore_index, float smoothing) {
+#ifdef ENGINE_CUDA
+    if (count.on_device.defined())
+        return cuda::cross_entropy_backward_counted(logits, t, lse, dloss, dlogits, rows, C, ignore_index, smoothing,
+                                                    count.device_ptr());
+#endif
+    cpu::cross_entropy_backward(logits, t, lse, dloss, dlogits, rows, C, count.on_host, ignore_index, smoothing);
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int ignore_index, float label_smoothing) {
@@ -229,40 +270,17 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int ignore_ind
           row_shape.str(), targets.shape().str());
     expect_probability("cross_entropy", label_smoothing, "label_smoothing");
     int64_t C = logits.size(-1), rows = targets.numel();
-    const Device dev = logits.device();
-#ifdef ENGINE_CUDA
-    // In a captured CUDA step the host cannot read the targets: they are counted on the device when
-    // the graph runs, and not range-checked (the caller copies in batches it has checked).
-    if (targets.is_cuda() && cuda::capturing()) {
-        Tensor count_dev = Tensor::empty({2}, DType::I32, dev);  // one int64
-        int64_t* cd = reinterpret_cast<int64_t*>(count_dev.raw_i32());
-        cuda::count_targets(targets.raw_i32(), rows, ignore_index, cd);
-        Tensor loss = logits.new_empty(Shape{});
-        Tensor lse = logits.new_empty({rows});
-        cuda::cross_entropy_forward_counted(logits.raw_f32(), targets.raw_i32(), loss.raw_f32(), lse.raw_f32(), rows, C,
-                                            ignore_index, label_smoothing, cd);
-        return attach(loss, "cross_entropy", {logits, targets},
-                      [logits, targets, lse, rows, C, count_dev, ignore_index, label_smoothing](const Tensor& g) {
-            Tensor dlogits = logits_or_new(logits);
-            cuda::cross_entropy_backward_counted(logits.raw_f32(), targets.raw_i32(), lse.raw_f32(), g.raw_f32(),
-                                                 dlogits.raw_f32(), rows, C, ignore_index, label_smoothing,
-                                                 reinterpret_cast<const int64_t*>(count_dev.raw_i32()));
-            return std::vector<Tensor>{dlogits, Tensor()};
-        });
-    }
-#endif
-    int64_t count = count_targets(targets, C, ignore_index);
+    const TargetCount count = count_targets(targets, C, ignore_index);
 
     Tensor loss = logits.new_empty(Shape{});
     Tensor lse = logits.new_empty({rows});
-    ON_DEVICE(dev, cross_entropy_forward)(logits.raw_f32(), targets.raw_i32(), loss.raw_f32(), lse.raw_f32(), rows,
-                                          C, count, ignore_index, label_smoothing);
-
+    cross_entropy_forward_on(logits.raw_f32(), targets.raw_i32(), loss.raw_f32(), lse.raw_f32(), rows, C, count,
+                             ignore_index, label_smoothing);
     return attach(loss, "cross_entropy", {logits, targets},
-                  [logits, targets, lse, rows, C, count, ignore_index, label_smoothing, dev](const Tensor& g) {
+                  [logits, targets, lse, rows, C, count, ignore_index, label_smoothing](const Tensor& g) {
         Tensor dlogits = logits_or_new(logits);
-        ON_DEVICE(dev, cross_entropy_backward)(logits.raw_f32(), targets.raw_i32(), lse.raw_f32(), g.raw_f32(),
-                                               dlogits.raw_f32(), rows, C, count, ignore_index, label_smoothing);
+        cross_entropy_backward_on(logits.raw_f32(), targets.raw_i32(), lse.raw_f32(), g.raw_f32(),
+                                  dlogits.raw_f32(), rows, C, count, ignore_index, label_smoothing);
         return std::vector<Tensor>{dlogits, Tensor()};
     });
 }
@@ -307,38 +325,12 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& w, const Tensor& b, c
     const bool want_dx = x.requires_grad(), want_dw = w.requires_grad(), want_db = b.defined() && b.requires_grad();
     const bool grads = grad_enabled() && (want_dx || want_dw || want_db);
 
-    // The count of targets that are not ignored: on the host, or (in a captured CUDA step, where the
-    // host cannot read them) on the device when the graph runs, as cross_entropy does.
-    int64_t count = 0;
-    [[maybe_unused]] const int64_t* count_dev = nullptr;
-    Tensor count_buf;
-#ifdef ENGINE_CUDA
-    const bool on_device_count = targets.is_cuda() && cuda::capturing();
-    if (on_device_count) {
-        count_buf = Tensor::empty({2}, DType::I32, dev);  // one int64
-        count_dev = reinterpret_cast<const int64_t*>(count_buf.raw_i32());
-        cuda::count_targets(targets.raw_i32(), R, ignore_index, reinterpret_cast<int64_t*>(count_buf.raw_i32()));
-    }
-#else
-    const bool on_device_count = false;
-#endif
-    if (!on_device_count) count = count_targets(targets, V, ignore_index);
+    const TargetCount count = count_targets(targets, V, ignore_index);
     auto ce_forward = [&](const float* logits, const int32_t* t, float* loss, float* lse, int64_t n) {
-#ifdef ENGINE_CUDA
-        if (on_device_count)
-            return cuda::cross_entropy_forward_counted(logits, t, loss, lse, n, V, ignore_index, label_smoothing,
-                                                       count_dev);
-#endif
-        ON_DEVICE(dev, cross_entropy_forward)(logits, t, loss, lse, n, V, count, ignore_index, label_smoothing);
+        cross_entropy_forward_on(logits, t, loss, lse, n, V, count, ignore_index, label_smoothing);
     };
     auto ce_backward = [&](float* logits, const int32_t* t, const float* lse, const float* one, int64_t n) {
-#ifdef ENGINE_CUDA
-        if (on_device_count)
-            return cuda::cross_entropy_backward_counted(logits, t, lse, one, logits, n, V, ignore_index,
-                                                        label_smoothing, count_dev);
-#endif
-        ON_DEVICE(dev, cross_entropy_backward)(logits, t, lse, one, logits, n, V, count, ignore_index,
-                                               label_smoothing);
+        cross_entropy_backward_on(logits, t, lse, one, logits, n, V, count, ignore_index, label_smoothing);
     };
 
     const int64_t chunk = std::min(lce_chunk_rows(V), std::max<int64_t>(R, 1));

@@ -2,10 +2,10 @@
 // input's device (ON_DEVICE picks engine/cpu/shape.cpp or engine/cuda/shape.cu) and makes its
 // outputs and gradients there; inputs on different devices are an error naming the op.
 //
-// Index checks: on the CPU the indices are read directly. On the GPU a kernel first tells whether
-// any index is out of range (cuda::any_out_of_range: one pass and a 4-byte copy back, so the host
-// waits for the stream there); only when one is, the indices are copied to the host to name the
-// first bad one with the same message as on the CPU.
+// Index checks: on the CPU the indices are read directly, and a bad one is an error at once. On the
+// GPU a kernel checks them (cuda::check_indices) and the op goes on without waiting for it: the
+// first bad index is reported, with the CPU's message, at the host's next wait for the device
+// (engine/cuda/runtime.h), and the kernels leave its row alone meanwhile.
 //
 // causal_mask(T) keeps its signature and makes a CPU tensor (callers move it with .to(device)).
 #include "engine/ops/shape.h"
@@ -134,17 +134,16 @@ static void check_indices(const char* op, const int32_t* idx, int64_t m, int64_t
         check(idx[i] >= 0 && idx[i] < n, "{}: index {} out of range [0, {}) for input {}", op, idx[i], n, xs.str());
 }
 
-// The indices of `index` (any device) in [0, n), else the CPU's error naming the first bad one.
+// The indices of `index` in [0, n), else the error naming the first bad one (on the GPU: at the next
+// wait for the device).
 static void check_indices(const char* op, const Tensor& index, int64_t n, const Shape& xs) {
 #ifdef ENGINE_CUDA
     if (index.is_cuda()) {
-        // A captured CUDA step cannot read the flag back: its caller copies in checked batches
-        // (nn/graph_step.h).
-        if (cuda::capturing()) return;
-        if (!cuda::any_out_of_range(index.raw_i32(), index.numel(), n)) return;
-        Tensor host = index.to(Device::CPU);  // the error path only
-        check_indices(op, host.data_i32(), host.numel(), n, xs);
-        return;
+        const std::string name = op;
+        const cuda::IndexOp which = name == "embedding" ? cuda::IndexOp::embedding
+                                    : name == "gather"  ? cuda::IndexOp::gather
+                                                        : cuda::IndexOp::index_select;
+        return cuda::check_indices(index.raw_i32(), index.numel(), n, which);
     }
 #endif
     check_indices(op, index.data_i32(), index.numel(), n, xs);

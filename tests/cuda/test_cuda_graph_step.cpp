@@ -11,6 +11,7 @@
 // (0 + g = g) instead of being made anew.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include "engine/rng.h"
@@ -18,6 +19,9 @@
 #include "nn/lstm.h"
 #include "nn/transformer.h"
 #include "tests/cuda/parity.h"
+#ifdef ENGINE_CUDA_EMU
+#include <cuda_runtime.h>  // the emulator's count of host waits
+#endif
 
 using engine::Device;
 using engine::Tensor;
@@ -244,3 +248,54 @@ TEST_CASE("graph step: parameters with different update counts are refused, nami
     CHECK_THROWS_WITH(step.run(), Catch::Contains("has taken 2 updates and head.weight 1") &&
                                       Catch::Contains("--cuda-graph off"));
 }
+
+// The ids and targets of a step are checked on the device (engine/cuda/runtime.h): a bad target
+// that a captured step meets is reported at the next wait, as an eager step's is.
+TEST_CASE("graph step: a target out of range in a replayed step is reported at the next wait", "[cuda][graph]") {
+    engine::manual_seed(4);
+    nn::LMConfig l;
+    l.vocab = 11, l.dim = 16, l.depth = 1, l.heads = 2, l.max_len = 16;
+    nn::TransformerLM lm(l);
+    lm.to(Device::CUDA);
+    nn::Adam opt(nn::param_groups(lm, 0.f), 1e-3f);
+    Tensor good = random_ids({2, 7}, 11, 2);
+    Tensor x = random_ids({2, 7}, 11, 1).to(Device::CUDA), y = good.to(Device::CUDA);
+    nn::GraphStep step(opt, [&] { return engine::cross_entropy(lm.forward(x), y); });
+    step.run();
+    step.run();
+    REQUIRE(step.captured());
+    REQUIRE(std::isfinite(step.loss().item()));
+
+    Tensor bad = good.clone();
+    bad.data_i32()[5] = 11;
+    nn::copy_into(y, bad);
+    step.run();
+    CHECK_THROWS_WITH(step.loss().item(), Catch::Contains("cross_entropy: target 11 at position 5 is out of range "
+                                                          "[0, 11)") &&
+                                              Catch::Contains("found on the device"));
+    nn::copy_into(y, good);
+    step.run();
+    CHECK(std::isfinite(step.loss().item()));  // reported once; the record is clear again
+}
+
+#ifdef ENGINE_CUDA_EMU
+// An eager step on the device, forward, backward and update, does not wait for the device: the
+// embedding's ids and the loss's targets are checked there (no copy back to the host).
+TEST_CASE("cuda: an eager LM step through embedding and cross_entropy does not wait for the device", "[cuda]") {
+    engine::manual_seed(5);
+    nn::LMConfig l;
+    l.vocab = 11, l.dim = 16, l.depth = 1, l.heads = 2, l.max_len = 16;
+    nn::TransformerLM lm(l);
+    lm.to(Device::CUDA);
+    nn::Adam opt(nn::param_groups(lm, 0.f), 1e-3f);
+    Tensor x = random_ids({2, 7}, 11, 1).to(Device::CUDA), y = random_ids({2, 7}, 11, 2).to(Device::CUDA);
+    for (int s = 0; s < 2; s++) {
+        const uint64_t waits = emu::counters().host_waits;
+        opt.zero_grad();
+        engine::cross_entropy(lm.forward(x), y).backward();
+        opt.step();
+        CHECK(emu::counters().host_waits == waits);
+    }
+    engine::cuda::synchronize();
+}
+#endif

@@ -302,13 +302,38 @@ TEST_CASE("cuda cross_entropy: dlogits over logits nothing else holds, never ove
     CHECK(peak_held - peak_free == (size_t)(rows * C) * sizeof(float));
 }
 
-TEST_CASE("cuda cross_entropy: device targets out of range give the CPU's error", "[cuda]") {
-    using Catch::Contains;
-    Tensor logits = randn({3, 5}, false).to(Device::CUDA);
-    REQUIRE_THROWS_WITH(engine::cross_entropy(logits, ints({0, 5, 1}, {3}).to(Device::CUDA)),
-                        Contains("cross_entropy") && Contains("target 5 at position 1") && Contains("[0, 5)"));
-    REQUIRE_THROWS_WITH(engine::cross_entropy(logits, ints({0, -1, 1}, {3}).to(Device::CUDA)),
-                        Contains("target -1 at position 1"));
+TEST_CASE("cuda cross_entropy: device targets out of range give the CPU's error at the next wait", "[cuda]") {
+    Tensor logits_cpu = randn({3, 5}, false), logits = logits_cpu.to(Device::CUDA);
+    for (int32_t bad : {5, -1}) {
+        Tensor targets = ints({0, bad, 1}, {3});
+        std::string cpu;
+        try {
+            engine::cross_entropy(logits_cpu, targets);
+        } catch (const std::exception& e) {
+            cpu = e.what();
+        }
+        REQUIRE(cpu.find("cross_entropy: target " + std::to_string(bad) + " at position 1 is out of range [0, 5) "
+                         "(ignore_index -100)") != std::string::npos);
+        Tensor loss;
+        REQUIRE_NOTHROW(loss = engine::cross_entropy(logits, targets.to(Device::CUDA)));  // no wait here
+        std::string dev;
+        try {
+            loss.item();
+        } catch (const std::exception& e) {
+            dev = e.what();
+        }
+        INFO(dev);
+        CHECK(dev.rfind(cpu + " (found on the device", 0) == 0);
+    }
+    // An ignored target is no error, and the record is clear after a report: the CPU's loss.
+    Tensor targets = ints({0, -1, 1}, {3});
+    CHECK(engine::cross_entropy(logits, targets.to(Device::CUDA), -1).item() ==
+          Approx(engine::cross_entropy(logits_cpu, targets, -1).item()).epsilon(1e-6));
+    // linear_cross_entropy checks them the same way.
+    Tensor x = randn({3, 4}, false), w = randn({5, 4}, false, 9);
+    Tensor lce = engine::linear_cross_entropy(x.to(Device::CUDA), w.to(Device::CUDA), Tensor(),
+                                              ints({0, 1, 7}, {3}).to(Device::CUDA));
+    CHECK_THROWS_WITH(lce.item(), Catch::Contains("cross_entropy: target 7 at position 2 is out of range [0, 5)"));
 }
 
 // ---------------------------------------------------------------------------------------------

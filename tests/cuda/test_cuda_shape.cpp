@@ -10,6 +10,7 @@
 // from the CPU's serial one: atol 1e-6, rtol 1e-6.
 #include <catch2/catch.hpp>
 
+#include "engine/cuda/runtime.h"
 #include "tests/cuda/parity.h"
 
 using engine::Device;
@@ -173,27 +174,54 @@ TEST_CASE("cuda masked_fill: broadcasting masks", "[cuda]") {
     REQUIRE(causal_cuda.to_vector() == engine::causal_mask(33).to_vector());
 }
 
-TEST_CASE("cuda index ops: out-of-range indices throw the CPU's message", "[cuda]") {
-    Tensor x = randn({4, 7}, false);
-    Tensor bad = ints({1, 9, 2, -1}, {4});  // first bad one: 9
+TEST_CASE("cuda index ops: an index out of range is reported at the next wait, with the CPU's message",
+          "[cuda]") {
+    // The CPU's message up to its " for input [...]" (the device's record does not hold the shape).
+    auto cpu_core = [](const std::string& m) { return m.substr(0, m.find(" for input")); };
+    auto starts_with = [](const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; };
+    Tensor x = randn({4, 7}, false), xd = x.to(Device::CUDA);
+    Tensor bad = ints({1, 9, 2, -1}, {4});  // first bad one: 9, at position 1
     std::string cpu = error_of([&] { engine::index_select(x, 1, bad); });
     REQUIRE(cpu.find("index_select: index 9 out of range [0, 7)") != std::string::npos);
-    REQUIRE(error_of([&] { engine::index_select(x.to(Device::CUDA), 1, bad.to(Device::CUDA)); }) == cpu);
+    Tensor out;
+    REQUIRE_NOTHROW(out = engine::index_select(xd, 1, bad.to(Device::CUDA)));  // the op does not wait
+    std::string dev = error_of([&] { out.to(Device::CPU); });
+    INFO(dev);
+    CHECK(starts_with(dev, cpu_core(cpu) + " at position 1"));
+    CHECK(dev.find("found on the device") != std::string::npos);
+    // Reported once; the bad positions' columns are zeros, the others the CPU's.
+    std::vector<float> got = out.to_vector(), want = engine::index_select(x, 1, ints({1, 0, 2, 0}, {4})).to_vector();
+    for (int64_t r = 0; r < 4; r++)
+        for (int64_t c = 0; c < 4; c++) CHECK(got[r * 4 + c] == (c == 1 || c == 3 ? 0.f : want[r * 4 + c]));
 
     Tensor neg = ints({-1, 0, 1, 2, 3, 0, 1, 2}, {4, 2});
     std::string cpu_g = error_of([&] { engine::gather(x, 1, neg); });
     REQUIRE(cpu_g.find("gather: index -1 out of range") != std::string::npos);
-    REQUIRE(error_of([&] { engine::gather(x.to(Device::CUDA), 1, neg.to(Device::CUDA)); }) == cpu_g);
+    engine::gather(xd, 1, neg.to(Device::CUDA));
+    dev = error_of([] { engine::cuda::synchronize(); });  // synchronize() reports too
+    CHECK(starts_with(dev, cpu_core(cpu_g) + " at position 0"));
 
+    // Two bad ops before a wait: the first one's first bad index.
     Tensor w = randn({33, 5}, false), ids = ints({0, 32, 33}, {3});
     std::string cpu_e = error_of([&] { engine::embedding(w, ids); });
     REQUIRE(cpu_e.find("embedding: index 33 out of range [0, 33)") != std::string::npos);
-    REQUIRE(error_of([&] { engine::embedding(w.to(Device::CUDA), ids.to(Device::CUDA)); }) == cpu_e);
+    Tensor wd = randn({33, 5}, false).to(Device::CUDA);
+    wd.requires_grad_(true);
+    Tensor emb = engine::embedding(wd, ids.to(Device::CUDA));
+    engine::index_select(xd, 1, bad.to(Device::CUDA));
+    // The backward leaves the bad id's row alone and adds the others.
+    engine::sum(emb).backward();
+    dev = error_of([&] { wd.grad().to(Device::CPU); });
+    CHECK(starts_with(dev, cpu_core(cpu_e) + " at position 2"));
+    std::vector<float> dw = wd.grad().to_vector();
+    for (int64_t v = 0; v < 33; v++)
+        for (int64_t d = 0; d < 5; d++) CHECK(dw[v * 5 + d] == (v == 0 || v == 32 ? 1.f : 0.f));
 
     // In range at the edges: no error.
     Tensor edge = ints({0, 6}, {2});
-    REQUIRE(engine::index_select(x.to(Device::CUDA), 1, edge.to(Device::CUDA)).to_vector() ==
+    REQUIRE(engine::index_select(xd, 1, edge.to(Device::CUDA)).to_vector() ==
             engine::index_select(x, 1, edge).to_vector());
+    REQUIRE_NOTHROW(engine::cuda::synchronize());
 }
 
 TEST_CASE("cuda shape ops: inputs on different devices are refused", "[cuda]") {

@@ -190,6 +190,9 @@ inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v)
 }
 inline int atomicMax(int* p, int v) { int old = *p; *p = old > v ? old : v; return old; }
 inline int atomicMin(int* p, int v) { int old = *p; *p = old < v ? old : v; return old; }
+inline unsigned long long atomicMin(unsigned long long* p, unsigned long long v) {
+    unsigned long long old = *p; *p = old < v ? old : v; return old;
+}
 inline int atomicCAS(int* p, int compare, int v) { int old = *p; if (old == compare) *p = v; return old; }
 inline unsigned atomicCAS(unsigned* p, unsigned compare, unsigned v) { unsigned old = *p; if (old == compare) *p = v; return old; }
 inline int atomicExch(int* p, int v) { int old = *p; *p = v; return old; }
