@@ -653,3 +653,18 @@ for init in torch mimetic; do
   "${V10[@]}" --threads 1 --seed 0 --init $init --out runs/vit-eps-long/$init-eps1e-3-s0
   "${V10[@]}" --threads 1 --seed 0 --init $init --adam-eps 1e-8 --out runs/vit-eps-long/$init-eps1e-8-s0
 done
+# Session 34: the output layer's fit alone (--init ...+output-fit), on torch's and mimetic's weights,
+# ε 1e-8, seeds 0-2 (V as above, --threads 1, two or three at a time); mimetic's seed 2; and torch's
+# start with its head scaled to the fitted head's norm (the factor: that norm over torch's, per
+# seed), bias 0.
+for s in 0 1 2; do
+  for init in torch mimetic; do
+    "${V[@]}" --threads 1 --seed $s --init $init+output-fit --adam-eps 1e-8 --out runs/vit-eps/$init+outfit-eps1e-8-s$s
+  done
+done
+"${V[@]}" --threads 1 --seed 2 --init mimetic --adam-eps 1e-8 --out runs/vit-eps/mimetic-eps1e-8-s2
+for sf in 0:43.13 1:45.64 2:47.56; do
+  s=${sf%%:*} f=${sf#*:}
+  tools/edit_checkpoint.py runs/vit-eps/torch-eps1e-8-s$s/init.safetensors runs/vit-eps/starts/torch-headx$f-s$s.safetensors --scale "head.weight=$f" --fill 'head.bias=0'
+  "${V[@]}" --threads 1 --seed $s --init torch --init-from runs/vit-eps/starts/torch-headx$f-s$s.safetensors --adam-eps 1e-8 --out runs/vit-eps/torch-headx$f-eps1e-8-s$s
+done

@@ -346,11 +346,35 @@ void fit_output_layer(const std::string& scheme, nn::Linear& head, const Tensor&
         hits += std::max_element(z + r * classes, z + (r + 1) * classes) - (z + r * classes) == y[r];
     }
     double rms = std::sqrt(sq / (double)(rows * classes)), acc = (double)hits / (double)rows;
+    // The fitted weights' size follows how the features vary from row to row: the fewer directions
+    // they vary in, the larger the weights along the weak ones. Over the feature columns: the rms of
+    // each column's std across the rows and the rms of the column means; and the effective rank
+    // (tr C)²/‖C‖²_F of the features' covariance C (d when they vary alike in every direction, 1 in one).
+    Tensor means = engine::mean(a, {0}, true);
+    Tensor centered = engine::sub(a, means);
+    Tensor cov = engine::matmul(centered, centered, true, false);  // rows·C, [d, d]
+    const float* c = cov.data_f32();
+    double spread = 0, common = 0, cov2 = 0, w2 = 0;
+    for (int64_t k = 0; k < d; k++) {
+        spread += c[k * d + k] / (double)rows / (double)d;
+        common += std::pow((double)means.data_f32()[k], 2) / (double)d;
+    }
+    for (int64_t i = 0; i < d * d; i++) cov2 += std::pow((double)c[i] / (double)rows, 2);
+    const double effective_rank = cov2 > 0 ? spread * spread * (double)(d * d) / cov2 : 0;
+    spread = std::sqrt(spread), common = std::sqrt(common);
+    for (int64_t i = 0; i < classes * d; i++) w2 += (double)w[i] * w[i];
     report.say(fmt::format("{}: output layer{} by least squares to logits ±{:g} on {} rows: rms residual {:.3f}, "
-                           "init-batch accuracy {:.1f}%", name, bias ? "" : " (no bias)", logit, rows, rms, 100 * acc));
+                           "init-batch accuracy {:.1f}%, weight norm {:.3g}; its input features: std across rows "
+                           "{:.3g}, mean {:.3g} (rms over columns), effective rank {:.1f} of {}",
+                           name, bias ? "" : " (no bias)", logit, rows, rms, 100 * acc, std::sqrt(w2), spread,
+                           common, effective_rank, d));
+    report.figures[std::regex_replace(scheme, std::regex("-"), "_") + ".feature_effective_rank"] = effective_rank;
     const std::string prefix = std::regex_replace(scheme, std::regex("-"), "_");
     report.figures[prefix + ".output_rms_residual"] = rms;
     report.figures[prefix + ".output_batch_acc"] = acc;
+    report.figures[prefix + ".output_weight_norm"] = std::sqrt(w2);
+    report.figures[prefix + ".feature_std"] = spread;
+    report.figures[prefix + ".feature_mean"] = common;
 }
 
 // The model's output layer: its Linear "head" (LMs that tie it to the embedding have none).

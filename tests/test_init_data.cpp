@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include "engine/error.h"
+#include "engine/linalg.h"
 #include "engine/ops.h"
 #include "init/data_dependent.h"
 #include "nn/convmixer.h"
@@ -402,6 +403,25 @@ TEST_CASE("output-fit: only the output layer changes, to the least-squares read-
     double rms = check_least_squares(features, logits, labels, vit.head->bias);
     CHECK(report.figures["output_fit.output_rms_residual"] == Approx(rms).epsilon(1e-3));
     CHECK(report.figures["output_fit.output_batch_acc"] > 0.5);
+    // The figures beside the fit: the weights' norm and the features' spread and mean.
+    double w2 = 0, spread = 0, common = 0;
+    for (float v : values(vit.head->weight)) w2 += (double)v * v;
+    const int64_t d = features.size(-1);
+    for (int64_t k = 0; k < d; k++) {
+        double mean = 0, var = 0;
+        for (int64_t i = 0; i < n; i++) mean += features.data_f32()[i * d + k] / (double)n;
+        for (int64_t i = 0; i < n; i++) var += std::pow(features.data_f32()[i * d + k] - mean, 2) / (double)n;
+        spread += var / (double)d, common += mean * mean / (double)d;
+    }
+    CHECK(report.figures["output_fit.output_weight_norm"] == Approx(std::sqrt(w2)).epsilon(1e-5));
+    CHECK(report.figures["output_fit.feature_std"] == Approx(std::sqrt(spread)).epsilon(1e-4));
+    CHECK(report.figures["output_fit.feature_mean"] == Approx(std::sqrt(common)).epsilon(1e-4));
+    // Effective rank (Σλ)²/Σλ² of the features' covariance, from its eigenvalues: the squared
+    // singular values of the centered features.
+    Tensor centered = engine::sub(features, engine::mean(features, {0}, true));
+    double sum = 0, sum2 = 0;
+    for (float sv : values(engine::svd(centered).S)) sum += (double)sv * sv, sum2 += std::pow((double)sv * sv, 2);
+    CHECK(report.figures["output_fit.feature_effective_rank"] == Approx(sum * sum / sum2).epsilon(1e-3));
     CHECK(report.figures.count("relu_quantile.layers") == 0);
 
     // Refusals: no labels, --output-logit 0, a tied language model (no separate head).
