@@ -307,8 +307,10 @@ double solve_scale(const std::vector<float>& z, Act a, double goal) {
 // best linear read-out of the features the hidden layers now make.
 // `name` is the scheme that fits it (its messages and figures: relu_quantile.output_*, ...).
 void fit_output_layer(const std::string& scheme, nn::Linear& head, const Tensor& input, const Tensor& labels,
-                      float logit, Report& report) {
+                      const Options& opt, Report& report) {
     const char* name = scheme.c_str();
+    const float logit = opt.output_logit, ridge = opt.output_ridge;
+    check(ridge >= 0.f, "{}: --output-ridge {} must be >= 0", name, ridge);
     const int64_t d = head.weight.size(1), classes = head.weight.size(0);
     check(input.numel() % d == 0, "{}: the output layer's input {} does not end in {}", name, input.shape().str(), d);
     const int64_t rows = input.numel() / d;
@@ -324,7 +326,16 @@ void fit_output_layer(const std::string& scheme, nn::Linear& head, const Tensor&
               y[r], r, classes);
         pt[r * classes + y[r]] = logit;
     }
-    Tensor sol = engine::lstsq(a, t);            // [d, classes]: pinv(X)·T
+    // [d, classes]: pinv(X)·T; with the ridge, the least-squares solution of X over √(ridge·rows)·I
+    // against T over 0, whose normal equations are (XᵀX + ridge·rows·I)·W = XᵀT.
+    Tensor sol;
+    if (ridge > 0.f) {
+        Tensor penalty = Tensor::zeros({d, d});
+        for (int64_t k = 0; k < d; k++) penalty.data_f32()[k * d + k] = std::sqrt(ridge * (float)rows);
+        sol = engine::lstsq(engine::concat({a, penalty}, 0), engine::concat({t, Tensor::zeros({d, classes})}, 0));
+    } else {
+        sol = engine::lstsq(a, t);
+    }
     Tensor fitted = engine::matmul(a, sol);      // [rows, classes]: X·W
     const float* s = sol.data_f32();
     float* w = head.weight.data_f32();
@@ -363,10 +374,11 @@ void fit_output_layer(const std::string& scheme, nn::Linear& head, const Tensor&
     const double effective_rank = cov2 > 0 ? spread * spread * (double)(d * d) / cov2 : 0;
     spread = std::sqrt(spread), common = std::sqrt(common);
     for (int64_t i = 0; i < classes * d; i++) w2 += (double)w[i] * w[i];
-    report.say(fmt::format("{}: output layer{} by least squares to logits ±{:g} on {} rows: rms residual {:.3f}, "
+    report.say(fmt::format("{}: output layer{} by least squares{} to logits ±{:g} on {} rows: rms residual {:.3f}, "
                            "init-batch accuracy {:.1f}%, weight norm {:.3g}; its input features: std across rows "
                            "{:.3g}, mean {:.3g} (rms over columns), effective rank {:.1f} of {}",
-                           name, bias ? "" : " (no bias)", logit, rows, rms, 100 * acc, std::sqrt(w2), spread,
+                           name, bias ? "" : " (no bias)", ridge > 0 ? fmt::format(" (ridge {:g})", ridge) : "", logit,
+                           rows, rms, 100 * acc, std::sqrt(w2), spread,
                            common, effective_rank, d));
     report.figures[std::regex_replace(scheme, std::regex("-"), "_") + ".feature_effective_rank"] = effective_rank;
     const std::string prefix = std::regex_replace(scheme, std::regex("-"), "_");
@@ -522,7 +534,7 @@ void relu_quantile_init(nn::Module& model, const Options& opt, const InitData* d
                                units, active_lo, active_hi, std_lo, std_hi));
     if (!no_bias.empty())
         report.say(fmt::format("relu-quantile: skipped (no bias to shift): {}", fmt::join(no_bias, ", ")));
-    if (fit_output) fit_output_layer(name, *head, features, data->labels, opt.output_logit, report);
+    if (fit_output) fit_output_layer(name, *head, features, data->labels, opt, report);
     if (opt.output_logit > 0 && !fit_output)
         report.say(head ? "relu-quantile: output layer left as it was: the init batch has no labels"
                         : "relu-quantile: output layer left as it was: the model has no separate Linear 'head'");
@@ -552,7 +564,7 @@ void output_fit_init(nn::Module& model, const Options& opt, const InitData* data
     Tensor features = head_input(session, *head);
     check(features.defined(), "{}: model {}: the init batch's forward pass did not reach the output layer 'head'",
           name, model.type_name());
-    fit_output_layer(name, *head, features, data->labels, opt.output_logit, report);
+    fit_output_layer(name, *head, features, data->labels, opt, report);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -28,7 +28,8 @@
 //   (Scheme 4): W = pinv(X)·T, the least-squares read-out of the features X to logits
 //   +opt.output_logit for each init sample's label and −opt.output_logit elsewhere, then
 //   b = mean(T) − mean(X·W) (fit_output_layer; needs the init batch's labels, InitData::labels;
-//   --output-logit 0 skips it). Until 2026-11-28 W and b were one joint least-squares fit.
+//   --output-logit 0 skips it). With --output-ridge λ (opt.output_ridge; not in the paper), W
+//   minimizes mean‖X·W − T‖² + λ‖W‖² instead. Until 2026-11-28 W and b were one joint least-squares fit.
 //
 // output-fit: the output layer alone, fitted as relu-quantile's last step (Scheme 4's least-squares
 //   read-out to ±opt.output_logit of the init batch's labels); every other weight stays as the

@@ -55,6 +55,9 @@ struct Options {
     // +output_logit for the label and −output_logit elsewhere on the init batch (relu-quantile
     // with 0: leave the output layer alone; output-fit refuses 0)
     float output_logit = 2.f;
+    // ... with a ridge penalty: W minimizes mean‖X·W − T‖² + output_ridge·‖W‖² (0: plain least
+    // squares). It shrinks W along the directions the features hardly vary in.
+    float output_ridge = 0.f;
     // Set by apply() for every scheme after the first in "a+b": schemes that would otherwise
     // replace all weights (lsuv, relu-quantile orthonormalize) then keep the earlier structure.
     bool after_other_scheme = false;

@@ -443,6 +443,49 @@ TEST_CASE("output-fit: only the output layer changes, to the least-squares read-
                       Catch::Contains("output-fit") && Catch::Contains("TransformerLM") && Catch::Contains("--untied"));
 }
 
+TEST_CASE("output-fit with a ridge: the penalized normal equations hold and the head is smaller", "[init]") {
+    const int64_t n = 64, classes = 5;
+    manual_seed(6);
+    Tensor images = Tensor::normal({n, 3, 16, 16}), labels = Tensor::randint({n}, 0, (int32_t)classes);
+    auto fitted = [&](float ridge, init::Report& report) {
+        manual_seed(7);
+        auto vit = std::make_shared<nn::ViT>(small_vit());
+        init::InitData data{[&] { vit->forward(images); }, n, labels};
+        init::Options opt;
+        opt.output_ridge = ridge;
+        report = init::apply(*vit, "torch+output-fit", opt, &data);
+        return vit;
+    };
+    init::Report plain_report, ridge_report;
+    fitted(0.f, plain_report);
+    const float ridge = 0.05f;
+    auto vit = fitted(ridge, ridge_report);
+    Tensor x = head_input(*vit, *vit->head, [&] { vit->forward(images); });
+    const int64_t d = x.size(-1);
+    // X^T(X·W − T)/n + ridge·W = 0, W = head.weightᵀ [d, classes]
+    const float* w = vit->head->weight.data_f32();
+    const float* xs = x.data_f32();
+    const int32_t* y = labels.data_i32();
+    double worst = 0, scale = 0;
+    for (int64_t c = 0; c < classes; c++)
+        for (int64_t k = 0; k < d; k++) {
+            double g = 0;
+            for (int64_t i = 0; i < n; i++) {
+                double z = 0;
+                for (int64_t j = 0; j < d; j++) z += (double)xs[i * d + j] * w[c * d + j];
+                g += xs[i * d + k] * (z - (y[i] == c ? 2.0 : -2.0)) / (double)n;
+            }
+            g += ridge * w[c * d + k];
+            worst = std::max(worst, std::fabs(g)), scale = std::max(scale, std::fabs((double)ridge * w[c * d + k]));
+        }
+    INFO("largest ridge term " << scale);
+    CHECK(worst < 1e-3 * std::max(scale, 1.0));
+    CHECK(ridge_report.figures["output_fit.output_weight_norm"] < 0.9 * plain_report.figures["output_fit.output_weight_norm"]);
+    bool says_ridge = false;
+    for (auto& line : ridge_report.lines) says_ridge |= line.find("(ridge 0.05)") != std::string::npos;
+    CHECK(says_ridge);
+}
+
 TEST_CASE("relu-quantile on an untied TransformerLM: a bias-free head fitted to the next tokens", "[init]") {
     manual_seed(5);
     nn::LMConfig lc;

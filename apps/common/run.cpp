@@ -501,6 +501,10 @@ void add_init_flags(CLI::App& app, std::string& scheme, init::Options& o, const 
                    "relu-quantile, output-fit: fit the output layer by least squares to logits ±this on the init "
                    "batch (image models; 0: off)")
         ->capture_default_str()->check(apps::NonNegative);
+    app.add_option("--output-ridge", o.output_ridge,
+                   "relu-quantile, output-fit: ridge penalty on the fitted output layer: W minimizes mean|XW - T|² + "
+                   "this·|W|² (0: plain least squares)")
+        ->capture_default_str()->check(apps::NonNegative);
     app.add_option("--tfixup-layers", o.tfixup_layers, "t-fixup: N in 0.67·N^(−1/4) (0: the model's depth)")
         ->capture_default_str()->check(apps::NonNegative);
 }
