@@ -653,12 +653,12 @@ for init in torch mimetic; do
   "${V10[@]}" --threads 1 --seed 0 --init $init --out runs/vit-eps-long/$init-eps1e-3-s0
   "${V10[@]}" --threads 1 --seed 0 --init $init --adam-eps 1e-8 --out runs/vit-eps-long/$init-eps1e-8-s0
 done
-# Session 34: the output layer's fit alone (--init ...+output-fit), on torch's and mimetic's weights,
+# Session 34: the output layer's fit alone (--init ...+output-fit), on torch's, mimetic's and orthogonal's weights,
 # ε 1e-8, seeds 0-2 (V as above, --threads 1, two or three at a time); mimetic's seed 2; and torch's
 # start with its head scaled to the fitted head's norm (the factor: that norm over torch's, per
 # seed), bias 0.
 for s in 0 1 2; do
-  for init in torch mimetic; do
+  for init in torch mimetic orthogonal; do
     "${V[@]}" --threads 1 --seed $s --init $init+output-fit --adam-eps 1e-8 --out runs/vit-eps/$init+outfit-eps1e-8-s$s
   done
 done
