@@ -376,8 +376,8 @@ void masked_fill(const float* x, const Shape& xs, const float* mask, const Shape
 
 // Records the first index of index[0..m) outside [0, bound) (other than skip, when has_skip) in the
 // bad index record (runtime.h), unless an earlier check owns it: the check that first claims the
-// record (an atomic exchange of its number for 0) keeps it until the host reports it, and its
-// threads keep the least position with an atomic min, so the position the CPU would name wins.
+// record (an atomic compare-and-swap of 0 for its number) keeps it until the host reports it, and
+// its threads keep the least position with an atomic min, so the position the CPU would name wins.
 __global__ void check_indices_kernel(const int32_t* index, int64_t m, int64_t bound, int32_t op, int32_t skip,
                                      int32_t has_skip, uint32_t check, BadIndex* record) {
     GRID_STRIDE_LOOP(i, m) {
