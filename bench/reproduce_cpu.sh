@@ -668,3 +668,9 @@ for sf in 0:43.13 1:45.64 2:47.56; do
   tools/edit_checkpoint.py runs/vit-eps/torch-eps1e-8-s$s/init.safetensors runs/vit-eps/starts/torch-headx$f-s$s.safetensors --scale "head.weight=$f" --fill 'head.bias=0'
   "${V[@]}" --threads 1 --seed $s --init torch --init-from runs/vit-eps/starts/torch-headx$f-s$s.safetensors --adam-eps 1e-8 --out runs/vit-eps/torch-headx$f-eps1e-8-s$s
 done
+# The fit with a ridge penalty on the head's size (--output-ridge), on torch's weights.
+for s in 0 1 2; do
+  for r in 0.001 0.1; do
+    "${V[@]}" --threads 1 --seed $s --init torch+output-fit --output-ridge $r --adam-eps 1e-8 --out runs/vit-eps/torch+outfit-ridge$r-eps1e-8-s$s
+  done
+done
