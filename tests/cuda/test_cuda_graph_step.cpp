@@ -47,6 +47,13 @@ Tensor random_ids(engine::Shape s, int32_t vocab, uint64_t seed) {
     return t;
 }
 
+// A one-block TransformerLM of 11 words, small enough to step in the emulator.
+nn::LMConfig tiny_lm_config() {
+    nn::LMConfig l;
+    l.vocab = 11, l.dim = 16, l.depth = 1, l.heads = 2, l.max_len = 16;
+    return l;
+}
+
 // One model family: how to build it, its optimizer, and the batch of step k (CPU tensors).
 struct Case {
     std::function<std::shared_ptr<nn::Module>()> build;
@@ -224,12 +231,7 @@ TEST_CASE("graph step: a step that reads the loss on the host cannot be captured
 // taking the wrong bias corrections.
 TEST_CASE("graph step: parameters with different update counts are refused, naming them", "[cuda][graph]") {
     engine::manual_seed(3);
-    nn::LMConfig l;
-    l.vocab = 11;
-    l.dim = 16;
-    l.depth = 1;
-    l.heads = 2;
-    l.max_len = 16;
+    nn::LMConfig l = tiny_lm_config();
     l.tie_weights = false;
     nn::TransformerLM lm(l);
     lm.to(Device::CUDA);
@@ -253,9 +255,7 @@ TEST_CASE("graph step: parameters with different update counts are refused, nami
 // that a captured step meets is reported at the next wait, as an eager step's is.
 TEST_CASE("graph step: a target out of range in a replayed step is reported at the next wait", "[cuda][graph]") {
     engine::manual_seed(4);
-    nn::LMConfig l;
-    l.vocab = 11, l.dim = 16, l.depth = 1, l.heads = 2, l.max_len = 16;
-    nn::TransformerLM lm(l);
+    nn::TransformerLM lm(tiny_lm_config());
     lm.to(Device::CUDA);
     nn::Adam opt(nn::param_groups(lm, 0.f), 1e-3f);
     Tensor good = random_ids({2, 7}, 11, 2);
@@ -283,9 +283,7 @@ TEST_CASE("graph step: a target out of range in a replayed step is reported at t
 // embedding's ids and the loss's targets are checked there (no copy back to the host).
 TEST_CASE("cuda: an eager LM step through embedding and cross_entropy does not wait for the device", "[cuda]") {
     engine::manual_seed(5);
-    nn::LMConfig l;
-    l.vocab = 11, l.dim = 16, l.depth = 1, l.heads = 2, l.max_len = 16;
-    nn::TransformerLM lm(l);
+    nn::TransformerLM lm(tiny_lm_config());
     lm.to(Device::CUDA);
     nn::Adam opt(nn::param_groups(lm, 0.f), 1e-3f);
     Tensor x = random_ids({2, 7}, 11, 1).to(Device::CUDA), y = random_ids({2, 7}, 11, 2).to(Device::CUDA);
