@@ -380,13 +380,13 @@ void fit_output_layer(const std::string& scheme, nn::Linear& head, const Tensor&
                            name, bias ? "" : " (no bias)", ridge > 0 ? fmt::format(" (ridge {:g})", ridge) : "", logit,
                            rows, rms, 100 * acc, std::sqrt(w2), spread,
                            common, effective_rank, d));
-    report.figures[std::regex_replace(scheme, std::regex("-"), "_") + ".feature_effective_rank"] = effective_rank;
     const std::string prefix = std::regex_replace(scheme, std::regex("-"), "_");
     report.figures[prefix + ".output_rms_residual"] = rms;
     report.figures[prefix + ".output_batch_acc"] = acc;
     report.figures[prefix + ".output_weight_norm"] = std::sqrt(w2);
     report.figures[prefix + ".feature_std"] = spread;
     report.figures[prefix + ".feature_mean"] = common;
+    report.figures[prefix + ".feature_effective_rank"] = effective_rank;
 }
 
 // The model's output layer: its Linear "head" (LMs that tie it to the embedding have none).

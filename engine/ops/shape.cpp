@@ -139,10 +139,9 @@ static void check_indices(const char* op, const int32_t* idx, int64_t m, int64_t
 static void check_indices(const char* op, const Tensor& index, int64_t n, const Shape& xs) {
 #ifdef ENGINE_CUDA
     if (index.is_cuda()) {
-        const std::string name = op;
-        const cuda::IndexOp which = name == "embedding" ? cuda::IndexOp::embedding
-                                    : name == "gather"  ? cuda::IndexOp::gather
-                                                        : cuda::IndexOp::index_select;
+        const cuda::IndexOp which = std::strcmp(op, "embedding") == 0 ? cuda::IndexOp::embedding
+                                    : std::strcmp(op, "gather") == 0  ? cuda::IndexOp::gather
+                                                                      : cuda::IndexOp::index_select;
         return cuda::check_indices(index.raw_i32(), index.numel(), n, which);
     }
 #endif
