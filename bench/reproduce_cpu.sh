@@ -674,3 +674,16 @@ for s in 0 1 2; do
     "${V[@]}" --threads 1 --seed $s --init torch+output-fit --output-ridge $r --adam-eps 1e-8 --out runs/vit-eps/torch+outfit-ridge$r-eps1e-8-s$s
   done
 done
+# Session 35: the output layer's fit on the char-level LM with an untied head (L1 as above), seeds 0-2,
+# and mimetic+output-fit at ten epochs on the ViT (V10 as above, ε 1e-8), with mimetic and torch at seed 1
+# (two runs at a time).
+for s in 0 1 2; do
+  sfx=$([ $s = 0 ] || echo -s$s)
+  for init in torch mimetic; do
+    "${L1[@]}" --untied --seed $s --init $init+output-fit --init-samples 2048 --out runs/lm-data-dependent/char-$init+outfit-untied$sfx
+  done
+done
+"${V10[@]}" --threads 1 --seed 0 --init mimetic+output-fit --adam-eps 1e-8 --out runs/vit-eps-long/mimetic+outfit-eps1e-8-s0
+for init in mimetic mimetic+output-fit torch; do
+  "${V10[@]}" --threads 1 --seed 1 --init $init --adam-eps 1e-8 --out runs/vit-eps-long/${init/output-fit/outfit}-eps1e-8-s1
+done

@@ -24,6 +24,10 @@ TEST_CASE("reductions match direct loops", "[reduce]") {
     CHECK(max(y, {1}).to_vector() == std::vector<float>{5, 7});
     CHECK(max(y, {0}, true).shape() == Shape({1, 3}));
     CHECK(max(y).item() == 7.f);
+    CHECK_THROWS_WITH(max(Tensor::zeros({2, 0}), {1}), Catch::Contains("max: reducing [2,0] over an empty dim 1"));
+    // Empty, so nothing is allocated: only the length of dim 1 is past int32's argmax.
+    CHECK_THROWS_WITH(max(Tensor::zeros({0, int64_t(INT32_MAX) + 1}), {1}),
+                      Catch::Contains("max: dim 1 of [0,2147483648] is longer than the int32 indices of its argmax"));
     CHECK_THROWS_WITH(sum(x, {3}), Catch::Contains("sum: dim 3 out of range"));
     CHECK(sum_to(Tensor::ones({2, 3, 4}), {3, 1}).to_vector() == std::vector<float>{8, 8, 8});
     CHECK_THROWS_WITH(sum_to(Tensor::ones({2, 3}), {4}), Catch::Contains("sum_to"));

@@ -61,8 +61,8 @@ TEST_CASE("index_select, gather, embedding and masks", "[shape]") {
     Tensor e = embedding(x, ids);
     CHECK(e.shape() == Shape({2, 2, 4}));
     CHECK(e.at({1, 1, 3}) == 11.f);
-    CHECK_THROWS_WITH(embedding(x, Tensor::from_vector(std::vector<int32_t>{3}, {1})),
-                      Catch::Contains("embedding: index 3 out of range [0, 3)"));
+    CHECK_THROWS_WITH(embedding(x, Tensor::from_vector(std::vector<int32_t>{0, 3}, {2})),
+                      Catch::Contains("embedding: index 3 out of range [0, 3) at position 1 for input [3,4]"));
     Tensor m = causal_mask(3);
     CHECK(m.to_vector() == std::vector<float>{0, 1, 1, 0, 0, 1, 0, 0, 0});
     Tensor f = masked_fill(Tensor::zeros({2, 3, 3}), m, -1e9f);

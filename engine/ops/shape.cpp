@@ -131,7 +131,8 @@ Tensor concat(const std::vector<Tensor>& xs, int dim) {
 
 static void check_indices(const char* op, const int32_t* idx, int64_t m, int64_t n, const Shape& xs) {
     for (int64_t i = 0; i < m; i++)
-        check(idx[i] >= 0 && idx[i] < n, "{}: index {} out of range [0, {}) for input {}", op, idx[i], n, xs.str());
+        check(idx[i] >= 0 && idx[i] < n, "{}: index {} out of range [0, {}) at position {} for input {}", op, idx[i], n, i,
+              xs.str());
 }
 
 // The indices of `index` in [0, n), else the error naming the first bad one (on the GPU: at the next

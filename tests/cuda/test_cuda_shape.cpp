@@ -176,18 +176,19 @@ TEST_CASE("cuda masked_fill: broadcasting masks", "[cuda]") {
 
 TEST_CASE("cuda index ops: an index out of range is reported at the next wait, with the CPU's message",
           "[cuda]") {
-    // The CPU's message up to its " for input [...]" (the device's record does not hold the shape).
+    // The CPU's message up to its " for input [...]" (the device's record does not hold the shape):
+    // the device's message is that, then where it was found.
     auto cpu_core = [](const std::string& m) { return m.substr(0, m.find(" for input")); };
     auto starts_with = [](const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; };
     Tensor x = randn({4, 7}, false), xd = x.to(Device::CUDA);
     Tensor bad = ints({1, 9, 2, -1}, {4});  // first bad one: 9, at position 1
     std::string cpu = error_of([&] { engine::index_select(x, 1, bad); });
-    REQUIRE(cpu.find("index_select: index 9 out of range [0, 7)") != std::string::npos);
+    REQUIRE(cpu.find("index_select: index 9 out of range [0, 7) at position 1 for input") != std::string::npos);
     Tensor out;
     REQUIRE_NOTHROW(out = engine::index_select(xd, 1, bad.to(Device::CUDA)));  // the op does not wait
     std::string dev = error_of([&] { out.to(Device::CPU); });
     INFO(dev);
-    CHECK(starts_with(dev, cpu_core(cpu) + " at position 1"));
+    CHECK(starts_with(dev, cpu_core(cpu) + " (found on the device"));
     CHECK(dev.find("found on the device") != std::string::npos);
     // Reported once; the bad positions' columns are zeros, the others the CPU's.
     std::vector<float> got = out.to_vector(), want = engine::index_select(x, 1, ints({1, 0, 2, 0}, {4})).to_vector();
@@ -196,15 +197,15 @@ TEST_CASE("cuda index ops: an index out of range is reported at the next wait, w
 
     Tensor neg = ints({-1, 0, 1, 2, 3, 0, 1, 2}, {4, 2});
     std::string cpu_g = error_of([&] { engine::gather(x, 1, neg); });
-    REQUIRE(cpu_g.find("gather: index -1 out of range") != std::string::npos);
+    REQUIRE(cpu_g.find("gather: index -1 out of range [0, 7) at position 0 for input") != std::string::npos);
     engine::gather(xd, 1, neg.to(Device::CUDA));
     dev = error_of([] { engine::cuda::synchronize(); });  // synchronize() reports too
-    CHECK(starts_with(dev, cpu_core(cpu_g) + " at position 0"));
+    CHECK(starts_with(dev, cpu_core(cpu_g) + " (found on the device"));
 
     // Two bad ops before a wait: the first one's first bad index.
     Tensor w = randn({33, 5}, false), ids = ints({0, 32, 33}, {3});
     std::string cpu_e = error_of([&] { engine::embedding(w, ids); });
-    REQUIRE(cpu_e.find("embedding: index 33 out of range [0, 33)") != std::string::npos);
+    REQUIRE(cpu_e.find("embedding: index 33 out of range [0, 33) at position 2 for input") != std::string::npos);
     Tensor wd = randn({33, 5}, false).to(Device::CUDA);
     wd.requires_grad_(true);
     Tensor emb = engine::embedding(wd, ids.to(Device::CUDA));
@@ -212,7 +213,7 @@ TEST_CASE("cuda index ops: an index out of range is reported at the next wait, w
     // The backward leaves the bad id's row alone and adds the others.
     engine::sum(emb).backward();
     dev = error_of([&] { wd.grad().to(Device::CPU); });
-    CHECK(starts_with(dev, cpu_core(cpu_e) + " at position 2"));
+    CHECK(starts_with(dev, cpu_core(cpu_e) + " (found on the device"));
     std::vector<float> dw = wd.grad().to_vector();
     for (int64_t v = 0; v < 33; v++)
         for (int64_t d = 0; d < 5; d++) CHECK(dw[v * 5 + d] == (v == 0 || v == 32 ? 1.f : 0.f));
