@@ -86,6 +86,7 @@ struct Args {
     uint64_t seed = 0;
     std::string out, device = "auto", precision = "fp32";
     bool resume = false, overwrite = false, auto_resume = false, nan_check = true, dry_run = false;
+    bool eval_init = false;  // --eval-init: the validation split before the first step too
 };
 
 // One interface over the three model families: the mean cross-entropy of a batch's targets (the
@@ -530,6 +531,18 @@ static int run(Args& a, const apps::json& config, Device dev) {
     Tensor x_in, y_in, scale_in;
     std::unique_ptr<nn::GraphStep> graph_step;
     bool graph_noted = false;
+    // --eval-init: what the init alone scores (a fresh run only: a resumed one has the line already).
+    if (a.eval_init && global_step == 0 && start_epoch == 0 && skip_batches == 0) {
+        Eval valid = evaluate(lm, a, corpus.valid, dev);
+        double tok_cos = last_block_tok_cos(lm, a, corpus.valid, dev);
+        std::printf("init: valid %s %.4f (before the first step)%s\n", metric_name, metric(valid.loss),
+                    tok_cos_text(tok_cos).c_str());
+        append_eval({{"kind", "eval"}, {"step", 0}, {"epoch", 0}}, valid, tok_cos);
+        if (a.nan_check && !std::isfinite(valid.loss)) {
+            apps::report_nan_loss("train_lm", (float)valid.loss, 0, 0, out, "valid loss at init");
+            return 1;
+        }
+    }
     for (int epoch = start_epoch; epoch < a.epochs; epoch++) {
         if (a.schedule == "step") opt->lr = step_decay.lr(epoch);
         if (skip_batches == 0) lm.reset_state();  // else: resumed mid-epoch, with the restored state
@@ -643,12 +656,17 @@ static int run(Args& a, const apps::json& config, Device dev) {
     }
     Eval test = evaluate(lm, a, corpus.test, dev);
     std::printf("test %s %.4f (valid best %.4f)\n", metric_name, metric(test.loss), metric(best_valid));
-    out.write_json("result.json", {{"test_" + std::string(metric_name), metric(test.loss)}, {"test_loss", test.loss},
-                                   {"test_tokens", test.scored},
-                                   {"best_valid_" + std::string(metric_name), metric(best_valid)},
-                                   {"epochs", a.epochs}, {"steps", global_step}, {"train_tokens", corpus.train.size()},
-                                   {"init", a.init},
-                                   {"init_report", report.figures}, {"finished", apps::now_iso8601()}});
+    apps::json result = {{"test_" + std::string(metric_name), metric(test.loss)}, {"test_loss", test.loss},
+                         {"test_tokens", test.scored},
+                         {"best_valid_" + std::string(metric_name), metric(best_valid)},
+                         {"epochs", a.epochs}, {"steps", global_step}, {"train_tokens", corpus.train.size()},
+                         {"init", a.init},
+                         {"init_report", report.figures}, {"finished", apps::now_iso8601()}};
+    if (apps::json at_init = out.init_eval(); !at_init.is_null()) {
+        const std::string valid_metric = "valid_" + std::string(metric_name);
+        result["init_eval"] = {{valid_metric, at_init[valid_metric]}, {"valid_loss", at_init["valid_loss"]}};
+    }
+    out.write_json("result.json", result);
     return 0;
 }
 
@@ -716,6 +734,9 @@ int main(int argc, char** argv) {
                    "also evaluate on the validation split every N steps inside an epoch (a curve for a run of one "
                    "long epoch; 0: at the end of each epoch only)")
         ->capture_default_str()->check(apps::NonNegative);
+    app.add_flag("--eval-init", a.eval_init,
+                 "evaluate the whole validation split before the first step too (metrics.jsonl: an eval line at step "
+                 "0, epoch 0; result.json: init_eval)");
     app.add_option("--eval-tokens", a.eval_tokens,
                    "--eval-every's evaluations read only the first N validation tokens (0: all); the end-of-epoch "
                    "evaluation always reads the whole split")

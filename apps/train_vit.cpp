@@ -83,6 +83,7 @@ struct Args {
     uint64_t seed = 0;
     std::string out;
     bool resume = false, overwrite = false, auto_resume = false, nan_check = true, dry_run = false;
+    bool eval_init = false;     // --eval-init: the test set before the first step too
     int64_t fail_at_step = -1;  // testing: poison the loss at this step to exercise the NaN stop
 };
 
@@ -407,6 +408,16 @@ static int run(const Args& a, const apps::json& config, Device dev) {
     Tensor x_in, y_in;
     std::unique_ptr<nn::GraphStep> graph_step;
     bool graph_noted = false;
+    // --eval-init: what the init alone scores (a fresh run only: a resumed one has the line already).
+    if (a.eval_init && global_step == 0 && start_epoch == 0 && skip_batches == 0) {
+        auto [acc, test_loss] = evaluate(*model, forward, d.test, d.norm, 500, dev);
+        std::printf("init: test loss %.4f, test acc %.2f%% (before the first step)\n", test_loss, 100 * acc);
+        out.append_metrics({{"kind", "eval"}, {"step", 0}, {"epoch", 0}, {"test_loss", test_loss}, {"test_acc", acc}});
+        if (a.nan_check && !std::isfinite(test_loss)) {
+            apps::report_nan_loss("train_vit", (float)test_loss, 0, 0, out, "test loss at init");
+            return 1;
+        }
+    }
     for (int epoch = start_epoch; epoch < a.epochs; epoch++) {
         loader.start_epoch(epoch);
         apps::Progress bar(fmt::format("epoch {}/{}", epoch + 1, a.epochs), steps_per_epoch, "img");
@@ -525,9 +536,12 @@ static int run(const Args& a, const apps::json& config, Device dev) {
         final_loss = test_loss;
         std::printf("test loss %.4f, test acc %.2f%% (every epoch was done)\n", test_loss, 100 * acc);
     }
-    out.write_json("result.json", {{"test_acc", final_acc}, {"test_loss", final_loss}, {"best_test_acc", best_acc},
-                                   {"epochs", a.epochs}, {"steps", global_step}, {"init", a.init},
-                                   {"init_report", report.figures}, {"finished", apps::now_iso8601()}});
+    apps::json result = {{"test_acc", final_acc}, {"test_loss", final_loss}, {"best_test_acc", best_acc},
+                         {"epochs", a.epochs}, {"steps", global_step}, {"init", a.init},
+                         {"init_report", report.figures}, {"finished", apps::now_iso8601()}};
+    if (apps::json at_init = out.init_eval(); !at_init.is_null())
+        result["init_eval"] = {{"test_loss", at_init["test_loss"]}, {"test_acc", at_init["test_acc"]}};
+    out.write_json("result.json", result);
     return 0;
 }
 
@@ -633,6 +647,9 @@ int main(int argc, char** argv) {
     apps::add_dry_run_flag(app, a.dry_run);
     app.add_option("--eval-every", a.eval_every, "evaluate every N epochs")->capture_default_str()
         ->check(apps::Positive);
+    app.add_flag("--eval-init", a.eval_init,
+                 "evaluate the test set before the first step too (metrics.jsonl: an eval line at step 0, epoch 0; "
+                 "result.json: init_eval)");
     app.add_option("--log-every", a.log_every, "write a metrics line every N steps")->capture_default_str()
         ->check(apps::Positive);
     app.add_flag("!--no-nan-check", a.nan_check, "do not stop when the loss becomes NaN/inf");

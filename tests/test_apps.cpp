@@ -214,7 +214,8 @@ TEST_CASE("train_vit --freeze / --train-only / --freeze-until / --init-from: fro
 TEST_CASE("train_vit: interrupted and resumed equals uninterrupted, bit for bit", "[apps]") {
     test::TempDir tmp;
     test::write_tiny_cifar10(tmp / "cifar", 10, 2);
-    std::string base = std::string(kTinyVit) + " --data-dir " + (tmp / "cifar") + " --epochs 3";
+    // --eval-init: the evaluation at step 0 stays in the resumed run's result, and is not repeated.
+    std::string base = std::string(kTinyVit) + " --data-dir " + (tmp / "cifar") + " --epochs 3 --eval-init";
     REQUIRE(run_app("train_vit", base + " --out " + (tmp / "whole"), tmp / "log1") == 0);
 
     // The same run, stopped by SIGTERM after a few training steps, then resumed.
@@ -238,10 +239,50 @@ TEST_CASE("train_vit: interrupted and resumed equals uninterrupted, bit for bit"
     CHECK(evals("parts") == evals("whole"));
     auto result = [&](const std::string& run) { return nlohmann::json::parse(slurp(tmp / (run + "/result.json"))); };
     CHECK(result("parts")["test_acc"] == result("whole")["test_acc"]);
+    REQUIRE(result("whole").contains("init_eval"));
+    CHECK(result("parts")["init_eval"] == result("whole")["init_eval"]);
     // --resume of a finished run trains nothing and gives the same result (it wrote zeros).
     REQUIRE(run_app("train_vit", base + " --out " + (tmp / "whole") + " --resume", tmp / "log4") == 0);
     CHECK(result("whole")["test_acc"] == result("parts")["test_acc"]);
     CHECK(result("whole")["test_loss"] == result("parts")["test_loss"]);
+}
+
+// --eval-init scores the init on the test set before the first step: a line of metrics.jsonl at
+// step 0 and result.json's init_eval, the same figures a run that cannot move its weights (lr 1e-30)
+// ends with; the training itself is the run's without the flag, bit for bit.
+TEST_CASE("train_vit --eval-init: the init's test score, training unchanged", "[apps]") {
+    test::TempDir tmp;
+    test::write_tiny_cifar10(tmp / "cifar", 4, 2);
+    std::string base = std::string(kTinyVit) + " --data-dir " + (tmp / "cifar");
+    REQUIRE(run_app("train_vit", base + " --epochs 2 --eval-init --out " + (tmp / "with"), tmp / "log") == 0);
+    std::string log = slurp(tmp / "log");
+    INFO(log);
+    CHECK(log.find("init: test loss ") != std::string::npos);
+    REQUIRE(run_app("train_vit", base + " --epochs 2 --out " + (tmp / "without"), tmp / "log2") == 0);
+    check_same_tensors(tmp / "with/last.safetensors", tmp / "without/last.safetensors");
+    auto lines = metrics_lines(tmp / "with/metrics.jsonl");
+    REQUIRE(!lines.empty());
+    const nlohmann::json first = lines[0];
+    CHECK(first["kind"] == "eval");
+    CHECK(first["step"] == 0);
+    CHECK(first["epoch"] == 0);
+    auto result = [&](const std::string& run) { return nlohmann::json::parse(slurp(tmp / (run + "/result.json"))); };
+    CHECK(result("with")["init_eval"] == nlohmann::json{{"test_loss", first["test_loss"]}, {"test_acc", first["test_acc"]}});
+    CHECK(!result("without").contains("init_eval"));
+    CHECK(result("with")["test_acc"] == result("without")["test_acc"]);
+    // A run whose steps cannot change a weight in float32 ends with its init's score.
+    const std::string still = std::regex_replace(base, std::regex("--lr 1e-2"), "--lr 1e-30");
+    REQUIRE(still != base);
+    REQUIRE(run_app("train_vit", still + " --epochs 1 --min-lr 0 --eval-init --out " + (tmp / "still"), tmp / "log3") == 0);
+    CHECK(result("still")["init_eval"] == result("with")["init_eval"]);  // the same seed: the same init
+    CHECK(result("still")["test_loss"].get<double>() == Approx(first["test_loss"].get<double>()).epsilon(1e-6));
+    CHECK(std::abs(result("still")["test_acc"].get<double>() - first["test_acc"].get<double>()) <= 0.02 + 1e-9);
+    // A finished run resumed keeps its init_eval and logs no second one.
+    REQUIRE(run_app("train_vit", base + " --epochs 2 --eval-init --out " + (tmp / "with") + " --resume", tmp / "log4") == 0);
+    CHECK(result("with")["init_eval"] == result("still")["init_eval"]);
+    int at_init = 0;
+    for (auto& j : metrics_lines(tmp / "with/metrics.jsonl")) at_init += j["kind"] == "eval" && j["step"] == 0;
+    CHECK(at_init == 1);
 }
 
 TEST_CASE("train_vit: a NaN loss stops the run cleanly", "[apps]") {
@@ -624,6 +665,35 @@ TEST_CASE("train_lm: LSTM (bptt) interrupted mid-epoch and resumed equals uninte
     // the plateau scheduler's best and patience count too.
     check_lm_resume("--model lstm --dim 32 --depth 2 --dropout 0.2 --protocol bptt --opt sgd --lr 1 --schedule plateau",
                     true);
+}
+
+// --eval-init in train_lm: the whole validation split before the first step (with tok_cos), the
+// score a run that cannot move its weights ends its epoch with; training as without the flag.
+TEST_CASE("train_lm --eval-init: the init's validation score, training unchanged", "[apps]") {
+    test::TempDir tmp;
+    write_tiny_text(tmp / "text", 100);
+    std::string base = "--dataset text --data-dir " + (tmp / "text") +
+                       " --model transformer --dim 32 --depth 2 --heads 2 --seq-len 16 --batch-size 4 --epochs 1 --threads 1";
+    REQUIRE(run_app("train_lm", base + " --eval-init --out " + (tmp / "with"), tmp / "log") == 0);
+    INFO(slurp(tmp / "log"));
+    CHECK(slurp(tmp / "log").find("init: valid ppl ") != std::string::npos);
+    REQUIRE(run_app("train_lm", base + " --out " + (tmp / "without"), tmp / "log2") == 0);
+    check_same_tensors(tmp / "with/last.safetensors", tmp / "without/last.safetensors");
+    auto evals = eval_lines(tmp / "with/metrics.jsonl");
+    REQUIRE(evals.size() == 2);
+    CHECK(evals[0]["step"] == 0);
+    CHECK(evals[0]["epoch"] == 0);
+    CHECK(evals[0].contains("tok_cos"));
+    CHECK(evals[1] == eval_lines(tmp / "without/metrics.jsonl").at(0));
+    auto result = [&](const std::string& run) { return nlohmann::json::parse(slurp(tmp / (run + "/result.json"))); };
+    CHECK(result("with")["init_eval"] ==
+          nlohmann::json{{"valid_ppl", evals[0]["valid_ppl"]}, {"valid_loss", evals[0]["valid_loss"]}});
+    CHECK(!result("without").contains("init_eval"));
+    REQUIRE(run_app("train_lm", base + " --lr 1e-30 --min-lr 0 --eval-init --out " + (tmp / "still"), tmp / "log3") == 0);
+    auto still = eval_lines(tmp / "still/metrics.jsonl");
+    REQUIRE(still.size() == 2);
+    CHECK(still[0] == evals[0]);  // the same seed: the same init
+    CHECK(still[1]["valid_loss"].get<double>() == Approx(still[0]["valid_loss"].get<double>()).epsilon(1e-6));
 }
 
 TEST_CASE("train_lm: --train-tokens trains on the first N tokens of the training split", "[apps]") {

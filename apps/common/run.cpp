@@ -99,6 +99,17 @@ void RunDir::trim_metrics(int64_t step) const {
                 unreadable ? fmt::format(" and {} unreadable (cut short)", unreadable).c_str() : "");
 }
 
+json RunDir::init_eval() const {
+    if (!enabled()) return nullptr;
+    std::ifstream in(path("metrics.jsonl"));
+    for (std::string line; std::getline(in, line);) {
+        json j = json::parse(line, nullptr, false);
+        if (j.is_object() && j.value("kind", "") == "eval" && j.value("step", -1) == 0 && j.value("epoch", -1.0) == 0)
+            return j;
+    }
+    return nullptr;
+}
+
 std::string git_commit() { return INITLAB_GIT_COMMIT; }
 
 std::string now_iso8601() {

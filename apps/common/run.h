@@ -42,6 +42,9 @@ public:
     // run killed after its last checkpoint (SIGKILL, a crash) wrote lines the resumed run writes
     // again, and perhaps half a line at the end; those go (atomically), and a line says how many.
     void trim_metrics(int64_t step) const;
+    // The evaluation of the model before its first step (--eval-init: the metrics line of kind
+    // "eval" at step 0, epoch 0), or null. result.json repeats it, also when the run was resumed.
+    json init_eval() const;
 
 private:
     std::string dir_;
