@@ -1328,6 +1328,16 @@ TEST_CASE("tools/results.py: one row per run name, seeds averaged, a left-off sw
     CHECK(table.find("| b | --init torch | 2.00; run: resumed, wall of its last part | 2.00 | — | — | 1.0 |") != std::string::npos);
     CHECK(table.find("feedbee") != std::string::npos);
     CHECK(table.find("auto-resume") == std::string::npos);
+    CHECK(table.find("at init") == std::string::npos);
+    // A run made with --eval-init: a column of the scores at init, "—" for the runs without one.
+    test::write_file(tmp / "runs/a-s1/result.json", "{\"test_bpc\": 2.7, \"init_eval\": {\"valid_bpc\": 6.125, "
+                                                    "\"valid_loss\": 4.2}, \"finished\": \"2026-11-27T10:02:00Z\"}");
+    REQUIRE(std::system(("python3 tools/results.py " + (tmp / "runs") + " > " + (tmp / "table") + " 2>&1").c_str()) == 0);
+    table = slurp(tmp / "table");
+    CHECK(table.find("| wall (min) | at init |") != std::string::npos);
+    CHECK(table.find("| a | --init torch | 2.50, 2.70 | 2.60 | 0.20 | — | 2.0, 2.0 | 6.12 |") != std::string::npos);
+    CHECK(table.find("| tied | --init torch (no --untied) (no --lr-scale) | 3.00 | 3.00 | — | — | 2.0 | — |") !=
+          std::string::npos);
     run("vit", "true", 0.5, "true", "", "test_acc");
     CHECK(std::system(("python3 tools/results.py " + (tmp / "runs") + " > " + (tmp / "table") + " 2>&1").c_str()) != 0);
     CHECK(slurp(tmp / "table").find("one table holds runs of one metric") != std::string::npos);

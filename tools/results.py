@@ -9,7 +9,8 @@ apps/train_lm --out). Runs whose names differ only in a trailing "-sN" are seeds
 row shows each seed's final number, their mean and their spread (max − min). A run that has no
 result.json did not finish (stopped on NaN, interrupted, still running): its row says so, with
 the last training loss it logged. Wall time is result.json's "finished" minus config.json's
-"started" (for a resumed run, its last part's start). --copy keeps the small files of each run (config.json, metrics.jsonl, result.json),
+"started" (for a resumed run, its last part's start). Runs made with --eval-init add a column "at
+init": each seed's score before its first step. --copy keeps the small files of each run (config.json, metrics.jsonl, result.json),
 not the checkpoints, so the curves can be redrawn with tools/plot.py from the repository.
 """
 import argparse
@@ -68,6 +69,18 @@ def best_eval(result):
     for key in ("best_valid_bpc", "best_valid_ppl"):
         if key in result:
             return result[key]
+    return None
+
+
+def init_score(result):
+    """The run's score before its first step (--eval-init's result.json init_eval), in the table's
+    units: test accuracy % (image runs) or validation bpc / ppl; None without one."""
+    at_init = result.get("init_eval") or {}
+    if "test_acc" in at_init:
+        return 100 * at_init["test_acc"]
+    for key in ("valid_bpc", "valid_ppl"):
+        if key in at_init:
+            return at_init[key]
     return None
 
 
@@ -133,15 +146,19 @@ def main():
         return evals[-1]["tok_cos"] if evals else None
     tok_cos = {name: last_tok_cos(name) for name in runs}
     with_tok_cos = any(v is not None for v in tok_cos.values())
+    # Runs made with --eval-init: a column for the score at init (test acc %, or valid bpc / ppl).
+    results = {name: read_json(os.path.join(args.folder, name, "result.json")) for name in runs}
+    at_init = {name: init_score(r) if r else None for name, r in results.items()}
+    with_init = any(v is not None for v in at_init.values())
 
     header_done = False
     lines = []
     for row, members in rows.items():
-        finals, walls, bests, notes, coses = [], [], [], [], []
+        finals, walls, bests, notes, coses, inits = [], [], [], [], [], []
         # A name without "-sN" is seed 0 (the apps' default seed), so it comes first.
         for seed, name in sorted(members, key=lambda x: x[0] or 0):
             path = os.path.join(args.folder, name)
-            result = read_json(os.path.join(path, "result.json"))
+            result = results[name]
             config = configs[name]
             if result is None:
                 train = [r for r in read_metrics(os.path.join(path, "metrics.jsonl")) if r.get("kind") == "train"]
@@ -159,11 +176,13 @@ def main():
                 notes.append(f"{'seed ' + str(seed) if seed is not None else 'run'}: resumed, wall of its last part")
             if tok_cos[name] is not None:
                 coses.append(tok_cos[name])
+            if at_init[name] is not None:
+                inits.append(at_init[name])
         if not header_done:
-            extra = " last tok_cos |" if with_tok_cos else ""
+            extra = (" at init |" if with_init else "") + (" last tok_cos |" if with_tok_cos else "")
             lines.append(f"| run | flags beyond the shared ones | {label} per seed | mean | spread | "
                          f"best eval | wall (min) |{extra}")
-            lines.append("| --- | --- | --- | --- | --- | --- | --- |" + (" --- |" if with_tok_cos else ""))
+            lines.append("| --- | --- | --- | --- | --- | --- | --- |" + " --- |" * (with_init + with_tok_cos))
             header_done = True
         own = describe(configs[members[0][1]])
         differs = {k: v for k, v in own.items() if k == "--init" or shared.get(k) != v}
@@ -177,8 +196,9 @@ def main():
         valid = ", ".join(f"{b:.2f}" for b in bests if b is not None and math.isfinite(b)) or "—"
         wall = ", ".join(f"{w / 60:.1f}" for w in walls) or "—"
         note = ("; " + "; ".join(notes)) if notes else ""
+        init = (" " + (", ".join(f"{v:.2f}" for v in inits) or "—") + " |") if with_init else ""
         cos = (" " + (", ".join(f"{c:.2f}" for c in coses) or "—") + " |") if with_tok_cos else ""
-        lines.append(f"| {row} | {flags or '—'} | {per_seed}{note} | {mean} | {spread} | {valid} | {wall} |{cos}")
+        lines.append(f"| {row} | {flags or '—'} | {per_seed}{note} | {mean} | {spread} | {valid} | {wall} |{init}{cos}")
     lines.append("")
     lines.append("Shared flags: `" + flags_text(shared) + "`")
     # Resumed runs: every part's commit and start.
