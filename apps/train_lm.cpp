@@ -615,23 +615,13 @@ static int run(Args& a, const apps::json& config, Device dev) {
                 mid_epoch_eval(epoch + (i + 1.0) / steps_per_epoch);
             if (apps::stop_requested()) {
                 bar.finish();
-                meter.read();
-                if (a.nan_check && !std::isfinite(meter.sum())) {  // (on a GPU, read only now)
-                    apps::report_nan_loss("train_lm", (float)meter.sum(), epoch + 1, global_step, out);
-                    return 1;
-                }
+                if (!apps::epoch_loss_finite("train_lm", meter, a.nan_check, epoch + 1, global_step, out)) return 1;
                 if (!checkpoint("last", epoch, i + 1, meter.sum(), meter.weight())) return 1;
-                std::fprintf(stderr, "train_lm: stopped at epoch %d, batch %lld; checkpoint %s (continue with --resume)\n",
-                             epoch + 1, (long long)(i + 1), out.enabled() ? out.path("last").c_str() : "(none: no --out)");
-                return apps::stop_exit_code();
+                return apps::report_stop("train_lm", epoch + 1, i + 1, out);
             }
         }
         bar.finish();
-        meter.read();
-        if (a.nan_check && !std::isfinite(meter.sum())) {
-            apps::report_nan_loss("train_lm", (float)meter.sum(), epoch + 1, global_step, out);
-            return 1;
-        }
+        if (!apps::epoch_loss_finite("train_lm", meter, a.nan_check, epoch + 1, global_step, out)) return 1;
         double nll_sum = meter.sum(), tokens = meter.weight();
         skip_batches = 0;
         resumed_nll_sum = resumed_tokens = 0;

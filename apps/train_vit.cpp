@@ -488,23 +488,13 @@ static int run(const Args& a, const apps::json& config, Device dev) {
             if (const profile::Report* r = prof.finished()) apps::report_profile(*r, "train_vit --profile", out);
             if (apps::stop_requested()) {
                 bar.finish();
-                meter.read();
-                if (a.nan_check && !std::isfinite(meter.sum())) {  // (on a GPU, read only now)
-                    apps::report_nan_loss("train_vit", (float)meter.sum(), epoch + 1, global_step, out);
-                    return 1;
-                }
+                if (!apps::epoch_loss_finite("train_vit", meter, a.nan_check, epoch + 1, global_step, out)) return 1;
                 if (!checkpoint("last", epoch, b + 1, meter.sum(), meter.weight())) return 1;
-                std::fprintf(stderr, "train_vit: stopped at epoch %d, batch %lld; checkpoint %s (continue with --resume)\n",
-                             epoch + 1, (long long)(b + 1), out.enabled() ? out.path("last").c_str() : "(none: no --out)");
-                return apps::stop_exit_code();
+                return apps::report_stop("train_vit", epoch + 1, b + 1, out);
             }
         }
         bar.finish();
-        meter.read();
-        if (a.nan_check && !std::isfinite(meter.sum())) {
-            apps::report_nan_loss("train_vit", (float)meter.sum(), epoch + 1, global_step, out);
-            return 1;
-        }
+        if (!apps::epoch_loss_finite("train_vit", meter, a.nan_check, epoch + 1, global_step, out)) return 1;
         double loss_sum = meter.sum();
         skip_batches = 0;
         resumed_loss_sum = resumed_seen = 0;

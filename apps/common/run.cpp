@@ -563,6 +563,14 @@ void report_nan_loss(const std::string& app_name, float loss, int epoch, int64_t
                  app_name.c_str(), what.c_str(), loss, epoch, (long long)step, last_good_checkpoint(out).c_str());
 }
 
+bool epoch_loss_finite(const std::string& app_name, LossMeter& meter, bool nan_check, int epoch, int64_t step,
+                       const RunDir& out) {
+    meter.read();
+    if (!nan_check || std::isfinite(meter.sum())) return true;
+    report_nan_loss(app_name, (float)meter.sum(), epoch, step, out);
+    return false;
+}
+
 bool weights_finite_for_checkpoint(const std::string& app_name, const nn::Module& model, const std::string& name,
                                    int epoch, int64_t step, const RunDir& out, bool nan_check) {
     if (!nan_check || !out.enabled()) return true;
@@ -590,6 +598,12 @@ void install_stop_handlers() {
 
 bool stop_requested() { return g_signal.load() != 0; }
 int stop_exit_code() { return 128 + g_signal.load(); }
+
+int report_stop(const std::string& app_name, int epoch, int64_t batch, const RunDir& out) {
+    std::fprintf(stderr, "%s: stopped at epoch %d, batch %lld; checkpoint %s (continue with --resume)\n",
+                 app_name.c_str(), epoch, (long long)batch, out.enabled() ? out.path("last").c_str() : "(none: no --out)");
+    return stop_exit_code();
+}
 
 Progress::Progress(std::string label, int64_t total, std::string unit, int plain_every)
     : label_(std::move(label)), unit_(std::move(unit)), total_(total), plain_every_(plain_every),

@@ -206,6 +206,11 @@ json train_metrics(int64_t step, double epoch, float lr, float loss, float grad_
 // last checkpoint the run wrote (if any); the caller stops the run.
 void report_nan_loss(const std::string& app_name, float loss, int epoch, int64_t step, const RunDir& out,
                      const std::string& what = "loss");
+// At a stop or an epoch's end: reads what `meter` holds (on a GPU the losses come back only now)
+// and, when the check is on and their sum is not finite, reports it (report_nan_loss): false then,
+// and the caller stops the run (exit 1).
+bool epoch_loss_finite(const std::string& app_name, LossMeter& meter, bool nan_check, int epoch, int64_t step,
+                       const RunDir& out);
 // Before writing checkpoint `name`: true when the model's values are all finite (or the check is
 // off); else says which tensor is not, that `name` is not written, and which checkpoint is the last
 // good one, and the caller stops the run (exit 1) instead of saving a diverged model.
@@ -217,6 +222,9 @@ bool weights_finite_for_checkpoint(const std::string& app_name, const nn::Module
 void install_stop_handlers();
 bool stop_requested();
 int stop_exit_code();
+// After a stop's checkpoint: says where the run stopped and how to continue it; returns the exit
+// status (stop_exit_code()).
+int report_stop(const std::string& app_name, int epoch, int64_t batch, const RunDir& out);
 
 // A one-line progress bar with rate and ETA on a terminal; on a pipe or file, a plain line
 // every `plain_every` updates.
