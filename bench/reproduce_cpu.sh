@@ -675,15 +675,24 @@ for s in 0 1 2; do
   done
 done
 # Session 35: the output layer's fit on the char-level LM with an untied head (L1 as above), seeds 0-2,
+# beside torch and mimetic untied again (with this binary, --threads 1, and their score at init);
 # and mimetic+output-fit at ten epochs on the ViT (V10 as above, ε 1e-8), with mimetic and torch at seed 1
 # (two runs at a time).
 for s in 0 1 2; do
   sfx=$([ $s = 0 ] || echo -s$s)
   for init in torch mimetic; do
     "${L1[@]}" --untied --seed $s --init $init+output-fit --init-samples 2048 --out runs/lm-data-dependent/char-$init+outfit-untied$sfx
+    "${L1[@]}" --untied --seed $s --init $init --eval-init --out runs/lm-data-dependent/char-$init-untied$sfx
   done
 done
 "${V10[@]}" --threads 1 --seed 0 --init mimetic+output-fit --adam-eps 1e-8 --out runs/vit-eps-long/mimetic+outfit-eps1e-8-s0
 for init in mimetic mimetic+output-fit torch; do
   "${V10[@]}" --threads 1 --seed 1 --init $init --adam-eps 1e-8 --out runs/vit-eps-long/${init/output-fit/outfit}-eps1e-8-s1
+done
+# The fitted heads' test accuracy at init: one epoch at lr 1e-30 (no weight moves in float32; made
+# before --eval-init existed, which gives the same figure), seeds 0 and 1.
+P35=(./apps/train_vit --auto-resume --dataset folder --data-dir "$INITLAB_DATA"/cifar10-jpeg --dim 96 --depth 6 --heads 3 --patch 4 --pool avg --batch-size 128 --epochs 1 --warmup-epochs 1 --lr 1e-30 --min-lr 0 --weight-decay 0.05 --randaug 0 --train-subset 10000 --threads 1 --adam-eps 1e-8)
+for s in 0 1; do
+  for init in torch mimetic orthogonal; do "${P35[@]}" --seed $s --init $init+output-fit --out runs/vit-probe/$init+outfit-s$s; done
+  for r in 0.001 0.1; do "${P35[@]}" --seed $s --init torch+output-fit --output-ridge $r --out runs/vit-probe/torch+outfit-ridge$r-s$s; done
 done

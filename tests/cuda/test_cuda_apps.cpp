@@ -100,7 +100,7 @@ TEST_CASE("cuda apps: train_vit --device cuda matches the CPU run", "[cuda]") {
     test::write_tiny_cifar10(tmp / "cifar", 1, 2);  // 50 training images, 20 test images
     std::string args = "--dataset cifar10 --data-dir " + (tmp / "cifar") +
                        " --dim 16 --depth 1 --heads 2 --patch 8 --batch-size 25 --epochs 2 --lr 1e-2 "
-                       "--warmup-epochs 0 --randaug 0 --threads 1 --log-every 1 --init timm --seed 3";
+                       "--warmup-epochs 0 --randaug 0 --threads 1 --log-every 1 --init timm --seed 3 --eval-init";
     run_both(tmp, "train_vit", args);
     auto tc = metrics(tmp / "cpu", "train"), tg = metrics(tmp / "cuda", "train");
     REQUIRE(tc.size() == 4);
@@ -112,6 +112,8 @@ TEST_CASE("cuda apps: train_vit --device cuda matches the CPU run", "[cuda]") {
     auto rc = json::parse(slurp(tmp / "cpu/result.json")), rg = json::parse(slurp(tmp / "cuda/result.json"));
     check_close("test loss", rc["test_loss"], rg["test_loss"]);
     CHECK(std::fabs(rc["test_acc"].get<double>() - rg["test_acc"].get<double>()) <= 1.0 / 20 + 1e-9);
+    REQUIRE(rg.contains("init_eval"));  // --eval-init: the init's score on the device as on the CPU
+    check_close("test loss at init", rc["init_eval"]["test_loss"], rg["init_eval"]["test_loss"]);
     CHECK(fs::exists(tmp / "cuda/last.safetensors"));
     CHECK(fs::exists(tmp / "cuda/last.optim.safetensors"));
 }
@@ -127,7 +129,7 @@ TEST_CASE("cuda apps: train_lm --device cuda matches the CPU run (transformer, G
             test::write_file(tmp / ("text/" + std::string(split) + ".txt"), text);
         std::string args = "--dataset text --data-dir " + (tmp / "text") + " --model " + model +
                            " --dim 16 --depth 1 --heads 2 --s 8 --seq-len 8 --batch-size 2 --epochs 1 --max-steps 4"
-                           " --lr 1e-2 --dropout 0 --threads 1 --seed 1";
+                           " --lr 1e-2 --dropout 0 --threads 1 --seed 1 --eval-init";
         // The device run logs every third step only: the loss is then read back at those steps and
         // at the end of the epoch, which must give the same epoch figures.
         run_both(tmp, "train_lm", args, "--log-every 3", "--log-every 1");
@@ -137,12 +139,14 @@ TEST_CASE("cuda apps: train_lm --device cuda matches the CPU run (transformer, G
         CHECK(tg[0]["step"] == 3);
         check_close("step 3 loss", tc[2]["loss"], tg[0]["loss"]);
         auto ec = metrics(tmp / "cpu", "eval"), eg = metrics(tmp / "cuda", "eval");
-        REQUIRE(ec.size() == 1);
-        REQUIRE(eg.size() == 1);
-        check_close("train ppl", ec[0]["train_ppl"], eg[0]["train_ppl"]);
-        check_close("valid loss", ec[0]["valid_loss"], eg[0]["valid_loss"]);
-        REQUIRE(eg[0].contains("tok_cos") == (model != "lstm"));  // the last block's output, read back
-        if (model != "lstm") check_close("last block tok_cos", ec[0]["tok_cos"], eg[0]["tok_cos"]);
+        REQUIRE(ec.size() == 2);  // --eval-init's at step 0, then the epoch's
+        REQUIRE(eg.size() == 2);
+        CHECK(eg[0]["step"] == 0);
+        check_close("valid loss at init", ec[0]["valid_loss"], eg[0]["valid_loss"]);
+        check_close("train ppl", ec[1]["train_ppl"], eg[1]["train_ppl"]);
+        check_close("valid loss", ec[1]["valid_loss"], eg[1]["valid_loss"]);
+        REQUIRE(eg[1].contains("tok_cos") == (model != "lstm"));  // the last block's output, read back
+        if (model != "lstm") check_close("last block tok_cos", ec[1]["tok_cos"], eg[1]["tok_cos"]);
         auto rc = json::parse(slurp(tmp / "cpu/result.json")), rg = json::parse(slurp(tmp / "cuda/result.json"));
         check_close("test loss", rc["test_loss"], rg["test_loss"]);
     }
