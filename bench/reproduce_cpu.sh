@@ -696,3 +696,9 @@ for s in 0 1; do
   for init in torch mimetic orthogonal; do "${P35[@]}" --seed $s --init $init+output-fit --out runs/vit-probe/$init+outfit-s$s; done
   for r in 0.001 0.1; do "${P35[@]}" --seed $s --init torch+output-fit --output-ridge $r --out runs/vit-probe/torch+outfit-ridge$r-s$s; done
 done
+# The fitted heads' validation bpc at init on the char-level LM (--eval-init, then one step).
+for s in 0 1 2; do
+  for init in torch mimetic; do
+    ./apps/train_lm --auto-resume --dataset ptb-char --model transformer --dim 128 --depth 4 --heads 4 --seq-len 128 --batch-size 32 --epochs 1 --max-steps 1 --lr 2e-3 --warmup-steps 50 --log-every 25 --threads 1 --untied --seed $s --init $init+output-fit --init-samples 2048 --eval-init --out runs/lm-probe/char-$init+outfit-untied-s$s
+  done
+done
