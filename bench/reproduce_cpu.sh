@@ -702,3 +702,13 @@ for s in 0 1 2; do
     ./apps/train_lm --auto-resume --dataset ptb-char --model transformer --dim 128 --depth 4 --heads 4 --seq-len 128 --batch-size 32 --epochs 1 --max-steps 1 --lr 2e-3 --warmup-steps 50 --log-every 25 --threads 1 --untied --seed $s --init $init+output-fit --init-samples 2048 --eval-init --out runs/lm-probe/char-$init+outfit-untied-s$s
   done
 done
+# What the fitted head leaves on mimetic: mimetic's start with PyTorch's head scaled to the fitted
+# head's norm (bias 0), and mimetic+output-fit's start with its fitted head scaled down to
+# PyTorch's norm (the factors: the two heads' norms per seed). V as above, with --eval-init.
+for sf in 0:9.702:0.10307 1:10.427:0.0959 2:9.749:0.10257; do
+  IFS=: read -r s f inv <<< "$sf"
+  tools/edit_checkpoint.py runs/vit-eps/mimetic-eps1e-8-s$s/init.safetensors runs/vit-eps/starts/mimetic-headx$f-s$s.safetensors --scale "head.weight=$f" --fill 'head.bias=0'
+  tools/edit_checkpoint.py runs/vit-eps/mimetic+outfit-eps1e-8-s$s/init.safetensors runs/vit-eps/starts/mimetic+outfit-headx$inv-s$s.safetensors --scale "head.weight=$inv"
+  "${V[@]}" --threads 1 --seed $s --init mimetic --init-from runs/vit-eps/starts/mimetic-headx$f-s$s.safetensors --adam-eps 1e-8 --eval-init --out runs/vit-eps/mimetic-headx$f-eps1e-8-s$s
+  "${V[@]}" --threads 1 --seed $s --init mimetic --init-from runs/vit-eps/starts/mimetic+outfit-headx$inv-s$s.safetensors --adam-eps 1e-8 --eval-init --out runs/vit-eps/mimetic+outfit-headx$inv-eps1e-8-s$s
+done
