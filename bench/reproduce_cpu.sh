@@ -712,3 +712,10 @@ for sf in 0:9.702:0.10307 1:10.427:0.0959 2:9.749:0.10257; do
   "${V[@]}" --threads 1 --seed $s --init mimetic --init-from runs/vit-eps/starts/mimetic-headx$f-s$s.safetensors --adam-eps 1e-8 --eval-init --out runs/vit-eps/mimetic-headx$f-eps1e-8-s$s
   "${V[@]}" --threads 1 --seed $s --init mimetic --init-from runs/vit-eps/starts/mimetic+outfit-headx$inv-s$s.safetensors --adam-eps 1e-8 --eval-init --out runs/vit-eps/mimetic+outfit-headx$inv-eps1e-8-s$s
 done
+# The head's direction kept nearly fixed at PyTorch's size: the fitted head scaled down (above), or
+# PyTorch's own head, trained at a tenth of the learning rate (--lr-scale 'head.*=0.1').
+for sf in 0:0.10307 1:0.0959 2:0.10257; do
+  IFS=: read -r s inv <<< "$sf"
+  "${V[@]}" --threads 1 --seed $s --init mimetic --init-from runs/vit-eps/starts/mimetic+outfit-headx$inv-s$s.safetensors --lr-scale 'head.*=0.1' --adam-eps 1e-8 --eval-init --out runs/vit-eps/mimetic+outfit-headx$inv-headlr0.1-eps1e-8-s$s
+  "${V[@]}" --threads 1 --seed $s --init mimetic --lr-scale 'head.*=0.1' --adam-eps 1e-8 --eval-init --out runs/vit-eps/mimetic-headlr0.1-eps1e-8-s$s
+done
