@@ -1329,7 +1329,8 @@ TEST_CASE("tools/results.py: one row per run name, seeds averaged, a left-off sw
     CHECK(table.find("feedbee") != std::string::npos);
     CHECK(table.find("auto-resume") == std::string::npos);
     CHECK(table.find("at init") == std::string::npos);
-    // A run made with --eval-init: a column of the scores at init, "—" for the runs without one.
+    // A run made with --eval-init: a column of the scores at init (its seeds' that have one; "—" in
+    // a row with none).
     test::write_file(tmp / "runs/a-s1/result.json", "{\"test_bpc\": 2.7, \"init_eval\": {\"valid_bpc\": 6.125, "
                                                     "\"valid_loss\": 4.2}, \"finished\": \"2026-11-27T10:02:00Z\"}");
     REQUIRE(std::system(("python3 tools/results.py " + (tmp / "runs") + " > " + (tmp / "table") + " 2>&1").c_str()) == 0);

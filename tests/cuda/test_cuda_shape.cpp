@@ -189,7 +189,6 @@ TEST_CASE("cuda index ops: an index out of range is reported at the next wait, w
     std::string dev = error_of([&] { out.to(Device::CPU); });
     INFO(dev);
     CHECK(starts_with(dev, cpu_core(cpu) + " (found on the device"));
-    CHECK(dev.find("found on the device") != std::string::npos);
     // Reported once; the bad positions' columns are zeros, the others the CPU's.
     std::vector<float> got = out.to_vector(), want = engine::index_select(x, 1, ints({1, 0, 2, 0}, {4})).to_vector();
     for (int64_t r = 0; r < 4; r++)
