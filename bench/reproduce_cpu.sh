@@ -719,3 +719,9 @@ for sf in 0:0.10307 1:0.0959 2:0.10257; do
   "${V[@]}" --threads 1 --seed $s --init mimetic --init-from runs/vit-eps/starts/mimetic+outfit-headx$inv-s$s.safetensors --lr-scale 'head.*=0.1' --adam-eps 1e-8 --eval-init --out runs/vit-eps/mimetic+outfit-headx$inv-headlr0.1-eps1e-8-s$s
   "${V[@]}" --threads 1 --seed $s --init mimetic --lr-scale 'head.*=0.1' --adam-eps 1e-8 --eval-init --out runs/vit-eps/mimetic-headlr0.1-eps1e-8-s$s
 done
+# torch+output-fit's start with its fitted head scaled down to PyTorch's norm (its bias kept).
+for sf in 0:0.023186 1:0.021911 2:0.021026; do
+  IFS=: read -r s inv <<< "$sf"
+  tools/edit_checkpoint.py runs/vit-eps/torch+outfit-eps1e-8-s$s/init.safetensors runs/vit-eps/starts/torch+outfit-headx$inv-s$s.safetensors --scale "head.weight=$inv"
+  "${V[@]}" --threads 1 --seed $s --init torch --init-from runs/vit-eps/starts/torch+outfit-headx$inv-s$s.safetensors --adam-eps 1e-8 --eval-init --out runs/vit-eps/torch+outfit-headx$inv-eps1e-8-s$s
+done
