@@ -532,7 +532,7 @@ static int run(Args& a, const apps::json& config, Device dev) {
     std::unique_ptr<nn::GraphStep> graph_step;
     bool graph_noted = false;
     // --eval-init: what the init alone scores (a fresh run only: a resumed one has the line already).
-    if (a.eval_init && global_step == 0 && start_epoch == 0 && skip_batches == 0) {
+    if (a.eval_init && !a.resume) {
         Eval valid = evaluate(lm, a, corpus.valid, dev);
         double tok_cos = last_block_tok_cos(lm, a, corpus.valid, dev);
         std::printf("init: valid %s %.4f (before the first step)%s\n", metric_name, metric(valid.loss),

@@ -409,7 +409,7 @@ static int run(const Args& a, const apps::json& config, Device dev) {
     std::unique_ptr<nn::GraphStep> graph_step;
     bool graph_noted = false;
     // --eval-init: what the init alone scores (a fresh run only: a resumed one has the line already).
-    if (a.eval_init && global_step == 0 && start_epoch == 0 && skip_batches == 0) {
+    if (a.eval_init && !a.resume) {
         auto [acc, test_loss] = evaluate(*model, forward, d.test, d.norm, 500, dev);
         std::printf("init: test loss %.4f, test acc %.2f%% (before the first step)\n", test_loss, 100 * acc);
         out.append_metrics({{"kind", "eval"}, {"step", 0}, {"epoch", 0}, {"test_loss", test_loss}, {"test_acc", acc}});

@@ -62,26 +62,25 @@ def final_metric(result):
     raise SystemExit(f"results.py: no test metric in {sorted(result)}")
 
 
+def score(figures, prefix=""):
+    """A run's figure in the table's units: test accuracy in % (image runs) or validation bpc / ppl
+    (LMs), the keys read with `prefix` ("best_": the best evaluation); None without one."""
+    if prefix + "test_acc" in figures:
+        return 100 * figures[prefix + "test_acc"]
+    for key in ("valid_bpc", "valid_ppl"):
+        if prefix + key in figures:
+            return figures[prefix + key]
+    return None
+
+
 def best_eval(result):
     """The best evaluation of the run: best test accuracy (image runs) or best valid bpc / ppl."""
-    if "best_test_acc" in result:
-        return 100 * result["best_test_acc"]
-    for key in ("best_valid_bpc", "best_valid_ppl"):
-        if key in result:
-            return result[key]
-    return None
+    return score(result, "best_")
 
 
 def init_score(result):
-    """The run's score before its first step (--eval-init's result.json init_eval), in the table's
-    units: test accuracy % (image runs) or validation bpc / ppl; None without one."""
-    at_init = result.get("init_eval") or {}
-    if "test_acc" in at_init:
-        return 100 * at_init["test_acc"]
-    for key in ("valid_bpc", "valid_ppl"):
-        if key in at_init:
-            return at_init[key]
-    return None
+    """The run's score before its first step (--eval-init's result.json init_eval); None without one."""
+    return score(result.get("init_eval") or {})
 
 
 def describe(config):
